@@ -1,0 +1,88 @@
+"""Pure tensor math for preference learning: DPO-family losses and reward-model loss.
+
+References
+----------
+- Rafailov et al. 2023, "Direct Preference Optimization: Your Language Model is
+  Secretly a Reward Model" (DPO, eq. 7; implicit reward, section 5).
+- Mitchell 2023, "A note on DPO with noisy preferences & relationship to IPO"
+  (conservative DPO / label smoothing).
+- Azar et al. 2023, "A General Theoretical Paradigm to Understand Learning from
+  Human Preferences" (IPO, eq. 17).
+- Zhao et al. 2023, "SLiC-HF: Sequence Likelihood Calibration with Human Feedback"
+  (hinge loss).
+- Bradley & Terry 1952; Ouyang et al. 2022 eq. (1) (reward-model loss);
+  Eisenstein et al. 2023 / TRL ``center_rewards_coefficient`` (reward centering).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+PREFERENCE_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+
+
+def preference_loss(
+    policy_chosen_logps: Tensor,
+    policy_rejected_logps: Tensor,
+    ref_chosen_logps: Tensor,
+    ref_rejected_logps: Tensor,
+    beta: float,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-example DPO-family losses from sequence log-probabilities (all shape ``[B]``).
+
+    ``logits = (log pi(y_w) - log pi(y_l)) - (log ref(y_w) - log ref(y_l))``
+
+    - ``sigmoid`` (DPO, Rafailov et al. 2023 eq. 7; conservative DPO with label
+      smoothing ``eps``, Mitchell 2023):
+      ``-(1 - eps) * logsigmoid(beta * logits) - eps * logsigmoid(-beta * logits)``
+    - ``ipo`` (Azar et al. 2023 eq. 17): ``(logits - 1 / (2 * beta))**2``
+    - ``hinge`` (SLiC-HF, Zhao et al. 2023): ``relu(1 - beta * logits)``
+
+    Returns ``(losses, chosen_rewards, rejected_rewards)`` where the implicit rewards
+    are ``beta * (log pi - log ref)`` (DPO section 5), detached.
+    """
+    if not beta > 0:
+        raise ValueError(f"algo.beta must be > 0, got {beta}")
+    if loss_type not in PREFERENCE_LOSS_TYPES:
+        raise ValueError(f"Unknown loss_type {loss_type!r}; allowed values: {', '.join(PREFERENCE_LOSS_TYPES)}")
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"algo.label_smoothing must be in [0, 0.5), got {label_smoothing}")
+    if label_smoothing > 0 and loss_type != "sigmoid":
+        raise ValueError(f"algo.label_smoothing is only supported with loss_type='sigmoid', got {loss_type!r}")
+
+    logits = (policy_chosen_logps - policy_rejected_logps) - (ref_chosen_logps - ref_rejected_logps)
+    if loss_type == "sigmoid":
+        losses = -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
+    elif loss_type == "ipo":
+        losses = (logits - 1 / (2 * beta)) ** 2
+    else:  # hinge
+        losses = torch.relu(1 - beta * logits)
+
+    chosen_rewards = beta * (policy_chosen_logps - ref_chosen_logps).detach()
+    rejected_rewards = beta * (policy_rejected_logps - ref_rejected_logps).detach()
+    return losses, chosen_rewards, rejected_rewards
+
+
+def bradley_terry_loss(
+    r_chosen: Tensor, r_rejected: Tensor, margin: Tensor | float | None = None, center_coef: float = 0.0
+) -> Tensor:
+    """Reward-model loss under the Bradley-Terry model (Ouyang et al. 2022 eq. 1).
+
+    ``loss = mean(-logsigmoid(r_chosen - r_rejected - margin))
+             + center_coef * mean((r_chosen + r_rejected)**2)``
+
+    The optional ``margin`` (Llama 2, Touvron et al. 2023 eq. 2) demands a larger gap
+    for clearer preferences; the centering term (TRL's ``center_rewards_coefficient``,
+    Eisenstein et al. 2023) keeps rewards near zero mean.
+    """
+    diff = r_chosen - r_rejected
+    if margin is not None:
+        diff = diff - margin
+    loss = -F.logsigmoid(diff).mean()
+    if center_coef:
+        loss = loss + center_coef * torch.mean((r_chosen + r_rejected) ** 2)
+    return loss

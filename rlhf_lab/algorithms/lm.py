@@ -1,0 +1,48 @@
+"""Pretraining and supervised fine-tuning (SFT) of a causal LM: next-token cross-entropy.
+
+Pretraining takes the loss on every token of a review; SFT only on the response (and its EOS), the
+prompt being context. Both are this one LightningModule; the stage decides `loss_on_prompt`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+
+
+def warmup_then_linear(opt, warmup: int, total: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup)) * 0.9 + 0.1
+
+    return torch.optim.lr_scheduler.LambdaLR(opt, f)
+
+
+class CausalLMModule(L.LightningModule):
+    def __init__(self, model, lr: float, weight_decay: float = 0.0, warmup_steps: int = 20, max_steps: int = 1000):
+        super().__init__()
+        self.model = model.train()  # from_pretrained returns eval mode
+        self.lr, self.weight_decay, self.warmup_steps, self.max_steps = lr, weight_decay, warmup_steps, max_steps
+        self._t = None
+
+    def training_step(self, batch, batch_idx):
+        t0 = time.perf_counter()
+        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        loss = out.loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite LM loss ({loss.item()}) at step {self.global_step}; lower the learning rate")
+        n_tok = int((batch["labels"] != -100).sum())
+        self.log("loss/lm", loss, prog_bar=True)
+        if self._t is not None:
+            dt = t0 - self._t
+            self.log("time/step_s", dt)
+            self.log("time/tokens_per_s", n_tok / max(dt, 1e-9))
+        self._t = t0
+        return loss
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_then_linear(opt, self.warmup_steps, self.max_steps), "interval": "step"}}

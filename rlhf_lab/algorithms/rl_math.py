@@ -1,0 +1,285 @@
+"""Pure tensor math for RLHF with PPO / RLOO.
+
+Every function is stateless and works on plain ``torch.Tensor`` objects so it can
+be unit tested against hand computations. Shapes follow the usual RLHF layout:
+``[B, T]`` per-token tensors over the *response* tokens, with a ``mask`` that is
+1 on valid response tokens and 0 on right padding (a prefix of ones per row).
+
+References
+----------
+- Schulman et al. 2015, "High-Dimensional Continuous Control Using Generalized
+  Advantage Estimation" (GAE).
+- Schulman et al. 2017, "Proximal Policy Optimization Algorithms" (PPO).
+- Schulman 2020, "Approximating KL Divergence" (k1/k2/k3 estimators),
+  http://joschu.net/blog/kl-approx.html
+- Ziegler et al. 2019, "Fine-Tuning Language Models from Human Preferences"
+  (per-token KL penalty, adaptive KL controller).
+- Stiennon et al. 2020, "Learning to summarize from human feedback".
+- Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization
+  for Learning from Human Feedback in LLMs" (RLOO leave-one-out baseline).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+# ---------------------------------------------------------------------------
+# KL estimators
+# ---------------------------------------------------------------------------
+def kl_estimators(logp: Tensor, ref_logp: Tensor, kind: str) -> Tensor:
+    """Per-token Monte Carlo estimates of KL(pi || ref), tokens sampled from pi.
+
+    Schulman 2020, "Approximating KL Divergence". With ``logr = log ref(x) - log pi(x)``
+    (so ``r = ref/pi`` and ``E_pi[r] = 1``):
+
+    - ``k1 = -logr``                    unbiased, high variance, can be negative
+    - ``k2 = 0.5 * logr**2``            biased (low bias when pi ~ ref), always >= 0
+    - ``k3 = (r - 1) - logr``           unbiased, always >= 0, low variance
+
+    Returns a tensor with the same shape as ``logp``.
+    """
+    logr = ref_logp - logp
+    if kind == "k1":
+        return -logr
+    if kind == "k2":
+        return 0.5 * logr**2
+    if kind == "k3":
+        return torch.expm1(logr) - logr
+    raise ValueError(f"Unknown KL estimator kind {kind!r}; allowed values: {', '.join(KL_ESTIMATORS)}")
+
+
+# ---------------------------------------------------------------------------
+# Masked reductions (as in TRL's core utils)
+# ---------------------------------------------------------------------------
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Sum of ``x`` over positions where ``mask`` is non-zero (padding may hold inf/nan)."""
+    x = torch.where(mask.bool(), x, torch.zeros_like(x))
+    return x.sum() if dim is None else x.sum(dim=dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` over positions where ``mask`` is non-zero."""
+    count = mask.to(x.dtype)
+    count = count.sum() if dim is None else count.sum(dim=dim)
+    return masked_sum(x, mask, dim) / count
+
+
+def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+    """Variance of ``x`` over all valid positions (Bessel-corrected if ``unbiased``)."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        n = mask.to(x.dtype).sum()
+        if n < 2:
+            raise ValueError(f"masked_var(unbiased=True) needs at least 2 valid elements, got {int(n.item())}")
+        var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True) -> Tensor:
+    """Normalise ``x`` to zero mean / unit variance over valid positions.
+
+    With ``shift_mean=False`` the original mean is added back (only rescaling),
+    as TRL does for rewards. Padded positions are transformed too; ignore them.
+    """
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    whitened = (x - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+# ---------------------------------------------------------------------------
+# Rewards and advantages
+# ---------------------------------------------------------------------------
+def per_token_rewards(score: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
+    """KL-shaped per-token rewards, Ziegler et al. 2019 eq. (2) / Stiennon et al. 2020 eq. (1).
+
+    ``R(x, y) = r(x, y) - beta * log(pi(y|x) / ref(y|x))``, spread over tokens:
+    ``r_t = -beta * kl_t`` on every valid token, and the sequence-level ``score``
+    (reward model output, shape ``[B]``) is added at the last valid token of each row.
+    Padded positions get 0. Rows without any valid token get no score.
+    """
+    valid = mask.bool()
+    rewards = torch.where(valid, -beta * kl, torch.zeros_like(kl))
+    lengths = valid.sum(dim=1)
+    last = (lengths - 1).clamp(min=0)
+    score = torch.where(lengths > 0, score.to(rewards.dtype), torch.zeros_like(score, dtype=rewards.dtype))
+    return rewards.scatter_add(1, last.unsqueeze(1), score.unsqueeze(1))
+
+
+@torch.no_grad()
+def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """Generalized Advantage Estimation, Schulman et al. 2015 eq. (16).
+
+    ``delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)``
+    ``A_t = delta_t + gamma * lam * A_{t+1}``
+
+    ``rewards``, ``values``, ``mask``: ``[B, T]``, mask a prefix of ones per row
+    (right padding). The value after the last valid token is 0 (the episode ends).
+    Advantages are 0 on padded positions; ``returns = advantages + values``
+    (the value-function target). Computed without gradient (CleanRL / TRL style).
+    """
+    mask = mask.to(values.dtype)
+    B, T = rewards.shape
+    last_gae = torch.zeros(B, dtype=values.dtype, device=values.device)
+    advantages_reversed = []
+    for t in reversed(range(T)):
+        # "next non-terminal": 1 if token t+1 is a valid response token, else the episode ended at t
+        next_nonterminal = mask[:, t + 1] if t < T - 1 else torch.zeros_like(last_gae)
+        next_values = values[:, t + 1] * next_nonterminal if t < T - 1 else torch.zeros_like(last_gae)
+        delta = rewards[:, t] + gamma * next_values - values[:, t]
+        last_gae = (delta + gamma * lam * next_nonterminal * last_gae) * mask[:, t]
+        advantages_reversed.append(last_gae)
+    advantages = torch.stack(advantages_reversed[::-1], dim=1)
+    returns = advantages + values
+    return advantages, returns
+
+
+def leave_one_out_baseline(scores: Tensor, group_size: int) -> Tensor:
+    """RLOO baseline, Ahmadian et al. 2024 eq. (4) (Kool et al. 2019).
+
+    ``scores`` (shape ``[B]``) holds consecutive groups of ``group_size`` samples per
+    prompt. For sample i of a group: ``b_i = (sum_j s_j - s_i) / (k - 1)``, the mean of
+    the other members. Advantage is then ``scores - baseline``.
+    """
+    if group_size < 2:
+        raise ValueError(f"leave_one_out_baseline needs group_size >= 2, got {group_size}")
+    if scores.dim() != 1 or scores.shape[0] % group_size != 0:
+        raise ValueError(
+            f"scores must be 1-D with length divisible by group_size={group_size}, got shape {tuple(scores.shape)}"
+        )
+    grouped = scores.view(-1, group_size)
+    baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+    return baseline.reshape(-1)
+
+
+# ---------------------------------------------------------------------------
+# PPO losses
+# ---------------------------------------------------------------------------
+def ppo_policy_loss(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_eps: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate, Schulman et al. 2017 eq. (7), written as a loss.
+
+    ``ratio = exp(logp - old_logp)``;
+    ``loss = masked_mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))``.
+
+    Stats (detached 0-dim tensors):
+    - ``policy/clipfrac``: fraction of valid tokens where the clipped term was chosen
+      (unclipped loss < clipped loss, i.e. the gradient is cut off);
+    - ``policy/approxkl``: ``0.5 * masked_mean((logp - old_logp)**2)`` (k2 estimator).
+    """
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    pg_losses = -advantages * ratio
+    pg_losses_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
+    loss = masked_mean(torch.max(pg_losses, pg_losses_clipped), mask)
+    with torch.no_grad():
+        stats = {
+            "policy/clipfrac": masked_mean((pg_losses < pg_losses_clipped).to(logp.dtype), mask),
+            "policy/approxkl": 0.5 * masked_mean(log_ratio**2, mask),
+        }
+    return loss, stats
+
+
+def ppo_value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip_eps_value: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped value loss of PPO2 (OpenAI baselines; Ziegler et al. 2019 lm-human-preferences).
+
+    ``v_clip = old + clip(v - old, -eps, eps)``;
+    ``loss = 0.5 * masked_mean(max((v - R)**2, (v_clip - R)**2))``.
+
+    Stats: ``val/clipfrac``, fraction of valid tokens where the clipped term was larger.
+    """
+    values_clipped = old_values + torch.clamp(values - old_values, -clip_eps_value, clip_eps_value)
+    vf_losses = (values - returns) ** 2
+    vf_losses_clipped = (values_clipped - returns) ** 2
+    loss = 0.5 * masked_mean(torch.max(vf_losses, vf_losses_clipped), mask)
+    with torch.no_grad():
+        stats = {"val/clipfrac": masked_mean((vf_losses < vf_losses_clipped).to(values.dtype), mask)}
+    return loss, stats
+
+
+@torch.no_grad()
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)`` over valid tokens (CleanRL's diagnostic).
+
+    1 is a perfect value function, 0 is as good as predicting a constant, <0 is worse.
+    Returns ``nan`` if the returns have zero variance.
+    """
+    var_returns = masked_var(returns, mask, unbiased=False)
+    if var_returns.item() == 0:
+        return float("nan")
+    return float(1.0 - masked_var(returns - values, mask, unbiased=False) / var_returns)
+
+
+# ---------------------------------------------------------------------------
+# KL coefficient controllers
+# ---------------------------------------------------------------------------
+def _check_beta(beta: float) -> None:
+    if not beta >= 0:
+        raise ValueError(f"kl.beta must be >= 0, got {beta}")
+
+
+class AdaptiveKLController:
+    """Adaptive KL coefficient, Ziegler et al. 2019 section 2.2.
+
+    ``e_t = clip(KL_t / KL_target - 1, -0.2, 0.2)``;
+    ``beta_{t+1} = beta_t * (1 + K_beta * e_t)`` with ``K_beta = n_steps / horizon``.
+    """
+
+    def __init__(self, init_beta: float, target: float, horizon: float) -> None:
+        self._set(init_beta, target, horizon)
+
+    def _set(self, beta: float, target: float, horizon: float) -> None:
+        _check_beta(beta)
+        if not target > 0:
+            raise ValueError(f"kl.target must be > 0 for the adaptive KL controller, got {target}")
+        if not horizon > 0:
+            raise ValueError(f"kl.horizon must be > 0 for the adaptive KL controller, got {horizon}")
+        self.beta = float(beta)
+        self.target = float(target)
+        self.horizon = float(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        """Update beta from the measured KL after ``n_steps`` samples; returns the new beta."""
+        error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
+        self.beta *= 1.0 + error * n_steps / self.horizon
+        return self.beta
+
+    def state_dict(self) -> dict[str, float]:
+        return {"beta": self.beta, "target": self.target, "horizon": self.horizon}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._set(state["beta"], state["target"], state["horizon"])
+
+
+class FixedKLController:
+    """Constant KL coefficient (Ziegler et al. 2019 without adaptation).
+
+    Same interface as :class:`AdaptiveKLController`; ``target`` / ``horizon`` are
+    accepted only so both can be built from the same config, and are ignored.
+    """
+
+    def __init__(self, init_beta: float, target: float | None = None, horizon: float | None = None) -> None:
+        _check_beta(init_beta)
+        self.beta = float(init_beta)
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        """No-op; returns the (unchanged) beta."""
+        return self.beta
+
+    def state_dict(self) -> dict[str, float]:
+        return {"beta": self.beta}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _check_beta(state["beta"])
+        self.beta = float(state["beta"])

@@ -1,0 +1,94 @@
+"""The `rlhf-lab` command: a Hydra app that runs the job named by `algo` with its upstream stages."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import warnings
+
+    import lightning  # noqa: F401  (imported first: they set their loggers' levels on import)
+    import mlflow  # noqa: F401
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    for name in ("lightning", "lightning.pytorch", "lightning.pytorch.utilities.rank_zero", "lightning.fabric",
+                 "mlflow", "mlflow.store.db.utils", "mlflow.tracking.fluent", "alembic", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def set_threads(cfg: DictConfig) -> int:
+    import torch
+
+    n = cfg.trainer.get("threads")
+    if n is None:
+        n = os.cpu_count() or 1
+        try:  # under a parallel launcher, share the cores among the jobs
+            n_jobs = int(HydraConfig.get().launcher.get("n_jobs") or 1)
+            n = max(1, n // max(1, n_jobs if n_jobs > 0 else n))
+        except Exception:
+            pass
+    torch.set_num_threads(int(n))
+    return int(n)
+
+
+def summary(cfg: DictConfig, meta: dict, seconds: float) -> str:
+    from rlhf_lab.tracking import tracking_uri
+
+    lines = [
+        "=" * 72,
+        f"rlhf-lab {cfg.algo.name}: done in {seconds:.0f}s",
+        f"  MLflow run : {meta.get('run_id')}  ({tracking_uri(cfg)})",
+        f"  artifact   : {meta.get('artifact')}",
+    ]
+    if meta.get("cache_path"):
+        lines.append(f"  cached as  : {meta['cache_path']}")
+    ev = meta.get("eval") or {}
+    if ev:
+        keys = [k for k in ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/length", "eval/filler_rate",
+                            "eval/distinct_2") if k in ev]
+        lines.append("  final eval : " + ", ".join(f"{k.split('/')[1]}={ev[k]:.3f}" for k in keys))
+    for k, v in (meta.get("summary") or {}).items():
+        lines.append(f"  {k:<11}: {v}")
+    uri = tracking_uri(cfg)
+    if uri.startswith("sqlite"):
+        lines.append(f"  open the UI: mlflow ui --backend-store-uri {uri}")
+    lines.append("=" * 72)
+    return "\n".join(lines)
+
+
+@hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
+def _app(cfg: DictConfig) -> float | None:
+    _quiet_libraries()
+    from rlhf_lab import pipeline
+
+    set_threads(cfg)
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    t0 = time.time()
+    meta = pipeline.run_job(cfg, out_dir)
+    print(summary(cfg, meta, time.time() - t0))
+    return (meta.get("eval") or {}).get("eval/gold_reward")
+
+
+def main() -> None:
+    _app()
+
+
+if __name__ == "__main__":
+    main()

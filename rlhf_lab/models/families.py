@@ -1,0 +1,171 @@
+"""Two model families that differ in source: architecture, tokenizer and pretraining corpus sample.
+
+- family ``a``: a Llama-style decoder (`LlamaForCausalLM`) with a SentencePiece-style BPE tokenizer
+  (Metaspace pre-tokenizer, ``<s>`` prepended).
+- family ``b``: a GPT-2-style decoder (`GPT2LMHeadModel`) with a byte-level BPE tokenizer (GPT-2's
+  scheme, ``<|endoftext|>`` as EOS), pretrained on a different corpus sample and seed.
+
+Everything is saved with ``save_pretrained`` and loaded with ``Auto*.from_pretrained``: a local tiny
+checkpoint and a hub name take the same code path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
+
+FAMILIES = ("a", "b")
+MAX_POSITIONS = 128
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"family={family!r} is not a model family; choose one of {FAMILIES}")
+
+
+def train_tokenizer(family: str, texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """Train the family's tokenizer on `texts` with the `tokenizers` library."""
+    _check_family(family)
+    if family == "a":
+        specials = ["<pad>", "<s>", "</s>", "<unk>"]
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+        tok.train_from_iterator(texts, trainer)
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+        )
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+            model_max_length=MAX_POSITIONS,
+        )
+    specials = ["<|endoftext|>", "<|pad|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|pad|>",
+        model_max_length=MAX_POSITIONS,
+    )
+
+
+def build_model(family: str, arch: dict, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+    """A freshly initialised causal LM of the family, sized by `arch` (hidden, layers, heads)."""
+    _check_family(family)
+    h, n_layers, n_heads = int(arch["hidden"]), int(arch["layers"]), int(arch["heads"])
+    if h % n_heads:
+        raise ValueError(f"arch.hidden={h} must be divisible by arch.heads={n_heads}")
+    common = dict(
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    if family == "a":
+        cfg = LlamaConfig(
+            hidden_size=h, intermediate_size=int(arch.get("mlp_ratio", 2.75) * h) // 8 * 8,
+            num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_heads,
+            max_position_embeddings=MAX_POSITIONS, tie_word_embeddings=True, **common,
+        )
+        return LlamaForCausalLM(cfg)
+    cfg = GPT2Config(n_embd=h, n_layer=n_layers, n_head=n_heads, n_positions=MAX_POSITIONS, **common)
+    return GPT2LMHeadModel(cfg)
+
+
+def n_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _resolve(name_or_path: str | os.PathLike, key: str) -> str:
+    s = str(name_or_path)
+    p = Path(s).expanduser()
+    if p.exists():
+        if not (p / "config.json").exists() and not (p / "tokenizer.json").exists() and not (p / "tokenizer_config.json").exists():
+            raise FileNotFoundError(
+                f"{key}={s!r} is a directory without a Hugging Face checkpoint (no config.json / tokenizer files); "
+                "point it at a folder written by save_pretrained"
+            )
+        return str(p)
+    if s.startswith((".", "/", "~")) or s.count("/") > 1:
+        raise FileNotFoundError(
+            f"{key}={s!r}: no such checkpoint directory. Set {key} to a folder written by save_pretrained, "
+            "a hub name on a machine that reaches the hub, or null to train the world's model locally."
+        )
+    return s
+
+
+def _hub_error(key: str, s: str, err: Exception) -> OSError:
+    return OSError(
+        f"{key}={s!r} could not be loaded ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
+        "If it is a hub name, this machine may not reach the hub: use a local folder written by save_pretrained."
+    )
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, key: str = "policy.name_or_path") -> PreTrainedTokenizerFast:
+    s = _resolve(name_or_path, key)
+    try:
+        tok = AutoTokenizer.from_pretrained(s)
+    except (OSError, ValueError) as err:
+        raise _hub_error(key, s, err) from err
+    if tok.pad_token is None:  # hub decoders often have none
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def check_pair(model: PreTrainedModel, tokenizer, key: str) -> None:
+    """A tokenizer and model belong together when every token id has an embedding."""
+    n_emb = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > n_emb:
+        raise ValueError(
+            f"{key}: the tokenizer has {len(tokenizer)} tokens but the model embeds only {n_emb}; "
+            "they are not a pair. Load the tokenizer saved with this model."
+        )
+
+
+def load_causal_lm(name_or_path: str | os.PathLike, tokenizer=None, key: str = "policy.name_or_path") -> PreTrainedModel:
+    s = _resolve(name_or_path, key)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(s)
+    except (OSError, ValueError) as err:
+        raise _hub_error(key, s, err) from err
+    if tokenizer is not None:
+        check_pair(model, tokenizer, key)
+    if model.config.pad_token_id is None and tokenizer is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def load_sequence_scorer(name_or_path: str | os.PathLike, tokenizer=None, key: str = "reward_model.init") -> PreTrainedModel:
+    """A sequence classifier with one output (a reward model) from a causal-LM or RM checkpoint.
+
+    From a causal LM this is the InstructGPT recipe: the backbone with its unembedding replaced by a
+    freshly initialised scalar head reading the last non-pad token.
+    """
+    s = _resolve(name_or_path, key)
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(s, num_labels=1)
+    except (OSError, ValueError) as err:
+        raise _hub_error(key, s, err) from err
+    if tokenizer is not None:
+        check_pair(model, tokenizer, key)
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+    return model

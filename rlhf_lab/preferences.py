@@ -1,0 +1,173 @@
+"""Preference pairs (prompt, chosen, rejected) for reward models and DPO.
+
+Two sources, chosen by the `data` config group:
+
+- ``data=world`` (default): prompts from the world, two responses per prompt sampled from the SFT
+  policy (optionally a fraction of pairs from another policy checkpoint, ``data.on_policy_path`` and
+  ``data.on_policy_fraction``), labelled by the configured labeler. Each pair also records both
+  responses' gold rewards, so held-out accuracy can be measured against the labeler *and* against gold.
+  The pairs are a cached artifact (stage ``prefs``), shared by every RM and DPO job that needs them.
+- ``data=jsonl`` / ``data=hf``: any JSON-lines file or Hugging Face ``datasets`` source with
+  ``prompt``, ``chosen``, ``rejected`` columns (loaded through ``datasets.load_dataset``). Gold
+  metrics are absent there.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from rlhf_lab import data as D
+
+COLUMNS = ("prompt", "chosen", "rejected")
+
+
+@dataclass
+class PreferencePair:
+    prompt: str
+    chosen: str
+    rejected: str
+    chosen_ended: bool = True
+    rejected_ended: bool = True
+    gold_chosen: float | None = None  # gold reward of each response (None outside the world)
+    gold_rejected: float | None = None
+    source: str = "sft"  # which policy sampled the responses
+
+    @property
+    def gold_agrees(self) -> bool | None:
+        if self.gold_chosen is None or self.gold_rejected is None:
+            return None
+        return self.gold_chosen > self.gold_rejected
+
+
+def save_pairs(pairs: list[PreferencePair], path: Path) -> None:
+    with open(path, "w") as f:
+        for p in pairs:
+            f.write(json.dumps(asdict(p)) + "\n")
+
+
+def load_pairs(path: Path) -> list[PreferencePair]:
+    with open(path) as f:
+        return [PreferencePair(**json.loads(line)) for line in f if line.strip()]
+
+
+def label_pairs(cfg: DictConfig, prompts: list[str], a: list[str], b: list[str], ended_a: list[bool],
+                ended_b: list[bool], rng: random.Random, source: str) -> list[PreferencePair]:
+    """Label (a, b) with the configured labeler; ties in text are dropped (they carry no preference)."""
+    lab, w = D.labeler(cfg), D.gold_weights(cfg)
+    from rlhf_lab.world import gold_reward
+
+    out = []
+    for p, ya, yb, ea, eb in zip(prompts, a, b, ended_a, ended_b):
+        if ya == yb and ea == eb:
+            continue
+        first = lab.prefers_first(rng, p, ya, yb, ea, eb, w)
+        (c, ec), (r, er) = ((ya, ea), (yb, eb)) if first else ((yb, eb), (ya, ea))
+        out.append(PreferencePair(p, c, r, ec, er, gold_reward(p, c, ec, w), gold_reward(p, r, er, w), source))
+    return out
+
+
+@torch.no_grad()
+def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, source: str,
+                 batch_size: int = 256) -> list[PreferencePair]:
+    from rlhf_lab.models.families import load_causal_lm, load_tokenizer
+    from rlhf_lab.models.sampling import sample
+
+    tok = load_tokenizer(policy_path, "data.policy")
+    model = load_causal_lm(policy_path, tok, "data.policy")
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    g = cfg.generation
+    pairs: list[PreferencePair] = []
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i : i + batch_size]
+        ra = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
+        rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
+        pairs += label_pairs(cfg, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source)
+    return pairs
+
+
+def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, eval) pairs from a JSON-lines file or a Hugging Face dataset."""
+    import datasets
+
+    dc = cfg.data
+    if dc.source == "jsonl":
+        if not dc.get("path"):
+            raise ValueError("data=jsonl needs data.path=<file.jsonl> with prompt, chosen, rejected columns")
+        path = Path(str(dc.path)).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"data.path={str(dc.path)!r}: no such file")
+        ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    else:
+        ds = datasets.load_dataset(str(dc.name), split=str(dc.get("split", "train")))
+    missing = [c for c in COLUMNS if c not in ds.column_names]
+    if missing:
+        raise ValueError(
+            f"the preference data ({dc.get('path') or dc.get('name')}) lacks column(s) {missing}; "
+            f"it has {ds.column_names}. Each row needs prompt, chosen, rejected."
+        )
+    pairs = [PreferencePair(str(r["prompt"]), str(r["chosen"]), str(r["rejected"]), source="external") for r in ds]
+    validate_pairs(pairs, "data")
+    rng = random.Random(int(dc.get("seed", 0)))
+    rng.shuffle(pairs)
+    n_eval = max(1, int(len(pairs) * float(dc.get("eval_fraction", 0.1)))) if len(pairs) > 1 else 0
+    return pairs[n_eval:], pairs[:n_eval]
+
+
+def validate_pairs(pairs: list[PreferencePair], key: str) -> None:
+    if not pairs:
+        raise ValueError(f"{key}: the preference dataset is empty; nothing to train on")
+    if all(p.chosen == p.rejected for p in pairs):
+        raise ValueError(f"{key}: chosen == rejected in every pair; the data carries no preference")
+
+
+def prefs_spec(cfg: DictConfig) -> dict:
+    from rlhf_lab.pipeline import _plain, ensure_sft
+
+    dc = cfg.data
+    return {
+        "sft": str(ensure_sft(cfg)), "world": D.world_generation_spec(cfg), "gold": _plain(cfg.world.gold),
+        "labeler": _plain(cfg.labeler), "generation": _plain(cfg.generation), "n_train": int(dc.n_train),
+        "n_eval": int(dc.n_eval), "seed": int(dc.seed),
+        "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
+        "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),
+    }
+
+
+def ensure_preferences(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, eval) preference pairs for the configured `data` source; world pairs are cached."""
+    if cfg.data.source != "world":
+        return load_external(cfg)
+    from rlhf_lab.pipeline import cache_for
+
+    spec = prefs_spec(cfg)
+    frac = spec["on_policy_fraction"]
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"data.on_policy_fraction={frac} must be in [0, 1]")
+    if frac > 0 and not spec["on_policy_path"]:
+        raise ValueError("data.on_policy_fraction > 0 needs data.on_policy_path=<a policy checkpoint folder>")
+
+    def build(tmp: Path) -> dict:
+        n_on = int(round(spec["n_train"] * frac))
+        train_prompts = D.prompts(cfg, "prefs", spec["n_train"])
+        seed = spec["seed"]
+        train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft")
+        if n_on:
+            train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy")
+        held = sample_pairs(cfg, spec["sft"], D.prompts(cfg, "prefs_eval", spec["n_eval"]), seed + 2, "sft")
+        validate_pairs(train, "data")
+        save_pairs(train, tmp / "train.jsonl")
+        save_pairs(held, tmp / "eval.jsonl")
+        agree = [p.gold_agrees for p in train]
+        return {"n_train": len(train), "n_eval": len(held), "label_gold_agreement": sum(agree) / len(agree)}
+
+    path, built = cache_for(cfg).get_or_build("prefs", spec, build)
+    if not built:
+        print(f"[rlhf-lab] prefs: reusing cached preference pairs {path}")
+    return load_pairs(path / "train.jsonl"), load_pairs(path / "eval.jsonl")

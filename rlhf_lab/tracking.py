@@ -1,0 +1,123 @@
+"""MLflow tracking: one run per stage, embedded SQLite store by default.
+
+The tracking URI is, in order: the ``MLFLOW_TRACKING_URI`` environment variable, ``tracking.uri`` in the
+config, ``sqlite:///mlflow.db`` in the working directory. Lightning's MLFlowLogger is pointed at the
+run that :func:`start_run` opened (otherwise it would fall back to a ``./mlruns`` file store, which
+MLflow >= 3.13 refuses), and leaves the run's status to us: a run that raises is marked FAILED with
+its error as the tag ``rlhf_lab.error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import mlflow
+from lightning.pytorch.loggers import MLFlowLogger
+from omegaconf import DictConfig, OmegaConf
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+
+
+def tracking_uri(cfg: DictConfig | None = None) -> str:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if cfg is not None and cfg.get("tracking") and cfg.tracking.get("uri"):
+        return str(cfg.tracking.uri)
+    return DEFAULT_URI
+
+
+def git_commit() -> str:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def hydra_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except Exception:
+        return []
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(d, list):
+        out[prefix[:-1]] = json.dumps(d)
+    else:
+        out[prefix[:-1]] = d
+    return out
+
+
+class RunLogger(MLFlowLogger):
+    """Lightning's MLflow logger bound to an open run; the run's status stays ours to set."""
+
+    def finalize(self, status: str = "success") -> None:  # noqa: D401
+        pass
+
+
+@contextlib.contextmanager
+def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: dict | None = None,
+              tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
+    """Open an MLflow run for a stage with the shared params and tags (../shared/CONVENTIONS.md)."""
+    uri = tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
+    all_tags = {
+        "rlhf_lab.stage": stage,
+        "rlhf_lab.git_commit": git_commit(),
+        "rlhf_lab.overrides": " ".join(hydra_overrides()),
+    }
+    study = cfg.get("study")
+    if study:
+        all_tags["rlhf_lab.study"] = str(study)
+    parent = os.environ.get("RLHF_LAB_PARENT_RUN_ID")
+    if parent:
+        all_tags["mlflow.parentRunId"] = parent
+    all_tags.update(tags or {})
+    run = mlflow.start_run(run_name=run_name or stage, tags=all_tags)
+    try:
+        if params is not None:
+            flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
+            items = list(flat.items())
+            for i in range(0, len(items), 100):
+                mlflow.log_params(dict(items[i : i + 100]))
+        yield run
+    except BaseException as err:
+        msg = f"{type(err).__name__}: {err}"
+        with contextlib.suppress(Exception):
+            mlflow.set_tag("rlhf_lab.error", msg[:5000])
+        mlflow.end_run(status="FAILED")
+        raise
+    else:
+        mlflow.end_run(status="FINISHED")
+
+
+def lightning_logger(cfg: DictConfig) -> RunLogger:
+    run = mlflow.active_run()
+    if run is None:
+        raise RuntimeError("lightning_logger() needs an open run: call it inside tracking.start_run")
+    return RunLogger(tracking_uri=tracking_uri(cfg), run_id=run.info.run_id)
+
+
+def log_config(cfg: DictConfig) -> None:
+    mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+
+
+def log_samples_table(rows: list[dict[str, Any]], name: str = "samples.json") -> None:
+    if rows:
+        import pandas as pd
+
+        mlflow.log_table(pd.DataFrame(rows), artifact_file=name)

@@ -1,0 +1,183 @@
+"""Seeded review generator, the gold reward, and the biased preference labeler.
+
+Gold reward (documented in README.md, "The world"), for a prompt p naming product P and a response y
+split into sentences s_1..s_n (fillers are their own units):
+
+    g(p, y) = w_sentiment · clip(mean valence of the grammatical non-filler sentences, -1, 1)
+            + w_fluency   · (fluency − 1)        fluency = fraction of words inside grammatical sentences
+            − w_repetition · (n − #distinct sentences) / n
+            − w_filler    · #filler units
+            − w_eos       · [y did not end with EOS]
+            − w_length    · max(0, #words − length_cap) / length_cap
+
+A sentence about a product other than P is off-topic, hence not grammatical for p. An empty response
+has fluency 0 and scores −w_fluency. Words repeated outside the grammar ("great great great") are not
+fluent and carry no sentiment.
+
+Labeler (a simulated annotator): P(a ≻ b) = σ((u(a) − u(b)) / temperature) with
+u(y) = g(p, y) + length_bonus · #words(y) / 10 + filler_bonus · #fillers(y). The bonuses are the biases
+that a reward model trained on these labels learns and a policy can exploit.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from rlhf_lab.world import grammar as G
+
+
+@dataclass(frozen=True)
+class GoldWeights:
+    sentiment: float = 1.0
+    fluency: float = 1.0
+    repetition: float = 1.0
+    filler: float = 0.25
+    eos: float = 0.5
+    length: float = 0.5
+    length_cap: int = 40
+
+
+@dataclass(frozen=True)
+class GoldParts:
+    sentiment: float
+    fluency: float
+    repetition: float
+    fillers: int
+    n_words: int
+    ended: bool
+    total: float
+
+
+def gold_parts(prompt: str, response: str, ended: bool = True, w: GoldWeights = GoldWeights()) -> GoldParts:
+    product = G.opener_product(prompt)
+    sents = G.split_sentences(response, product)
+    n_words = len(response.split())
+    content = [s for s in sents if s.valence is not None and not s.filler]
+    sentiment = max(-1.0, min(1.0, sum(s.valence for s in content) / len(content))) if content else 0.0
+    fluent_words = sum(len(s.words) for s in sents if s.valence is not None)
+    fluency = fluent_words / n_words if n_words else 0.0
+    repetition = (len(sents) - len({s.words for s in sents})) / len(sents) if sents else 0.0
+    fillers = sum(1 for s in sents if s.filler)
+    total = (
+        w.sentiment * sentiment
+        + w.fluency * (fluency - 1.0)
+        - w.repetition * repetition
+        - w.filler * fillers
+        - w.eos * (0.0 if ended else 1.0)
+        - w.length * max(0, n_words - w.length_cap) / w.length_cap
+    )
+    return GoldParts(sentiment, fluency, repetition, fillers, n_words, ended, total)
+
+
+def gold_reward(prompt: str, response: str, ended: bool = True, w: GoldWeights = GoldWeights()) -> float:
+    """The true reward g(prompt, response); see the module docstring for the formula."""
+    return gold_parts(prompt, response, ended, w).total
+
+
+def count_fillers(response: str) -> int:
+    return sum(1 for s in G.split_sentences(response) if s.filler)
+
+
+@dataclass(frozen=True)
+class Labeler:
+    """A Bradley–Terry annotator on the gold reward with length and filler biases."""
+
+    temperature: float = 0.2
+    length_bonus: float = 0.0
+    filler_bonus: float = 0.0
+
+    def __post_init__(self):
+        if self.temperature <= 0:
+            raise ValueError(f"labeler.temperature must be > 0, got {self.temperature}")
+
+    def utility(self, prompt: str, response: str, ended: bool = True, w: GoldWeights = GoldWeights()) -> float:
+        return (
+            gold_reward(prompt, response, ended, w)
+            + self.length_bonus * len(response.split()) / 10.0
+            + self.filler_bonus * count_fillers(response)
+        )
+
+    def prob_first_preferred(self, prompt: str, a: str, b: str, ended_a=True, ended_b=True, w=GoldWeights()) -> float:
+        d = (self.utility(prompt, a, ended_a, w) - self.utility(prompt, b, ended_b, w)) / self.temperature
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, d))))
+
+    def prefers_first(self, rng: random.Random, prompt: str, a: str, b: str, ended_a=True, ended_b=True, w=GoldWeights()) -> bool:
+        return rng.random() < self.prob_first_preferred(prompt, a, b, ended_a, ended_b, w)
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """Parameters of the review generator (the `world` config group)."""
+
+    max_sentences: int = 6
+    mean_sentences: float = 2.5
+    filler_rate: float = 0.05
+    adverb_rate: float = 0.3
+    sentiment_noise: float = 0.5
+
+
+class ReviewGenerator:
+    """Deterministic given its seed: the same seed gives the same reviews, in order."""
+
+    def __init__(self, seed: int, spec: WorldSpec = WorldSpec()):
+        self.rng = random.Random(seed)
+        self.spec = spec
+
+    def prompt(self) -> str:
+        r = self.rng
+        return r.choice(G.OPENERS).format(p=r.choice(G.PRODUCTS))
+
+    def _adj(self, target: float) -> str:
+        r = self.rng
+        names = list(G.ADJECTIVES)
+        weights = [math.exp(-((G.ADJECTIVES[a] - target) ** 2) / 0.1) for a in names]
+        adj = r.choices(names, weights)[0]
+        if r.random() < self.spec.adverb_rate:
+            adv = r.choice([a for a in G.ADVERBS if a != "not"] + (["not"] if G.ADJECTIVES[adj] < 0 and target > 0 else []))
+            return f"{adv} {adj}"
+        return adj
+
+    def _pick(self, table: dict[str, float], target: float) -> str:
+        names = list(table)
+        weights = [math.exp(-((table[k] - target) ** 2) / 0.1) for k in names]
+        return self.rng.choices(names, weights)[0]
+
+    def sentence(self, product: str, sentiment: float) -> str:
+        r = self.rng
+        s = self.spec
+        if r.random() < s.filler_rate:
+            f = r.choice(G.FILLERS)
+            return f if f.endswith(".") else f"{f} {self.sentence(product, sentiment)}"
+        target = max(-1.0, min(1.0, r.gauss(sentiment, s.sentiment_noise)))
+        kind = r.choices(["aspect", "product", "verb", "feeling", "overall", "neutral"], [45, 10, 15, 10, 8, 12])[0]
+        if kind == "aspect":
+            return f"the {r.choice(G.ASPECTS)} is {self._adj(target)} ."
+        if kind == "product":
+            return f"the {product} is {self._adj(target)} ."
+        if kind == "verb":
+            return f"it {self._pick(G.VERB_PHRASES, target)} ."
+        if kind == "feeling":
+            return f"i {self._pick(G.FEELINGS, target)} it ."
+        if kind == "overall":
+            return f"overall it is {self._adj(target)} ."
+        return r.choice(G.NEUTRAL_SENTENCES)
+
+    def response(self, prompt: str) -> str:
+        r = self.rng
+        product = G.opener_product(prompt) or r.choice(G.PRODUCTS)
+        sentiment = r.uniform(-1.0, 1.0)
+        # geometric number of sentences with the configured mean, at least 1
+        p = 1.0 / self.spec.mean_sentences
+        n = 1
+        while n < self.spec.max_sentences and r.random() > p:
+            n += 1
+        return " ".join(self.sentence(product, sentiment) for _ in range(n))
+
+    def review(self) -> tuple[str, str]:
+        prompt = self.prompt()
+        return prompt, self.response(prompt)
+
+    def reviews(self, n: int) -> list[tuple[str, str]]:
+        return [self.review() for _ in range(n)]

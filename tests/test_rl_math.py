@@ -1,0 +1,298 @@
+"""Unit tests for rlhf_lab.algorithms.rl_math against numbers computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlhf_lab.algorithms.rl_math import (
+    AdaptiveKLController,
+    FixedKLController,
+    explained_variance,
+    gae,
+    kl_estimators,
+    leave_one_out_baseline,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+    per_token_rewards,
+    ppo_policy_loss,
+    ppo_value_loss,
+)
+
+
+def t(*rows):
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------------------
+# KL estimators
+# ---------------------------------------------------------------------------
+def test_kl_estimators_pointwise_by_hand():
+    # pi(x) = 0.5, ref(x) = 0.25  ->  logr = log(0.25 / 0.5) = log 0.5 = -0.693147
+    logp = torch.tensor([math.log(0.5)], dtype=torch.float64)
+    ref_logp = torch.tensor([math.log(0.25)], dtype=torch.float64)
+    # k1 = -logr = 0.693147
+    assert kl_estimators(logp, ref_logp, "k1").item() == pytest.approx(0.693147, abs=1e-6)
+    # k2 = 0.5 * 0.693147^2 = 0.5 * 0.480453 = 0.240227
+    assert kl_estimators(logp, ref_logp, "k2").item() == pytest.approx(0.240227, abs=1e-6)
+    # k3 = (r - 1) - logr = (0.5 - 1) + 0.693147 = 0.193147
+    assert kl_estimators(logp, ref_logp, "k3").item() == pytest.approx(0.193147, abs=1e-6)
+
+
+def test_kl_estimators_zero_when_equal():
+    x = torch.tensor([-0.1, -2.0, -5.0])
+    for kind in ("k1", "k2", "k3"):
+        assert torch.equal(kl_estimators(x, x, kind), torch.zeros(3))
+
+
+def test_kl_estimators_monte_carlo_matches_exact_categorical_kl():
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)  # policy pi (we sample from it)
+    q = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)  # reference
+    # exact KL(p||q) = 0.5 ln(2.5) + 0.3 ln(0.6) + 0.2 ln(2/3)
+    #              = 0.458145 - 0.153248 - 0.081093 = 0.223805
+    exact = 0.5 * math.log(0.5 / 0.2) + 0.3 * math.log(0.3 / 0.5) + 0.2 * math.log(0.2 / 0.3)
+    assert exact == pytest.approx(0.223805, abs=1e-6)
+
+    # std of a single k1 sample is ~0.69, so 1M tokens give a standard error of ~0.3% of
+    # the KL (200k would give ~0.7%, too close to the 1% tolerance); k3's std is only ~0.095.
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.multinomial(p, 1_000_000, replacement=True, generator=gen)
+    logp, ref_logp = p.log()[idx], q.log()[idx]
+
+    k1 = kl_estimators(logp, ref_logp, "k1")
+    k2 = kl_estimators(logp, ref_logp, "k2")
+    k3 = kl_estimators(logp, ref_logp, "k3")
+    assert k1.mean().item() == pytest.approx(exact, rel=0.01)
+    assert k3.mean().item() == pytest.approx(exact, rel=0.01)
+    assert (k3 >= 0).all()
+    assert (k1 < 0).any()  # k1 is unbiased but individual samples can be negative
+    assert (k2 >= 0).all()
+    # k2 is biased: E[0.5 logr^2] = 0.5 * (0.5*0.916291^2 + 0.3*0.510826^2 + 0.2*0.405465^2)
+    #                             = 0.5 * (0.419794 + 0.078283 + 0.032880) = 0.265478
+    assert k2.mean().item() == pytest.approx(0.265478, rel=0.01)
+    # and k3 has a much lower variance than k1
+    assert k3.var().item() < 0.1 * k1.var().item()
+
+
+def test_kl_estimators_unknown_kind():
+    x = torch.zeros(2)
+    with pytest.raises(ValueError, match=r"k4.*k1, k2, k3"):
+        kl_estimators(x, x, "k4")
+
+
+# ---------------------------------------------------------------------------
+# Masked reductions
+# ---------------------------------------------------------------------------
+def test_masked_reductions_by_hand():
+    x = t([1.0, 2.0, 3.0, 100.0], [4.0, 5.0, float("inf"), float("nan")])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    # 1 + 2 + 3 + 4 + 5 = 15; padding (100, inf, nan) must not leak in
+    assert masked_sum(x, mask).item() == 15.0
+    assert masked_mean(x, mask).item() == 3.0
+    assert masked_sum(x, mask, dim=1).tolist() == [6.0, 9.0]
+    assert masked_mean(x, mask, dim=1).tolist() == [2.0, 4.5]
+    # values 1..5, mean 3, squared deviations 4+1+0+1+4 = 10 -> unbiased 10/4, biased 10/5
+    assert masked_var(x, mask).item() == pytest.approx(2.5)
+    assert masked_var(x, mask, unbiased=False).item() == pytest.approx(2.0)
+
+
+def test_masked_var_unbiased_needs_two_elements():
+    with pytest.raises(ValueError, match="at least 2"):
+        masked_var(t([1.0, 2.0]), torch.tensor([[1, 0]]))
+
+
+def test_masked_whiten_by_hand():
+    x = t([1.0, 2.0, 3.0, 100.0])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    # mean 2, unbiased var (1 + 0 + 1) / 2 = 1 -> (x - 2) / 1
+    w = masked_whiten(x, mask)
+    assert w[0, :3].tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=1e-6)
+    # shift_mean=False only rescales: mean 2 is added back
+    w2 = masked_whiten(x, mask, shift_mean=False)
+    assert w2[0, :3].tolist() == pytest.approx([1.0, 2.0, 3.0], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Rewards, GAE, RLOO baseline
+# ---------------------------------------------------------------------------
+def test_per_token_rewards_by_hand():
+    score = torch.tensor([1.0, 2.0])
+    kl = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    r = per_token_rewards(score, kl, mask, beta=0.5)
+    # row 0: [-0.05, -0.10, -0.15 + 1.0]; row 1: [-0.20, -0.25 + 2.0, 0 (padding)]
+    expected = torch.tensor([[-0.05, -0.10, 0.85], [-0.20, 1.75, 0.0]])
+    torch.testing.assert_close(r, expected)
+
+
+def test_per_token_rewards_empty_row_gets_no_score():
+    r = per_token_rewards(torch.tensor([3.0]), torch.ones(1, 2), torch.zeros(1, 2), beta=0.1)
+    assert r.tolist() == [[0.0, 0.0]]
+
+
+def test_gae_1x3_by_hand():
+    rewards = t([0.0, 0.0, 1.0])
+    values = t([0.5, 0.4, 0.3])
+    mask = torch.ones(1, 3)
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    # gamma * lam = 0.72; the value after the last token is 0.
+    # t=2: delta = 1.0 + 0.9*0   - 0.3 =  0.70;  A2 = 0.70
+    # t=1: delta = 0.0 + 0.9*0.3 - 0.4 = -0.13;  A1 = -0.13 + 0.72*0.70  = 0.374
+    # t=0: delta = 0.0 + 0.9*0.4 - 0.5 = -0.14;  A0 = -0.14 + 0.72*0.374 = 0.12928
+    # returns = A + V = [0.62928, 0.774, 1.0]
+    torch.testing.assert_close(adv, t([0.12928, 0.374, 0.70]))
+    torch.testing.assert_close(ret, t([0.62928, 0.774, 1.0]))
+
+
+def test_gae_right_padding_is_ignored_and_zeroed():
+    # Same episode as above plus a padded 4th token with garbage reward/value, and a
+    # second row of length 1: delta = 2.0 - 0.5 = 1.5 (episode ends right away).
+    rewards = t([0.0, 0.0, 1.0, 5.0], [2.0, 7.0, 7.0, 7.0])
+    values = t([0.5, 0.4, 0.3, 9.0], [0.5, 9.0, 9.0, 9.0])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    adv, ret = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    torch.testing.assert_close(adv, t([0.12928, 0.374, 0.70, 0.0], [1.5, 0.0, 0.0, 0.0]))
+    torch.testing.assert_close(ret[0, :3], t([0.62928, 0.774, 1.0])[0])
+    assert ret[1, 0].item() == pytest.approx(2.0)
+
+
+def test_gae_lambda_one_gives_monte_carlo_returns():
+    # gamma = lam = 1: returns are reward-to-go, whatever the values: [1+2+3, 2+3, 3]
+    adv, ret = gae(t([1.0, 2.0, 3.0]), t([0.7, -3.0, 10.0]), torch.ones(1, 3), gamma=1.0, lam=1.0)
+    torch.testing.assert_close(ret, t([6.0, 5.0, 3.0]))
+    torch.testing.assert_close(adv, t([5.3, 8.0, -7.0]))
+
+
+def test_gae_has_no_grad():
+    values = t([0.5, 0.4]).requires_grad_()
+    adv, ret = gae(t([0.0, 1.0]), values, torch.ones(1, 2), gamma=1.0, lam=1.0)
+    assert not adv.requires_grad and not ret.requires_grad
+
+
+def test_leave_one_out_baseline_by_hand():
+    scores = torch.tensor([1.0, 2.0, 3.0, 4.0, 10.0, 20.0, 30.0, 40.0])
+    # group 1: (2+3+4)/3 = 3, (1+3+4)/3 = 8/3, (1+2+4)/3 = 7/3, (1+2+3)/3 = 2; group 2 is x10
+    expected = torch.tensor([3.0, 8 / 3, 7 / 3, 2.0, 30.0, 80 / 3, 70 / 3, 20.0])
+    torch.testing.assert_close(leave_one_out_baseline(scores, 4), expected)
+    # group of 2: the baseline is simply the other sample
+    torch.testing.assert_close(leave_one_out_baseline(torch.tensor([1.0, 5.0]), 2), torch.tensor([5.0, 1.0]))
+
+
+def test_leave_one_out_baseline_errors():
+    with pytest.raises(ValueError, match="divisible by group_size=4"):
+        leave_one_out_baseline(torch.zeros(6), 4)
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        leave_one_out_baseline(torch.zeros(6), 1)
+
+
+# ---------------------------------------------------------------------------
+# PPO losses
+# ---------------------------------------------------------------------------
+def test_ppo_policy_loss_by_hand():
+    # ratios [1.5, 0.5, 0.5, 1.0, 10 (masked)], advantages [1, 1, -2, 3, 100], eps = 0.2
+    old_logp = torch.zeros(1, 5)
+    logp = torch.tensor([[math.log(1.5), math.log(0.5), math.log(0.5), 0.0, math.log(10.0)]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0, -2.0, 3.0, 100.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    loss, stats = ppo_policy_loss(logp, old_logp, adv, mask, clip_eps=0.2)
+    # tok0: unclipped -1.5, clipped -1.2*1 = -1.2 -> max -1.2 (clipped chosen)
+    # tok1: unclipped -0.5, clipped -0.8         -> max -0.5 (unclipped)
+    # tok2: unclipped  1.0, clipped  2*0.8 = 1.6 -> max  1.6 (clipped chosen)
+    # tok3: unclipped -3.0, clipped -3.0         -> max -3.0 (tie: not clipped)
+    # loss = (-1.2 - 0.5 + 1.6 - 3.0) / 4 = -0.775 ; clipfrac = 2/4
+    assert loss.item() == pytest.approx(-0.775, abs=1e-6)
+    assert stats["policy/clipfrac"].item() == pytest.approx(0.5)
+    # approxkl = 0.5 * (ln1.5^2 + 2 ln0.5^2 + 0) / 4 = 0.5 * (0.164402 + 0.960906) / 4 = 0.140664
+    assert stats["policy/approxkl"].item() == pytest.approx(0.140664, abs=1e-6)
+    assert not stats["policy/clipfrac"].requires_grad and not stats["policy/approxkl"].requires_grad
+    # d loss / d logp = -A * ratio / 4 on unclipped tokens, 0 on clipped and masked ones
+    loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([[0.0, -0.125, 0.0, -0.75, 0.0]]))
+
+
+def test_ppo_value_loss_by_hand():
+    old = torch.zeros(1, 4)
+    values = torch.tensor([[1.0, 0.1, -0.5, 50.0]])
+    returns = torch.tensor([[1.0, 1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    loss, stats = ppo_value_loss(values, old, returns, mask, clip_eps_value=0.2)
+    # tok0: (1-1)^2 = 0,        v_clip = 0.2  -> (0.2-1)^2 = 0.64 -> 0.64 (clipped chosen)
+    # tok1: (0.1-1)^2 = 0.81,   v_clip = 0.1  -> 0.81             -> 0.81 (tie)
+    # tok2: (-0.5-0)^2 = 0.25,  v_clip = -0.2 -> 0.04             -> 0.25
+    # loss = 0.5 * (0.64 + 0.81 + 0.25) / 3 = 0.283333 ; clipfrac = 1/3
+    assert loss.item() == pytest.approx(0.283333, abs=1e-6)
+    assert stats["val/clipfrac"].item() == pytest.approx(1 / 3)
+
+
+def test_explained_variance_by_hand():
+    returns = t([1.0, 2.0, 3.0, 99.0])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert explained_variance(torch.zeros_like(returns), returns, mask) == pytest.approx(0.0)
+    # residuals [-0.5, 0, 0.5]: var 1/6 ; var(returns) = 2/3 -> 1 - 0.25 = 0.75
+    assert explained_variance(t([1.5, 2.0, 2.5, 0.0]), returns, mask) == pytest.approx(0.75)
+    assert isinstance(explained_variance(returns, returns, mask), float)
+
+
+# ---------------------------------------------------------------------------
+# KL controllers
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kl, expected_beta",
+    [
+        # e = 6.6/6 - 1 = 0.1   -> 0.1 * (1 + 0.1 * 256/10000) = 0.1 * 1.00256
+        (6.6, 0.100256),
+        # e = 5.4/6 - 1 = -0.1  -> 0.1 * (1 - 0.00256)
+        (5.4, 0.099744),
+        # e = 60/6 - 1 = 9 -> clipped to 0.2 -> 0.1 * (1 + 0.2 * 0.0256) = 0.1 * 1.00512
+        (60.0, 0.100512),
+        # e = 0/6 - 1 = -1 -> clipped to -0.2 -> 0.1 * (1 - 0.00512) = 0.1 * 0.99488
+        (0.0, 0.099488),
+        # on target: unchanged
+        (6.0, 0.1),
+    ],
+)
+def test_adaptive_kl_controller_update(kl, expected_beta):
+    ctl = AdaptiveKLController(init_beta=0.1, target=6.0, horizon=10000)
+    assert ctl.update(kl, n_steps=256) == pytest.approx(expected_beta, rel=1e-12)
+    assert ctl.beta == pytest.approx(expected_beta, rel=1e-12)
+
+
+def test_adaptive_kl_controller_accepts_tensor_kl():
+    ctl = AdaptiveKLController(init_beta=0.1, target=6.0, horizon=10000)
+    ctl.update(torch.tensor(6.6), n_steps=256)
+    assert ctl.beta == pytest.approx(0.100256)
+
+
+def test_kl_controller_state_dict_round_trip():
+    ctl = AdaptiveKLController(init_beta=0.1, target=6.0, horizon=10000)
+    ctl.update(60.0, n_steps=256)
+    state = ctl.state_dict()
+    assert state == {"beta": pytest.approx(0.100512), "target": 6.0, "horizon": 10000.0}
+    other = AdaptiveKLController(init_beta=1.0, target=1.0, horizon=1.0)
+    other.load_state_dict(state)
+    assert other.state_dict() == state
+    assert other.update(60.0, 256) == ctl.update(60.0, 256)
+
+    fixed = FixedKLController(0.05)
+    assert fixed.update(100.0, n_steps=256) == 0.05
+    assert fixed.beta == 0.05
+    fixed2 = FixedKLController(0.5)
+    fixed2.load_state_dict(fixed.state_dict())
+    assert fixed2.beta == 0.05
+
+
+def test_kl_controller_validation():
+    with pytest.raises(ValueError, match=r"kl\.target"):
+        AdaptiveKLController(0.1, target=0.0, horizon=10000)
+    with pytest.raises(ValueError, match=r"kl\.horizon"):
+        AdaptiveKLController(0.1, target=6.0, horizon=-1)
+    with pytest.raises(ValueError, match=r"kl\.beta"):
+        AdaptiveKLController(-0.1, target=6.0, horizon=10000)
+    with pytest.raises(ValueError, match=r"kl\.beta"):
+        FixedKLController(-1.0)
+    FixedKLController(0.0)  # beta = 0 (no KL penalty) is allowed
