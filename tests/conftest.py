@@ -1,0 +1,63 @@
+"""Shared fixtures: tiny configs composed with Hydra's compose API, one artifact cache per test session.
+
+Every test that trains something uses `tiny_cfg(...)`: sizes small enough for 2 CPU cores, with the
+session cache shared, so the tiny base model, SFT policy and preference pairs are trained once.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hydra import compose, initialize_config_module
+
+TINY = [
+    "policy=a_tiny",
+    "pretrain.steps=60",
+    "pretrain.n_texts=2000",
+    "sft.steps=40",
+    "sft.n_examples=1500",
+    "eval.n_prompts=16",
+    "eval.every_n_steps=0",
+    "eval.n_samples_logged=4",
+    "generation.max_new_tokens=24",
+    "data.n_train=300",
+    "data.n_eval=60",
+    "trainer.progress_bar=false",
+    "trainer.log_every_n_steps=1",
+]
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("rlhf_lab_session")
+
+
+@pytest.fixture(autouse=True)
+def _no_env_tracking_uri(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("RLHF_LAB_PARENT_RUN_ID", raising=False)
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+@pytest.fixture
+def tiny_cfg(session_dir):
+    """tiny_cfg(*overrides) -> a composed config on tiny sizes, with the session's cache and MLflow store."""
+
+    def make(*overrides: str, mlflow_db=None):
+        db = mlflow_db or (session_dir / "mlflow.db")
+        return compose_cfg(TINY + [f"cache_dir={session_dir / 'cache'}", f"tracking.uri=sqlite:///{db}", *overrides])
+
+    return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quiet():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from rlhf_lab.cli import _quiet_libraries
+
+    _quiet_libraries()
