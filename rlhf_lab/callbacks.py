@@ -12,12 +12,18 @@ from rlhf_lab.tracking import log_samples_table
 
 class PeriodicEval(L.Callback):
     """Every `every_n_steps` optimizer steps (and at the start and end of training) call `evaluate()`,
-    which returns (metrics, rows), and log the metrics with the global step as x-axis."""
+    which returns (metrics, rows), and log the metrics with the global step as x-axis.
 
-    def __init__(self, evaluate: Callable[[], tuple[dict, list]], every_n_steps: int, at_start: bool = True):
+    `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and x-axis),
+    e.g. the PPO iteration when one training step makes several optimizer steps.
+    """
+
+    def __init__(self, evaluate: Callable[[], tuple[dict, list]], every_n_steps: int, at_start: bool = True,
+                 step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None):
         self.evaluate = evaluate
         self.every = int(every_n_steps)
         self.at_start = at_start
+        self.step_fn = step_fn or (lambda trainer, pl_module: trainer.global_step)
         self.last: dict = {}
         self.first: dict = {}
         self._done_steps: set[int] = set()
@@ -35,12 +41,81 @@ class PeriodicEval(L.Callback):
 
     def on_train_start(self, trainer, pl_module):
         if self.at_start:
-            self._run(trainer, trainer.global_step)
+            self._run(trainer, self.step_fn(trainer, pl_module))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step = trainer.global_step
+        step = self.step_fn(trainer, pl_module)
         if self.every > 0 and step > 0 and step % self.every == 0:
             self._run(trainer, step)
 
     def on_train_end(self, trainer, pl_module):
-        self._run(trainer, trainer.global_step)
+        self._run(trainer, self.step_fn(trainer, pl_module))
+
+
+class RewardHackingMonitor(L.Callback):
+    """Raise the alarm when the proxy reward keeps rising while the gold reward has fallen.
+
+    After every training step `signals(trainer, pl_module)` returns (step, proxy, gold) of the latest
+    batch (or None). Both are smoothed with an exponential moving average over about `window` steps.
+    The alarm fires (once) after `warmup` steps when the smoothed gold is at least `gold_drop` below its
+    best so far while the smoothed proxy is above its value at that best: it sets the MLflow tag
+    ``rlhf_lab.reward_hacking=true``, logs ``hacking/alarm`` = 1 and an event artifact
+    ``events/reward_hacking.json``, and warns. ``hacking/gold_drop`` (best − current smoothed gold) and
+    ``hacking/proxy_gain`` (current − at-best smoothed proxy) are logged every step.
+    """
+
+    def __init__(self, signals: Callable, gold_drop: float = 0.2, window: int = 10, warmup: int = 10,
+                 enabled: bool = True):
+        self.signals = signals
+        self.gold_drop, self.window, self.warmup, self.enabled = float(gold_drop), int(window), int(warmup), enabled
+        self.alpha = 2.0 / (self.window + 1.0)
+        self.proxy_ema = self.gold_ema = None
+        self.best_gold = self.proxy_at_best = None
+        self.n = 0
+        self.fired_at: int | None = None
+
+    def update(self, step: int, proxy: float, gold: float) -> bool:
+        """Feed one step; returns True when the alarm fires at this step."""
+        a = self.alpha
+        self.proxy_ema = proxy if self.proxy_ema is None else (1 - a) * self.proxy_ema + a * proxy
+        self.gold_ema = gold if self.gold_ema is None else (1 - a) * self.gold_ema + a * gold
+        self.n += 1
+        if self.best_gold is None or self.gold_ema > self.best_gold:
+            self.best_gold, self.proxy_at_best = self.gold_ema, self.proxy_ema
+        fire = (self.fired_at is None and self.n > self.warmup
+                and self.best_gold - self.gold_ema >= self.gold_drop and self.proxy_ema > self.proxy_at_best)
+        if fire:
+            self.fired_at = step
+        return fire
+
+    def state_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("proxy_ema", "gold_ema", "best_gold", "proxy_at_best", "n", "fired_at")}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not self.enabled or trainer.global_rank != 0:
+            return
+        sig = self.signals(trainer, pl_module)
+        if sig is None:
+            return
+        step, proxy, gold = sig
+        fire = self.update(step, float(proxy), float(gold))
+        mlflow.log_metrics({"hacking/gold_drop": self.best_gold - self.gold_ema,
+                            "hacking/proxy_gain": self.proxy_ema - self.proxy_at_best,
+                            "hacking/alarm": float(self.fired_at is not None)}, step=step)
+        if fire:
+            import warnings
+
+            event = {"event": "reward_hacking", "step": step, "proxy_ema": self.proxy_ema, "gold_ema": self.gold_ema,
+                     "best_gold_ema": self.best_gold, "proxy_ema_at_best_gold": self.proxy_at_best,
+                     "gold_drop_threshold": self.gold_drop}
+            mlflow.set_tag("rlhf_lab.reward_hacking", "true")
+            mlflow.set_tag("rlhf_lab.reward_hacking_step", str(step))
+            mlflow.log_dict(event, "events/reward_hacking.json")
+            msg = (f"[rlhf-lab] reward hacking suspected at step {step}: proxy {self.proxy_at_best:.3f} -> "
+                   f"{self.proxy_ema:.3f} (rising) while gold fell {self.best_gold:.3f} -> {self.gold_ema:.3f}")
+            warnings.warn(msg, RuntimeWarning, stacklevel=1)
+            print(msg)

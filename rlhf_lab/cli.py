@@ -14,7 +14,6 @@ from omegaconf import DictConfig, OmegaConf
 
 
 def _quiet_libraries() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     import warnings

@@ -103,6 +103,9 @@ def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[Preferenc
         path = Path(str(dc.path)).expanduser()
         if not path.exists():
             raise FileNotFoundError(f"data.path={str(dc.path)!r}: no such file")
+        with open(path) as f:  # `datasets` fails obscurely (StopIteration) on an empty file
+            if not any(line.strip() for line in f):
+                raise ValueError(f"data.path={str(dc.path)!r}: the preference dataset is empty; nothing to train on")
         ds = datasets.load_dataset("json", data_files=str(path), split="train")
     else:
         ds = datasets.load_dataset(str(dc.name), split=str(dc.get("split", "train")))

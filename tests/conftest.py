@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hydra import compose, initialize_config_module
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: no hub look-ups in tests
+
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_module  # noqa: E402
 
 TINY = [
     "policy=a_tiny",
@@ -57,7 +59,6 @@ def tiny_cfg(session_dir):
 
 @pytest.fixture(scope="session", autouse=True)
 def _quiet():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from rlhf_lab.cli import _quiet_libraries
 
     _quiet_libraries()

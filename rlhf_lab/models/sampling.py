@@ -92,7 +92,13 @@ def response_logprobs(model, query_ids, query_mask, response_ids, response_mask,
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attn = torch.cat([query_mask, response_mask], dim=1)
     logits = model(input_ids=input_ids, attention_mask=attn, position_ids=positions(attn)).logits
-    P = query_ids.shape[1]
+    return logprobs_from_logits(logits, query_ids.shape[1], response_ids, response_mask, temperature, with_entropy)
+
+
+def logprobs_from_logits(logits, query_len: int, response_ids, response_mask, temperature: float = 1.0,
+                         with_entropy: bool = False):
+    """`response_logprobs` from the logits [B, P+T, V] of a forward pass over query + response."""
+    P = query_len
     logits = logits[:, P - 1 : -1].float()
     if temperature and temperature != 1.0:
         logits = logits / temperature

@@ -91,6 +91,8 @@ def parse_sentence(words: list[str], product: str | None = None) -> float | None
     """
     if not words or words[-1] != ".":
         return None
+    if " ".join(words) in NEUTRAL_SENTENCES:
+        return 0.0
     body = words[:-1]
     # "the X is [adv] adj"
     if len(body) >= 4 and body[0] == "the" and body[2] == "is":
@@ -106,8 +108,6 @@ def parse_sentence(words: list[str], product: str | None = None) -> float | None
             return VERB_PHRASES[vp]
     if len(body) == 3 and body[0] == "i" and body[2] == "it" and body[1] in FEELINGS:
         return FEELINGS[body[1]]
-    if " ".join(words) in NEUTRAL_SENTENCES:
-        return 0.0
     return None
 
 

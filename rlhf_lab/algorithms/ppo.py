@@ -1,0 +1,577 @@
+"""PPO for RLHF, CleanRL style: the whole algorithm in this file, top to bottom, names as in the papers.
+
+Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences"), Stiennon et al. 2020,
+Ouyang et al. 2022 (InstructGPT), Huang et al. 2023 ("The N implementation details of RLHF with PPO").
+The pure maths (KL estimators, GAE, clipped losses, KL controllers) lives in ``rl_math.py``.
+
+One PPO step (= one ``training_step``, one x-axis step of every ``objective/*`` and ``eval/*`` metric):
+
+1. rollout   x ~ prompts, y ~ π_θ(·|x) with KV-cached sampling (``generation.*``), ``samples_per_prompt``
+             responses per prompt;
+2. score     r(x, y) from the frozen reward model (``algo.reward=rm``, normalised) or the world's gold
+             reward (``algo.reward=gold``, oracle RL); shaping: − α·len − missing-EOS penalty, clipping;
+3. evaluate  per-token log π_θ_old(y_t), log π_ref(y_t) (logits / temperature), values V(s_t);
+4. rewards   KL_t = k1|k2|k3(π_θ_old, π_ref) and r_t = −β·KL_t with r(x, y) added at the last token
+             (``algo.kl_in=reward``; with ``kl_in=loss`` the β·KL term is in the loss instead, GRPO style);
+5. advantage GAE(γ, λ) with the critic, or (``algo.critic=none``) A = R − baseline (batch/group mean or
+             RLOO leave-one-out); whitened;
+6. update    ``ppo_epochs`` × ``num_minibatches`` AdamW steps on the clipped surrogate (ε), the clipped
+             value loss, an optional entropy bonus (and β·KL in the loss);
+7. adapt β   the KL controller (``kl=fixed|adaptive``) sees the measured KL in ``kl.unit``.
+
+Modes: the reference is a frozen copy of the SFT policy (``algo.reference.sync_every`` re-syncs it to the
+policy, ``algo.reference.path`` loads another checkpoint of the same tokenizer); ``algo.shared_base=true``
+trains LoRA adapters (peft) on one SFT base, the reference being that base with adapters disabled and the
+critic a value head on the policy's last hidden state. The critic is initialised from the reward model's
+backbone and head (``algo.critic=rm``, InstructGPT), from the SFT policy (``policy``), or absent (``none``).
+
+Metric names: ../../shared/CONVENTIONS.md (TRL's). ``objective/kl`` is the per-response sum over tokens
+of the configured KL estimator, averaged over the batch; ``objective/kl_token`` its per-token mean;
+``objective/kl_k1|k2|k3`` the per-response sums of each estimator.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import resource
+import time
+from pathlib import Path
+from typing import Callable
+
+import lightning as L
+import mlflow
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from rlhf_lab import data as D
+from rlhf_lab import pipeline, tracking
+from rlhf_lab.algorithms.rl_math import (
+    AdaptiveKLController,
+    FixedKLController,
+    explained_variance,
+    gae,
+    kl_estimators,
+    leave_one_out_baseline,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+    per_token_rewards,
+    ppo_policy_loss,
+    ppo_value_loss,
+)
+from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
+from rlhf_lab.models import families as F
+from rlhf_lab.models.sampling import logprobs_from_logits, positions, response_logprobs, sample
+from rlhf_lab.world import GoldWeights, gold_reward
+
+Scorer = Callable[[list[str], list[str], list[bool]], torch.Tensor]
+
+
+# ------------------------------------------------------------------------------------------------
+# models: policy, reference, critic
+
+
+def unwrap(model):
+    """The transformers causal LM inside a peft model (LoRA layers stay injected), or the model itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def lm_forward(model, input_ids, attention_mask):
+    """One pass of a causal LM returning (logits, last hidden state) — the hidden state feeds a shared
+    value head. Runs the backbone and the output embedding explicitly, so the hidden state is the
+    normalised one the LM head reads, whatever the architecture."""
+    lm = unwrap(model)
+    backbone = getattr(lm, lm.base_model_prefix)
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=positions(attention_mask)).last_hidden_state
+    return lm.get_output_embeddings()(hidden), hidden
+
+
+class ValueModel(nn.Module):
+    """The critic V(s_t): a scalar head on a transformer backbone's last hidden state.
+
+    ``backbone=None`` (shared-base mode): the head reads hidden states the policy pass computed."""
+
+    def __init__(self, backbone: nn.Module | None, hidden_size: int, init_head: nn.Linear | None = None):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(hidden_size, 1)
+        with torch.no_grad():
+            if init_head is not None:  # InstructGPT: the value function starts as the reward model
+                self.head.weight.copy_(init_head.weight.reshape(1, -1))
+                self.head.bias.copy_(init_head.bias if init_head.bias is not None else torch.zeros(1))
+            else:
+                self.head.weight.zero_()
+                self.head.bias.zero_()
+
+    def forward(self, input_ids, attention_mask, query_len: int, hidden=None):
+        """Values [B, T] of the states before each response token (aligned with response_logprobs)."""
+        if hidden is None:
+            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                                   position_ids=positions(attention_mask)).last_hidden_state
+        return self.head(hidden[:, query_len - 1 : -1]).squeeze(-1).float()
+
+
+class AdapterDisabledReference:
+    """π_ref in shared-base mode: the LoRA policy's base with its adapters disabled (no second copy)."""
+
+    def __init__(self, peft_model):
+        self.peft_model = peft_model
+
+    def __call__(self, **kwargs):
+        with self.peft_model.disable_adapter():
+            return self.peft_model(**kwargs)
+
+
+def same_tokenizer(a, b) -> bool:
+    return a.get_vocab() == b.get_vocab() and a.eos_token_id == b.eos_token_id and a.pad_token_id == b.pad_token_id
+
+
+def build_models(algo: DictConfig, sft_path, tok, scorer=None):
+    """(policy, reference, critic) for the configured mode; reference is an nn.Module or a callable."""
+    policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path")
+    hidden_size = int(policy.config.hidden_size)
+    critic_kind = str(algo.critic)
+    if critic_kind not in ("rm", "policy", "none"):
+        raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy or none")
+    ref_cfg = algo.reference
+    if algo.shared_base:
+        if ref_cfg.get("path") or int(ref_cfg.get("sync_every") or 0):
+            raise ValueError("algo.shared_base=true uses the adapter-free base as the reference; it cannot be "
+                             "combined with algo.reference.path or algo.reference.sync_every")
+        if critic_kind == "rm":
+            raise ValueError("algo.shared_base=true puts the critic as a value head on the shared base; "
+                             "use algo.critic=policy (or none), not rm")
+        import peft
+
+        lora = algo.lora
+        policy = peft.get_peft_model(policy, peft.LoraConfig(
+            r=int(lora.r), lora_alpha=float(lora.alpha), lora_dropout=float(lora.dropout),
+            target_modules=lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules),
+            task_type="CAUSAL_LM"))
+        reference = AdapterDisabledReference(policy)
+        critic = ValueModel(None, hidden_size) if critic_kind == "policy" else None
+        return policy, reference, critic
+    if ref_cfg.get("path"):
+        ref_tok = F.load_tokenizer(ref_cfg.path, "algo.reference.path")
+        if not same_tokenizer(ref_tok, tok):
+            raise ValueError(f"algo.reference.path={ref_cfg.path!r} has a different tokenizer than the policy; "
+                             "the per-token KL needs the same tokenizer (same model family)")
+        reference = F.load_causal_lm(ref_cfg.path, tok, "algo.reference.path")
+    else:
+        reference = copy.deepcopy(policy)
+    reference.requires_grad_(False).eval()
+    if critic_kind == "none":
+        return policy, reference, None
+    if critic_kind == "policy":
+        backbone = copy.deepcopy(getattr(policy, policy.base_model_prefix))
+        return policy, reference, ValueModel(backbone, hidden_size)
+    members = getattr(scorer, "members", None)
+    if not members:
+        raise ValueError("algo.critic=rm needs a reward model (algo.reward=rm); with algo.reward=gold use "
+                         "algo.critic=policy or none")
+    if not same_tokenizer(scorer.tokenizer, tok):
+        raise ValueError("algo.critic=rm initialises the critic from the reward model, which needs the RM to "
+                         "share the policy's tokenizer; this RM has another tokenizer (a different-source RM). "
+                         "Use algo.critic=policy or algo.critic=none")
+    rm = members[0]
+    rm_head = getattr(rm, "score", None)
+    backbone = copy.deepcopy(getattr(rm, rm.base_model_prefix))
+    backbone.requires_grad_(True)
+    head = None
+    if isinstance(rm_head, nn.Linear) and rm_head.in_features == int(rm.config.hidden_size):
+        # value ≈ normalised reward: fold the scorer's normalisation (member 0's, then the final map) into the head
+        gain, bias = float(getattr(scorer, "gain", 1.0)), float(getattr(scorer, "bias", 0.0))
+        if not getattr(scorer, "normalize", True):
+            gain, bias = 1.0, 0.0
+        elif getattr(scorer, "member_gain", None) is not None:
+            mg, mb = float(scorer.member_gain[0]), float(scorer.member_bias[0])
+            gain, bias = gain * mg, gain * mb + bias
+        head = nn.Linear(rm_head.in_features, 1)
+        with torch.no_grad():
+            head.weight.copy_(rm_head.weight[:1] * gain)
+            b0 = rm_head.bias[:1] if rm_head.bias is not None else torch.zeros(1)
+            head.bias.copy_(b0 * gain + bias)
+    return policy, reference, ValueModel(backbone, int(rm.config.hidden_size), head)
+
+
+def model_bytes(*objs) -> int:
+    """Bytes of the distinct parameter and buffer storages of the given models (shared ones counted once)."""
+    seen, total = set(), 0
+    for o in objs:
+        if not isinstance(o, nn.Module):
+            continue
+        for t in itertools.chain(o.parameters(), o.buffers()):
+            key = t.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += t.untyped_storage().nbytes()
+    return total
+
+
+# ------------------------------------------------------------------------------------------------
+# rewards: the frozen RM or the world's gold reward
+
+
+class GoldScorer:
+    """Oracle reward: the world's gold g(x, y) (``algo.reward=gold``)."""
+
+    def __init__(self, w: GoldWeights):
+        self.w = w
+
+    def __call__(self, prompts, responses, ended) -> torch.Tensor:
+        return torch.tensor([gold_reward(p, r, e, self.w) for p, r, e in zip(prompts, responses, ended)])
+
+
+def load_reward(cfg: DictConfig) -> tuple[Scorer, str | None]:
+    """(scorer, upstream RM run id) for ``algo.reward``."""
+    kind = str(cfg.algo.reward)
+    if kind == "gold":
+        return GoldScorer(D.gold_weights(cfg)), None
+    if kind != "rm":
+        raise ValueError(f"algo.reward={kind!r}; choose rm (the trained reward model) or gold (oracle)")
+    try:
+        from rlhf_lab import reward as R  # lazy: the RM stage is optional for algo.reward=gold
+    except ImportError as err:
+        raise ImportError("algo.reward=rm needs rlhf_lab.reward (the RM stage); use algo.reward=gold") from err
+    scorer = R.load_scorer(cfg)
+    run_id = None
+    try:
+        run_id = pipeline.cache_for(cfg).meta(Path(R.ensure_rm(cfg))).get("run_id")
+    except Exception:
+        pass
+    return scorer, run_id
+
+
+def make_kl_controller(kl: DictConfig):
+    if kl.name == "adaptive":
+        return AdaptiveKLController(float(kl.beta), float(kl.target), float(kl.horizon))
+    if kl.name == "fixed":
+        return FixedKLController(float(kl.beta))
+    raise ValueError(f"kl={kl.name!r}; choose fixed or adaptive")
+
+
+def check_finite(name: str, x: torch.Tensor, step: int, mask: torch.Tensor | None = None) -> None:
+    bad = ~torch.isfinite(x)
+    if mask is not None:
+        bad = bad & mask.bool()
+    if bad.any():
+        raise FloatingPointError(
+            f"non-finite {name} at PPO step {step} ({int(bad.sum())} values, e.g. "
+            f"{x[bad].flatten()[0].item()}); the run is stopped. Lower algo.lr, check the reward model's "
+            "scores and the KL coefficient, or enable algo.reward_clip")
+
+
+class _Forever(torch.utils.data.IterableDataset):
+    """The PPO loop draws its own prompts; Lightning only needs a clock."""
+
+    def __iter__(self):
+        return itertools.count()
+
+
+# ------------------------------------------------------------------------------------------------
+# the algorithm
+
+
+class PPOModule(L.LightningModule):
+    def __init__(self, policy, reference, critic, tokenizer, scorer: Scorer, prompt_fn: Callable[[int], list[str]],
+                 algo: DictConfig, kl: DictConfig, gen: DictConfig, gold_w: GoldWeights, checkpoint_dir=None):
+        super().__init__()
+        self.automatic_optimization = False
+        self.policy = policy
+        self.critic = critic
+        if isinstance(reference, nn.Module):
+            self.reference = reference  # frozen; in the checkpoint because sync_every changes it
+        # not registered as submodules: the shared-base reference is a view of the policy, the RM stays out
+        # of the checkpoint and the optimiser
+        object.__setattr__(self, "_reference", reference)
+        object.__setattr__(self, "scorer", scorer)
+        self.tok, self.prompt_fn = tokenizer, prompt_fn
+        self.a, self.kl_cfg, self.gen, self.gold_w = algo, kl, gen, gold_w
+        self.kl_ctl = make_kl_controller(kl)
+        self.checkpoint_dir = checkpoint_dir
+        self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
+        self.last_stats: dict[str, float] = {}
+        self._rng_to_restore = None
+        self._k = int(algo.samples_per_prompt)
+        self._B = int(algo.batch_size)
+        if self._B % self._k:
+            raise ValueError(f"algo.batch_size={self._B} must be a multiple of algo.samples_per_prompt={self._k}")
+        if self._B % int(algo.num_minibatches):
+            raise ValueError(f"algo.batch_size={self._B} must be a multiple of algo.num_minibatches")
+        if critic is None and algo.baseline == "loo" and self._k < 2:
+            raise ValueError("algo.critic=none with algo.baseline=loo (RLOO) needs algo.samples_per_prompt >= 2")
+        if str(algo.kl_in) not in ("reward", "loss"):
+            raise ValueError(f"algo.kl_in={algo.kl_in!r}; choose reward (classic PPO-RLHF) or loss (GRPO style)")
+        if str(kl.unit) not in ("sequence", "token"):
+            raise ValueError(f"kl.unit={kl.unit!r}; choose sequence (sum over response tokens) or token (mean)")
+
+    @property
+    def updates_per_step(self) -> int:
+        return int(self.a.ppo_epochs) * int(self.a.num_minibatches)
+
+    def configure_optimizers(self):
+        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": float(self.a.lr)}]
+        if self.critic is not None:
+            groups.append({"params": list(self.critic.parameters()), "lr": float(self.a.critic_lr)})
+        return torch.optim.AdamW(groups, eps=1e-5, weight_decay=0.0)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(_Forever(), batch_size=None)
+
+    # -- forward passes ------------------------------------------------------------------------
+    def policy_forward(self, q_ids, q_mask, r_ids, r_mask):
+        """(log π_θ(y_t), entropy_t, V(s_t) or None) in one pass of the policy (and critic)."""
+        ids, attn = torch.cat([q_ids, r_ids], 1), torch.cat([q_mask, r_mask], 1)
+        logits, hidden = lm_forward(self.policy, ids, attn)
+        logp, ent = logprobs_from_logits(logits, q_ids.shape[1], r_ids, r_mask, self.gen.temperature or 1.0,
+                                         with_entropy=True)
+        values = None
+        if self.critic is not None:
+            shared = hidden if self.critic.backbone is None else None
+            values = self.critic(ids, attn, q_ids.shape[1], hidden=shared)
+        return logp, ent, values
+
+    def sync_reference(self):
+        self.reference.load_state_dict(self.policy.state_dict())
+
+    # -- one PPO step --------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        if self._rng_to_restore is not None:  # resume: continue the sampling stream where it stopped
+            torch.set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+        a, step, t0 = self.a, self.ppo_step, time.perf_counter()
+        self.eval()  # no dropout anywhere in PPO (Huang et al. 2023, detail 9); gradients still flow
+        sync_every = int(a.reference.get("sync_every") or 0)
+        if sync_every and step % sync_every == 0:
+            self.sync_reference()
+        beta = self.kl_ctl.beta
+
+        # 1. rollout: k responses for each of B/k prompts
+        prompts = [p for p in self.prompt_fn(step) for _ in range(self._k)]
+        g = self.gen
+        ro = sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
+                    g.get("max_prompt_len"))
+        q_ids, q_mask, r_ids, mask = ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask
+        lengths = mask.sum(1).float()
+        t_rollout = time.perf_counter() - t0
+
+        with torch.no_grad():
+            # 2. score: r(x, y), shaped
+            scores = self.scorer(prompts, ro.responses, ro.ended).float().reshape(-1)
+            check_finite("reward-model score", scores, step)
+            gold = torch.tensor([gold_reward(p, r, e, self.gold_w) for p, r, e in zip(prompts, ro.responses, ro.ended)])
+            not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended])
+            shaped = scores - float(a.length_penalty) * lengths - float(a.missing_eos_penalty) * not_ended
+            if a.get("reward_clip"):
+                shaped = shaped.clamp(-float(a.reward_clip), float(a.reward_clip))
+
+            # 3. log-probs under π_θ_old and π_ref, values
+            old_logp, entropy, old_values = self.policy_forward(q_ids, q_mask, r_ids, mask)
+            ref_logp = response_logprobs(self._reference, q_ids, q_mask, r_ids, mask, g.temperature or 1.0)
+            check_finite("policy log-prob", old_logp, step, mask)
+            check_finite("reference log-prob", ref_logp, step, mask)
+            if old_values is not None:
+                check_finite("value", old_values, step, mask)
+
+            # 4. per-token rewards r_t = −β·KL_t (+ r(x, y) at the last token)
+            kl_t = kl_estimators(old_logp, ref_logp, str(a.kl_estimator)) * mask
+            beta_in_reward = beta if a.kl_in == "reward" else 0.0
+            rewards = per_token_rewards(shaped, kl_t, mask, beta_in_reward)
+
+            # 5. advantages
+            if self.critic is not None:
+                advantages, returns = gae(rewards, old_values, mask, float(a.gamma), float(a.lam))
+            else:
+                R = masked_sum(rewards, mask, dim=1)  # undiscounted return of the episode
+                if a.baseline == "loo":
+                    b = leave_one_out_baseline(R, self._k)
+                else:  # mean of the prompt's group (k > 1) or of the batch
+                    b = R.view(-1, self._k).mean(1).repeat_interleave(self._k) if self._k > 1 else R.mean().expand_as(R)
+                advantages = (R - b).unsqueeze(1) * mask
+                returns = torch.zeros_like(advantages)
+            advantage_var = masked_var(advantages, mask).item()
+            if a.whiten_advantages:
+                advantages = masked_whiten(advantages, mask) * mask
+            check_finite("advantage", advantages, step, mask)
+
+        # 6. PPO epochs of minibatch updates
+        t1 = time.perf_counter()
+        opt = self.optimizers()
+        B, n_mb = len(prompts), int(a.num_minibatches)
+        mb = B // n_mb
+        acc: dict[str, list[float]] = {}
+        for _epoch in range(int(a.ppo_epochs)):
+            perm = torch.randperm(B)
+            for i in range(n_mb):
+                idx = perm[i * mb : (i + 1) * mb]
+                m = mask[idx]
+                logp, ent, values = self.policy_forward(q_ids[idx], q_mask[idx], r_ids[idx], m)
+                pg_loss, st = ppo_policy_loss(logp, old_logp[idx], advantages[idx], m, float(a.clip_eps))
+                loss = pg_loss
+                if values is not None:
+                    vf_loss, vst = ppo_value_loss(values, old_values[idx], returns[idx], m, float(a.value_clip_eps))
+                    loss = loss + float(a.vf_coef) * vf_loss
+                    st = {**st, **vst, "loss/value": vf_loss.detach()}
+                ent_mean = masked_mean(ent, m)
+                if float(a.entropy_coef):
+                    loss = loss - float(a.entropy_coef) * ent_mean
+                if a.kl_in == "loss":  # GRPO: β·KL(π_θ‖π_ref) on the current policy, per token
+                    kl_loss = masked_mean(kl_estimators(logp, ref_logp[idx], str(a.kl_estimator)), m)
+                    loss = loss + beta * kl_loss
+                    st["loss/kl"] = kl_loss.detach()
+                check_finite("loss", loss.detach(), step)
+                opt.zero_grad()
+                self.manual_backward(loss)
+                if a.get("max_grad_norm"):
+                    self.clip_gradients(opt, gradient_clip_val=float(a.max_grad_norm), gradient_clip_algorithm="norm")
+                opt.step()
+                st = {**st, "loss/policy": pg_loss.detach(), "loss/total": loss.detach(), "policy/entropy": ent_mean.detach()}
+                for k, v in st.items():
+                    acc.setdefault(k, []).append(float(v))
+        t_update = time.perf_counter() - t1
+
+        # 7. adapt β from the KL measured in the controller's unit
+        kl_seq = masked_sum(kl_t, mask, dim=1)
+        measured_kl = kl_seq.mean().item() if self.kl_cfg.unit == "sequence" else masked_mean(kl_t, mask).item()
+        self.kl_ctl.update(measured_kl, n_steps=B)
+        self.ppo_step += 1
+
+        # statistics, x-axis = the PPO step just completed
+        dt = time.perf_counter() - t0
+        per_seq = {k: masked_sum(kl_estimators(old_logp, ref_logp, k), mask, dim=1).mean().item() for k in ("k1", "k2", "k3")}
+        texts = ro.responses
+        stats = {
+            "objective/scores": scores.mean().item(),
+            "objective/scores_shaped": shaped.mean().item(),
+            "objective/gold": gold.mean().item(),
+            "objective/kl": kl_seq.mean().item(),
+            "objective/kl_token": masked_mean(kl_t, mask).item(),
+            **{f"objective/kl_{k}": v for k, v in per_seq.items()},
+            "objective/kl_measured": measured_kl,
+            "objective/beta": beta,
+            "objective/non_score_reward": (-beta * kl_seq).mean().item(),
+            "objective/rlhf_reward": (shaped - beta * kl_seq).mean().item(),
+            "objective/entropy": masked_mean(entropy, mask).item(),
+            "objective/length": lengths.mean().item(),
+            "objective/eos_rate": 1.0 - not_ended.mean().item(),
+            "objective/filler_rate": filler_rate(texts),
+            "objective/distinct_1": distinct_n(texts, 1),
+            "objective/distinct_2": distinct_n(texts, 2),
+            "objective/unique_rate": unique_rate(texts),
+            "objective/advantage_var": advantage_var,
+            **{k: sum(v) / len(v) for k, v in acc.items()},
+            "time/step_s": dt,
+            "time/rollout_s": t_rollout,
+            "time/update_s": t_update,
+            "time/tokens_per_s": lengths.sum().item() / max(dt, 1e-9),
+        }
+        if self.critic is not None:
+            stats["val/explained_variance"] = explained_variance(old_values, returns, mask)
+            stats["val/mean"] = masked_mean(old_values, mask).item()
+        stats = {k: v for k, v in stats.items() if v == v or k == "val/explained_variance"}
+        self.last_stats = stats
+        mlflow.log_metrics({k: v for k, v in stats.items() if math.isfinite(v)}, step=self.ppo_step)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        every = int(self.a.get("checkpoint_every") or 0)
+        if every and self.checkpoint_dir and self.ppo_step % every == 0:
+            self.trainer.save_checkpoint(str(Path(self.checkpoint_dir) / f"ppo_step{self.ppo_step:05d}.ckpt"))
+
+    # -- β, controller state and the sampling RNG travel with the Lightning checkpoint ----------------
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["ppo"] = {"kl_controller": self.kl_ctl.state_dict(), "kl": self.kl_cfg.name,
+                             "ppo_step": self.ppo_step, "torch_rng": torch.get_rng_state()}
+
+    def on_load_checkpoint(self, checkpoint):
+        st = checkpoint.get("ppo")
+        if st is None:
+            raise ValueError("this Lightning checkpoint was not written by PPO (no 'ppo' state)")
+        if st["kl"] != self.kl_cfg.name:
+            raise ValueError(f"checkpoint has a {st['kl']} KL controller but kl={self.kl_cfg.name}")
+        self.kl_ctl.load_state_dict(st["kl_controller"])
+        self.ppo_step = int(st["ppo_step"])
+        self._rng_to_restore = st["torch_rng"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the job: `rlhf-lab algo=ppo`
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def job(cfg: DictConfig, out_dir: Path):
+    from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
+
+    a = cfg.algo
+    out_dir = Path(out_dir)
+    sft_path = pipeline.ensure_sft(cfg)  # trains upstream stages first, each as its own run
+    scorer, rm_run = load_reward(cfg)
+    steps = pipeline.job_steps(cfg, "ppo", a.steps)
+    seed = pipeline.stage_seed(cfg, "ppo")
+    L.seed_everything(seed, verbose=False)
+    tok = F.load_tokenizer(sft_path, "policy.name_or_path")
+    policy, reference, critic = build_models(a, sft_path, tok, scorer)
+    n_prompts = int(a.batch_size) // int(a.samples_per_prompt)
+
+    def prompt_fn(step: int) -> list[str]:  # a fresh, seeded prompt stream per PPO step
+        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts)
+
+    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation,
+                       D.gold_weights(cfg), checkpoint_dir=out_dir)
+    mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or [])),
+           "memory/trainable_params": sum(p.numel() for p in module.parameters() if p.requires_grad)}
+    params = {"stage": "ppo", "algo": pipeline._plain(a), "kl": pipeline._plain(cfg.kl),
+              "generation": pipeline._plain(cfg.generation), "world": pipeline._plain(cfg.world),
+              "labeler": pipeline._plain(cfg.labeler), "seed": seed, "steps": steps, "sft": str(sft_path),
+              "n_params": F.n_params(unwrap(policy))}
+    if cfg.get("reward_model") is not None:
+        params["reward_model"] = pipeline._plain(cfg.reward_model)
+    tags = {"rlhf_lab.upstream.sft": pipeline.cache_for(cfg).meta(Path(sft_path)).get("run_id", str(sft_path))}
+    if rm_run:
+        tags["rlhf_lab.upstream.rm"] = rm_run
+    with tracking.start_run(cfg, "ppo", params=params, tags=tags) as run:
+        eval_ref = module._reference
+        eval_scorer = scorer if a.reward == "rm" else None
+        every = a.get("eval_every")
+        ev = PeriodicEval(lambda: pipeline.evaluate(cfg, policy, tok, reference=eval_ref, scorer=eval_scorer),
+                          every_n_steps=int(cfg.eval.every_n_steps if every is None else every), at_start=True,
+                          step_fn=lambda trainer, m: m.ppo_step)
+        hm = a.hacking_monitor
+        monitor = RewardHackingMonitor(
+            lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
+            if m.last_stats else None,
+            gold_drop=float(hm.gold_drop), window=int(hm.window), warmup=int(hm.warmup),
+            enabled=bool(hm.enabled) and a.reward == "rm")
+        trainer = L.Trainer(**pipeline.trainer_kwargs(cfg, out_dir, steps * module.updates_per_step),
+                            logger=tracking.lightning_logger(cfg), callbacks=[ev, monitor])
+        mlflow.log_metrics(mem, step=0)
+        t0 = time.time()
+        trainer.fit(module, ckpt_path=a.get("resume_from") or None)
+        train_s = time.time() - t0
+        trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))
+        final = unwrap(policy.merge_and_unload()) if a.shared_base else policy
+        tok.save_pretrained(out_dir)
+        final.save_pretrained(out_dir)
+        peak = _peak_rss_mb()
+        mlflow.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
+        first, last = ev.first, ev.last
+        g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
+        summary = {
+            "gold": f"{g0:.3f} -> {g1:.3f} (SFT -> PPO step {module.ppo_step})",
+            "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
+            "beta": f"{float(cfg.kl.beta):.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
+            "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
+            "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
+        }
+        if "eval/proxy_reward" in last:
+            summary["proxy"] = f"{first.get('eval/proxy_reward', float('nan')):.3f} -> {last['eval/proxy_reward']:.3f}"
+        return {"run_id": run.info.run_id, "stage": "ppo", "eval": last, "eval_start": first, "summary": summary,
+                "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
+                "train_s": train_s, **mem, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at}, None

@@ -1,0 +1,330 @@
+"""Reward models as used by the other stages: the artifact folder, its cache key, and the scorer.
+
+An RM artifact folder (written by ``rlhf_lab.algorithms.rm.train_rm``) holds
+
+- the RM's tokenizer at the top level (``tokenizer.json`` ...),
+- one sequence classifier (``num_labels=1``) per ensemble member in ``member_0/``, ``member_1/``, ...
+  (a LoRA-tuned RM is saved with its adapters merged, so every member loads the same way),
+- ``rm_norm.json``: the normalisation measured after training on SFT samples, and the encoding's
+  ``max_len``. ``gain``/``bias`` map the (aggregated) score to mean 0 and std 1 on those samples; in an
+  ensemble every member is first standardised on its own (``member_gain``/``member_bias``, identity
+  for a single model), so that the members' spread is comparable.
+
+Scoring is text in, score out: the RM reads ``prompt + " " + response`` encoded with *its own*
+tokenizer, followed by the RM tokenizer's EOS token when the response ended with EOS. A policy of
+another family is scored by decoding its samples with the policy tokenizer and re-encoding them
+with the RM's (:meth:`RewardScorer.score_tokens`), in batches.
+
+Score with normalisation: ``gain * (mean_k z_k - conservative_lambda * std_k z_k) + bias`` with
+``z_k = member_gain_k * raw_k + member_bias_k`` (population std; 0 for one member), so a single RM
+gives ``gain * raw + bias``. Without normalisation the members' raw scores are aggregated the same way
+and no affine map is applied.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+NORM_FILE = "rm_norm.json"
+MEMBER_DIR = "member_{}"
+SOURCES = ("same", "different")
+INITS = ("sft", "pretrain")
+
+
+# ------------------------------------------------------------------------------------------------
+# encoding and the forward pass shared by training and scoring
+
+
+def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str], ended: Sequence[bool],
+                 max_len: int) -> list[list[int]]:
+    """Token ids of ``prompt + " " + response`` (+ EOS when ended); over-long inputs keep their end."""
+    if not (len(prompts) == len(responses) == len(ended)):
+        raise ValueError(
+            f"prompts, responses and ended must have the same length, got {len(prompts)}, {len(responses)}, {len(ended)}"
+        )
+    texts = [f"{p} {r}" for p, r in zip(prompts, responses)]
+    enc = tokenizer(texts).input_ids if texts else []
+    eos = tokenizer.eos_token_id
+    out = []
+    for ids, e in zip(enc, ended):
+        ids = list(ids) + ([eos] if e else [])
+        out.append(ids[-max_len:])  # the scalar head reads the last token: keep the end (and its EOS)
+    return out
+
+
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    T = max(1, max((len(s) for s in seqs), default=1))
+    ids = torch.full((len(seqs), T), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s) == 0:
+            raise ValueError("an RM input encodes to zero tokens")
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def _hf_model(model):
+    """The Hugging Face sequence classifier inside a (possibly peft-wrapped) model."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def rm_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Scalar reward [B] read at the last attended token of right-padded inputs.
+
+    Reads the backbone and the scalar head directly (not the classifier's own pooling, which finds the
+    last token by comparing ids with pad_token_id and so would skip an EOS when pad == EOS).
+    """
+    from rlhf_lab.models.sampling import positions
+
+    hf = _hf_model(model)
+    backbone = getattr(hf, hf.base_model_prefix, None)
+    head = getattr(hf, "score", None)
+    last = attention_mask.long().sum(-1) - 1
+    if backbone is None or head is None:  # an architecture without the usual layout: its own pooling
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
+    h = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                 position_ids=positions(attention_mask)).last_hidden_state
+    h_last = h[torch.arange(h.shape[0], device=h.device), last]
+    return head(h_last)[:, 0].float()
+
+
+# ------------------------------------------------------------------------------------------------
+# the scorer
+
+
+def aggregate(z: torch.Tensor, conservative_lambda: float = 0.0) -> torch.Tensor:
+    """Ensemble score from member scores z [K, B]: mean − λ·std (population std, 0 for K = 1)."""
+    if z.dim() != 2 or z.shape[0] == 0:
+        raise ValueError(f"member scores must have shape [K, B] with K >= 1, got {tuple(z.shape)}")
+    mean = z.mean(0)
+    if conservative_lambda:
+        return mean - float(conservative_lambda) * z.std(0, correction=0)
+    return mean
+
+
+def affine_to_standard(x: torch.Tensor) -> tuple[float, float]:
+    """(gain, bias) such that gain * x + bias has mean 0 and std 1 (population std)."""
+    x = x.double()
+    if x.numel() < 2:
+        raise ValueError("normalising the RM needs at least two samples")
+    std = float(x.std(correction=0))
+    if not std > 1e-8:
+        raise ValueError(f"the RM gives (nearly) the same score to every normalisation sample (std {std:.2e}); "
+                         "it cannot be normalised")
+    return 1.0 / std, -float(x.mean()) / std
+
+
+class RewardScorer:
+    """Scores (prompt, response, ended) triples with an RM (or an ensemble of RMs); no gradients.
+
+    ``gain``/``bias`` (floats) are the final affine map; ``member_gain``/``member_bias`` ([K] tensors)
+    standardise each member of an ensemble (all 1 / 0 for a single model).
+    """
+
+    def __init__(self, members: list, tokenizer, gain: float = 1.0, bias: float = 0.0,
+                 member_gain: Sequence[float] | None = None, member_bias: Sequence[float] | None = None,
+                 normalize: bool = True, conservative_lambda: float = 0.0, max_len: int = 128, batch_size: int = 128):
+        if not members:
+            raise ValueError("a RewardScorer needs at least one member model")
+        k = len(members)
+        self.members = [m.eval() for m in members]
+        self.tokenizer = tokenizer
+        self.gain, self.bias = float(gain), float(bias)
+        self.member_gain = torch.tensor(list(member_gain) if member_gain is not None else [1.0] * k, dtype=torch.float32)
+        self.member_bias = torch.tensor(list(member_bias) if member_bias is not None else [0.0] * k, dtype=torch.float32)
+        if self.member_gain.numel() != k or self.member_bias.numel() != k:
+            raise ValueError(f"member_gain/member_bias need one value per member ({k}), "
+                             f"got {self.member_gain.numel()}/{self.member_bias.numel()}")
+        self.normalize = bool(normalize)
+        self.conservative_lambda = float(conservative_lambda)
+        if self.conservative_lambda < 0:
+            raise ValueError(f"reward_model.conservative_lambda must be >= 0, got {conservative_lambda}")
+        self.max_len, self.batch_size = int(max_len), int(batch_size)
+
+    @classmethod
+    def from_path(cls, path, normalize: bool = True, conservative_lambda: float = 0.0) -> "RewardScorer":
+        from rlhf_lab.models.families import load_sequence_scorer, load_tokenizer
+
+        path = Path(path)
+        norm_file = path / NORM_FILE
+        if not norm_file.exists():
+            raise FileNotFoundError(f"{path} is not a reward-model folder (no {NORM_FILE}); train one with algo=rm")
+        info = json.loads(norm_file.read_text())
+        tok = load_tokenizer(path, "reward model")
+        members = [load_sequence_scorer(path / MEMBER_DIR.format(i), tok, "reward model").eval()
+                   for i in range(int(info["n_members"]))]
+        return cls(members, tok, info["gain"], info["bias"], info.get("member_gain"), info.get("member_bias"),
+                   normalize=normalize, conservative_lambda=conservative_lambda, max_len=int(info.get("max_len", 128)))
+
+    def save_norm(self, path, extra: dict | None = None) -> None:
+        info = {"n_members": len(self.members), "gain": self.gain, "bias": self.bias,
+                "member_gain": self.member_gain.tolist(), "member_bias": self.member_bias.tolist(),
+                "max_len": self.max_len, **(extra or {})}
+        (Path(path) / NORM_FILE).write_text(json.dumps(info, indent=2))
+
+    def to(self, device) -> "RewardScorer":
+        self.members = [m.to(device) for m in self.members]
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.members[0].parameters()).device
+
+    @torch.no_grad()
+    def member_scores(self, prompts: Sequence[str], responses: Sequence[str], ended: Sequence[bool]) -> torch.Tensor:
+        """Raw (unnormalised) scores of every member, [K, B] float32."""
+        seqs = encode_texts(self.tokenizer, prompts, responses, ended, self.max_len)
+        out = torch.zeros(len(self.members), len(seqs), dtype=torch.float32)
+        if not seqs:
+            return out
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch
+        dev = self.device
+        for j in range(0, len(order), self.batch_size):
+            idx = order[j : j + self.batch_size]
+            ids, mask = pad_right([seqs[i] for i in idx], self.tokenizer.pad_token_id)
+            ids, mask = ids.to(dev), mask.to(dev)
+            for k, m in enumerate(self.members):
+                out[k, idx] = rm_forward(m, ids, mask).float().cpu()
+        return out
+
+    def standardized(self, raw: torch.Tensor) -> torch.Tensor:
+        """Members' scores after their own standardisation, [K, B]."""
+        return self.member_gain[:, None] * raw + self.member_bias[:, None]
+
+    def combine(self, raw: torch.Tensor) -> torch.Tensor:
+        """The scorer's output from raw member scores [K, B]."""
+        if not self.normalize:
+            return aggregate(raw, self.conservative_lambda)
+        return self.gain * aggregate(self.standardized(raw), self.conservative_lambda) + self.bias
+
+    def __call__(self, prompts: Sequence[str], responses: Sequence[str], ended: Sequence[bool]) -> torch.Tensor:
+        return self.combine(self.member_scores(prompts, responses, ended))
+
+    def score_tokens(self, policy_tokenizer, prompts: Sequence[str], response_ids: torch.Tensor,
+                     response_mask: torch.Tensor, ended: Sequence[bool]) -> torch.Tensor:
+        """Score policy samples given as token ids of the *policy's* tokenizer (decode, re-encode)."""
+        from rlhf_lab.models.sampling import decode_responses
+
+        return self(prompts, decode_responses(policy_tokenizer, response_ids, response_mask), ended)
+
+    def fit_normalization(self, prompts: Sequence[str], responses: Sequence[str], ended: Sequence[bool]) -> dict:
+        """Measure the normalisation on these samples (e.g. SFT samples): output mean 0, std 1 there."""
+        raw = self.member_scores(prompts, responses, ended)
+        if len(self.members) > 1:
+            mg, mb = zip(*(affine_to_standard(r) for r in raw))
+        else:
+            mg, mb = (1.0,), (0.0,)
+        self.member_gain = torch.tensor(mg, dtype=torch.float32)
+        self.member_bias = torch.tensor(mb, dtype=torch.float32)
+        self.gain, self.bias = affine_to_standard(self.standardized(raw).mean(0))
+        return {"raw_mean": raw.mean(1).tolist(), "raw_std": raw.std(1, correction=0).tolist()}
+
+
+# ------------------------------------------------------------------------------------------------
+# the RM's backbone, cache key and the cached artifact
+
+
+def _plain(x):
+    return OmegaConf.to_container(x, resolve=True) if isinstance(x, DictConfig) else x
+
+
+def backbone_cfg(cfg: DictConfig) -> DictConfig:
+    """The RM backbone as a model config (family, arch, vocab_size, name_or_path), validated."""
+    rc = cfg.reward_model
+    source, init = str(rc.source), str(rc.init)
+    if source not in SOURCES:
+        raise ValueError(f"reward_model.source={source!r}; choose one of {SOURCES}")
+    if init not in INITS:
+        raise ValueError(f"reward_model.init={init!r}; choose one of {INITS}")
+    fam, pfam = str(rc.family), str(cfg.policy.family)
+    if source == "same" and fam != pfam:
+        raise ValueError(f"reward_model.source=same but reward_model.family={fam!r} differs from policy.family={pfam!r}; "
+                         "use reward_model=different_source for an RM of another family")
+    if source == "different" and fam == pfam:
+        raise ValueError(f"reward_model.source=different but reward_model.family={fam!r} is the policy's family; "
+                         "set reward_model.family to the other family")
+    return OmegaConf.create({"family": fam, "vocab_size": int(rc.vocab_size), "arch": _plain(rc.arch),
+                             "name_or_path": rc.get("name_or_path")})
+
+
+def rm_backbone_path(cfg: DictConfig):
+    """The checkpoint the RM starts from: the backbone family's SFT or pretrained model (trained if missing).
+
+    With ``init: sft`` and the policy's own family and size this is the policy's SFT checkpoint (the
+    InstructGPT recipe); another size or family gets its own SFT run on the same world data.
+    """
+    from rlhf_lab import pipeline
+
+    bb = backbone_cfg(cfg)
+    if str(cfg.reward_model.init) == "pretrain":
+        return pipeline.ensure_pretrain(cfg, bb)
+    c = copy.deepcopy(cfg)
+    with open_dict(c):
+        c.policy = bb
+    return pipeline.ensure_sft(c)
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def data_identity(cfg: DictConfig) -> dict:
+    """What determines the preference pairs the RM trains on (part of the RM's cache key)."""
+    dc = cfg.data
+    if dc.source == "world":
+        from rlhf_lab.pipeline import cache_for
+        from rlhf_lab.preferences import prefs_spec
+
+        return {"source": "world", "prefs": str(cache_for(cfg).path("prefs", prefs_spec(cfg)))}
+    ident = {"source": str(dc.source), "eval_fraction": float(dc.get("eval_fraction", 0.1)), "seed": int(dc.get("seed", 0))}
+    if dc.source == "jsonl":
+        p = Path(str(dc.path)).expanduser() if dc.get("path") else None
+        ident.update(path=str(p.resolve()) if p else None, digest=_file_digest(p) if p and p.is_file() else None)
+    else:
+        ident.update(name=str(dc.get("name")), split=str(dc.get("split", "train")))
+    return ident
+
+
+# keys that act when the RM is used, not when it is trained
+USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")
+
+
+def rm_spec(cfg: DictConfig) -> dict:
+    from rlhf_lab.pipeline import job_steps, stage_seed
+
+    rc = _plain(cfg.reward_model)
+    train_keys = {k: v for k, v in rc.items() if k not in USE_TIME_KEYS}
+    return {
+        "backbone": str(rm_backbone_path(cfg)), "data": data_identity(cfg), "reward_model": train_keys,
+        "seed": stage_seed(cfg, "rm", "reward_model"), "steps": job_steps(cfg, "rm", int(cfg.reward_model.steps)),
+    }
+
+
+def ensure_rm(cfg: DictConfig) -> Path:
+    """The cached RM folder for this config; trained first (as its own MLflow run) when missing."""
+    from rlhf_lab.algorithms.rm import train_rm
+    from rlhf_lab.pipeline import cache_for
+
+    spec = rm_spec(cfg)
+    path, built = cache_for(cfg).get_or_build("rm", spec, lambda tmp: train_rm(cfg, tmp, spec))
+    if not built:
+        print(f"[rlhf-lab] rm: reusing cached reward model {path}")
+    return path
+
+
+def load_scorer(cfg: DictConfig) -> RewardScorer:
+    rc = cfg.reward_model
+    return RewardScorer.from_path(ensure_rm(cfg), normalize=bool(rc.normalize),
+                                  conservative_lambda=float(rc.get("conservative_lambda") or 0.0))

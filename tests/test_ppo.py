@@ -1,0 +1,204 @@
+"""PPO (rlhf_lab/algorithms/ppo.py): checkpointed controller state, shared-base reference, resume, NaN guard.
+
+The maths is tested in test_rl_math.py; these tests run the module on tiny sizes with the oracle reward
+(`algo.reward=gold`), so no reward model has to be trained.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import mlflow
+import pytest
+import torch
+
+from rlhf_lab import pipeline
+from rlhf_lab.algorithms import ppo
+from rlhf_lab.callbacks import RewardHackingMonitor
+from rlhf_lab.models import families as F
+from rlhf_lab.models.sampling import response_logprobs, sample
+
+PPO_TINY = [
+    "algo=ppo", "algo.reward=gold", "algo.steps=2", "algo.batch_size=8", "algo.num_minibatches=2",
+    "algo.ppo_epochs=1", "algo.eval_every=0", "generation.max_new_tokens=12", "eval.n_prompts=8",
+    "trainer.threads=1",
+]
+
+
+def _runs(db):
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    return mlflow.search_runs(experiment_names=["rlhf-lab"])
+
+
+def _history(db, run_id, key):
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    return {m.step: m.value for m in mlflow.tracking.MlflowClient().get_metric_history(run_id, key)}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 shared cores: oversubscription costs 10x
+    yield
+    torch.set_num_threads(n)
+
+
+def _module(cfg, **kw):
+    sft = pipeline.ensure_sft(cfg)
+    tok = F.load_tokenizer(sft)
+    scorer = ppo.GoldScorer(pipeline.D.gold_weights(cfg))
+    policy, reference, critic = ppo.build_models(cfg.algo, sft, tok, scorer)
+    return ppo.PPOModule(policy, reference, critic, tok, scorer, lambda s: ["how was the lamp ?"] * 8, cfg.algo,
+                         cfg.kl, cfg.generation, pipeline.D.gold_weights(cfg), **kw), sft, tok
+
+
+def test_kl_controller_state_survives_checkpoint_round_trip(tiny_cfg):
+    cfg = tiny_cfg(*PPO_TINY, "kl=adaptive", "kl.beta=0.05", "kl.target=3.0", "kl.horizon=500")
+    m1, _, _ = _module(cfg)
+    m1.kl_ctl.update(9.0, n_steps=64)  # KL above target: β rises by (1 + 0.2·64/500)
+    assert m1.kl_ctl.beta == pytest.approx(0.05 * (1 + 0.2 * 64 / 500))
+    m1.ppo_step = 7
+    ckpt: dict = {}
+    m1.on_save_checkpoint(ckpt)
+    m2, _, _ = _module(cfg)
+    assert m2.kl_ctl.beta == 0.05 and m2.ppo_step == 0
+    m2.on_load_checkpoint(ckpt)
+    assert m2.kl_ctl.state_dict() == m1.kl_ctl.state_dict()
+    assert m2.ppo_step == 7
+    # a checkpoint of another controller kind is refused, not silently mixed
+    m3, _, _ = _module(tiny_cfg(*PPO_TINY, "kl=fixed"))
+    with pytest.raises(ValueError, match="adaptive KL controller but kl=fixed"):
+        m3.on_load_checkpoint(ckpt)
+
+
+def test_shared_base_reference_equals_frozen_copy(tiny_cfg):
+    cfg = tiny_cfg(*PPO_TINY, "algo.shared_base=true")
+    sft = pipeline.ensure_sft(cfg)
+    tok = F.load_tokenizer(sft)
+    policy, reference, critic = ppo.build_models(cfg.algo, sft, tok)
+    assert isinstance(reference, ppo.AdapterDisabledReference) and critic.backbone is None
+    torch.manual_seed(0)
+    with torch.no_grad():  # move the adapters away from the identity, as training would
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    frozen = F.load_causal_lm(sft, tok).eval()
+    ro = sample(frozen, tok, ["how was the lamp ?", "tell me about the chair ."] * 4, 12)
+    args = (ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask)
+    with torch.no_grad():
+        ref_shared = response_logprobs(reference, *args)
+        ref_copy = response_logprobs(frozen, *args)
+        pol = response_logprobs(policy, *args)
+    assert torch.allclose(ref_shared, ref_copy, atol=1e-5)
+    assert (pol - ref_copy).abs().max() > 1e-2  # the adapters do change the policy
+    # no second copy: the shared mode holds the base once (plus adapters and a head)
+    separate = ppo.model_bytes(frozen, copy.deepcopy(frozen), copy.deepcopy(frozen))
+    shared = ppo.model_bytes(policy, critic)
+    assert shared < 0.6 * separate
+
+
+def test_ppo_resumes_mid_training_with_identical_beta_and_steps(tiny_cfg, tmp_path):
+    db = tmp_path / "mlflow.db"
+    common = [*PPO_TINY, "algo.steps=4", "kl=adaptive", "kl.beta=0.1", "kl.target=0.05", "kl.horizon=40"]
+    meta_a = pipeline.run_job(tiny_cfg(*common, "algo.checkpoint_every=2", mlflow_db=db), tmp_path / "a")
+    ckpt = tmp_path / "a" / "artifact" / "ppo_step00002.ckpt"
+    assert ckpt.exists()
+    meta_b = pipeline.run_job(tiny_cfg(*common, f"algo.resume_from={ckpt}", mlflow_db=db), tmp_path / "b")
+    assert meta_a["ppo_steps"] == meta_b["ppo_steps"] == 4
+    assert meta_a["global_step"] == meta_b["global_step"] == 4 * 2
+    beta_a = _history(db, meta_a["run_id"], "objective/beta")
+    beta_b = _history(db, meta_b["run_id"], "objective/beta")
+    assert sorted(beta_b) == [3, 4]  # the resumed run continues at step 3
+    assert len(set(beta_a.values())) > 1  # β did move, so equality below means something
+    for s in (3, 4):
+        assert beta_b[s] == pytest.approx(beta_a[s], rel=1e-9)
+    assert meta_b["beta"] == pytest.approx(meta_a["beta"], rel=1e-9)
+    # same sampling stream after the resume (RNG state restored): same batch, same scores
+    sc_a = _history(db, meta_a["run_id"], "objective/scores")
+    sc_b = _history(db, meta_b["run_id"], "objective/scores")
+    assert sc_b[3] == pytest.approx(sc_a[3], abs=1e-6)
+    runs = _runs(db)
+    ppo_runs = runs[runs["tags.rlhf_lab.stage"] == "ppo"]
+    assert set(ppo_runs["status"]) == {"FINISHED"} and len(ppo_runs) == 2
+    row = ppo_runs[ppo_runs["run_id"] == meta_a["run_id"]].iloc[0]
+    cfg = tiny_cfg(*common)
+    sft_run_id = pipeline.cache_for(cfg).meta(pipeline.ensure_sft(cfg))["run_id"]
+    assert row["tags.rlhf_lab.upstream.sft"] == sft_run_id
+    for k in ("objective/kl", "objective/kl_k3", "objective/gold", "policy/clipfrac", "loss/value",
+              "val/explained_variance", "eval/gold_reward", "eval/kl", "time/tokens_per_s"):
+        assert f"metrics.{k}" in runs.columns and row[f"metrics.{k}"] == row[f"metrics.{k}"], k
+    assert set(meta_a["eval"]) >= {"eval/gold_reward", "eval/kl"} and "gold" in meta_a["summary"]
+    assert (tmp_path / "a" / "artifact" / "config.json").exists()  # the trained policy, save_pretrained
+
+
+def test_policy_as_own_reference_gives_zero_kl_rloo_shared_base(tiny_cfg, tmp_path):
+    db = tmp_path / "mlflow.db"
+    # claim C3: reference re-synced every step = the policy itself -> KL ≡ 0 (k1, k2 and k3)
+    meta = pipeline.run_job(tiny_cfg(*PPO_TINY, "algo.reference.sync_every=1", "algo.critic=none",
+                                     "algo.baseline=loo", "algo.samples_per_prompt=2", "algo.kl_in=loss",
+                                     "algo.kl_estimator=k3", mlflow_db=db), tmp_path / "a")
+    for k in ("objective/kl_k1", "objective/kl_k2", "objective/kl_k3"):
+        assert set(_history(db, meta["run_id"], k).values()) == {0.0}
+    assert _history(db, meta["run_id"], "val/explained_variance") == {}  # no critic
+    # shared base (LoRA) runs end to end and reports a KL that grows from 0
+    meta = pipeline.run_job(tiny_cfg(*PPO_TINY, "algo.shared_base=true", "algo.lr=3e-3", mlflow_db=db), tmp_path / "b")
+    kl = _history(db, meta["run_id"], "objective/kl_k3")
+    assert kl[1] == pytest.approx(0.0, abs=1e-6) and kl[2] > 0
+    assert meta["memory/model_bytes"] < 0.6 * 3 * F.n_params(F.load_causal_lm(pipeline.ensure_sft(tiny_cfg(*PPO_TINY)))) * 4
+
+
+@pytest.mark.parametrize("what", ["nan_score", "inf_logprob"])
+def test_non_finite_values_stop_the_run_and_mark_it_failed(tiny_cfg, tmp_path, monkeypatch, what):
+    db = tmp_path / "mlflow.db"
+    if what == "nan_score":
+        monkeypatch.setattr(ppo, "load_reward", lambda cfg: (lambda p, r, e: torch.full((len(p),), float("nan")), None))
+        match = "non-finite reward-model score at PPO step 0"
+    else:
+        real = ppo.logprobs_from_logits
+
+        def bad(*args, **kw):
+            logp, ent = real(*args, **kw)
+            logp = logp.clone()
+            logp[0, 0] = float("-inf")
+            return logp, ent
+
+        monkeypatch.setattr(ppo, "logprobs_from_logits", bad)
+        match = "non-finite policy log-prob at PPO step 0"
+    with pytest.raises(FloatingPointError, match=match):
+        pipeline.run_job(tiny_cfg(*PPO_TINY, mlflow_db=db), tmp_path / "out")
+    runs = _runs(db)
+    row = runs[runs["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
+    assert row["status"] == "FAILED"
+    assert "FloatingPointError: non-finite" in row["tags.rlhf_lab.error"]
+
+
+def test_config_errors_are_clear(tiny_cfg):
+    with pytest.raises(ValueError, match="RLOO.*samples_per_prompt >= 2"):
+        _module(tiny_cfg(*PPO_TINY, "algo.critic=none", "algo.baseline=loo"))
+    with pytest.raises(ValueError, match="algo.critic=rm needs a reward model"):
+        _module(tiny_cfg(*PPO_TINY, "algo.critic=rm"))
+    with pytest.raises(ValueError, match="cannot be combined"):
+        _module(tiny_cfg(*PPO_TINY, "algo.shared_base=true", "algo.reference.sync_every=5"))
+
+    class OtherTokRM:  # an RM of another family: its tokenizer differs from the policy's
+        members = [object()]
+        tokenizer = type("T", (), {"get_vocab": lambda self: {"x": 0}, "eos_token_id": 0, "pad_token_id": 0})()
+
+    cfg = tiny_cfg(*PPO_TINY, "algo.critic=rm")
+    sft = pipeline.ensure_sft(cfg)
+    with pytest.raises(ValueError, match="share the policy's tokenizer"):
+        ppo.build_models(cfg.algo, sft, F.load_tokenizer(sft), OtherTokRM())
+
+
+def test_reward_hacking_monitor_fires_only_when_gold_falls_while_proxy_rises():
+    def feed(proxy, gold):
+        m = RewardHackingMonitor(lambda t, p: None, gold_drop=0.2, window=3, warmup=3)
+        return [s for s, (p, g) in enumerate(zip(proxy, gold)) if m.update(s, p, g)], m
+
+    steps = range(30)
+    proxy = [0.1 * s for s in steps]
+    gold_up_then_down = [0.05 * s if s < 10 else 0.5 - 0.06 * (s - 10) for s in steps]
+    fired, m = feed(proxy, gold_up_then_down)
+    assert len(fired) == 1 and 12 <= fired[0] <= 20 and m.fired_at == fired[0]
+    assert feed(proxy, [0.05 * s for s in steps])[0] == []  # both rise: fine
+    assert feed([-0.1 * s for s in steps], gold_up_then_down)[0] == []  # proxy falls too: not hacking
