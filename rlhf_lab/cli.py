@@ -47,12 +47,12 @@ def set_threads(cfg: DictConfig) -> int:
     return int(n)
 
 
-def summary(cfg: DictConfig, meta: dict, seconds: float) -> str:
+def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = None) -> str:
     from rlhf_lab.tracking import tracking_uri
 
     lines = [
         "=" * 72,
-        f"rlhf-lab {cfg.algo.name}: done in {seconds:.0f}s",
+        f"rlhf-lab {cfg.algo.name}: done in {seconds:.0f}s" + (f" ({threads} CPU threads)" if threads else ""),
         f"  MLflow run : {meta.get('run_id')}  ({tracking_uri(cfg)})",
         f"  artifact   : {meta.get('artifact')}",
     ]
@@ -74,15 +74,27 @@ def summary(cfg: DictConfig, meta: dict, seconds: float) -> str:
 
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
-    _quiet_libraries()
-    from rlhf_lab import pipeline
+    try:
+        _quiet_libraries()
+        from rlhf_lab import pipeline
 
-    set_threads(cfg)
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
-    t0 = time.time()
-    meta = pipeline.run_job(cfg, out_dir)
-    print(summary(cfg, meta, time.time() - t0))
-    return (meta.get("eval") or {}).get("eval/gold_reward")
+        threads = set_threads(cfg)
+        out_dir = Path(HydraConfig.get().runtime.output_dir)
+        t0 = time.time()
+        meta = pipeline.run_job(cfg, out_dir)
+        print(summary(cfg, meta, time.time() - t0, threads))
+        return (meta.get("eval") or {}).get("eval/gold_reward")
+    except Exception as err:
+        # A single run fails (non-zero exit); in a multirun the failing job is logged and recorded (its
+        # MLflow run is already FAILED) and the other jobs go on (rlhf_lab/sweeping.py).
+        from hydra.types import RunMode
+
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        from rlhf_lab.sweeping import record_failure
+
+        record_failure(cfg, err)
+        return None
 
 
 def main() -> None:

@@ -89,6 +89,10 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     all_tags.update(tags or {})
     run = mlflow.start_run(run_name=run_name or stage, tags=all_tags)
     try:
+        if parent and cfg.get("algo") is not None and stage == str(cfg.algo.get("name")):
+            from rlhf_lab.sweeping import job_sweep_params  # the job's values of the swept keys
+
+            mlflow.log_params(job_sweep_params(hydra_overrides()))
         if params is not None:
             flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
             items = list(flat.items())

@@ -20,24 +20,22 @@ TRL_NAMES = ("loss/dpo", "rewards/chosen", "rewards/rejected", "rewards/margins"
              "logps/chosen", "logps/rejected")
 
 
-@pytest.fixture(scope="module")
-def setup(tiny_cfg_module):
-    cfg = tiny_cfg_module("algo=dpo")
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models on a shared 2-core box: one torch thread is ~5x faster than two under contention."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def setup(tiny_cfg):
+    cfg = tiny_cfg("algo=dpo")
     sft = pipeline.ensure_sft(cfg)
     train, _ = ensure_preferences(cfg)
     tok = Fm.load_tokenizer(sft)
     return cfg, sft, tok, train
-
-
-@pytest.fixture(scope="module")
-def tiny_cfg_module(session_dir):
-    from conftest import TINY, compose_cfg
-
-    def make(*overrides: str, mlflow_db=None):
-        db = mlflow_db or (session_dir / "mlflow.db")
-        return compose_cfg(TINY + [f"cache_dir={session_dir / 'cache'}", f"tracking.uri=sqlite:///{db}", *overrides])
-
-    return make
 
 
 def _models(sft, tok, noise: float = 0.05):
@@ -144,17 +142,17 @@ def _metric_history(db, run_id, key):
     return [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
 
 
-def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg_module, tmp_path):
+def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
-    common = ["algo=dpo", "algo.steps=8", "algo.batch_size=16", "algo.warmup_steps=2", "algo.lr=1e-3"]
-    meta = pipeline.run_job(tiny_cfg_module(*common, mlflow_db=db), tmp_path / "copy")
-    meta_pre = pipeline.run_job(tiny_cfg_module(*common, "algo.reference=precomputed", mlflow_db=db), tmp_path / "pre")
+    common = ["algo=dpo", "algo.steps=8", "algo.batch_size=16", "algo.warmup_steps=2", "algo.lr=3e-4"]
+    meta = pipeline.run_job(tiny_cfg(*common, mlflow_db=db), tmp_path / "copy")
+    meta_pre = pipeline.run_job(tiny_cfg(*common, "algo.reference=precomputed", mlflow_db=db), tmp_path / "pre")
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     runs = runs[runs["tags.rlhf_lab.stage"] == "dpo"]
     assert len(runs) == 2 and set(runs["status"]) == {"FINISHED"}
     row = runs[runs["run_id"] == meta["run_id"]].iloc[0]
-    sft_meta = pipeline.cache_for(tiny_cfg_module("algo=dpo")).meta(pipeline.ensure_sft(tiny_cfg_module("algo=dpo")))
+    sft_meta = pipeline.cache_for(tiny_cfg("algo=dpo")).meta(pipeline.ensure_sft(tiny_cfg("algo=dpo")))
     assert row["tags.rlhf_lab.upstream.sft"] == sft_meta["run_id"]
     for k in TRL_NAMES + ("eval/gold_reward", "eval/kl", "eval/length", "eval/filler_rate", "eval/distinct_2",
                           "eval/entropy", "time/step_s"):
@@ -167,14 +165,16 @@ def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg_module, tmp_pa
     assert len(loss) == 8 and loss[0] == pytest.approx(math.log(2), abs=1e-4)  # step 0: π = π_ref
     # the precomputed reference gives the same loss trajectory as the live frozen copy
     assert _metric_history(db, meta_pre["run_id"], "loss/dpo") == pytest.approx(loss, abs=1e-4)
-    assert loss[-1] < loss[0] - 0.01
+    # it learns something that generalises: held-out implicit-reward margin from 0 (step 0) to > 0
+    assert meta["eval_start"]["eval/rewards/margins"] == pytest.approx(0.0, abs=1e-5)
+    assert meta["eval"]["eval/rewards/margins"] > 0.005
     # the artifact is a plain causal LM
     Fm.load_causal_lm(meta["artifact"], Fm.load_tokenizer(meta["artifact"]))
 
 
-def test_online_dpo_with_lora_disabled_reference(tiny_cfg_module, tmp_path):
+def test_online_dpo_with_lora_disabled_reference(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
-    cfg = tiny_cfg_module("algo=dpo", "algo.steps=6", "algo.batch_size=8", "algo.reference=lora_disabled",
+    cfg = tiny_cfg("algo=dpo", "algo.steps=6", "algo.batch_size=8", "algo.reference=lora_disabled",
                           "algo.lora_rank=4", "algo.lr=3e-3", "algo.online=true", "algo.online_every=3",
                           "algo.online_prompts=16", mlflow_db=db)
     meta = pipeline.run_job(cfg, tmp_path / "out")
@@ -186,10 +186,10 @@ def test_online_dpo_with_lora_disabled_reference(tiny_cfg_module, tmp_path):
     assert loss[0] == pytest.approx(math.log(2), abs=1e-4) and all(math.isfinite(v) for v in loss)
 
 
-def test_larger_beta_stays_closer_to_the_reference(tiny_cfg_module, tmp_path):
+def test_larger_beta_stays_closer_to_the_reference(tiny_cfg, tmp_path):
     kl = {}
     for beta in (0.05, 2.0):
-        cfg = tiny_cfg_module("algo=dpo", f"algo.beta={beta}", "algo.steps=30", "algo.batch_size=16",
+        cfg = tiny_cfg("algo=dpo", f"algo.beta={beta}", "algo.steps=30", "algo.batch_size=16",
                               "algo.lr=3e-3", "algo.warmup_steps=2", "eval.n_prompts=48",
                               mlflow_db=tmp_path / "mlflow.db")
         kl[beta] = pipeline.run_job(cfg, tmp_path / f"b{beta}")["eval"]["eval/kl"]
@@ -206,15 +206,15 @@ def test_larger_beta_stays_closer_to_the_reference(tiny_cfg_module, tmp_path):
     (["algo.online=true", "algo.reference=precomputed"], "cannot be precomputed"),
     (["algo.max_len=3"], "algo.max_len=3"),
 ])
-def test_bad_config_is_a_clear_error(tiny_cfg_module, tmp_path, overrides, match):
+def test_bad_config_is_a_clear_error(tiny_cfg, tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match):
-        pipeline.run_job(tiny_cfg_module("algo=dpo", *overrides), tmp_path)
+        pipeline.run_job(tiny_cfg("algo=dpo", *overrides), tmp_path)
 
 
-def test_empty_dataset_is_a_clear_error(tiny_cfg_module, tmp_path):
+def test_empty_dataset_is_a_clear_error(tiny_cfg, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    cfg = tiny_cfg_module("algo=dpo")
+    cfg = tiny_cfg("algo=dpo")
     with open_dict(cfg):
         cfg.data = {"source": "jsonl", "path": str(empty), "eval_fraction": 0.1, "seed": 0}
     with pytest.raises(ValueError, match="empty"):

@@ -202,3 +202,26 @@ def test_reward_hacking_monitor_fires_only_when_gold_falls_while_proxy_rises():
     assert len(fired) == 1 and 12 <= fired[0] <= 20 and m.fired_at == fired[0]
     assert feed(proxy, [0.05 * s for s in steps])[0] == []  # both rise: fine
     assert feed([-0.1 * s for s in steps], gold_up_then_down)[0] == []  # proxy falls too: not hacking
+
+
+def test_ppo_with_trained_reward_model_and_rm_critic(tiny_cfg, tmp_path):
+    db = tmp_path / "mlflow.db"
+    cfg = tiny_cfg(*PPO_TINY, "algo.reward=rm", "algo.critic=rm", "reward_model.steps=10",
+                   "data.n_train=64", "data.n_eval=32", "reward_model.norm_samples=64", mlflow_db=db)
+    meta = pipeline.run_job(cfg, tmp_path / "out")
+    runs = _runs(db)
+    row = runs[runs["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
+    rm_run = runs[runs["tags.rlhf_lab.stage"] == "rm"]
+    assert row["status"] == "FINISHED" and row["tags.rlhf_lab.upstream.rm"] == rm_run.iloc[0]["run_id"]
+    assert "eval/proxy_reward" in meta["eval"] and "proxy" in meta["summary"]
+    # the critic starts as the RM (InstructGPT): its head is the RM's, folded with the normalisation
+    from rlhf_lab import reward as R
+
+    scorer = R.load_scorer(cfg)
+    _, _, critic = ppo.build_models(cfg.algo, pipeline.ensure_sft(cfg), scorer.tokenizer, scorer)
+    w = scorer.members[0].score.weight[0] * scorer.gain * float(scorer.member_gain[0])
+    assert torch.allclose(critic.head.weight[0], w)
+    ids, mask = R.pad_right(R.encode_texts(scorer.tokenizer, ["how was the lamp ?"], ["it is great ."], [True], 64), 0)
+    h = critic.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+    v_last = critic.head(h[:, -1])[0, 0]  # the value read where the RM reads: the last token
+    assert v_last.item() == pytest.approx(scorer(["how was the lamp ?"], ["it is great ."], [True]).item(), abs=1e-4)

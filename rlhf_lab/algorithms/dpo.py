@@ -25,10 +25,9 @@ from typing import Callable
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES, preference_loss
+from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import warmup_then_linear
 from rlhf_lab.models.sampling import positions
 
@@ -235,10 +234,12 @@ class DPOModule(L.LightningModule):
         if not self._buffer or self.global_step - self._buffer_step >= every:
             self._buffer = refresh()
             self._buffer_step, self._pos = self.global_step, 0
-            self.log("online/n_pairs", float(len(self._buffer)))
+            m = {"online/n_pairs": float(len(self._buffer))}
             gold = [e["gold_agrees"] for e in self._buffer if e.get("gold_agrees") is not None]
             if gold:
-                self.log("online/label_gold_agreement", sum(gold) / len(gold))
+                m["online/label_gold_agreement"] = sum(gold) / len(gold)
+            if self.logger is not None:  # directly: self.log would repeat the value at every step
+                self.logger.log_metrics(m, step=self.global_step)
         if not self._buffer:
             return None
         if self._pos >= len(self._buffer):
@@ -390,13 +391,17 @@ def job(cfg: DictConfig, out_dir: Path):
     check_config(ac)
     if ac.online and cfg.data.source != "world":
         raise ValueError("algo.online=true labels new pairs with the world's labeler: it needs data=world")
-    scorer = None
-    if ac.get("proxy_rm"):
+    scorer, tags = None, {}
+    if ac.get("proxy_rm"):  # lazy: DPO needs no reward model; this only adds eval/proxy_reward
         try:
-            from rlhf_lab.reward import load_scorer
+            from rlhf_lab import reward as R
         except ImportError as err:
-            raise ImportError(f"algo.proxy_rm=true needs rlhf_lab.reward.load_scorer ({err}); set algo.proxy_rm=false") from err
-        scorer = load_scorer(cfg)
+            raise ImportError(f"algo.proxy_rm=true needs rlhf_lab.reward ({err}); set algo.proxy_rm=false") from err
+        scorer = R.load_scorer(cfg)
+        if hasattr(R, "ensure_rm"):
+            rm_run = P.cache_for(cfg).meta(Path(R.ensure_rm(cfg))).get("run_id")
+            if rm_run:
+                tags["rlhf_lab.upstream.rm"] = rm_run
 
     sft_path = P.ensure_sft(cfg)
     train_pairs, eval_pairs = ensure_preferences(cfg)
@@ -452,7 +457,8 @@ def job(cfg: DictConfig, out_dir: Path):
               "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex),
               "n_params": Fm.n_params(policy),
               "n_trainable": sum(p.numel() for p in policy.parameters() if p.requires_grad)}
-    with tracking.start_run(cfg, "dpo", params=params, tags={"rlhf_lab.upstream.sft": sft_run}) as run:
+    tags["rlhf_lab.upstream.sft"] = sft_run
+    with tracking.start_run(cfg, "dpo", params=params, tags=tags) as run:
         from torch.utils.data import DataLoader
 
         g = torch.Generator().manual_seed(seed)

@@ -509,6 +509,9 @@ def _peak_rss_mb() -> float:
 def job(cfg: DictConfig, out_dir: Path):
     from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
 
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # intentional: no dropout in PPO
     a = cfg.algo
     out_dir = Path(out_dir)
     sft_path = pipeline.ensure_sft(cfg)  # trains upstream stages first, each as its own run

@@ -1,0 +1,245 @@
+"""Sweeps as MLflow run groups: a Hydra callback that makes each multirun a parent run.
+
+``conf/config.yaml`` registers :class:`MlflowSweepCallback` under ``hydra.callbacks``. In MULTIRUN mode:
+
+* ``on_multirun_start`` (in the launching process) creates the parent run (tag ``rlhf_lab.stage=sweep``,
+  ``rlhf_lab.study``, the command that reproduces the sweep as ``rlhf_lab.command``, the swept keys as
+  params) and hands its id to the jobs as the environment variable ``RLHF_LAB_PARENT_RUN_ID``, both in this
+  process (basic launcher, joblib workers started afterwards) and through ``hydra.job.env_set`` (which every
+  launcher applies around the job, also on a remote worker). :func:`rlhf_lab.tracking.start_run` then tags
+  each run of the job ``mlflow.parentRunId`` and logs the job's values of the swept keys as ``sweep.<key>``
+  params.
+* the task function (``rlhf_lab.cli``) catches a job's exception in MULTIRUN mode, logs it and records it
+  (:func:`record_failure`), so one failing job does not stop the others; its MLflow run is already marked
+  FAILED with the error by ``tracking.start_run``.
+* ``on_multirun_end`` ends the parent run FINISHED, or FAILED when a job failed (its failure record, or a
+  FAILED child run), prints which, and exits with status 1 in that case.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"
+SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
+STATE_ENV = "RLHF_LAB_SWEEP_STATE"
+
+
+def _plain_key(key: str) -> str:
+    return key.lstrip("+~")
+
+
+def swept_keys(sweeper_params: dict[str, Any] | None, overrides: list[str]) -> list[str]:
+    """Keys that take several values in this multirun (sweeper params, then command-line overrides win)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    items = [f"{k}={v}" for k, v in (sweeper_params or {}).items()] + list(overrides)
+    parsed = OverridesParser.create().parse_overrides(items)
+    final: dict[str, bool] = {}
+    for o in parsed:
+        key = _plain_key(o.get_key_element())
+        final.pop(key, None)  # keep the order of the last occurrence
+        final[key] = o.is_sweep_override()
+    return [k for k, is_sweep in final.items() if is_sweep]
+
+
+def sweep_command(overrides: list[str]) -> str:
+    return " ".join(["rlhf-lab", "-m", *(shlex.quote(o) for o in overrides)])
+
+
+def job_sweep_params(overrides: list[str]) -> dict[str, str]:
+    """The job's values of the swept keys (all its overrides when the swept keys are not known)."""
+    keys = os.environ.get(SWEPT_ENV)
+    wanted = set(filter(None, keys.split(","))) if keys is not None else None
+    out = {}
+    for o in overrides:
+        if "=" not in o:
+            continue
+        k, v = o.split("=", 1)
+        k = _plain_key(k)
+        if wanted is None or k in wanted:
+            out[f"sweep.{k}"] = v
+    return out
+
+
+def record_failure(cfg: DictConfig, err: BaseException) -> None:
+    """Log a job's exception (MULTIRUN) and leave a record for on_multirun_end; the sweep goes on."""
+    tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        num, overrides = hc.job.num, " ".join(hc.overrides.task)
+    except Exception:
+        num, overrides = os.getpid(), ""
+    log.error("rlhf-lab: job %s (%s) failed; the other jobs go on:\n%s", num, overrides, tb)
+    print(f"[rlhf-lab] job {num} FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+    state = os.environ.get(STATE_ENV)
+    if state:
+        try:
+            Path(state).mkdir(parents=True, exist_ok=True)
+            (Path(state) / f"failed_{num}.txt").write_text(f"{overrides}\n{tb}")
+        except OSError:
+            pass
+
+
+def _client(cfg: DictConfig):
+    from mlflow.tracking import MlflowClient
+
+    from rlhf_lab.tracking import tracking_uri
+
+    return MlflowClient(tracking_uri=tracking_uri(cfg))
+
+
+class MlflowSweepCallback(Callback):
+    """Parent MLflow run per multirun; jobs are its children (see the module docstring)."""
+
+    def __init__(self, enabled: bool = True, exit_nonzero_on_failure: bool = True) -> None:
+        self.enabled = enabled
+        self.exit_nonzero_on_failure = exit_nonzero_on_failure
+        self.run_id: str | None = None
+        self.state_dir: Path | None = None
+        self._saved_env: dict[str, str | None] = {}
+
+    # -- launching process --------------------------------------------------------------------------------
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.enabled:
+            return
+        from rlhf_lab.tracking import git_commit
+
+        overrides = list(config.hydra.overrides.task)
+        node = OmegaConf.select(config, "hydra.sweeper.params")
+        params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}
+        keys = swept_keys(params, overrides)
+        study = config.get("study")
+        command = sweep_command(overrides)
+        client = _client(config)
+        name = str(config.tracking.experiment) if config.get("tracking") else "rlhf-lab"
+        exp = client.get_experiment_by_name(name)
+        exp_id = exp.experiment_id if exp is not None else client.create_experiment(name)
+        tags = {"rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
+                "rlhf_lab.git_commit": git_commit(), "rlhf_lab.swept_keys": ",".join(keys)}
+        if study:
+            tags["rlhf_lab.study"] = str(study)
+        run = client.create_run(exp_id, run_name=f"sweep:{study or 'multirun'}", tags=tags)
+        self.run_id = run.info.run_id
+        self._client = client
+        flat = {"sweep.study": str(study), "sweep.command": command[:6000],
+                **{f"sweep.values.{_plain_key(k)}": str(v)[:6000] for k, v in (params or {}).items()}}
+        for o in overrides:
+            if "=" in o:
+                k, v = o.split("=", 1)
+                flat[f"sweep.values.{_plain_key(k)}"] = v[:6000]
+        client.log_batch(self.run_id, params=[_param(k, v) for k, v in flat.items()])
+        self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
+        env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir)}
+        for k, v in env.items():
+            self._saved_env[k] = os.environ.get(k)
+            os.environ[k] = v
+        # every launcher sets hydra.job.env_set around the job, also on a remote worker
+        with read_write(config.hydra.overrides.hydra), open_dict(config):
+            for k, v in env.items():
+                config.hydra.overrides.hydra.append(f"++hydra.job.env_set.{k}={_quote(v)}")
+        print(f"[rlhf-lab] sweep {study or ''}: parent MLflow run {self.run_id}; swept: {', '.join(keys) or '-'}")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if not self.enabled or self.run_id is None:
+            return
+        client = self._client
+        failed: dict[str, str] = {}
+        if self.state_dir is not None and self.state_dir.is_dir():
+            for f in sorted(self.state_dir.glob("failed_*.txt")):
+                failed[f"job {f.stem.split('_', 1)[1]}"] = f.read_text().splitlines()[0] if f.read_text() else ""
+        exp_id = client.get_run(self.run_id).info.experiment_id
+        children = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'",
+                                      max_results=5000)
+        for r in children:
+            if r.info.status == "FAILED":
+                failed.setdefault(f"run {r.info.run_id}", r.data.tags.get("rlhf_lab.overrides", ""))
+        n_failed_jobs = len([k for k in failed if k.startswith("job")]) or len(failed)
+        client.log_batch(self.run_id, metrics=[_metric("sweep/n_child_runs", len(children)),
+                                               _metric("sweep/n_failed", n_failed_jobs)])
+        status = "FAILED" if failed else "FINISHED"
+        if failed:
+            client.set_tag(self.run_id, "rlhf_lab.error", "; ".join(f"{k}: {v}" for k, v in failed.items())[:5000])
+        client.set_terminated(self.run_id, status=status)
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        print(f"[rlhf-lab] sweep {config.get('study') or ''}: parent run {self.run_id} {status} "
+              f"({len(children)} child runs" + (f"; failed: {', '.join(failed)})" if failed else ")"))
+        if failed and self.exit_nonzero_on_failure:
+            sys.stdout.flush()
+            raise SystemExit(1)
+
+
+def _quote(v: str) -> str:
+    return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _param(k: str, v: Any):
+    from mlflow.entities import Param
+
+    return Param(k[:250], str(v)[:6000])
+
+
+def _metric(k: str, v: float):
+    import time
+
+    from mlflow.entities import Metric
+
+    return Metric(k, float(v), int(time.time() * 1000), 0)
+
+
+# -- dry run -----------------------------------------------------------------------------------------------
+
+
+def plan(overrides: list[str], validate: bool = True) -> list[list[str]]:
+    """The jobs (override lists) that ``rlhf-lab -m <overrides>`` launches with the basic sweeper, each
+    composed once when ``validate`` (a bad key or option raises here, before any training)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    parser = OverridesParser.create()
+    fixed = [o for o, p in zip(overrides, parser.parse_overrides(list(overrides))) if not p.is_sweep_override()]
+    GlobalHydra.instance().clear()
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        cfg = compose("config", overrides=fixed, return_hydra_config=True)
+        node = OmegaConf.select(cfg, "hydra.sweeper.params")
+        params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}
+        items = [f"{k}={v}" for k, v in (params or {}).items()] + list(overrides)
+        jobs = BasicSweeper.split_arguments(parser.parse_overrides(items), None)[0]
+        if validate:
+            for job in jobs:
+                compose("config", overrides=job)
+    return jobs
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m rlhf_lab.sweeping sweep=ppo_beta_grid [overrides]``: list the jobs of a multirun."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    jobs = plan(args)
+    for i, job in enumerate(jobs):
+        print(f"#{i}: {' '.join(job)}")
+    print(f"{len(jobs)} jobs; launch with: {sweep_command(args)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -1,0 +1,164 @@
+"""rlhf-lab-report: Gao et al. 2022 fits, study reports and the claims report from a synthetic MLflow store."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from rlhf_lab import reports as R
+
+
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.3), (0.4, 0.1), (2.0, 1.2)])
+def test_fit_gao_rl_recovers_known_alpha_beta(alpha, beta):
+    d = np.linspace(0.05, 6.0, 40)
+    r = d * (alpha - beta * np.log(d))
+    a, b = R.fit_gao_rl(d, r)
+    assert a == pytest.approx(alpha, abs=1e-9) and b == pytest.approx(beta, abs=1e-9)
+    noisy = r + np.random.default_rng(0).normal(0, 0.01, size=len(d))
+    a, b = R.fit_gao_rl(np.r_[0.0, d], np.r_[0.0, noisy])  # d = 0 (the start) is skipped
+    assert a == pytest.approx(alpha, abs=0.05) and b == pytest.approx(beta, abs=0.03)
+    d_star, r_star = R.peak_rl(alpha, beta)
+    assert d_star == pytest.approx(math.exp(alpha / beta - 1))
+    grid = np.linspace(d_star * 0.5, d_star * 1.5, 2001)
+    assert grid[np.argmax(R.gao_rl(grid, alpha, beta))] == pytest.approx(d_star, rel=1e-3)
+    assert r_star == pytest.approx(float(R.gao_rl(d_star, alpha, beta)))
+
+
+def test_fit_gao_bon_recovers_known_alpha_beta():
+    d = np.sqrt([R.bon_kl(n) for n in (2, 4, 8, 16, 32, 64, 128, 256, 512)])
+    r = d * (0.9 - 0.2 * d)
+    a, b = R.fit_gao_bon(d, r)
+    assert a == pytest.approx(0.9, abs=1e-9) and b == pytest.approx(0.2, abs=1e-9)
+    assert R.peak_bon(0.9, 0.2) == pytest.approx((0.9 / 0.4, 0.81 / 0.8))
+
+
+def test_fits_degrade_to_nan_and_no_peak():
+    assert all(math.isnan(x) for x in R.fit_gao_rl([0.0, 1.0], [0.0, 0.5]))
+    assert R.peak_rl(0.5, -0.1)[0] == math.inf  # β ≤ 0: still rising
+
+
+# ------------------------------------------------------------------------------------------------------------
+# a synthetic store: the shape of the runs the sweeps log, with known outcomes
+
+
+def _log_run(client, exp, stage, study, params, curves, tags=None, status="FINISHED", parent=None):
+    from mlflow.entities import Metric, Param
+
+    t = {"rlhf_lab.stage": stage, "rlhf_lab.study": study, **(tags or {})}
+    if parent:
+        t["mlflow.parentRunId"] = parent
+    run = client.create_run(exp, tags=t)
+    rid = run.info.run_id
+    client.log_batch(rid, params=[Param(k, str(v)) for k, v in params.items()])
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, float(v), now, int(step)) for k, series in curves.items() for step, v in series]
+    for i in range(0, len(metrics), 500):
+        client.log_batch(rid, metrics=metrics[i:i + 500])
+    client.set_terminated(rid, status)
+    return rid
+
+
+def _ppo_curves(kl_final, alpha, beta_g, proxy_slope, steps=8, entropy_drop=0.0, length_gain=0.0, filler_gain=0.0):
+    out = {k: [] for k in R.HISTORY_KEYS}
+    for i in range(steps + 1):
+        s = i * 10
+        kl = kl_final * (i / steps) ** 1.5
+        d = math.sqrt(kl)
+        gold = -0.2 + (float(R.gao_rl(d, alpha, beta_g)) if d > 0 else 0.0)
+        out["eval/kl"].append((s, kl))
+        out["eval/gold_reward"].append((s, gold))
+        out["eval/proxy_reward"].append((s, proxy_slope * d))
+        out["eval/entropy"].append((s, 2.0 * (1 - entropy_drop * i / steps)))
+        out["eval/distinct_2"].append((s, 0.9 * (1 - entropy_drop * i / steps)))
+        out["eval/length"].append((s, 15 + length_gain * i / steps))
+        out["eval/filler_rate"].append((s, 0.1 + filler_gain * i / steps))
+    return out
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("report_store")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("rlhf-lab")
+    rm = {}
+    for size, n, acc in (("tiny", 3e4, 0.62), ("small", 1.3e5, 0.68), ("medium", 8e5, 0.72)):
+        rm[size] = _log_run(client, exp, "rm", "", {"n_params": int(n)},
+                            {"rm/accuracy": [(200, acc)], "rm/length_preference": [(200, 0.3)],
+                             "rm/filler_preference": [(200, 0.2)]})
+    parent = client.create_run(exp, tags={"rlhf_lab.stage": "sweep", "rlhf_lab.study": "ppo_beta_grid",
+                                          "rlhf_lab.command": "rlhf-lab -m sweep=ppo_beta_grid seed=0,1"}).info.run_id
+    common = {"labeler.length_bonus": 0.3, "labeler.filler_bonus": 0.0, "n_params": 130000, "kl.unit": "sequence",
+              "reward_model.source": "same"}
+    # fixed β: β=0 hacks (gold peaks then falls, proxy rises, entropy collapses), β=1 barely moves
+    fixed = {0.0: (40.0, 0.5, 0.25, 0.5, 0.6), 0.01: (12.0, 0.45, 0.15, 0.4, 0.1), 0.1: (4.0, 0.4, 0.1, 0.35, 0.05),
+             1.0: (0.01, 0.1, 0.1, 0.3, 0.0)}
+    for b, (kl, a, bg, slope, ent) in fixed.items():
+        for seed in (0, 1):
+            _log_run(client, exp, "ppo", "ppo_beta_grid",
+                     {**common, "kl.name": "fixed", "kl.beta": b, "seed": seed, "sweep.ppo_kl": f"fixed_{b:g}",
+                      "sweep.seed": seed},
+                     _ppo_curves(kl * (1 + 0.02 * seed), a, bg, slope, entropy_drop=ent, length_gain=6 * ent),
+                     tags={"rlhf_lab.upstream.rm": rm["small"]}, parent=parent)
+    for target in (1.0, 4.0):
+        _log_run(client, exp, "ppo", "ppo_beta_grid",
+                 {**common, "kl.name": "adaptive", "kl.beta": 0.1, "kl.target": target, "seed": 0,
+                  "sweep.ppo_kl": f"adaptive_{target:g}", "sweep.seed": 0},
+                 _ppo_curves(target * 1.1, 0.4, 0.1, 0.3), tags={"rlhf_lab.upstream.rm": rm["small"]}, parent=parent)
+    _log_run(client, exp, "ppo", "ppo_beta_grid", {**common, "sweep.ppo_kl": "fixed_0.3", "sweep.seed": 0}, {},
+             status="FAILED", tags={"rlhf_lab.error": "ValueError: boom"}, parent=parent)
+    for b, kl in ((0.03, 9.0), (0.1, 5.0), (0.3, 2.0), (1.0, 0.6)):
+        _log_run(client, exp, "dpo", "dpo_beta_grid", {"algo.beta": b, "seed": 0, "sweep.algo.beta": b},
+                 _ppo_curves(kl, 0.3, 0.1, 0.2))
+    for pol, pn in (("a_tiny", 3e4), ("a_small", 1.3e5), ("a_medium", 8e5)):
+        for size, drop in (("tiny", 0.35), ("small", 0.3), ("medium", 0.26)):
+            _log_run(client, exp, "ppo", "rm_size_vs_policy_size",
+                     {"n_params": int(pn), "kl.name": "fixed", "kl.beta": 0.01, "reward_model.arch.hidden": 64,
+                      "sweep.policy": pol, "sweep.rm_size": size, "seed": 0},
+                     _ppo_curves(20.0, 0.5, drop, 0.4), tags={"rlhf_lab.upstream.rm": rm[size]})
+    mlflow.set_tracking_uri(uri)
+    return uri
+
+
+def test_study_report_has_plots_tables_fits_and_the_command(store, tmp_path):
+    path = R.write_study_report("ppo_beta_grid", tmp_path / "reports", uri=store)
+    text = path.read_text()
+    out = path.parent
+    assert (out / "gold_vs_sqrt_kl.png").stat().st_size > 5000 and (out / "frontier.png").stat().st_size > 5000
+    assert "rlhf-lab -m sweep=ppo_beta_grid seed=0,1" in text  # reproduce: the parent run's command
+    assert "`ppo_kl=fixed_0`" in text and "`ppo_kl=adaptive_4`" in text
+    assert "seeds 0, 1" in text and " ± " in text  # mean ± spread over the two seeds
+    assert "FAILED: `ppo_kl=fixed_0.3`" in text and "boom" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `ppo_kl=fixed_0.1`"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[10].startswith("0.400") and cells[11].startswith("0.100")  # α, β of the known gold curve
+    assert cells[13].startswith("0.680")  # accuracy of the upstream RM run
+
+
+def test_rm_size_table_and_not_run_study(store, tmp_path):
+    text = R.write_study_report("rm_size_vs_policy_size", tmp_path / "r", uri=store).read_text()
+    assert "## RM size × policy size" in text
+    row = next(line for line in text.splitlines() if line.startswith("| a_small | medium"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[6] == "0.720" and cells[7] == "6.15"  # RM accuracy, RM/policy params
+    text = R.write_study_report("rm_source", tmp_path / "r", uri=store).read_text()
+    assert "Not run yet" in text and "rlhf-lab -m sweep=rm_source" in text
+
+
+def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
+    assert R.main(["--claims", "--uri", store, "--out", str(tmp_path / "reports")]) == 0
+    text = (tmp_path / "reports" / "claims.md").read_text()
+    verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip().strip("*")
+               for line in text.splitlines() if line.startswith("| C")}
+    assert verdict["C1"] == "holds" and verdict["C2"] == "holds" and verdict["C5"] == "holds"
+    assert verdict["C10"] == "holds" and verdict["C13"] == "holds" and verdict["C18"] == "holds"
+    assert verdict["C16"] == "not run yet" and verdict["C17"] == "not run yet"
+    assert verdict["C9"] in ("holds", "does not hold", "inconclusive at this scale")
+    assert "rlhf-lab -m sweep=ppo_beta_grid" in text
+    assert "C1" in capsys.readouterr().out

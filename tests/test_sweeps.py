@@ -1,0 +1,162 @@
+"""Canned studies (sweeps/), the MLflow parent/child grouping of a multirun, failure isolation, packaging."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import mlflow
+import pytest
+from hydra import compose, initialize_config_module
+
+from rlhf_lab import sweeping
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = ["ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds"]
+
+# smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job
+MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "eval.n_prompts=4",
+         "eval.every_n_steps=0", "eval.n_samples_logged=2", "generation.max_new_tokens=8",
+         "trainer.progress_bar=false", "trainer.log_every_n_steps=1", "trainer.max_steps=2"]
+
+
+def job_cfg(job: list[str]):
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        return compose("config", overrides=job)
+
+
+def test_every_study_file_is_a_global_package_with_a_study_name_and_sweeper_params():
+    for study in STUDIES:
+        text = (ROOT / "sweeps" / "sweep" / f"{study}.yaml").read_text()
+        assert text.startswith("# @package _global_"), study
+        assert f"study: {study}" in text and "sweeper:" in text and "params:" in text, study
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_each_study_expands_into_jobs_that_compose(study):
+    jobs = sweeping.plan([f"sweep={study}"])  # composes every job: a bad key or option raises
+    assert len(jobs) >= 3
+    cfg = job_cfg(jobs[0])
+    assert cfg.study == study
+
+
+def test_ppo_beta_grid_has_fixed_betas_including_zero_and_adaptive_targets():
+    jobs = sweeping.plan(["sweep=ppo_beta_grid"], validate=False)
+    settings = []
+    for job in jobs:
+        cfg = job_cfg(job)
+        assert cfg.algo.name == "ppo" and cfg.study == "ppo_beta_grid"
+        settings.append((cfg.kl.name, float(cfg.kl.beta) if cfg.kl.name == "fixed" else float(cfg.kl.target)))
+    fixed = sorted(v for n, v in settings if n == "fixed")
+    adaptive = sorted(v for n, v in settings if n == "adaptive")
+    assert fixed[0] == 0.0 and len(fixed) >= 5 and fixed[-1] / fixed[1] >= 100  # a log grid with β=0
+    assert len(adaptive) >= 3
+
+
+def test_other_studies_sweep_the_keys_they_name():
+    dpo = [job_cfg(j) for j in sweeping.plan(["sweep=dpo_beta_grid"], validate=False)]
+    assert {c.algo.name for c in dpo} == {"dpo"} and len({float(c.algo.beta) for c in dpo}) >= 4
+    grid = [job_cfg(j) for j in sweeping.plan(["sweep=rm_size_vs_policy_size"], validate=False)]
+    pairs = {(c.policy.arch.hidden, c.reward_model.arch.hidden) for c in grid}
+    assert len(pairs) == len(grid) >= 9 and {c.reward_model.source for c in grid} == {"same"}
+    src = [job_cfg(j) for j in sweeping.plan(["sweep=rm_source"], validate=False)]
+    assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for c in src} == {
+        ("same", 0.0), ("same", 0.2), ("different", 0.0), ("different", 0.2)}
+
+
+def test_inline_overrides_win_and_seeds_combine_with_a_study():
+    jobs = sweeping.plan(["sweep=ppo_beta_grid", "+ppo_kl=fixed_0,fixed_0.1", "trainer.max_steps=7"], validate=False)
+    assert len(jobs) == 2
+    cfgs = [job_cfg(j) for j in jobs]
+    assert [float(c.kl.beta) for c in cfgs] == [0.0, 0.1] and {c.trainer.max_steps for c in cfgs} == {7}
+    jobs = sweeping.plan(["sweep=[seeds,dpo_beta_grid]"], validate=False)
+    cfgs = [job_cfg(j) for j in jobs]
+    assert len(jobs) == 15 and {c.study for c in cfgs} == {"dpo_beta_grid"} and {c.seed for c in cfgs} == {0, 1, 2}
+
+
+def test_swept_keys_and_job_params():
+    keys = sweeping.swept_keys({"algo": "ppo", "+ppo_kl": "fixed_0,fixed_1"}, ["seed=0,1", "sweep=x", "algo=dpo"])
+    assert keys == ["ppo_kl", "seed"]
+    os.environ[sweeping.SWEPT_ENV] = "ppo_kl,seed"
+    try:
+        assert sweeping.job_sweep_params(["+ppo_kl=fixed_0", "seed=1", "sweep=x"]) == {
+            "sweep.ppo_kl": "fixed_0", "sweep.seed": "1"}
+    finally:
+        del os.environ[sweeping.SWEPT_ENV]
+
+
+def run_cli(*args, cwd, timeout=240):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    for k in ("MLFLOW_TRACKING_URI", sweeping.PARENT_ENV, sweeping.SWEPT_ENV, sweeping.STATE_ENV):
+        env.pop(k, None)
+    return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_parallel_multirun_is_one_parent_run_and_a_failing_job_does_not_stop_the_other(tmp_path):
+    # joblib launcher, 2 workers: the children (other processes) must see the parent run's id
+    r = run_cli("-m", "hydra/launcher=parallel", "algo=sft", *MICRO, "study=smoke", "sft.lr=0.001,-1", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr[-3000:]  # the sweep ran to its end, and says that a job failed
+    assert "job 1 FAILED: ValueError" in r.stderr and "rlhf-lab sft: done" in r.stdout
+    assert "(1 CPU threads)" in r.stdout  # 2 cores shared by 2 jobs
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
+    parents = runs[runs["tags.rlhf_lab.stage"] == "sweep"]
+    assert len(parents) == 1
+    parent = parents.iloc[0]
+    assert parent["status"] == "FAILED" and parent["tags.rlhf_lab.study"] == "smoke"
+    assert parent["tags.rlhf_lab.command"].startswith("rlhf-lab -m ") and "sft.lr=0.001,-1" in parent["tags.rlhf_lab.command"]
+    assert "job 1" in parent["tags.rlhf_lab.error"]
+    jobs = runs[runs["tags.rlhf_lab.stage"] == "sft"]
+    assert len(jobs) == 2
+    assert set(jobs["tags.mlflow.parentRunId"]) == {parent["run_id"]}
+    assert set(jobs["tags.rlhf_lab.study"]) == {"smoke"}
+    by_lr = {row["params.sweep.sft.lr"]: row for _, row in jobs.iterrows()}
+    assert by_lr["0.001"]["status"] == "FINISHED"
+    assert by_lr["-1"]["status"] == "FAILED" and "Invalid learning rate" in by_lr["-1"]["tags.rlhf_lab.error"]
+    # the upstream base model was trained once, as a child too
+    pre = runs[runs["tags.rlhf_lab.stage"] == "pretrain"]
+    assert len(pre) == 1 and pre.iloc[0]["tags.mlflow.parentRunId"] == parent["run_id"]
+
+
+def test_a_single_run_that_fails_exits_nonzero(tmp_path, monkeypatch, capsys):
+    # in-process (a subprocess would pay the imports again): Hydra reports the error and exits 1
+    from rlhf_lab import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["rlhf-lab", "algo.name=nope", f"hydra.run.dir={tmp_path / 'out'}",
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code == 1 and "nope" in capsys.readouterr().err
+
+
+def test_wheel_ships_the_sweeps(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    wheel = next(tmp_path.glob("rlhf_lab-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for study in STUDIES:
+        assert f"rlhf_lab/sweeps/sweep/{study}.yaml" in names
+    assert "rlhf_lab/sweeps/ppo_kl/fixed_0.yaml" in names and "rlhf_lab/sweeps/__init__.py" in names
+    assert "rlhf_lab/conf/hydra/launcher/parallel.yaml" in names and "rlhf_lab/reports.py" in names
+    entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "rlhf-lab-report = rlhf_lab.reports:main" in entry
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, PYTHONPATH=str(target))
+    code = ("import rlhf_lab.sweeping as s, rlhf_lab; assert rlhf_lab.__file__.startswith(%r); "
+            "print(len(s.plan(['sweep=ppo_beta_grid', 'hydra/launcher=parallel'])))" % str(target))
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "11"
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", "--cfg", "job", "sweep=rm_source"], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "study: rm_source" in r.stdout
