@@ -27,6 +27,7 @@ TINY = [
     "data.n_eval=60",
     "trainer.progress_bar=false",
     "trainer.log_every_n_steps=1",
+    "trainer.threads=1",  # tiny models gain nothing from a second thread, and lose a lot if a core is busy
 ]
 
 
@@ -59,6 +60,9 @@ def tiny_cfg(session_dir):
 
 @pytest.fixture(scope="session", autouse=True)
 def _quiet():
+    import torch
+
     from rlhf_lab.cli import _quiet_libraries
 
     _quiet_libraries()
+    torch.set_num_threads(1)

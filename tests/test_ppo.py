@@ -190,6 +190,19 @@ def test_config_errors_are_clear(tiny_cfg):
         ppo.build_models(cfg.algo, sft, F.load_tokenizer(sft), OtherTokRM())
 
 
+def test_reference_path_needs_the_policy_tokenizer(tiny_cfg, tmp_path):
+    cfg = tiny_cfg(*PPO_TINY)
+    sft = pipeline.ensure_sft(cfg)
+    tok = F.load_tokenizer(sft)
+    # claim C8: any checkpoint with the policy's tokenizer can be the reference (here: the SFT model itself)
+    _, ref, _ = ppo.build_models(tiny_cfg(*PPO_TINY, f"algo.reference.path={sft}").algo, sft, tok)
+    assert not any(p.requires_grad for p in ref.parameters())
+    other = F.train_tokenizer("a", ["the lamp is great .", "it works perfectly ."] * 50, 64)
+    other.save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match="different tokenizer than the policy"):
+        ppo.build_models(tiny_cfg(*PPO_TINY, f"algo.reference.path={tmp_path / 'other'}").algo, sft, tok)
+
+
 def test_reward_hacking_monitor_fires_only_when_gold_falls_while_proxy_rises():
     def feed(proxy, gold):
         m = RewardHackingMonitor(lambda t, p: None, gold_drop=0.2, window=3, warmup=3)

@@ -117,8 +117,8 @@ def test_same_and_different_source_rms_score_policy_samples(tiny_cfg):
         assert 0.4 < float(s.std()) < 2.0  # normalised scale
 
 
-def _compose_external(tiny_cfg, path: Path, *extra):
-    cfg = tiny_cfg(*extra)
+def _compose_external(tiny_cfg, path: Path, *extra, mlflow_db=None):
+    cfg = tiny_cfg(*extra, mlflow_db=mlflow_db)
     from omegaconf import OmegaConf, open_dict
 
     with open_dict(cfg):

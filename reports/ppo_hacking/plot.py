@@ -74,6 +74,17 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     fig.savefig(out / args.name, dpi=110)
     print(f"wrote {out / args.name}")
+    # gold reward against KL (Gao et al. 2022 plot gold against d = sqrt(KL)), one point per evaluation
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for label, rid in runs:
+        s, g = history(client, rid, "eval/gold_reward")
+        _, kl = history(client, rid, "eval/kl")
+        ax.plot([max(k, 0) ** 0.5 for k in kl], g, marker="o", ms=3, label=label)
+    ax.set_xlabel("sqrt(eval/kl)  (KL in nats per response)")
+    ax.set_ylabel("eval/gold_reward")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / args.name.replace(".png", "_gold_vs_kl.png"), dpi=110)
     print("| run | gold SFT → peak → final | proxy SFT → final | KL final (eval) | length final | filler final | distinct-2 final | hacking alarm |")
     print("|---|---|---|---|---|---|---|---|")
     for label, rid in runs:
