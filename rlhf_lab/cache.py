@@ -35,6 +35,16 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+_announced: set[str] = set()
+
+
+def announce_reuse(stage: str, what: str, path: Path) -> None:
+    """Say once per process that a cached artifact is reused (stages look their upstream up repeatedly)."""
+    if str(path) not in _announced:
+        _announced.add(str(path))
+        print(f"[rlhf-lab] {stage}: reusing cached {what} {path}")
+
+
 class ArtifactCache:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).expanduser().resolve()

@@ -59,9 +59,9 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     if meta.get("cache_path"):
         lines.append(f"  cached as  : {meta['cache_path']}")
     ev = meta.get("eval") or {}
-    if ev:
-        keys = [k for k in ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/length", "eval/filler_rate",
-                            "eval/distinct_2") if k in ev]
+    keys = [k for k in ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/length", "eval/filler_rate",
+                        "eval/distinct_2") if k in ev]
+    if keys:
         lines.append("  final eval : " + ", ".join(f"{k.split('/')[1]}={ev[k]:.3f}" for k in keys))
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab import data as D
 from rlhf_lab import tracking
-from rlhf_lab.cache import ArtifactCache
+from rlhf_lab.cache import ArtifactCache, announce_reuse
 from rlhf_lab.models import families as F
 
 
@@ -127,7 +127,7 @@ def ensure_pretrain(cfg: DictConfig, model_cfg: DictConfig) -> Path:
     spec = pretrain_spec(cfg, model_cfg)
     path, built = cache_for(cfg).get_or_build("pretrain", spec, lambda tmp: train_pretrain(cfg, model_cfg, tmp))
     if not built:
-        print(f"[rlhf-lab] pretrain: reusing cached base model {path}")
+        announce_reuse("pretrain", "base model", path)
     return path
 
 
@@ -163,7 +163,7 @@ def ensure_sft(cfg: DictConfig) -> Path:
     spec = sft_spec(cfg)
     path, built = cache_for(cfg).get_or_build("sft", spec, lambda tmp: train_sft(cfg, tmp, spec))
     if not built:
-        print(f"[rlhf-lab] sft: reusing cached SFT policy {path}")
+        announce_reuse("sft", "SFT policy", path)
     return path
 
 

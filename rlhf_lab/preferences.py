@@ -147,6 +147,7 @@ def ensure_preferences(cfg: DictConfig) -> tuple[list[PreferencePair], list[Pref
     """(train, eval) preference pairs for the configured `data` source; world pairs are cached."""
     if cfg.data.source != "world":
         return load_external(cfg)
+    from rlhf_lab.cache import announce_reuse
     from rlhf_lab.pipeline import cache_for
 
     spec = prefs_spec(cfg)
@@ -172,5 +173,5 @@ def ensure_preferences(cfg: DictConfig) -> tuple[list[PreferencePair], list[Pref
 
     path, built = cache_for(cfg).get_or_build("prefs", spec, build)
     if not built:
-        print(f"[rlhf-lab] prefs: reusing cached preference pairs {path}")
+        announce_reuse("prefs", "preference pairs", path)
     return load_pairs(path / "train.jsonl"), load_pairs(path / "eval.jsonl")

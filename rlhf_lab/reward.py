@@ -315,12 +315,13 @@ def rm_spec(cfg: DictConfig) -> dict:
 def ensure_rm(cfg: DictConfig) -> Path:
     """The cached RM folder for this config; trained first (as its own MLflow run) when missing."""
     from rlhf_lab.algorithms.rm import train_rm
+    from rlhf_lab.cache import announce_reuse
     from rlhf_lab.pipeline import cache_for
 
     spec = rm_spec(cfg)
     path, built = cache_for(cfg).get_or_build("rm", spec, lambda tmp: train_rm(cfg, tmp, spec))
     if not built:
-        print(f"[rlhf-lab] rm: reusing cached reward model {path}")
+        announce_reuse("rm", "reward model", path)
     return path
 
 
