@@ -516,8 +516,6 @@ def job(cfg: DictConfig, out_dir: Path):
     out_dir = Path(out_dir)
     sft_path = pipeline.ensure_sft(cfg)  # trains upstream stages first, each as its own run
     scorer, rm_run = load_reward(cfg)
-    if cfg.trainer.get("threads") is None and a.get("threads"):
-        torch.set_num_threads(int(a.threads))  # for PPO itself; an explicit trainer.threads wins
     steps = pipeline.job_steps(cfg, "ppo", a.steps)
     seed = pipeline.stage_seed(cfg, "ppo")
     L.seed_everything(seed, verbose=False)
