@@ -698,6 +698,8 @@ def claim_c9(s):
     dpo = [r for r in s["dpo_beta_grid"] if r.stage == "dpo"]
     if not dpo or not ppo:
         missing = [n for n, rs in (("ppo_beta_grid", ppo), ("dpo_beta_grid", dpo)) if not rs]
+        if any(s.get("_n_finished", {}).get(n) for n in missing):
+            return INCONCL, f"no finished runs with ≥ {MIN_EVALS} evaluations in " + " and ".join(missing)
         return NOT_RUN, "no finished runs of " + " and ".join(missing)
     rp = _spearman([r.fnum("kl.beta") for r in ppo], [r.slast("eval/kl") for r in ppo])
     rd = _spearman([r.fnum("algo.beta") for r in dpo], [r.slast("eval/kl") for r in dpo])
@@ -890,7 +892,7 @@ def evaluate_claims(uri: str | None = None, studies: dict[str, list[RunData]] | 
                                f"(need ≥ {MIN_EVALS})", INCONCL))
             continue
         try:
-            verdict, measured = fn({**studies, **long_enough})
+            verdict, measured = fn({**studies, **long_enough, "_n_finished": {n: len(v) for n, v in studies.items()}})
         except Exception as err:  # a verdict that cannot be computed is not a verdict
             verdict, measured = INCONCL, f"could not compute: {type(err).__name__}: {err}"
         out.append(Verdict(cid, text, cmd, measured or "no runs", verdict))
