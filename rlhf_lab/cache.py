@@ -86,6 +86,7 @@ class ArtifactCache:
                 if final.exists():  # a leftover without a spec file: never completed
                     shutil.rmtree(final)
                 os.replace(tmp, final)
+                _announced.add(str(final))  # built here: later look-ups in this process are no news
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
