@@ -806,6 +806,12 @@ def _source(runs, src, frac0: bool):
             and ((r.fnum("data.on_policy_fraction", 0.0) == 0) == frac0)]
 
 
+def _final_and_drop(runs) -> tuple[float, float]:
+    """Mean final gold reward of the runs, and mean drop of gold from its peak to the end."""
+    return (_mean(runs, lambda r: r.slast("eval/gold_reward")),
+            _mean(runs, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")))
+
+
 def claim_c16(s):
     runs = s["rm_source"]
     same, diff = _source(runs, "same", True), _source(runs, "different", True)
@@ -814,9 +820,7 @@ def claim_c16(s):
     if not same or not diff:
         return INCONCL, f"{len(same)} same-source and {len(diff)} different-source runs finished (need both)"
     tol = _tol(runs)
-    gs, gd = _mean(same, lambda r: r.slast("eval/gold_reward")), _mean(diff, lambda r: r.slast("eval/gold_reward"))
-    ds, dd = (_mean(same, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")),
-              _mean(diff, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")))
+    (gs, ds), (gd, dd) = _final_and_drop(same), _final_and_drop(diff)
     ss, sd = mean_spread([r.slast("eval/gold_reward") for r in same])[1], mean_spread([r.slast("eval/gold_reward") for r in diff])[1]
     m = (f"final gold same {fmt(gs)} (drop {fmt(ds)}, seed sd {fmt(ss)}) vs different {fmt(gd)} (drop {fmt(dd)}, "
          f"seed sd {fmt(sd)}); tolerance {fmt(tol)}")
@@ -835,9 +839,7 @@ def claim_c17(s):
     if not base or not mixed:
         return INCONCL, f"{len(base)} different-source runs without and {len(mixed)} with on-policy mixing finished (need both)"
     tol = _tol(runs)
-    gb, gm = _mean(base, lambda r: r.slast("eval/gold_reward")), _mean(mixed, lambda r: r.slast("eval/gold_reward"))
-    db, dm = (_mean(base, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")),
-              _mean(mixed, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")))
+    (gb, db), (gm, dm) = _final_and_drop(base), _final_and_drop(mixed)
     fr = sorted({r.value("data.on_policy_fraction") for r in mixed})
     m = (f"different-source RM: final gold {fmt(gb)} (drop {fmt(db)}) without vs {fmt(gm)} (drop {fmt(dm)}) with "
          f"on-policy fraction {', '.join(map(str, fr))}; tolerance {fmt(tol)}")
