@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import warmup_then_linear
-from rlhf_lab.models.sampling import positions
+from rlhf_lab.models.sampling import logprobs_from_logits, positions
 
 REFERENCE_MODES = ("copy", "lora_disabled", "precomputed")
 
@@ -72,9 +72,8 @@ def pad_right(seqs: list[list[int]], n_prompt: list[int], pad_id: int) -> dict[s
 def sequence_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
     """Σ_t log π(y_t | x, y_<t) over the tokens where `loss_mask` is 1 (right-padded rows) -> [B]."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions(attention_mask)).logits
-    logits = logits[:, :-1].float()
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return (logp * loss_mask[:, 1:]).sum(-1)
+    # every token after the first is scored; loss_mask picks the response ones
+    return logprobs_from_logits(logits, 1, input_ids[:, 1:], loss_mask[:, 1:]).sum(-1)
 
 
 @torch.no_grad()
