@@ -12,11 +12,14 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 from filelock import FileLock
+
+from rlhf_lab.distributed import is_rank_zero, rank
 
 # Bump when a change to the code changes what an artifact with the same config contains.
 CACHE_VERSION = 1
@@ -69,11 +72,14 @@ class ArtifactCache:
     ) -> tuple[Path, bool]:
         """Return (path, built). `build(tmp_dir)` writes the artifact into tmp_dir and may return metadata.
 
-        Holds the key's lock while building; a second process waits, then finds the artifact.
+        Holds the key's lock while building; a second process waits, then finds the artifact. In a
+        multi-process job only rank 0 builds; the other ranks wait until the artifact is there.
         """
         final = self.path(stage, spec)
         if (final / SPEC_FILE).exists():
             return final, False
+        if not is_rank_zero():
+            return self._wait_for(final, stage), False
         with self._lock(final):
             if (final / SPEC_FILE).exists():
                 return final, False
@@ -91,6 +97,12 @@ class ArtifactCache:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
         return final, True
+
+    def _wait_for(self, final: Path, stage: str, poll_s: float = 1.0) -> Path:
+        print(f"[rlhf-lab] rank {rank()}: waiting for rank 0 to build the {stage} artifact {final}")
+        while not (final / SPEC_FILE).exists():
+            time.sleep(poll_s)
+        return final
 
     def publish(self, stage: str, spec: dict[str, Any], src: Path, meta: dict[str, Any]) -> Path:
         """Copy a finished artifact folder into the cache unless the key is already there."""

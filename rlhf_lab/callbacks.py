@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 import lightning as L
-import mlflow
-
+from rlhf_lab import tracking
 from rlhf_lab.tracking import log_samples_table
 
 
@@ -33,7 +32,7 @@ class PeriodicEval(L.Callback):
             return
         self._done_steps.add(step)
         metrics, rows = self.evaluate()
-        mlflow.log_metrics(metrics, step=step)
+        tracking.log_metrics(metrics, step=step)
         log_samples_table([dict(r, step=step) for r in rows], f"samples/step_{step:06d}.json")
         if not self.first:
             self.first = metrics
@@ -103,7 +102,7 @@ class RewardHackingMonitor(L.Callback):
             return
         step, proxy, gold = sig
         fire = self.update(step, float(proxy), float(gold))
-        mlflow.log_metrics({"hacking/gold_drop": self.best_gold - self.gold_ema,
+        tracking.log_metrics({"hacking/gold_drop": self.best_gold - self.gold_ema,
                             "hacking/proxy_gain": self.proxy_ema - self.proxy_at_best,
                             "hacking/alarm": float(self.fired_at is not None)}, step=step)
         if fire:
@@ -112,9 +111,9 @@ class RewardHackingMonitor(L.Callback):
             event = {"event": "reward_hacking", "step": step, "proxy_ema": self.proxy_ema, "gold_ema": self.gold_ema,
                      "best_gold_ema": self.best_gold, "proxy_ema_at_best_gold": self.proxy_at_best,
                      "gold_drop_threshold": self.gold_drop}
-            mlflow.set_tag("rlhf_lab.reward_hacking", "true")
-            mlflow.set_tag("rlhf_lab.reward_hacking_step", str(step))
-            mlflow.log_dict(event, "events/reward_hacking.json")
+            tracking.set_tag("rlhf_lab.reward_hacking", "true")
+            tracking.set_tag("rlhf_lab.reward_hacking_step", str(step))
+            tracking.log_dict(event, "events/reward_hacking.json")
             msg = (f"[rlhf-lab] reward hacking suspected at step {step}: proxy {self.proxy_at_best:.3f} -> "
                    f"{self.proxy_ema:.3f} (rising) while gold fell {self.best_gold:.3f} -> {self.gold_ema:.3f}")
             warnings.warn(msg, RuntimeWarning, stacklevel=1)

@@ -43,6 +43,9 @@ def set_threads(cfg: DictConfig) -> int:
             n = max(1, n // max(1, n_jobs if n_jobs > 0 else n))
         except Exception:
             pass
+        from rlhf_lab.distributed import n_processes
+
+        n = max(1, n // n_processes(cfg))  # and among the job's own processes (trainer=ddp_cpu)
     torch.set_num_threads(int(n))
     return int(n)
 

@@ -12,16 +12,17 @@ Seeds: the job uses the top-level ``seed``; an upstream stage uses its own group
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import lightning as L
-import mlflow
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab import data as D
+from rlhf_lab import distributed
 from rlhf_lab import tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
 from rlhf_lab.models import families as F
@@ -43,13 +44,32 @@ def stage_seed(cfg: DictConfig, stage: str, group: str | None = None) -> int:
     return int(cfg.seed) if job_stage(cfg) == stage else int(cfg[group or stage].seed)
 
 
-def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int) -> dict:
+def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str) -> dict:
+    """Lightning Trainer arguments for `stage`. Only the job stage runs on ``trainer.devices`` processes
+    with ``trainer.strategy``; upstream stages are built by one process (rlhf_lab/distributed.py)."""
     t = cfg.trainer
-    return dict(
-        max_steps=int(steps), accelerator=t.accelerator, devices=t.devices, precision=t.precision,
+    kw = dict(
+        max_steps=int(steps), accelerator=t.accelerator, devices=1, precision=t.precision,
         log_every_n_steps=int(t.log_every_n_steps), enable_checkpointing=False, enable_model_summary=False,
         default_root_dir=str(out_dir), num_sanity_val_steps=0, enable_progress_bar=bool(t.progress_bar),
     )
+    if job_stage(cfg) == stage and distributed.n_processes(cfg) > 1:
+        kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=_strategy(t),
+                  use_distributed_sampler=False)  # the loaders slice each global batch (GlobalBatchSampler)
+        kw["enable_progress_bar"] = kw["enable_progress_bar"] and distributed.is_rank_zero()
+    elif job_stage(cfg) == stage and t.get("strategy") not in (None, "auto"):
+        kw["strategy"] = _strategy(t)
+    return kw
+
+
+def _strategy(t: DictConfig):
+    """``trainer.strategy`` as Lightning takes it: a name, or a ``_target_`` config of a Strategy object."""
+    s = t.get("strategy", "auto")
+    if isinstance(s, DictConfig):
+        from hydra.utils import instantiate
+
+        return instantiate(s)
+    return str(s)
 
 
 def job_steps(cfg: DictConfig, stage: str, default: int) -> int:
@@ -87,28 +107,28 @@ def train_pretrain(cfg: DictConfig, model_cfg: DictConfig, out_dir: Path) -> dic
 
 
 def _fit_lm(cfg, stage, model, tok, examples, sc, steps, out_dir, params, module_cls, upstream=None) -> dict:
-    from torch.utils.data import DataLoader
-
     run_params = {"stage": stage, stage: _plain(sc), "world": _plain(cfg.world), "seed": stage_seed(cfg, stage),
                   "steps": steps, **params}
     tags = {f"rlhf_lab.upstream.{k}": v for k, v in (upstream or {}).items()}
     with tracking.start_run(cfg, stage, params=run_params, tags=tags) as run:
         g = torch.Generator().manual_seed(stage_seed(cfg, stage))
-        loader = DataLoader(examples, batch_size=int(sc.batch_size), shuffle=True, generator=g,
-                            collate_fn=D.collate_right(tok))
+        loader = distributed.loader(examples, int(sc.batch_size), g, D.collate_right(tok), key=f"{stage}.batch_size")
         module = module_cls(model, lr=float(sc.lr), weight_decay=float(sc.weight_decay),
                             warmup_steps=int(sc.warmup_steps), max_steps=steps)
         from rlhf_lab.callbacks import PeriodicEval
 
         ev = PeriodicEval(lambda: evaluate(cfg, model, tok), every_n_steps=int(cfg.eval.every_n_steps)
                           if job_stage(cfg) == stage else 0, at_start=job_stage(cfg) == stage)
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps), logger=tracking.lightning_logger(cfg), callbacks=[ev])
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage), logger=tracking.lightning_logger(cfg), callbacks=[ev])
         t0 = time.time()
         trainer.fit(module, loader)
+        distributed.check_in_sync(model, stage)
+        if not distributed.is_rank_zero():
+            return {"stage": stage}
         model.eval()
         tok.save_pretrained(out_dir)
         model.save_pretrained(out_dir)
-        mlflow.log_metric("time/train_s", time.time() - t0)
+        tracking.log_metric("time/train_s", time.time() - t0)
         return {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0,
                 "n_params": F.n_params(model)}
 
@@ -203,13 +223,24 @@ def _resolve_job(name: str):
 
 
 def run_job(cfg: DictConfig, out_dir: Path) -> dict:
+    """Run the job named by ``algo`` (on every rank when ``trainer.devices > 1``); returns rank 0's metadata."""
     name = job_stage(cfg)
     if name not in JOBS:
         raise ValueError(f"algo={name!r} is not a known algorithm; choose one of {sorted(JOBS)}")
     out_dir = Path(out_dir)
-    art = out_dir / "artifact"
+    try:
+        return distributed.launch(cfg, out_dir, _run_rank)
+    finally:
+        for scratch in out_dir.glob(".rank*"):  # the other ranks' throw-away outputs
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_rank(cfg: DictConfig, out_dir: Path) -> dict:
+    art = distributed.rank_out_dir(out_dir) / "artifact"
     art.mkdir(parents=True, exist_ok=True)
-    meta, publish = _resolve_job(name)(cfg, art)
+    meta, publish = _resolve_job(job_stage(cfg))(cfg, art)
+    if not distributed.is_rank_zero():
+        return meta
     if publish is not None:
         stage, spec = publish
         meta["cache_path"] = str(cache_for(cfg).publish(stage, spec, art, meta))

@@ -20,6 +20,8 @@ import mlflow
 from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
+from rlhf_lab.distributed import is_rank_zero
+
 DEFAULT_URI = "sqlite:///mlflow.db"
 
 
@@ -71,7 +73,13 @@ class RunLogger(MLFlowLogger):
 @contextlib.contextmanager
 def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: dict | None = None,
               tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
-    """Open an MLflow run for a stage with the shared params and tags (../shared/CONVENTIONS.md)."""
+    """Open an MLflow run for a stage with the shared params and tags (../shared/CONVENTIONS.md).
+
+    On a rank other than 0 of a multi-process job nothing is opened: it yields a stand-in whose
+    ``info.run_id`` is None, and the ``log_*`` functions below do nothing there."""
+    if not is_rank_zero():
+        yield _NoRun()
+        return
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
@@ -109,19 +117,57 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         mlflow.end_run(status="FINISHED")
 
 
-def lightning_logger(cfg: DictConfig) -> RunLogger:
+def lightning_logger(cfg: DictConfig) -> RunLogger | bool:
+    """Lightning's logger for the open run (False on ranks other than 0: they log nothing)."""
+    if not is_rank_zero():
+        return False
     run = mlflow.active_run()
     if run is None:
         raise RuntimeError("lightning_logger() needs an open run: call it inside tracking.start_run")
     return RunLogger(tracking_uri=tracking_uri(cfg), run_id=run.info.run_id)
 
 
+class _NoRun:
+    class info:  # noqa: N801
+        run_id = None
+
+
+# Logging calls for the code of a stage: MLflow's fluent functions on rank 0, nothing on other ranks.
+
+
+def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
+    if is_rank_zero():
+        mlflow.log_metrics(metrics, step=step)
+
+
+def log_metric(key: str, value: float, step: int | None = None) -> None:
+    if is_rank_zero():
+        mlflow.log_metric(key, value, step=step)
+
+
+def log_params(params: dict[str, Any]) -> None:
+    if is_rank_zero():
+        mlflow.log_params(params)
+
+
+def set_tag(key: str, value: str) -> None:
+    if is_rank_zero():
+        mlflow.set_tag(key, value)
+
+
+def log_dict(obj: dict, artifact_file: str) -> None:
+    if is_rank_zero():
+        mlflow.log_dict(obj, artifact_file)
+
+
 def log_config(cfg: DictConfig) -> None:
+    if not is_rank_zero():
+        return
     mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
 
 
 def log_samples_table(rows: list[dict[str, Any]], name: str = "samples.json") -> None:
-    if rows:
+    if rows and is_rank_zero():
         import pandas as pd
 
         mlflow.log_table(pd.DataFrame(rows), artifact_file=name)

@@ -27,6 +27,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from rlhf_lab import distributed
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import warmup_then_linear
 from rlhf_lab.models.sampling import logprobs_from_logits, positions
@@ -256,12 +257,13 @@ class DPOModule(L.LightningModule):
         loss, metrics = self.loss_and_metrics(batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite DPO loss ({loss.item()}) at step {self.global_step}; lower algo.lr")
-        self.log("loss/dpo", metrics.pop("loss/dpo"), prog_bar=True)
-        self.log_dict(metrics)
+        sync = dict(sync_dist=distributed.world_size() > 1)  # metrics: mean over ranks
+        self.log("loss/dpo", metrics.pop("loss/dpo"), prog_bar=True, **sync)
+        self.log_dict(metrics, **sync)
         if self._t is not None:
             dt = t0 - self._t
-            self.log("time/step_s", dt)
-            self.log("time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9))
+            self.log("time/step_s", dt, **sync)
+            self.log("time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **sync)
         self._t = t0
         return loss
 
@@ -388,6 +390,9 @@ def job(cfg: DictConfig, out_dir: Path):
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # the frozen reference
     ac = cfg.algo
     check_config(ac)
+    if ac.online and distributed.n_processes(cfg) > 1:
+        raise ValueError("algo.online=true is not supported with several processes (trainer.devices > 1): "
+                         "its generated pairs are not shared across ranks; run online DPO on one process")
     if ac.online and cfg.data.source != "world":
         raise ValueError("algo.online=true labels new pairs with the world's labeler: it needs data=world")
     scorer, tags = None, {}
@@ -458,34 +463,33 @@ def job(cfg: DictConfig, out_dir: Path):
               "n_trainable": sum(p.numel() for p in policy.parameters() if p.requires_grad)}
     tags["rlhf_lab.upstream.sft"] = sft_run
     with tracking.start_run(cfg, "dpo", params=params, tags=tags) as run:
-        from torch.utils.data import DataLoader
-
         g = torch.Generator().manual_seed(seed)
-        loader = DataLoader(train_ex, batch_size=int(ac.batch_size), shuffle=True, generator=g,
-                            collate_fn=collate_pairs(tok.pad_token_id), drop_last=len(train_ex) >= int(ac.batch_size))
+        loader = distributed.loader(train_ex, int(ac.batch_size), g, collate_pairs(tok.pad_token_id),
+                                    drop_last=len(train_ex) >= int(ac.batch_size), key="algo.batch_size")
         ev = PeriodicEval(evaluate, every_n_steps=int(cfg.eval.every_n_steps), at_start=True)
-        kw = P.trainer_kwargs(cfg, out_dir, steps)
+        kw = P.trainer_kwargs(cfg, out_dir, steps, "dpo")
         if ac.get("max_grad_norm") is not None:
             kw["gradient_clip_val"] = float(ac.max_grad_norm)
         trainer = L.Trainer(**kw, logger=tracking.lightning_logger(cfg), callbacks=[ev])
-        import mlflow
-
-        mlflow.log_metric("time/reference_precompute_s", t_pre)
+        tracking.log_metric("time/reference_precompute_s", t_pre)
         t0 = time.time()
         trainer.fit(module, loader)
         train_s = time.time() - t0
+        distributed.check_in_sync(module.model, "DPO policy")
+        if not distributed.is_rank_zero():  # rank 0 saves and logs
+            return {"stage": "dpo", "train_s": train_s}, None
         model = module.model
         if hasattr(model, "merge_and_unload"):  # save a plain causal LM: downstream stages load it as any policy
             model = model.merge_and_unload()
         model.eval()
         tok.save_pretrained(out_dir)
         model.save_pretrained(out_dir)
-        mlflow.log_metric("time/train_s", train_s)
+        tracking.log_metric("time/train_s", train_s)
         start, last = ev.first, ev.last
         summary = {}
         if "eval/gold_reward" in start and "eval/gold_reward" in last:
             summary["gold"] = f"{start['eval/gold_reward']:.3f} (SFT, step 0) -> {last['eval/gold_reward']:.3f} (DPO)"
-            mlflow.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
+            tracking.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
         meta = {"run_id": run.info.run_id, "stage": "dpo", "eval": last, "eval_start": start, "train_s": train_s,
                 "reference": mode, "summary": summary}
     return meta, ("dpo", spec)

@@ -11,6 +11,8 @@ import time
 import lightning as L
 import torch
 
+from rlhf_lab.distributed import world_size
+
 
 def warmup_then_linear(opt, warmup: int, total: int):
     def f(step: int) -> float:
@@ -35,11 +37,12 @@ class CausalLMModule(L.LightningModule):
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite LM loss ({loss.item()}) at step {self.global_step}; lower the learning rate")
         n_tok = int((batch["labels"] != -100).sum())
-        self.log("loss/lm", loss, prog_bar=True)
+        sync = dict(sync_dist=world_size() > 1)  # metrics: mean over ranks
+        self.log("loss/lm", loss, prog_bar=True, **sync)
         if self._t is not None:
             dt = t0 - self._t
-            self.log("time/step_s", dt)
-            self.log("time/tokens_per_s", n_tok / max(dt, 1e-9))
+            self.log("time/step_s", dt, **sync)
+            self.log("time/tokens_per_s", n_tok / max(dt, 1e-9), **sync)
         self._t = t0
         return loss
 

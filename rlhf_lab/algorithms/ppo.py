@@ -41,13 +41,12 @@ from pathlib import Path
 from typing import Callable
 
 import lightning as L
-import mlflow
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
 from rlhf_lab import data as D
-from rlhf_lab import pipeline, tracking
+from rlhf_lab import distributed, pipeline, tracking
 from rlhf_lab.algorithms.rl_math import (
     AdaptiveKLController,
     FixedKLController,
@@ -298,11 +297,15 @@ class PPOModule(L.LightningModule):
         self.last_stats: dict[str, float] = {}
         self._rng_to_restore = None
         self._k = int(algo.samples_per_prompt)
-        self._B = int(algo.batch_size)
-        if self._B % self._k:
-            raise ValueError(f"algo.batch_size={self._B} must be a multiple of algo.samples_per_prompt={self._k}")
+        self._world = distributed.world_size()  # algo.batch_size is global: each rank rolls out its share
+        B = int(algo.batch_size)
+        if B % (self._k * self._world):
+            raise ValueError(f"algo.batch_size={B} must be a multiple of algo.samples_per_prompt={self._k}"
+                             + (f" times the number of processes ({self._world})" if self._world > 1 else ""))
+        self._B = B // self._world
         if self._B % int(algo.num_minibatches):
-            raise ValueError(f"algo.batch_size={self._B} must be a multiple of algo.num_minibatches")
+            raise ValueError(f"algo.batch_size={B} must be a multiple of algo.num_minibatches"
+                             + (f" times the number of processes ({self._world})" if self._world > 1 else ""))
         if critic is None and algo.baseline == "loo" and self._k < 2:
             raise ValueError("algo.critic=none with algo.baseline=loo (RLOO) needs algo.samples_per_prompt >= 2")
         if str(algo.kl_in) not in ("reward", "loss"):
@@ -322,6 +325,13 @@ class PPOModule(L.LightningModule):
 
     def train_dataloader(self):
         return torch.utils.data.DataLoader(_Forever(), batch_size=None)
+
+    def on_train_start(self):
+        if hasattr(self.scorer, "to"):  # the RM is not a submodule: follow the policy's device
+            self.scorer.to(self.device)
+        r = distributed.rank()
+        if r > 0:  # its own sampling stream (rank 0 keeps the single-process one)
+            torch.manual_seed(torch.initial_seed() + 1_000_003 * r)
 
     # -- forward passes ------------------------------------------------------------------------
     def policy_forward(self, q_ids, q_mask, r_ids, r_mask):
@@ -362,10 +372,11 @@ class PPOModule(L.LightningModule):
 
         with torch.no_grad():
             # 2. score: r(x, y), shaped
-            scores = self.scorer(prompts, ro.responses, ro.ended).float().reshape(-1)
+            dev = mask.device
+            scores = self.scorer(prompts, ro.responses, ro.ended).float().reshape(-1).to(dev)
             check_finite("reward-model score", scores, step)
             gold = torch.tensor([gold_reward(p, r, e, self.gold_w) for p, r, e in zip(prompts, ro.responses, ro.ended)])
-            not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended])
+            not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended], device=dev)
             shaped = scores - float(a.length_penalty) * lengths - float(a.missing_eos_penalty) * not_ended
             if a.get("reward_clip"):
                 shaped = shaped.clamp(-float(a.reward_clip), float(a.reward_clip))
@@ -438,7 +449,8 @@ class PPOModule(L.LightningModule):
         # 7. adapt β from the KL measured in the controller's unit
         kl_seq = masked_sum(kl_t, mask, dim=1)
         measured_kl = kl_seq.mean().item() if self.kl_cfg.unit == "sequence" else masked_mean(kl_t, mask).item()
-        self.kl_ctl.update(measured_kl, n_steps=B)
+        measured_kl = distributed.all_reduce_mean({"kl": measured_kl})["kl"]  # one β on every rank
+        self.kl_ctl.update(measured_kl, n_steps=B * self._world)
         self.ppo_step += 1
 
         # statistics, x-axis = the PPO step just completed
@@ -473,9 +485,10 @@ class PPOModule(L.LightningModule):
         if self.critic is not None:
             stats["val/explained_variance"] = explained_variance(old_values, returns, mask)
             stats["val/mean"] = masked_mean(old_values, mask).item()
+        stats = distributed.all_reduce_mean(stats)  # the mean over ranks (the same keys on every rank)
         stats = {k: v for k, v in stats.items() if v == v or k == "val/explained_variance"}
         self.last_stats = stats
-        mlflow.log_metrics({k: v for k, v in stats.items() if math.isfinite(v)}, step=self.ppo_step)
+        tracking.log_metrics({k: v for k, v in stats.items() if math.isfinite(v)}, step=self.ppo_step)
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         every = int(self.a.get("checkpoint_every") or 0)
@@ -522,9 +535,10 @@ def job(cfg: DictConfig, out_dir: Path):
     tok = F.load_tokenizer(sft_path, "policy.name_or_path")
     policy, reference, critic = build_models(a, sft_path, tok, scorer)
     n_prompts = int(a.batch_size) // int(a.samples_per_prompt)
+    rank, world = distributed.rank(), distributed.world_size()
 
-    def prompt_fn(step: int) -> list[str]:  # a fresh, seeded prompt stream per PPO step
-        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts)
+    def prompt_fn(step: int) -> list[str]:  # a fresh, seeded prompt stream per PPO step; each rank its share
+        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts)[rank::world]
 
     module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation,
                        D.gold_weights(cfg), checkpoint_dir=out_dir)
@@ -552,18 +566,21 @@ def job(cfg: DictConfig, out_dir: Path):
             if m.last_stats else None,
             gold_drop=float(hm.gold_drop), window=int(hm.window), warmup=int(hm.warmup),
             enabled=bool(hm.enabled) and a.reward == "rm")
-        trainer = L.Trainer(**pipeline.trainer_kwargs(cfg, out_dir, steps * module.updates_per_step),
+        trainer = L.Trainer(**pipeline.trainer_kwargs(cfg, out_dir, steps * module.updates_per_step, "ppo"),
                             logger=tracking.lightning_logger(cfg), callbacks=[ev, monitor])
-        mlflow.log_metrics(mem, step=0)
+        tracking.log_metrics(mem, step=0)
         t0 = time.time()
         trainer.fit(module, ckpt_path=a.get("resume_from") or None)
         train_s = time.time() - t0
-        trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))
+        trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))  # every rank: Lightning synchronises, rank 0 writes
+        distributed.check_in_sync(module, "PPO policy and critic")
+        if not distributed.is_rank_zero():  # rank 0 saves and logs
+            return {"stage": "ppo", "train_s": train_s}, None
         final = unwrap(policy.merge_and_unload()) if a.shared_base else policy
         tok.save_pretrained(out_dir)
         final.save_pretrained(out_dir)
         peak = _peak_rss_mb()
-        mlflow.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
+        tracking.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
         first, last = ev.first, ev.last
         g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
         summary = {

@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 
 import lightning as L
-import mlflow
 import torch
 from omegaconf import DictConfig
 
-from rlhf_lab import tracking
+from rlhf_lab import distributed, tracking
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 from rlhf_lab.algorithms.lm import warmup_then_linear
 from rlhf_lab.reward import RewardScorer, encode_texts, pad_right, rm_forward
@@ -57,7 +56,7 @@ class RewardModelModule(L.LightningModule):
             raise FloatingPointError(f"non-finite RM loss ({loss.item()}) at step {self.global_step}; "
                                      "lower reward_model.lr")
         p = self.prefix
-        kw = dict(batch_size=B)
+        kw = dict(batch_size=B, sync_dist=distributed.world_size() > 1)  # metrics: mean over ranks
         self.log(f"{p}loss/rm", loss, prog_bar=True, **kw)
         self.log(f"{p}rewards/chosen", rc.detach().mean(), **kw)
         self.log(f"{p}rewards/rejected", rr.detach().mean(), **kw)
@@ -279,8 +278,6 @@ def _n_trainable(model) -> int:
 
 def train_rm(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     """Train the RM (all ensemble members) into out_dir as one MLflow run; returns metadata."""
-    from torch.utils.data import DataLoader
-
     from rlhf_lab import pipeline
     from rlhf_lab.models import families as F
     from rlhf_lab.preferences import ensure_preferences, validate_pairs
@@ -330,17 +327,20 @@ def train_rm(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                 model = _with_lora(model, rc)
             n_train_params = _n_trainable(model)
             g = torch.Generator().manual_seed(mseed)
-            loader = DataLoader(examples, batch_size=int(rc.batch_size), shuffle=True, generator=g,
-                                collate_fn=collate_pairs(tok.pad_token_id))
+            loader = distributed.loader(examples, int(rc.batch_size), g, collate_pairs(tok.pad_token_id),
+                                        key="reward_model.batch_size")
             module = RewardModelModule(model, lr=float(rc.lr), weight_decay=float(rc.weight_decay),
                                        warmup_steps=int(rc.warmup_steps), max_steps=steps, use_margin=bool(rc.margin),
                                        center_coef=float(rc.center_coef), prefix="" if i == 0 else f"member_{i}/")
-            trainer = L.Trainer(**pipeline.trainer_kwargs(cfg, out_dir, steps), logger=tracking.lightning_logger(cfg))
+            trainer = L.Trainer(**pipeline.trainer_kwargs(cfg, out_dir, steps, "rm"), logger=tracking.lightning_logger(cfg))
             trainer.fit(module, loader)
+            distributed.check_in_sync(model, f"reward model member {i}")
             if int(rc.lora_rank) > 0:
                 model = model.merge_and_unload()
             members.append(model.eval())
         train_s = time.time() - t0
+        if not distributed.is_rank_zero():  # rank 0 normalises, evaluates, saves and logs
+            return {"stage": "rm", "train_s": train_s}
 
         scorer = RewardScorer(members, tok, max_len=max_len)
         norm = normalization_set(train, int(rc.get("norm_samples") or 1024), seed)
@@ -355,8 +355,8 @@ def train_rm(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         metrics.update({"rm/gain": scorer.gain, "rm/bias": scorer.bias,
                         "rm/raw_mean": float(raw_stats["raw_mean"][0]), "rm/raw_std": float(raw_stats["raw_std"][0]),
                         "rm/train_on_policy_fraction": n_on / len(train), "time/train_s": train_s})
-        mlflow.log_metrics({k_: v for k_, v in metrics.items() if v == v}, step=steps)  # NaN-free
-        mlflow.log_params({"n_params": n_params, "n_trainable_params": n_train_params})
+        tracking.log_metrics({k_: v for k_, v in metrics.items() if v == v}, step=steps)  # NaN-free
+        tracking.log_params({"n_params": n_params, "n_trainable_params": n_train_params})
         tracking.log_samples_table(rows, "samples/rm_eval_pairs.json")
         keys = ("rm/accuracy", "rm/accuracy_gold", "rm/spearman_gold", "rm/length_preference", "rm/filler_preference")
         line = ", ".join(f"{q.split('/')[1]}={metrics[q]:.3f}" for q in keys if q in metrics)

@@ -60,6 +60,8 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
     if temperature < 0:
         raise ValueError(f"generation.temperature must be >= 0, got {temperature}")
     q_ids, q_mask = encode_prompts(tokenizer, prompts, max_prompt_len)
+    dev = next(model.parameters()).device
+    q_ids, q_mask = q_ids.to(dev), q_mask.to(dev)
     was_training = model.training
     model.eval()
     kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,

@@ -1,0 +1,212 @@
+"""Multi-process training: launching the ranks of one job, and what each rank may do.
+
+A job with ``trainer.devices > 1`` (``trainer=ddp_cpu``, ``trainer=ddp``, ...) runs as one process per
+device. Who starts them:
+
+- ``rlhf-lab trainer=ddp_cpu ...`` on one machine: :func:`launch` starts ranks 1..N-1 as child processes
+  (``multiprocessing`` spawn) with the job's resolved config, and runs rank 0 itself, all in the job's one
+  Hydra output folder;
+- ``torchrun`` or SLURM (``srun``): they set ``LOCAL_RANK``/``RANK``/``WORLD_SIZE`` (or ``SLURM_*``) and
+  every process runs ``rlhf-lab`` itself; :func:`launch` then starts nothing.
+
+Lightning's DDP strategy then joins the processes (gloo on CPU, NCCL on GPUs). The rules every stage follows:
+
+- only the job stage is distributed; upstream stages (base model, SFT, preference pairs, an upstream RM)
+  are built by rank 0 alone, single-process, while the other ranks wait for the artifact to appear in the
+  cache (``ArtifactCache.get_or_build``);
+- only rank 0 talks to MLflow (``tracking``), evaluates, saves the artifact and publishes it to the cache;
+  the other ranks write their throw-away outputs into ``<output>/.rank<r>``, removed at the end;
+- ``batch_size`` keys are global: each of N ranks trains on its 1/N slice of each global batch
+  (:class:`GlobalBatchSampler`), so a run on N processes sees the same batches as a run on one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+_ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+
+
+def rank() -> int:
+    """Global rank of this process (0 when not distributed)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    for var in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(var) is not None and (var != "SLURM_PROCID" or int(os.environ.get("SLURM_NTASKS", "1")) > 1):
+            return int(os.environ[var])
+    return 0
+
+
+def world_size() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    if os.environ.get("WORLD_SIZE"):
+        return int(os.environ["WORLD_SIZE"])
+    if os.environ.get("SLURM_NTASKS") and int(os.environ["SLURM_NTASKS"]) > 1:
+        return int(os.environ["SLURM_NTASKS"])
+    return 1
+
+
+def is_rank_zero() -> bool:
+    return rank() == 0
+
+
+def n_processes(cfg: DictConfig) -> int:
+    """Processes per node the trainer config asks for (1 unless ``devices`` > 1 with a DDP-type strategy)."""
+    t = cfg.trainer
+    devices = t.get("devices", 1)
+    if devices in (None, "auto"):
+        return 1
+    if devices == -1:
+        devices = torch.cuda.device_count() if t.get("accelerator") in ("gpu", "cuda") else (os.cpu_count() or 1)
+    if isinstance(devices, (list, tuple)) or OmegaConf.is_list(devices):
+        devices = len(devices)
+    n = int(devices)
+    if n > 1 and str(t.get("strategy", "auto")) in ("auto", "single_device"):
+        raise ValueError(f"trainer.devices={n} needs a multi-process strategy: set trainer.strategy=ddp "
+                         "(or use the presets trainer=ddp_cpu / ddp / fsdp / deepspeed)")
+    return n * int(t.get("num_nodes", 1) or 1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(cfg_yaml: str, out_dir: str, local_rank: int, env: dict, threads: int, target: Callable) -> None:
+    os.environ.update(env)
+    os.environ["LOCAL_RANK"] = os.environ["RANK"] = str(local_rank)
+    from rlhf_lab.cli import _quiet_libraries
+
+    _quiet_libraries()
+    torch.set_num_threads(threads)
+    try:
+        target(OmegaConf.create(cfg_yaml), Path(out_dir))
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], dict]) -> dict:
+    """Run ``target(cfg, out_dir)`` on every rank of the job; returns rank 0's result.
+
+    Starts the other local ranks when nothing else (torchrun, SLURM) has; with one process it is a plain call.
+    """
+    n = n_processes(cfg)
+    external = os.environ.get("LOCAL_RANK") is not None or world_size() > 1
+    if n <= 1 or external:
+        return target(cfg, out_dir)
+    if int(cfg.trainer.get("num_nodes", 1) or 1) > 1:
+        raise ValueError("trainer.num_nodes > 1: start one rlhf-lab per node with torchrun or srun (SLURM); "
+                         "rlhf-lab starts the ranks itself only on one machine")
+    import multiprocessing as mp
+
+    env = {"WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "NODE_RANK": "0"}
+    cfg_yaml = OmegaConf.to_yaml(cfg, resolve=True)  # resolved here: the children have no Hydra context
+    ctx = mp.get_context("spawn")
+    children = [ctx.Process(target=_child, args=(cfg_yaml, str(out_dir), r, env, torch.get_num_threads(), target), daemon=False)
+                for r in range(1, n)]
+    saved = {k: os.environ.get(k) for k in _ENV}
+    os.environ.update(env)
+    os.environ["LOCAL_RANK"] = os.environ["RANK"] = "0"
+    try:
+        for c in children:
+            c.start()
+        result = target(cfg, out_dir)
+        for c in children:
+            c.join()
+        failed = [(i + 1, c.exitcode) for i, c in enumerate(children) if c.exitcode != 0]
+        if failed:
+            raise RuntimeError(f"rank(s) {failed} of the job exited with an error (exit codes); see their output above")
+        return result
+    finally:
+        for c in children:
+            if c.is_alive():
+                c.kill()
+        if torch.distributed.is_initialized():  # the next job of a sweep may start its own group
+            torch.distributed.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def rank_out_dir(out_dir: Path) -> Path:
+    """Where this rank writes its artifact: the job's folder on rank 0, a scratch sub-folder elsewhere."""
+    if is_rank_zero():
+        return Path(out_dir)
+    d = Path(out_dir) / f".rank{rank()}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class GlobalBatchSampler(torch.utils.data.Sampler):
+    """Batches of ``batch_size`` examples (the global batch) in a seeded random order; each of the
+    ``world_size`` ranks yields its strided slice ``batch[rank::world_size]``.
+
+    With one process it yields exactly what ``DataLoader(shuffle=True, generator=g, batch_size=...)`` does,
+    so single-process results do not depend on whether the job could have been distributed.
+    """
+
+    def __init__(self, n: int, batch_size: int, generator: torch.Generator, drop_last: bool = False,
+                 rank_: int | None = None, world: int | None = None, key: str = "batch_size"):
+        self.world = world_size() if world is None else world
+        self.rank = rank() if rank_ is None else rank_
+        if batch_size % self.world:
+            raise ValueError(f"{key}={batch_size} is the global batch and must be a multiple of the number of "
+                             f"processes ({self.world}); set {key} to a multiple of {self.world}")
+        self.batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(range(n), generator=generator),
+                                                     batch_size, drop_last)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for b in self.batches:
+            yield b[self.rank :: self.world]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def loader(examples, batch_size: int, generator: torch.Generator, collate_fn, drop_last: bool = False,
+           key: str = "batch_size") -> torch.utils.data.DataLoader:
+    """A training DataLoader over ``examples`` with a global ``batch_size`` (see :class:`GlobalBatchSampler`)."""
+    sampler = GlobalBatchSampler(len(examples), batch_size, generator, drop_last, key=key)
+    # the generator also seeds the loader's base seed, as with shuffle=True: the same stream as a plain DataLoader
+    return torch.utils.data.DataLoader(examples, batch_sampler=sampler, collate_fn=collate_fn, generator=generator)
+
+
+def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
+    """The mean over ranks of each value (same keys on every rank); identity when not distributed."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or world_size() == 1:
+        return values
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+    torch.distributed.all_reduce(t)
+    t /= world_size()
+    return dict(zip(keys, t.tolist()))
+
+
+def params_checksum(module: torch.nn.Module) -> torch.Tensor:
+    """Sum of |p| over the trainable parameters: equal on every rank when their gradients are in sync."""
+    with torch.no_grad():
+        return torch.stack([p.detach().double().abs().sum() for p in module.parameters() if p.requires_grad]).sum()
+
+
+def check_in_sync(module: torch.nn.Module, what: str) -> None:
+    """Raise if the trainable parameters differ across ranks (e.g. gradients that were not all-reduced)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or world_size() == 1:
+        return
+    c = params_checksum(module).reshape(1)
+    lo, hi = c.clone(), c.clone()
+    torch.distributed.all_reduce(lo, op=torch.distributed.ReduceOp.MIN)
+    torch.distributed.all_reduce(hi, op=torch.distributed.ReduceOp.MAX)
+    if (hi - lo).abs().item() > 1e-6 * max(1.0, abs(hi.item())):
+        raise RuntimeError(f"{what}: parameters differ across ranks after training ({lo.item()} vs {hi.item()}); "
+                           "gradients were not synchronised")
