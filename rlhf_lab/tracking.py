@@ -110,10 +110,12 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     except BaseException as err:
         msg = f"{type(err).__name__}: {err}"
         with contextlib.suppress(Exception):
+            mlflow.flush_async_logging()
             mlflow.set_tag("rlhf_lab.error", msg[:5000])
         mlflow.end_run(status="FAILED")
         raise
     else:
+        mlflow.flush_async_logging()
         mlflow.end_run(status="FINISHED")
 
 
@@ -135,9 +137,11 @@ class _NoRun:
 # Logging calls for the code of a stage: MLflow's fluent functions on rank 0, nothing on other ranks.
 
 
-def log_metrics(metrics: dict[str, float], step: int | None = None) -> None:
+def log_metrics(metrics: dict[str, float], step: int | None = None, synchronous: bool = True) -> None:
+    """``synchronous=False`` queues the write (a per-step log of a training loop need not wait for the
+    store); the queue is flushed when the run ends."""
     if is_rank_zero():
-        mlflow.log_metrics(metrics, step=step)
+        mlflow.log_metrics(metrics, step=step, synchronous=synchronous)
 
 
 def log_metric(key: str, value: float, step: int | None = None) -> None:

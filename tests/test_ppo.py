@@ -154,7 +154,7 @@ def test_non_finite_values_stop_the_run_and_mark_it_failed(tiny_cfg, tmp_path, m
         monkeypatch.setattr(ppo, "load_reward", lambda cfg: (lambda p, r, e: torch.full((len(p),), float("nan")), None))
         match = "non-finite reward-model score at PPO step 0"
     else:
-        real = ppo.logprobs_from_logits
+        real = ppo.token_logprobs
 
         def bad(*args, **kw):
             logp, ent = real(*args, **kw)
@@ -162,7 +162,7 @@ def test_non_finite_values_stop_the_run_and_mark_it_failed(tiny_cfg, tmp_path, m
             logp[0, 0] = float("-inf")
             return logp, ent
 
-        monkeypatch.setattr(ppo, "logprobs_from_logits", bad)
+        monkeypatch.setattr(ppo, "token_logprobs", bad)
         match = "non-finite policy log-prob at PPO step 0"
     with pytest.raises(FloatingPointError, match=match):
         pipeline.run_job(tiny_cfg(*PPO_TINY, mlflow_db=db), tmp_path / "out")

@@ -64,7 +64,7 @@ from rlhf_lab.algorithms.rl_math import (
 )
 from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models import families as F
-from rlhf_lab.models.sampling import logprobs_from_logits, positions, response_logprobs, sample
+from rlhf_lab.models.sampling import positions, response_logprobs, sample, token_logprobs
 from rlhf_lab.world import GoldWeights, gold_reward
 
 Scorer = Callable[[list[str], list[str], list[bool]], torch.Tensor]
@@ -79,14 +79,15 @@ def unwrap(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def lm_forward(model, input_ids, attention_mask):
-    """One pass of a causal LM returning (logits, last hidden state) — the hidden state feeds a shared
-    value head. Runs the backbone and the output embedding explicitly, so the hidden state is the
-    normalised one the LM head reads, whatever the architecture."""
+def lm_forward(model, input_ids, attention_mask, query_len: int):
+    """One pass of a causal LM returning (logits, last hidden state) at the positions that predict the
+    response tokens (``query_len - 1`` to the second last) — the hidden state feeds a shared value head.
+    Runs the backbone and the output embedding explicitly, so the hidden state is the normalised one the
+    LM head reads, whatever the architecture; the head skips the prompt positions."""
     lm = unwrap(model)
     backbone = getattr(lm, lm.base_model_prefix)
     hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=positions(attention_mask)).last_hidden_state
+                      position_ids=positions(attention_mask)).last_hidden_state[:, query_len - 1 : -1]
     return lm.get_output_embeddings()(hidden), hidden
 
 
@@ -108,11 +109,12 @@ class ValueModel(nn.Module):
                 self.head.bias.zero_()
 
     def forward(self, input_ids, attention_mask, query_len: int, hidden=None):
-        """Values [B, T] of the states before each response token (aligned with response_logprobs)."""
+        """Values [B, T] of the states before each response token (aligned with response_logprobs).
+        ``hidden``: the policy's hidden states at those positions (shared-base mode), from ``lm_forward``."""
         if hidden is None:
             hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                                   position_ids=positions(attention_mask)).last_hidden_state
-        return self.head(hidden[:, query_len - 1 : -1]).squeeze(-1).float()
+                                   position_ids=positions(attention_mask)).last_hidden_state[:, query_len - 1 : -1]
+        return self.head(hidden).squeeze(-1).float()
 
 
 class AdapterDisabledReference:
@@ -337,9 +339,9 @@ class PPOModule(L.LightningModule):
     def policy_forward(self, q_ids, q_mask, r_ids, r_mask):
         """(log π_θ(y_t), entropy_t, V(s_t) or None) in one pass of the policy (and critic)."""
         ids, attn = torch.cat([q_ids, r_ids], 1), torch.cat([q_mask, r_mask], 1)
-        logits, hidden = lm_forward(self.policy, ids, attn)
-        logp, ent = logprobs_from_logits(logits, q_ids.shape[1], r_ids, r_mask, self.gen.temperature or 1.0,
-                                         with_entropy=True)
+        logits, hidden = lm_forward(self.policy, ids, attn, q_ids.shape[1])
+        logp, ent = token_logprobs(logits, r_ids, r_mask, self.gen.temperature or 1.0, with_entropy=True,
+                                   entropy_grad=bool(float(self.a.entropy_coef)))  # else a metric only
         values = None
         if self.critic is not None:
             shared = hidden if self.critic.backbone is None else None
@@ -375,6 +377,7 @@ class PPOModule(L.LightningModule):
             dev = mask.device
             scores = self.scorer(prompts, ro.responses, ro.ended).float().reshape(-1).to(dev)
             check_finite("reward-model score", scores, step)
+            t_score = time.perf_counter() - t0 - t_rollout
             gold = torch.tensor([gold_reward(p, r, e, self.gold_w) for p, r, e in zip(prompts, ro.responses, ro.ended)])
             not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended], device=dev)
             shaped = scores - float(a.length_penalty) * lengths - float(a.missing_eos_penalty) * not_ended
@@ -384,6 +387,7 @@ class PPOModule(L.LightningModule):
             # 3. log-probs under π_θ_old and π_ref, values
             old_logp, entropy, old_values = self.policy_forward(q_ids, q_mask, r_ids, mask)
             ref_logp = response_logprobs(self._reference, q_ids, q_mask, r_ids, mask, g.temperature or 1.0)
+            t_forward = time.perf_counter() - t0 - t_rollout - t_score
             check_finite("policy log-prob", old_logp, step, mask)
             check_finite("reference log-prob", ref_logp, step, mask)
             if old_values is not None:
@@ -478,7 +482,9 @@ class PPOModule(L.LightningModule):
             "objective/advantage_var": advantage_var,
             **{k: sum(v) / len(v) for k, v in acc.items()},
             "time/step_s": dt,
-            "time/rollout_s": t_rollout,
+            "time/rollout_s": t_rollout,  # generation
+            "time/score_s": t_score,  # the reward model on the decoded responses
+            "time/forward_s": t_forward,  # log π_θ_old, values, log π_ref
             "time/update_s": t_update,
             "time/tokens_per_s": lengths.sum().item() / max(dt, 1e-9),
         }
@@ -488,7 +494,8 @@ class PPOModule(L.LightningModule):
         stats = distributed.all_reduce_mean(stats)  # the mean over ranks (the same keys on every rank)
         stats = {k: v for k, v in stats.items() if v == v or k == "val/explained_variance"}
         self.last_stats = stats
-        tracking.log_metrics({k: v for k, v in stats.items() if math.isfinite(v)}, step=self.ppo_step)
+        finite = {k: v for k, v in stats.items() if math.isfinite(v)}
+        tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         every = int(self.a.get("checkpoint_every") or 0)

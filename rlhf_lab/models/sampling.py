@@ -89,24 +89,33 @@ def response_logprobs(model, query_ids, query_mask, response_ids, response_mask,
                       with_entropy: bool = False):
     """Per-token log π(y_t | x, y_<t) of the response tokens (logits divided by the sampling temperature).
 
-    Returns logp [B, T] (0 where the mask is 0) and, if asked, the per-token entropy [B, T].
+    Returns logp [B, T] (0 where the mask is 0) and, if asked, the per-token entropy [B, T]. The LM head
+    runs only at the T positions that predict response tokens (``logits_to_keep``), not over the prompt.
     """
     input_ids = torch.cat([query_ids, response_ids], dim=1)
     attn = torch.cat([query_mask, response_mask], dim=1)
-    logits = model(input_ids=input_ids, attention_mask=attn, position_ids=positions(attn)).logits
-    return logprobs_from_logits(logits, query_ids.shape[1], response_ids, response_mask, temperature, with_entropy)
+    T = response_ids.shape[1]
+    logits = model(input_ids=input_ids, attention_mask=attn, position_ids=positions(attn), logits_to_keep=T + 1).logits
+    return token_logprobs(logits[:, :-1], response_ids, response_mask, temperature, with_entropy)
 
 
 def logprobs_from_logits(logits, query_len: int, response_ids, response_mask, temperature: float = 1.0,
                          with_entropy: bool = False):
     """`response_logprobs` from the logits [B, P+T, V] of a forward pass over query + response."""
-    P = query_len
-    logits = logits[:, P - 1 : -1].float()
+    return token_logprobs(logits[:, query_len - 1 : -1], response_ids, response_mask, temperature, with_entropy)
+
+
+def token_logprobs(logits, token_ids, mask, temperature: float = 1.0, with_entropy: bool = False,
+                   entropy_grad: bool = True):
+    """log π of ``token_ids`` [B, T] from the logits [B, T, V] that predict them (0 where ``mask`` is 0),
+    and, if asked, the per-token entropy (without a gradient when ``entropy_grad`` is false: a metric only)."""
+    logits = logits.float()
     if temperature and temperature != 1.0:
         logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1) * response_mask
+    logp = logp_all.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1) * mask
     if not with_entropy:
         return logp
-    entropy = -(logp_all.exp() * logp_all).sum(-1) * response_mask
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
     return logp, entropy

@@ -1,0 +1,1 @@
+"""Speed benchmarks against Hugging Face TRL: ``python -m benchmarks.run`` (see benchmarks/README.md)."""

@@ -1,0 +1,176 @@
+"""Peak memory of PPO: four separate models (policy, frozen reference copy, critic with its own backbone, RM)
+against ``algo.shared_base=true`` (LoRA adapters on one base: the reference is the base with the adapters
+disabled, the critic a value head on the policy's hidden states; the RM stays a separate model).
+
+Each mode runs in a fresh subprocess (``python -m benchmarks.memory --worker ...``) that imports everything,
+sets up its MLflow store, pages in the kernels' code on a toy model, returns freed heap to the OS and resets
+the peak RSS to the current RSS (``malloc_trim``, ``/proc/self/clear_refs``), and records the peak RSS as
+its baseline; then it builds the models and runs a few PPO steps (``benchmarks.ppo.run_ours``, as in the
+breakdown). The peak RSS is ``VmHWM``: what ``getrusage(RUSAGE_SELF).ru_maxrss`` reports for a process
+that inherited no high-water mark from its parent. Reported: peak RSS − baseline, and
+``rlhf_lab.algorithms.ppo.model_bytes`` (the distinct parameter and buffer storages of the four roles). A
+larger preset than the other benchmarks' makes the weights, rather than the allocator's noise, visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import Section, table
+
+MODES = {"separate": ["algo.shared_base=false", "algo.critic=policy"],
+         "shared_base": ["algo.shared_base=true", "algo.critic=policy"]}
+
+
+def _rss_mb() -> float:
+    """Peak RSS of this process so far, MiB: the memory map's high-water mark ``VmHWM``.
+
+    ``getrusage(RUSAGE_SELF).ru_maxrss`` reports the same mark, but also keeps the high-water mark of the
+    parent's memory that a subprocess inherits across fork + exec (the parent here is the benchmark runner,
+    hundreds of MiB after the other benchmarks), so it is only the fallback where /proc is missing.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _reset_peak() -> bool:
+    """Return freed heap to the OS (malloc_trim) and reset the peak RSS to the current RSS (Linux
+    ``/proc/self/clear_refs`` ← 5), so that the later peak is measured from the live memory now, not from a
+    transient peak during the imports. False if the kernel does not allow it (the peak then includes that)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _warm_kernels(lm_dir: Path) -> None:
+    """Page in the code of the kernels PPO uses (forward, backward, AdamW, generate) on a toy model, so that the
+    baseline holds the libraries' code and the difference holds the models, optimizer states and activations."""
+    import torch
+
+    from rlhf_lab.models import families as Fm
+
+    tok = Fm.load_tokenizer(lm_dir)
+    toy = Fm.build_model("a", {"hidden": 32, "layers": 1, "heads": 4}, tok)
+    ids = torch.randint(4, len(tok), (2, 8))
+    opt = torch.optim.AdamW(toy.parameters())
+    toy(input_ids=ids).logits.log_softmax(-1).mean().backward()
+    opt.step()
+    with torch.no_grad():
+        toy.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=4,
+                     pad_token_id=tok.pad_token_id)
+    del toy, opt
+
+
+def worker(args: dict) -> dict:
+    """In a fresh process: baseline RSS after imports and a kernel warm-up, then peak RSS over a few PPO steps."""
+    from benchmarks import common as C
+
+    C.quiet()
+    C.set_threads(int(args["threads"]))
+    import lightning  # noqa: F401
+    import mlflow  # noqa: F401
+    import peft  # noqa: F401
+    import transformers  # noqa: F401
+
+    from benchmarks import ppo
+    from rlhf_lab.algorithms import ppo as _ppo  # noqa: F401
+    from rlhf_lab import reward as _reward  # noqa: F401
+
+    cfg = C.compose(args["overrides"])
+    ppo.mlflow_setup()
+    wm = C.WorldModel(Path(args["lm_dir"]), Path(args["rm_dir"]), 0, {})
+    _warm_kernels(wm.lm_dir)
+    import gc
+
+    gc.collect()
+    reset = _reset_peak()
+    base = _rss_mb()
+    t0 = time.time()
+    try:
+        out = ppo.run_ours(cfg, wm, int(args["steps"]), 1)
+    finally:
+        import shutil
+
+        for d in ppo._MLFLOW_DIR:
+            shutil.rmtree(d, ignore_errors=True)
+    return {"baseline_mb": base, "peak_mb": _rss_mb(), "peak_reset": reset, "model_bytes": out["model_bytes"],
+            "trainable_params": out["trainable_params"], "step_s": out["step"], "seconds": time.time() - t0}
+
+
+def measure(mode: str, overrides: list[str], lm_dir: Path, rm_dir: Path, steps: int, threads: int) -> dict:
+    args = {"overrides": overrides + MODES[mode], "lm_dir": str(lm_dir), "rm_dir": str(rm_dir), "steps": steps,
+            "threads": threads}
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--worker", json.dumps(args)], cwd=root, env=env,
+                       capture_output=True, text=True)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError(f"memory worker ({mode}) failed:\n{p.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def run(cfg_overrides: list[str], preset: str, steps: int, threads: int, work_dir: Path) -> Section:
+    from benchmarks import common as C
+
+    t_start = time.time()
+    overrides = cfg_overrides + [f"policy={preset}"]
+    cfg = C.compose(overrides)
+    wm = C.make_world_model(cfg, work_dir / f"memory_{preset}")
+    res = {mode: measure(mode, overrides, wm.lm_dir, wm.rm_dir, steps, threads) for mode in MODES}
+    rows = []
+    for mode, r in res.items():
+        rows.append([mode, r["peak_mb"] - r["baseline_mb"], r["model_bytes"] / 2**20, int(r["trainable_params"]),
+                     r["baseline_mb"], 1000 * r["step_s"]])
+    s, b = res["separate"], res["shared_base"]
+    d_sep, d_sh = s["peak_mb"] - s["baseline_mb"], b["peak_mb"] - b["baseline_mb"]
+    ratio_rss = d_sep / d_sh if d_sh > 0 else float("nan")
+    ratio_bytes = s["model_bytes"] / b["model_bytes"]
+    rows.append(["ratio separate/shared_base", ratio_rss, ratio_bytes, s["trainable_params"] / b["trainable_params"],
+                 float("nan"), s["step_s"] / b["step_s"]])
+    sec = Section("PPO peak memory: separate models vs shared base (LoRA)", __doc__.split("\n\n", 1)[1].strip())
+    sec.tables.append(table(["mode", "peak RSS − baseline (MiB)", "model_bytes (MiB)", "trainable params",
+                             "baseline RSS (MiB)", "ms/PPO step"], rows))
+    a = cfg.algo
+    if not all(r["peak_reset"] for r in res.values()):
+        sec.findings.append("the kernel did not allow resetting the peak RSS: the baseline is the peak after the "
+                            "imports")
+    sec.findings.append(f"settings: policy={preset} {wm.arch} ({wm.n_params} parameters), batch {int(a.batch_size)}, "
+                        f"{int(cfg.generation.max_new_tokens)} response tokens, LoRA r={int(a.lora.r)} "
+                        f"({a.lora.target_modules}), {steps} PPO steps per process (1 warm-up), "
+                        f"torch threads {threads}")
+    sec.seconds = time.time() - t_start
+    sec.data = {"ratio_rss": ratio_rss, "ratio_model_bytes": ratio_bytes, "res": res}
+    return sec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", required=True, help="JSON arguments (internal)")
+    print(json.dumps(worker(json.loads(ap.parse_args().worker))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""Scaling of our PPO step with the response length and the batch size.
+
+Our ``PPOModule`` as in the breakdown benchmark (``benchmarks.ppo.run_ours``), with every response forced to
+exactly ``generation.max_new_tokens`` tokens (EOS suppressed during sampling), for response lengths
+16 … 128 at the default batch size and for batch sizes 8 … 64 at the default response length. Per token
+means per generated token (batch × length); for generation also per decoding step (÷ length), which stays
+flat if the KV-cached sampler's cost grows linearly with the length.
+"""
+
+from __future__ import annotations
+
+import time
+
+from omegaconf import DictConfig, open_dict
+
+from benchmarks.common import Section, WorldModel, table
+
+
+def _with(cfg: DictConfig, max_new_tokens: int | None = None, batch_size: int | None = None) -> DictConfig:
+    c = cfg.copy()
+    with open_dict(c):
+        if max_new_tokens is not None:
+            c.generation.max_new_tokens = int(max_new_tokens)
+        if batch_size is not None:
+            c.algo.batch_size = int(batch_size)
+    return c
+
+
+def measure(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> dict:
+    from benchmarks.ppo import run_ours
+
+    return run_ours(cfg, wm, steps, warmup, force_full=True)
+
+
+def verdict(growth: float) -> str:
+    if growth < 0.9:
+        return ("at most linear: the per-step cost even falls with length, as the fixed costs of a generate call "
+                "(prefill, set-up) are spread over more steps")
+    if growth <= 1.3:
+        return "≈ linear growth of generation time with length"
+    return "super-linear: each decoding step gets slower as the sequence grows"
+
+
+def run(cfg: DictConfig, wm: WorldModel, lengths: list[int], batches: list[int], steps: int, warmup: int) -> Section:
+    t_start = time.time()
+    B0, T0 = int(cfg.algo.batch_size), int(cfg.generation.max_new_tokens)
+    sec = Section("PPO scaling with response length and batch size (ours)", __doc__.split("\n\n", 1)[1].strip())
+
+    len_rows, per_step = [], {}
+    for T in lengths:
+        r = measure(_with(cfg, max_new_tokens=T), wm, steps, warmup)
+        tok = B0 * T
+        per_step[T] = r["generation"] / T
+        len_rows.append([T, 1000 * r["step"], 1e6 * r["step"] / tok, 1000 * r["generation"],
+                         1e6 * r["generation"] / tok, 1000 * r["generation"] / T, 1000 * r["update"],
+                         100 * r["generation"] / r["step"]])
+    sec.tables.append(f"Response length (batch {B0}):\n\n" + table(
+        ["tokens", "step ms", "step µs/token", "generation ms", "gen µs/token", "gen ms/decoding step", "update ms",
+         "gen % of step"], len_rows))
+
+    b_rows = []
+    for B in batches:
+        r = measure(_with(cfg, batch_size=B), wm, steps, warmup)
+        tok = B * T0
+        b_rows.append([B, 1000 * r["step"], 1e6 * r["step"] / tok, 1000 * r["generation"], 1e6 * r["generation"] / tok,
+                       1000 * r["update"], 100 * r["generation"] / r["step"]])
+    sec.tables.append(f"Batch size ({T0} response tokens):\n\n" + table(
+        ["batch", "step ms", "step µs/token", "generation ms", "gen µs/token", "update ms", "gen % of step"], b_rows))
+
+    lo, hi = min(lengths), max(lengths)
+    growth = per_step[hi] / per_step[lo]
+    sec.findings.append(
+        f"generation time per decoding step at {hi} tokens / at {lo} tokens = **{growth:.2f}** "
+        f"({verdict(growth)})")
+    sec.findings.append(f"{steps} PPO steps per point of which {warmup} warm-up; medians over the timed steps")
+    sec.seconds = time.time() - t_start
+    sec.data = {"gen_step_growth": growth}
+    return sec
