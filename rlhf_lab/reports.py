@@ -225,6 +225,23 @@ def _parse_overrides(text: str) -> dict[str, str]:
     return out
 
 
+def _rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) -> dict | None:
+    """{"metrics", "params"} of the RM whose run is ``rm_id``, from the metadata its artifact keeps in the
+    cache (``RLHF_LAB_CACHE_DIR`` or ``.rlhf_lab_cache``), for an RM tracked in another MLflow store."""
+    import json
+
+    root = Path(root or os.environ.get("RLHF_LAB_CACHE_DIR") or ".rlhf_lab_cache") / "rm"
+    for meta_file in sorted(root.glob("*/rlhf_lab_meta.json")):
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("run_id") == rm_id:
+            return {"metrics": dict(meta.get("eval") or {}), "params": {"n_params": str(meta.get("n_params", "nan"))},
+                    "run_id": rm_id, "from": str(meta_file.parent)}
+    return None
+
+
 def load_study(study: str, uri: str | None = None, client=None) -> tuple[list[RunData], list[Any]]:
     """(the study's policy runs, its sweep parent runs) from MLflow; all statuses."""
     import mlflow
@@ -253,8 +270,8 @@ def load_study(study: str, uri: str | None = None, client=None) -> tuple[list[Ru
                     rr = client.get_run(rm_id)
                     rm_cache[rm_id] = {"metrics": dict(rr.data.metrics), "params": dict(rr.data.params),
                                        "run_id": rm_id}
-                except Exception:
-                    rm_cache[rm_id] = {"run_id": rm_id}
+                except Exception:  # the RM was trained against another store: its cached artifact's metadata
+                    rm_cache[rm_id] = _rm_from_artifact_cache(rm_id) or {"run_id": rm_id}
             rd.rm = rm_cache[rm_id]
         sweep = {k[len("sweep."):]: v for k, v in rd.params.items() if k.startswith("sweep.")}
         setting = sweep or _parse_overrides(rd.tags.get("rlhf_lab.overrides", ""))
@@ -769,8 +786,11 @@ def claim_c13(s):
             largest_drops.append(float(np.mean([d for x, d in zip(rm_n, drops) if x == big])))
     rho = float(np.nanmean(rhos)) if any(math.isfinite(x) for x in rhos) else float("nan")
     ld = float(np.mean(largest_drops)) if largest_drops else float("nan")
-    m = f"mean over policy sizes of Spearman ρ(RM params, gold drop from peak) = {fmt(rho, 2)}; drop with the largest RM {fmt(ld)} (tolerance {fmt(tol)})"
-    if not math.isfinite(rho):
+    drops_all = [c[3].speak("eval/gold_reward") - c[3].slast("eval/gold_reward") for c in cells]
+    n_hacked = sum(d > tol for d in drops_all if math.isfinite(d))
+    m = (f"mean over policy sizes of Spearman ρ(RM params, gold drop from peak) = {fmt(rho, 2)}; drop with the "
+         f"largest RM {fmt(ld)}; {n_hacked} of {len(cells)} runs drop more than the tolerance {fmt(tol)}")
+    if not math.isfinite(rho) or n_hacked < 2:  # too little hacking in the grid to say what RM size does to it
         return INCONCL, m
     if rho < -0.3 and ld > tol:
         return HOLDS, m

@@ -60,14 +60,12 @@ def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str], en
 
 
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if any(len(s) == 0 for s in seqs):
+        raise ValueError("an RM input encodes to zero tokens")
     T = max(1, max((len(s) for s in seqs), default=1))
-    ids = torch.full((len(seqs), T), int(pad_id), dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if len(s) == 0:
-            raise ValueError("an RM input encodes to zero tokens")
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = 1
+    pad = int(pad_id)
+    ids = torch.tensor([list(s) + [pad] * (T - len(s)) for s in seqs], dtype=torch.long).reshape(len(seqs), T)
+    mask = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs], dtype=torch.long).reshape(len(seqs), T)
     return ids, mask
 
 

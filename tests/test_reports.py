@@ -162,3 +162,16 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     assert verdict["C9"] in ("holds", "does not hold", "inconclusive at this scale")
     assert "rlhf-lab -m sweep=ppo_beta_grid" in text
     assert "C1" in capsys.readouterr().out
+
+
+def test_rm_metadata_falls_back_to_the_artifact_cache(tmp_path):
+    import json
+
+    from rlhf_lab.reports import _rm_from_artifact_cache
+
+    d = tmp_path / "rm" / "abc"
+    d.mkdir(parents=True)
+    (d / "rlhf_lab_meta.json").write_text(json.dumps({"run_id": "r1", "n_params": 1234, "eval": {"rm/accuracy": 0.8}}))
+    got = _rm_from_artifact_cache("r1", tmp_path)
+    assert got["metrics"]["rm/accuracy"] == 0.8 and float(got["params"]["n_params"]) == 1234
+    assert _rm_from_artifact_cache("other", tmp_path) is None

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab import distributed
 from rlhf_lab.algorithms.dpo_math import preference_loss
-from rlhf_lab.algorithms.lm import warmup_then_linear
+from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
 from rlhf_lab.models.sampling import logprobs_from_logits, positions
 
 REFERENCE_MODES = ("copy", "lora_disabled", "precomputed")
@@ -257,13 +257,14 @@ class DPOModule(L.LightningModule):
         loss, metrics = self.loss_and_metrics(batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite DPO loss ({loss.item()}) at step {self.global_step}; lower algo.lr")
-        sync = dict(sync_dist=distributed.world_size() > 1)  # metrics: mean over ranks
-        self.log("loss/dpo", metrics.pop("loss/dpo"), prog_bar=True, **sync)
-        self.log_dict(metrics, **sync)
-        if self._t is not None:
-            dt = t0 - self._t
-            self.log("time/step_s", dt, **sync)
-            self.log("time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **sync)
+        if logging_step(self):
+            sync = dict(sync_dist=distributed.world_size() > 1)  # metrics: mean over ranks
+            self.log("loss/dpo", metrics.pop("loss/dpo"), prog_bar=True, **sync)
+            self.log_dict(metrics, **sync)
+            if self._t is not None:
+                dt = t0 - self._t
+                self.log("time/step_s", dt, **sync)
+                self.log("time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **sync)
         self._t = t0
         return loss
 

@@ -23,6 +23,17 @@ def warmup_then_linear(opt, warmup: int, total: int):
     return torch.optim.lr_scheduler.LambdaLR(opt, f)
 
 
+def logging_step(module: L.LightningModule) -> bool:
+    """Whether Lightning writes this step's ``self.log`` values to the logger: every
+    ``trainer.log_every_n_steps`` steps (and the last). On other steps logging costs time (a few ms per
+    step for tiny models) and is never seen, so the modules skip it."""
+    t = module._trainer
+    if t is None:  # called outside a Trainer (e.g. a unit test): log
+        return True
+    step = module.global_step + 1
+    return step % max(1, int(t.log_every_n_steps)) == 0 or (t.max_steps > 0 and step >= t.max_steps)
+
+
 class CausalLMModule(L.LightningModule):
     def __init__(self, model, lr: float, weight_decay: float = 0.0, warmup_steps: int = 20, max_steps: int = 1000):
         super().__init__()
@@ -37,12 +48,13 @@ class CausalLMModule(L.LightningModule):
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite LM loss ({loss.item()}) at step {self.global_step}; lower the learning rate")
         n_tok = int((batch["labels"] != -100).sum())
-        sync = dict(sync_dist=world_size() > 1)  # metrics: mean over ranks
-        self.log("loss/lm", loss, prog_bar=True, **sync)
-        if self._t is not None:
-            dt = t0 - self._t
-            self.log("time/step_s", dt, **sync)
-            self.log("time/tokens_per_s", n_tok / max(dt, 1e-9), **sync)
+        if logging_step(self):
+            sync = dict(sync_dist=world_size() > 1)  # metrics: mean over ranks
+            self.log("loss/lm", loss, prog_bar=True, **sync)
+            if self._t is not None:
+                dt = t0 - self._t
+                self.log("time/step_s", dt, **sync)
+                self.log("time/tokens_per_s", n_tok / max(dt, 1e-9), **sync)
         self._t = t0
         return loss
 

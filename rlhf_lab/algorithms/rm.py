@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab import distributed, tracking
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
-from rlhf_lab.algorithms.lm import warmup_then_linear
+from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
 from rlhf_lab.reward import RewardScorer, encode_texts, pad_right, rm_forward
 
 MEMBER_SEED_STRIDE = 7919
@@ -55,17 +55,18 @@ class RewardModelModule(L.LightningModule):
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite RM loss ({loss.item()}) at step {self.global_step}; "
                                      "lower reward_model.lr")
-        p = self.prefix
-        kw = dict(batch_size=B, sync_dist=distributed.world_size() > 1)  # metrics: mean over ranks
-        self.log(f"{p}loss/rm", loss, prog_bar=True, **kw)
-        self.log(f"{p}rewards/chosen", rc.detach().mean(), **kw)
-        self.log(f"{p}rewards/rejected", rr.detach().mean(), **kw)
-        self.log(f"{p}rewards/margins", (rc - rr).detach().mean(), **kw)
-        self.log(f"{p}rewards/accuracies", (rc > rr).float().mean(), **kw)
-        if self._t is not None:
-            dt = t0 - self._t
-            self.log(f"{p}time/step_s", dt, **kw)
-            self.log(f"{p}time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **kw)
+        if logging_step(self):
+            p = self.prefix
+            kw = dict(batch_size=B, sync_dist=distributed.world_size() > 1)  # metrics: mean over ranks
+            self.log(f"{p}loss/rm", loss, prog_bar=True, **kw)
+            self.log(f"{p}rewards/chosen", rc.detach().mean(), **kw)
+            self.log(f"{p}rewards/rejected", rr.detach().mean(), **kw)
+            self.log(f"{p}rewards/margins", (rc - rr).detach().mean(), **kw)
+            self.log(f"{p}rewards/accuracies", (rc > rr).float().mean(), **kw)
+            if self._t is not None:
+                dt = t0 - self._t
+                self.log(f"{p}time/step_s", dt, **kw)
+                self.log(f"{p}time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **kw)
         self._t = t0
         return loss
 
