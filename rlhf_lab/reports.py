@@ -274,7 +274,8 @@ def load_study(study: str, uri: str | None = None, client=None) -> tuple[list[Ru
                     rm_cache[rm_id] = _rm_from_artifact_cache(rm_id) or {"run_id": rm_id}
             rd.rm = rm_cache[rm_id]
         sweep = {k[len("sweep."):]: v for k, v in rd.params.items() if k.startswith("sweep.")}
-        setting = sweep or _parse_overrides(rd.tags.get("rlhf_lab.overrides", ""))
+        # the swept keys, plus the keys a follow-up sweep fixed on its command line (e.g. more seeds of one cell)
+        setting = {**_parse_overrides(rd.tags.get("rlhf_lab.overrides", "")), **sweep}
         rd.seed = str(setting.pop("seed", rd.params.get("seed", "0")))
         for k in ("sweep", "study"):
             setting.pop(k, None)
