@@ -19,9 +19,9 @@ import time
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, WorldModel, load_tokenizer, table
-from benchmarks.train_sides import (agreement_ok, agreement_table, alternate, grad_norm, hf_common_args, hf_fit,
-                                    lightning_fit, throughput)
+from benchmarks.common import Section, WorldModel, load_tokenizer
+from benchmarks.train_sides import (alternate, grad_norm, hf_common_args, hf_fit, lightning_fit, throughput,
+                                    training_section)
 
 AGREE_KEYS = ["loss", "logps/chosen", "logps/rejected", "grad_norm"]
 
@@ -143,18 +143,11 @@ def run(cfg: DictConfig, wm: WorldModel, pairs, steps: int, warmup: int, rounds:
             return hf_fit(trl_trainer(wm, tok, ac, steps, rows, tmp), warmup)
 
     tp = throughput(alternate(rounds, run_side), B)
-    sec = Section("DPO training throughput (ours vs TRL DPOTrainer)", __doc__.split("\n\n", 1)[1].strip())
-    sec.tables.append(table(
-        ["side", "pairs/s", "ms/step", "timed steps", "ratio ours/TRL"],
-        [["ours (DPOModule + Lightning)", tp["rate"]["ours"], tp["step_ms"]["ours"], tp["steps"]["ours"], tp["ratio"]],
-         ["TRL DPOTrainer", tp["rate"]["trl"], tp["step_ms"]["trl"], tp["steps"]["trl"], 1.0]]))
-    sec.tables.append("First batch, same initial weights (reference: other random weights, so the loss is not "
-                      "log 2):\n\n" + agreement_table(agree, AGREE_KEYS, tol, "identical input ids and loss masks"))
-    sec.findings.append(f"settings: batch {B} pairs ({2 * B} rows), max_len {int(ac.max_len)}, β {float(ac.beta)}, "
-                        f"lr {float(ac.lr)}, {steps} steps per run of which {warmup} warm-up, {rounds} round(s) "
-                        f"alternating the order; per-round ratios {', '.join(f'{x:.2f}' for x in tp['per_round'])}; "
-                        f"torch threads seen during the steps: {tp['threads']}")
-    sec.data = {"ratio": tp["ratio"], "agree_ok": agreement_ok(agree, AGREE_KEYS, tol), "agree": agree}
-    sec.seconds = time.time() - t_start
-    return sec
+    return training_section(
+        "DPO training throughput (ours vs TRL DPOTrainer)", __doc__.split("\n\n", 1)[1].strip(),
+        "ours (DPOModule + Lightning)", "TRL DPOTrainer", tp, agree, AGREE_KEYS, tol,
+        "First batch, same initial weights (reference: other random weights, so the loss is not log 2):",
+        "identical input ids and loss masks",
+        f"batch {B} pairs ({2 * B} rows), max_len {int(ac.max_len)}, β {float(ac.beta)}, lr {float(ac.lr)}, "
+        f"{steps} steps per run of which {warmup} warm-up, {rounds} round(s) alternating the order", t_start)
 

@@ -20,9 +20,9 @@ import time
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, WorldModel, load_tokenizer, table
-from benchmarks.train_sides import (agreement_ok, agreement_table, alternate, grad_norm, hf_common_args, hf_fit,
-                                    lightning_fit, throughput)
+from benchmarks.common import Section, WorldModel, load_tokenizer
+from benchmarks.train_sides import (alternate, grad_norm, hf_common_args, hf_fit, lightning_fit, throughput,
+                                    training_section)
 
 AGREE_KEYS = ["loss", "reward/chosen", "reward/rejected", "grad_norm"]
 
@@ -112,18 +112,9 @@ def run(cfg: DictConfig, wm: WorldModel, pairs, steps: int, warmup: int, rounds:
             return hf_fit(trl_trainer(wm, tok, rc, steps, rows, tmp), warmup)
 
     tp = throughput(alternate(rounds, run_side), B)
-    sec = Section("RM training throughput (ours vs TRL RewardTrainer)", __doc__.split("\n\n", 1)[1].strip())
-    sec.tables.append(table(
-        ["side", "pairs/s", "ms/step", "timed steps", "ratio ours/TRL"],
-        [["ours (RewardModelModule + Lightning)", tp["rate"]["ours"], tp["step_ms"]["ours"], tp["steps"]["ours"],
-          tp["ratio"]],
-         ["TRL RewardTrainer", tp["rate"]["trl"], tp["step_ms"]["trl"], tp["steps"]["trl"], 1.0]]))
-    sec.tables.append("First batch, same initial weights:\n\n" + agreement_table(
-        agree, AGREE_KEYS, tol, "identical input ids and attention masks"))
-    sec.findings.append(f"settings: batch {B} pairs ({2 * B} rows), max_len {int(rc.max_len)}, lr {float(rc.lr)}, "
-                        f"{steps} steps per run of which {warmup} warm-up, {rounds} round(s) alternating the order; "
-                        f"per-round ratios {', '.join(f'{x:.2f}' for x in tp['per_round'])}; torch threads seen "
-                        f"during the steps: {tp['threads']}")
-    sec.data = {"ratio": tp["ratio"], "agree_ok": agreement_ok(agree, AGREE_KEYS, tol), "agree": agree}
-    sec.seconds = time.time() - t_start
-    return sec
+    return training_section(
+        "RM training throughput (ours vs TRL RewardTrainer)", __doc__.split("\n\n", 1)[1].strip(),
+        "ours (RewardModelModule + Lightning)", "TRL RewardTrainer", tp, agree, AGREE_KEYS, tol,
+        "First batch, same initial weights:", "identical input ids and attention masks",
+        f"batch {B} pairs ({2 * B} rows), max_len {int(rc.max_len)}, lr {float(rc.lr)}, {steps} steps per run of "
+        f"which {warmup} warm-up, {rounds} round(s) alternating the order", t_start)

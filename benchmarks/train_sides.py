@@ -12,7 +12,7 @@ import tempfile
 import lightning as L
 import torch
 
-from benchmarks.common import StepClock
+from benchmarks.common import Section, StepClock, table
 
 
 class LightningClock(L.Callback):
@@ -116,3 +116,22 @@ def agreement_table(agree: dict, keys: list[str], tol: float, ids_label: str) ->
 def agreement_ok(agree: dict, keys: list[str], tol: float) -> bool:
     return agree["same_ids"] and all(
         abs(agree["ours"][k] - agree["trl"][k]) <= tol * max(1.0, abs(agree["trl"][k])) for k in keys)
+
+
+def training_section(title: str, doc: str, ours_name: str, trl_name: str, tp: dict, agree: dict, keys: list[str],
+                     tol: float, agree_intro: str, ids_label: str, settings: str, t_start: float) -> Section:
+    """The report section of a training-throughput benchmark: the two sides' rates and their ratio, the
+    first-batch agreement table, and the settings with the per-round ratios."""
+    import time
+
+    sec = Section(title, doc)
+    sec.tables.append(table(
+        ["side", "pairs/s", "ms/step", "timed steps", "ratio ours/TRL"],
+        [[ours_name, tp["rate"]["ours"], tp["step_ms"]["ours"], tp["steps"]["ours"], tp["ratio"]],
+         [trl_name, tp["rate"]["trl"], tp["step_ms"]["trl"], tp["steps"]["trl"], 1.0]]))
+    sec.tables.append(f"{agree_intro}\n\n" + agreement_table(agree, keys, tol, ids_label))
+    sec.findings.append(f"settings: {settings}; per-round ratios {', '.join(f'{x:.2f}' for x in tp['per_round'])}; "
+                        f"torch threads seen during the steps: {tp['threads']}")
+    sec.data = {"ratio": tp["ratio"], "agree_ok": agreement_ok(agree, keys, tol), "agree": agree}
+    sec.seconds = time.time() - t_start
+    return sec

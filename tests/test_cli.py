@@ -9,7 +9,6 @@ import zipfile
 from pathlib import Path
 
 import mlflow
-import pytest
 
 from tests.conftest import TINY
 
