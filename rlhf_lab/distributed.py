@@ -4,7 +4,7 @@ A job with ``trainer.devices > 1`` (``trainer=ddp_cpu``, ``trainer=ddp``, ...) r
 device. Who starts them:
 
 - ``rlhf-lab trainer=ddp_cpu ...`` on one machine: :func:`launch` starts ranks 1..N-1 as child processes
-  (``multiprocessing`` spawn) with the job's resolved config, and runs rank 0 itself, all in the job's one
+  (``python -m rlhf_lab.distributed``) with the job's resolved config, and runs rank 0 itself, all in the job's one
   Hydra output folder;
 - ``torchrun`` or SLURM (``srun``): they set ``LOCAL_RANK``/``RANK``/``WORLD_SIZE`` (or ``SLURM_*``) and
   every process runs ``rlhf-lab`` itself; :func:`launch` then starts nothing.
@@ -22,8 +22,12 @@ Lightning's DDP strategy then joins the processes (gloo on CPU, NCCL on GPUs). T
 
 from __future__ import annotations
 
+import _thread
 import os
 import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -80,18 +84,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child(cfg_yaml: str, out_dir: str, local_rank: int, env: dict, threads: int, target: Callable) -> None:
-    os.environ.update(env)
-    os.environ["LOCAL_RANK"] = os.environ["RANK"] = str(local_rank)
+def _child_main(argv: list[str] | None = None) -> None:
+    """Entry point of a rank started by :func:`launch`: ``python -m rlhf_lab.distributed CONFIG OUT TARGET THREADS``
+    with ``LOCAL_RANK``/``RANK``/``WORLD_SIZE``/``MASTER_*`` in the environment."""
+    import importlib
+
+    cfg_file, out_dir, target, threads = (argv if argv is not None else sys.argv[1:])
     from rlhf_lab.cli import _quiet_libraries
 
     _quiet_libraries()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(int(threads))
+    mod, attr = target.split(":")
+    fn = getattr(importlib.import_module(mod), attr)
     try:
-        target(OmegaConf.create(cfg_yaml), Path(out_dir))
+        fn(OmegaConf.load(cfg_file), Path(out_dir))
     finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+class _Watchdog(threading.Thread):
+    """Stops rank 0 when another rank dies: otherwise rank 0 would wait for it in a collective (or the
+    process-group rendezvous) until the 30-minute timeout. First a KeyboardInterrupt (the run is marked
+    FAILED), then, if rank 0 is stuck in native code, the process exits."""
+
+    def __init__(self, children: list[subprocess.Popen], grace_s: float = 30.0):
+        super().__init__(daemon=True, name="rlhf-lab-rank-watchdog")
+        self.children, self.grace_s, self.done = children, grace_s, threading.Event()
+        self.fired: list[tuple[int, int]] = []
+
+    def run(self) -> None:
+        while not self.done.wait(1.0):
+            dead = [(r, c.returncode) for r, c in enumerate(self.children, 1) if c.poll() not in (None, 0)]
+            if dead:
+                self.fired = dead
+                print(f"[rlhf-lab] rank(s) {dead} exited with an error (rank, exit code); stopping the job",
+                      file=sys.stderr, flush=True)
+                _thread.interrupt_main()
+                if not self.done.wait(self.grace_s):
+                    os._exit(1)
+                return
 
 
 def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], dict]) -> dict:
@@ -106,32 +138,43 @@ def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], 
     if int(cfg.trainer.get("num_nodes", 1) or 1) > 1:
         raise ValueError("trainer.num_nodes > 1: start one rlhf-lab per node with torchrun or srun (SLURM); "
                          "rlhf-lab starts the ranks itself only on one machine")
-    import multiprocessing as mp
-
     env = {"WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "NODE_RANK": "0"}
-    cfg_yaml = OmegaConf.to_yaml(cfg, resolve=True)  # resolved here: the children have no Hydra context
-    ctx = mp.get_context("spawn")
-    children = [ctx.Process(target=_child, args=(cfg_yaml, str(out_dir), r, env, torch.get_num_threads(), target), daemon=False)
-                for r in range(1, n)]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg_file = out_dir / ".rank_config.yaml"  # resolved here: the other ranks have no Hydra context
+    cfg_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    # plain subprocesses, not multiprocessing: they start the same from a joblib (loky) worker of a sweep
+    cmd = [sys.executable, "-m", "rlhf_lab.distributed", str(cfg_file), str(out_dir),
+           f"{target.__module__}:{target.__qualname__}", str(torch.get_num_threads())]
     saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(env)
-    os.environ["LOCAL_RANK"] = os.environ["RANK"] = "0"
+    children: list[subprocess.Popen] = []
+    watchdog = _Watchdog(children)
     try:
-        for c in children:
-            c.start()
-        result = target(cfg, out_dir)
-        for c in children:
-            c.join()
-        failed = [(i + 1, c.exitcode) for i, c in enumerate(children) if c.exitcode != 0]
+        for r in range(1, n):
+            children.append(subprocess.Popen(cmd, env={**os.environ, **env, "LOCAL_RANK": str(r), "RANK": str(r)}))
+        os.environ.update(env)
+        os.environ["LOCAL_RANK"] = os.environ["RANK"] = "0"
+        watchdog.start()
+        try:
+            result = target(cfg, out_dir)
+        except KeyboardInterrupt:
+            if watchdog.fired:  # a failure of this job (a sweep goes on), not a user's Ctrl-C
+                raise RuntimeError(f"rank(s) {watchdog.fired} of the job exited with an error (rank, exit code); "
+                                   "see their output above") from None
+            raise
+        codes = [c.wait() for c in children]
+        failed = [(r, code) for r, code in enumerate(codes, 1) if code != 0]
         if failed:
-            raise RuntimeError(f"rank(s) {failed} of the job exited with an error (exit codes); see their output above")
+            raise RuntimeError(f"rank(s) {failed} of the job exited with an error (rank, exit code); see their output above")
         return result
     finally:
+        watchdog.done.set()
         for c in children:
-            if c.is_alive():
+            if c.poll() is None:
                 c.kill()
         if torch.distributed.is_initialized():  # the next job of a sweep may start its own group
             torch.distributed.destroy_process_group()
+        cfg_file.unlink(missing_ok=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -210,3 +253,7 @@ def check_in_sync(module: torch.nn.Module, what: str) -> None:
     if (hi - lo).abs().item() > 1e-6 * max(1.0, abs(hi.item())):
         raise RuntimeError(f"{what}: parameters differ across ranks after training ({lo.item()} vs {hi.item()}); "
                            "gradients were not synchronised")
+
+
+if __name__ == "__main__":
+    _child_main()

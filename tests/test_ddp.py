@@ -106,3 +106,25 @@ def test_ppo_batch_must_split_across_processes(tiny_cfg, monkeypatch):
     cfg = tiny_cfg("algo=ppo", "algo.batch_size=6", "algo.samples_per_prompt=2")
     with pytest.raises(ValueError, match="times the number of processes"):
         PPOModule(None, None, None, None, None, None, cfg.algo, cfg.kl, cfg.generation, None)
+
+
+def _fail_on_rank_1(cfg, out_dir):
+    """A job whose rank 1 dies at once while rank 0 waits (as it would in a collective)."""
+    import os
+    import time
+
+    if os.environ["RANK"] == "1":
+        raise SystemExit(3)
+    while True:
+        time.sleep(0.05)
+
+
+def test_a_dead_rank_stops_the_job_instead_of_hanging(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rlhf_lab.distributed import launch
+
+    cfg = OmegaConf.create({"trainer": {"devices": 2, "strategy": "ddp", "num_nodes": 1}})
+    with pytest.raises(RuntimeError, match=r"rank\(s\) \[\(1, 3\)\] of the job exited with an error"):
+        launch(cfg, tmp_path, _fail_on_rank_1)
+    assert not (tmp_path / ".rank_config.yaml").exists()
