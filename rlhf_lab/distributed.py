@@ -157,12 +157,12 @@ def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], 
         watchdog.start()
         try:
             result = target(cfg, out_dir)
+            codes = [c.wait() for c in children]
         except KeyboardInterrupt:
             if watchdog.fired:  # a failure of this job (a sweep goes on), not a user's Ctrl-C
                 raise RuntimeError(f"rank(s) {watchdog.fired} of the job exited with an error (rank, exit code); "
                                    "see their output above") from None
             raise
-        codes = [c.wait() for c in children]
         failed = [(r, code) for r, code in enumerate(codes, 1) if code != 0]
         if failed:
             raise RuntimeError(f"rank(s) {failed} of the job exited with an error (rank, exit code); see their output above")
