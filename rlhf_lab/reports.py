@@ -228,12 +228,12 @@ def _parse_overrides(text: str) -> dict[str, str]:
 def _rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) -> dict | None:
     """{"metrics", "params"} of the RM whose run is ``rm_id``, from the metadata its artifact keeps in the
     cache (``RLHF_LAB_CACHE_DIR`` or ``.rlhf_lab_cache``), for an RM tracked in another MLflow store."""
-    import json
+    from rlhf_lab.cache import META_FILE, ArtifactCache
 
-    root = Path(root or os.environ.get("RLHF_LAB_CACHE_DIR") or ".rlhf_lab_cache") / "rm"
-    for meta_file in sorted(root.glob("*/rlhf_lab_meta.json")):
+    cache = ArtifactCache(root or os.environ.get("RLHF_LAB_CACHE_DIR") or ".rlhf_lab_cache")
+    for meta_file in sorted((cache.root / "rm").glob(f"*/{META_FILE}")):
         try:
-            meta = json.loads(meta_file.read_text())
+            meta = cache.meta(meta_file.parent)
         except (OSError, ValueError):
             continue
         if meta.get("run_id") == rm_id:
