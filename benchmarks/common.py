@@ -31,9 +31,9 @@ def quiet() -> None:
     """Silence the libraries' progress bars, advisories and warnings (the project's own recipe, plus TRL's)."""
     import logging
 
-    from rlhf_lab.cli import _quiet_libraries
+    from rlhf_lab.runtime import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     warnings.filterwarnings("ignore")
     for name in ("trl", "accelerate", "datasets", "transformers", "lightning.pytorch.utilities.rank_zero",
                  "lightning.pytorch.accelerators.cuda", "torch.distributed"):

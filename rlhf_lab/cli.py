@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
@@ -11,24 +10,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-
-def _quiet_libraries() -> None:
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import warnings
-
-    import lightning  # noqa: F401  (imported first: they set their loggers' levels on import)
-    import mlflow  # noqa: F401
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    for name in ("lightning", "lightning.pytorch", "lightning.pytorch.utilities.rank_zero", "lightning.fabric",
-                 "mlflow", "mlflow.store.db.utils", "mlflow.tracking.fluent", "alembic", "alembic.runtime.migration"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    warnings.filterwarnings("ignore", category=FutureWarning)
+from rlhf_lab.runtime import quiet_libraries, tracking_uri
 
 
 def set_threads(cfg: DictConfig) -> int:
@@ -50,8 +32,6 @@ def set_threads(cfg: DictConfig) -> int:
 
 
 def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = None) -> str:
-    from rlhf_lab.tracking import tracking_uri
-
     lines = [
         "=" * 72,
         f"rlhf-lab {cfg.algo.name}: done in {seconds:.0f}s" + (f" ({threads} CPU threads)" if threads else ""),
@@ -77,7 +57,7 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
     try:
-        _quiet_libraries()
+        quiet_libraries()
         from rlhf_lab import pipeline
 
         threads = set_threads(cfg)

@@ -90,9 +90,9 @@ def _child_main(argv: list[str] | None = None) -> None:
     import importlib
 
     cfg_file, out_dir, target, threads = (argv if argv is not None else sys.argv[1:])
-    from rlhf_lab.cli import _quiet_libraries
+    from rlhf_lab.runtime import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     torch.set_num_threads(int(threads))
     mod, attr = target.split(":")
     fn = getattr(importlib.import_module(mod), attr)

@@ -21,15 +21,13 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rlhf_lab.runtime import to_plain
 from rlhf_lab import data as D
 from rlhf_lab import distributed
 from rlhf_lab import tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
 from rlhf_lab.models import families as F
 
-
-def _plain(x) -> Any:
-    return OmegaConf.to_container(x, resolve=True) if isinstance(x, DictConfig) else x
 
 
 def cache_for(cfg: DictConfig) -> ArtifactCache:
@@ -84,8 +82,8 @@ def job_steps(cfg: DictConfig, stage: str, default: int) -> int:
 
 def pretrain_spec(cfg: DictConfig, model_cfg: DictConfig) -> dict:
     return {
-        "family": model_cfg.family, "arch": _plain(model_cfg.arch), "vocab_size": int(model_cfg.vocab_size),
-        "world": D.world_generation_spec(cfg), "pretrain": _plain(cfg.pretrain),
+        "family": model_cfg.family, "arch": to_plain(model_cfg.arch), "vocab_size": int(model_cfg.vocab_size),
+        "world": D.world_generation_spec(cfg), "pretrain": to_plain(cfg.pretrain),
         "seed": stage_seed(cfg, "pretrain"), "steps": job_steps(cfg, "pretrain", cfg.pretrain.steps),
     }
 
@@ -102,12 +100,12 @@ def train_pretrain(cfg: DictConfig, model_cfg: DictConfig, out_dir: Path) -> dic
     from rlhf_lab.algorithms.lm import CausalLMModule
 
     return _fit_lm(cfg, "pretrain", model, tok, examples, pc, spec["steps"], out_dir,
-                   params={"family": family, "arch": _plain(model_cfg.arch), "n_params": F.n_params(model)},
+                   params={"family": family, "arch": to_plain(model_cfg.arch), "n_params": F.n_params(model)},
                    module_cls=CausalLMModule)
 
 
 def _fit_lm(cfg, stage, model, tok, examples, sc, steps, out_dir, params, module_cls, upstream=None) -> dict:
-    run_params = {"stage": stage, stage: _plain(sc), "world": _plain(cfg.world), "seed": stage_seed(cfg, stage),
+    run_params = {"stage": stage, stage: to_plain(sc), "world": to_plain(cfg.world), "seed": stage_seed(cfg, stage),
                   "steps": steps, **params}
     tags = {f"rlhf_lab.upstream.{k}": v for k, v in (upstream or {}).items()}
     with tracking.start_run(cfg, stage, params=run_params, tags=tags) as run:
@@ -157,7 +155,7 @@ def ensure_pretrain(cfg: DictConfig, model_cfg: DictConfig) -> Path:
 
 def sft_spec(cfg: DictConfig) -> dict:
     return {
-        "base": str(ensure_pretrain(cfg, cfg.policy)), "world": D.world_generation_spec(cfg), "sft": _plain(cfg.sft),
+        "base": str(ensure_pretrain(cfg, cfg.policy)), "world": D.world_generation_spec(cfg), "sft": to_plain(cfg.sft),
         "seed": stage_seed(cfg, "sft"), "steps": job_steps(cfg, "sft", cfg.sft.steps),
     }
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from rlhf_lab.runtime import to_plain
 from rlhf_lab import data as D
 
 COLUMNS = ("prompt", "chosen", "rejected")
@@ -131,12 +132,12 @@ def validate_pairs(pairs: list[PreferencePair], key: str) -> None:
 
 
 def prefs_spec(cfg: DictConfig) -> dict:
-    from rlhf_lab.pipeline import _plain, ensure_sft
+    from rlhf_lab.pipeline import ensure_sft
 
     dc = cfg.data
     return {
-        "sft": str(ensure_sft(cfg)), "world": D.world_generation_spec(cfg), "gold": _plain(cfg.world.gold),
-        "labeler": _plain(cfg.labeler), "generation": _plain(cfg.generation), "n_train": int(dc.n_train),
+        "sft": str(ensure_sft(cfg)), "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold),
+        "labeler": to_plain(cfg.labeler), "generation": to_plain(cfg.generation), "n_train": int(dc.n_train),
         "n_eval": int(dc.n_eval), "seed": int(dc.seed),
         "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
         "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),

@@ -32,6 +32,8 @@ from typing import Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlhf_lab.runtime import to_plain
+
 NORM_FILE = "rm_norm.json"
 MEMBER_DIR = "member_{}"
 SOURCES = ("same", "different")
@@ -230,9 +232,6 @@ class RewardScorer:
 # the RM's backbone, cache key and the cached artifact
 
 
-def _plain(x):
-    return OmegaConf.to_container(x, resolve=True) if isinstance(x, DictConfig) else x
-
 
 def backbone_cfg(cfg: DictConfig) -> DictConfig:
     """The RM backbone as a model config (family, arch, vocab_size, name_or_path), validated."""
@@ -249,7 +248,7 @@ def backbone_cfg(cfg: DictConfig) -> DictConfig:
     if source == "different" and fam == pfam:
         raise ValueError(f"reward_model.source=different but reward_model.family={fam!r} is the policy's family; "
                          "set reward_model.family to the other family")
-    return OmegaConf.create({"family": fam, "vocab_size": int(rc.vocab_size), "arch": _plain(rc.arch),
+    return OmegaConf.create({"family": fam, "vocab_size": int(rc.vocab_size), "arch": to_plain(rc.arch),
                              "name_or_path": rc.get("name_or_path")})
 
 
@@ -302,7 +301,7 @@ USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")
 def rm_spec(cfg: DictConfig) -> dict:
     from rlhf_lab.pipeline import job_steps, stage_seed
 
-    rc = _plain(cfg.reward_model)
+    rc = to_plain(cfg.reward_model)
     train_keys = {k: v for k, v in rc.items() if k not in USE_TIME_KEYS}
     return {
         "backbone": str(rm_backbone_path(cfg)), "data": data_identity(cfg), "reward_model": train_keys,

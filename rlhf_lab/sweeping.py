@@ -97,7 +97,7 @@ def record_failure(cfg: DictConfig, err: BaseException) -> None:
 def _client(cfg: DictConfig):
     from mlflow.tracking import MlflowClient
 
-    from rlhf_lab.tracking import tracking_uri
+    from rlhf_lab.runtime import tracking_uri
 
     return MlflowClient(tracking_uri=tracking_uri(cfg))
 

@@ -21,16 +21,8 @@ from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.distributed import is_rank_zero
+from rlhf_lab.runtime import tracking_uri
 
-DEFAULT_URI = "sqlite:///mlflow.db"
-
-
-def tracking_uri(cfg: DictConfig | None = None) -> str:
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    if cfg is not None and cfg.get("tracking") and cfg.tracking.get("uri"):
-        return str(cfg.tracking.uri)
-    return DEFAULT_URI
 
 
 def git_commit() -> str:

@@ -62,7 +62,7 @@ def tiny_cfg(session_dir):
 def _quiet():
     import torch
 
-    from rlhf_lab.cli import _quiet_libraries
+    from rlhf_lab.runtime import quiet_libraries
 
-    _quiet_libraries()
+    quiet_libraries()
     torch.set_num_threads(1)

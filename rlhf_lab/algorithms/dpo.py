@@ -27,6 +27,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from rlhf_lab.runtime import to_plain
 from rlhf_lab import distributed
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
@@ -301,15 +302,15 @@ def check_config(ac: DictConfig) -> None:
 
 
 def dpo_spec(cfg: DictConfig, sft_path: Path) -> dict:
-    from rlhf_lab.pipeline import _plain, job_steps, stage_seed
+    from rlhf_lab.pipeline import job_steps, stage_seed
 
     from rlhf_lab.data import world_generation_spec
 
-    data = _plain(cfg.data)
+    data = to_plain(cfg.data)
     if cfg.data.source == "world":  # what determines the pairs besides the SFT model (preferences.prefs_spec)
-        data = {**data, "world": world_generation_spec(cfg), "gold": _plain(cfg.world.gold)}
-    return {"sft": str(sft_path), "data": data, "algo": _plain(cfg.algo), "labeler": _plain(cfg.labeler),
-            "generation": _plain(cfg.generation), "seed": stage_seed(cfg, "dpo", "algo"),
+        data = {**data, "world": world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
+    return {"sft": str(sft_path), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
+            "generation": to_plain(cfg.generation), "seed": stage_seed(cfg, "dpo", "algo"),
             "steps": job_steps(cfg, "dpo", cfg.algo.steps)}
 
 
@@ -457,8 +458,8 @@ def job(cfg: DictConfig, out_dir: Path):
         return m, rows
 
     sft_run = P.cache_for(cfg).meta(Path(sft_path)).get("run_id", str(sft_path))
-    params = {"stage": "dpo", "algo": P._plain(ac), "data": spec["data"] if cfg.data.source != "world" else P._plain(cfg.data),
-              "labeler": P._plain(cfg.labeler), "world": P._plain(cfg.world), "seed": seed, "steps": steps,
+    params = {"stage": "dpo", "algo": to_plain(ac), "data": spec["data"] if cfg.data.source != "world" else to_plain(cfg.data),
+              "labeler": to_plain(cfg.labeler), "world": to_plain(cfg.world), "seed": seed, "steps": steps,
               "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex),
               "n_params": Fm.n_params(policy),
               "n_trainable": sum(p.numel() for p in policy.parameters() if p.requires_grad)}

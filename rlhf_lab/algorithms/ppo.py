@@ -45,6 +45,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from rlhf_lab.runtime import to_plain
 from rlhf_lab import data as D
 from rlhf_lab import distributed, pipeline, tracking
 from rlhf_lab.algorithms.rl_math import (
@@ -551,12 +552,12 @@ def job(cfg: DictConfig, out_dir: Path):
                        D.gold_weights(cfg), checkpoint_dir=out_dir)
     mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or [])),
            "memory/trainable_params": sum(p.numel() for p in module.parameters() if p.requires_grad)}
-    params = {"stage": "ppo", "algo": pipeline._plain(a), "kl": pipeline._plain(cfg.kl),
-              "generation": pipeline._plain(cfg.generation), "world": pipeline._plain(cfg.world),
-              "labeler": pipeline._plain(cfg.labeler), "seed": seed, "steps": steps, "sft": str(sft_path),
+    params = {"stage": "ppo", "algo": to_plain(a), "kl": to_plain(cfg.kl),
+              "generation": to_plain(cfg.generation), "world": to_plain(cfg.world),
+              "labeler": to_plain(cfg.labeler), "seed": seed, "steps": steps, "sft": str(sft_path),
               "n_params": F.n_params(unwrap(policy))}
     if cfg.get("reward_model") is not None:
-        params["reward_model"] = pipeline._plain(cfg.reward_model)
+        params["reward_model"] = to_plain(cfg.reward_model)
     tags = {"rlhf_lab.upstream.sft": pipeline.cache_for(cfg).meta(Path(sft_path)).get("run_id", str(sft_path))}
     if rm_run:
         tags["rlhf_lab.upstream.rm"] = rm_run

@@ -26,6 +26,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from rlhf_lab.runtime import to_plain
 from rlhf_lab import distributed, tracking
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
@@ -311,7 +312,7 @@ def train_rm(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     if str(rc.init) == "pretrain":
         upstream["pretrain"] = upstream["rm_backbone"]
     n_on = sum(p.source == "on_policy" for p in train)
-    params = {"stage": "rm", "reward_model": pipeline._plain(rc), "data": pipeline._plain(cfg.data), "seed": seed,
+    params = {"stage": "rm", "reward_model": to_plain(rc), "data": to_plain(cfg.data), "seed": seed,
               "steps": steps, "backbone": str(backbone), "n_train_pairs": len(train), "n_eval_pairs": len(held),
               "n_on_policy_pairs": n_on}
     k = int(rc.ensemble)

@@ -1,0 +1,54 @@
+"""Process set-up shared by every entry point; a leaf module (it imports nothing from rlhf_lab).
+
+- :func:`quiet_libraries`: silence the advisory warnings and progress bars of transformers, Lightning
+  and MLflow that would otherwise bury the lab's own output;
+- :func:`to_plain`: an OmegaConf node as plain Python containers (resolved), anything else unchanged,
+  for cache keys and MLflow params;
+- :func:`tracking_uri`: where MLflow runs go: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else
+  ``sqlite:///mlflow.db`` in the working directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import warnings
+
+    import lightning  # noqa: F401  (imported first: they set their loggers' levels on import)
+    import mlflow  # noqa: F401
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    for name in ("lightning", "lightning.pytorch", "lightning.pytorch.utilities.rank_zero", "lightning.fabric",
+                 "mlflow", "mlflow.store.db.utils", "mlflow.tracking.fluent", "alembic", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def to_plain(x: Any) -> Any:
+    """An OmegaConf node as plain (resolved) dicts and lists; anything else is returned as it is."""
+    if isinstance(x, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(x, resolve=True)
+    return x
+
+
+def tracking_uri(cfg: DictConfig | None = None) -> str:
+    """The MLflow tracking URI: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else the default sqlite file."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if cfg is not None and cfg.get("tracking") and cfg.tracking.get("uri"):
+        return str(cfg.tracking.uri)
+    return DEFAULT_TRACKING_URI
