@@ -1,9 +1,9 @@
-"""DPO training throughput, ours (``rlhf_lab.algorithms.dpo.DPOModule`` in a Lightning Trainer, as ``dpo.job``
+"""DPO training throughput, ours (``rlhf_lab.algorithms.dpo.DPOModule`` in a Lightning Trainer, as the ``dpo`` stage
 runs it) against TRL's ``DPOTrainer``, and first-batch agreement of the two losses.
 
 Matched: model weights (both load the same ``save_pretrained`` folder), the reference (a second frozen copy
 loaded from the same folder, no precomputation on either side), the token ids (TRL gets the ids our
-``dpo.encode_pairs`` produces, as ``prompt_ids`` / ``chosen_ids`` / ``rejected_ids``, so its own tokenisation
+``dpo.encode_dpo_pairs`` produces, as ``prompt_ids`` / ``chosen_ids`` / ``rejected_ids``, so its own tokenisation
 is bypassed), batch size, ``max_length``, sigmoid loss and β, AdamW and its learning rate, warm-up steps,
 gradient clipping at 1.0, fp32, no gradient checkpointing, dropout off, batches in the same order, the same
 number of optimizer steps. What is left is each side's own work per step: TRL's fused, chunked LM head and
@@ -27,9 +27,9 @@ AGREE_KEYS = ["loss", "logps/chosen", "logps/rejected", "grad_norm"]
 
 
 def _examples(tok, pairs, max_len: int) -> list[dict]:
-    from rlhf_lab.algorithms.dpo import encode_pairs
+    from rlhf_lab.algorithms.dpo import encode_dpo_pairs
 
-    return encode_pairs(tok, pairs, max_len)
+    return encode_dpo_pairs(tok, pairs, max_len)
 
 
 def trl_rows(examples: list[dict]) -> list[dict]:
@@ -87,9 +87,9 @@ def trl_trainer(wm: WorldModel, tok, ac: DictConfig, steps: int, rows: list[dict
 def _loader(examples, tok, batch_size: int):
     from torch.utils.data import DataLoader
 
-    from rlhf_lab.algorithms.dpo import collate_pairs
+    from rlhf_lab.algorithms.dpo import collate_dpo_pairs
 
-    return DataLoader(examples, batch_size=batch_size, shuffle=False, collate_fn=collate_pairs(tok.pad_token_id),
+    return DataLoader(examples, batch_size=batch_size, shuffle=False, collate_fn=collate_dpo_pairs(tok.pad_token_id),
                       drop_last=True)
 
 
@@ -99,11 +99,11 @@ def first_batch_agreement(wm: WorldModel, tok, ac: DictConfig, examples, rows) -
     The reference here has other (random) weights than the policy, so that the loss is not the trivial
     log 2 that any implementation gets when policy == reference.
     """
-    from rlhf_lab.algorithms.dpo import collate_pairs
+    from rlhf_lab.algorithms.dpo import collate_dpo_pairs
 
     B = int(ac.batch_size)
     ours = ours_module(wm, tok, ac, 10, ref_dir=wm.lm_dir.parent / "lm_ref")
-    batch = collate_pairs(tok.pad_token_id)(examples[:B])
+    batch = collate_dpo_pairs(tok.pad_token_id)(examples[:B])
     loss, m = ours.loss_and_metrics(batch)
     loss.backward()
     o = {"loss": float(loss), "logps/chosen": float(m["logps/chosen"]), "logps/rejected": float(m["logps/rejected"]),

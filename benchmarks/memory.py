@@ -1,5 +1,5 @@
 """Peak memory of PPO: four separate models (policy, frozen reference copy, critic with its own backbone, RM)
-against ``algo.shared_base=true`` (LoRA adapters on one base: the reference is the base with the adapters
+against ``algo.reference.kind=lora_disabled algo.lora.r=16`` (LoRA adapters on one base: the reference is the base with the adapters
 disabled, the critic a value head on the policy's hidden states; the RM stays a separate model).
 
 Each mode runs in a fresh subprocess (``python -m benchmarks.memory --worker ...``) that imports everything,
@@ -8,7 +8,7 @@ the peak RSS to the current RSS (``malloc_trim``, ``/proc/self/clear_refs``), an
 its baseline; then it builds the models and runs a few PPO steps (``benchmarks.ppo.run_ours``, as in the
 breakdown). The peak RSS is ``VmHWM``: what ``getrusage(RUSAGE_SELF).ru_maxrss`` reports for a process
 that inherited no high-water mark from its parent. Reported: peak RSS − baseline, and
-``rlhf_lab.algorithms.ppo.model_bytes`` (the distinct parameter and buffer storages of the four roles). A
+``rlhf_lab.stages.ppo.model_bytes`` (the distinct parameter and buffer storages of the four roles). A
 larger preset than the other benchmarks' makes the weights, rather than the allocator's noise, visible.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from benchmarks.common import Section, table
 
-MODES = {"separate": ["algo.shared_base=false", "algo.critic=policy"],
-         "shared_base": ["algo.shared_base=true", "algo.critic=policy"]}
+MODES = {"separate": ["algo.reference.kind=copy", "algo.critic=policy"],
+         "shared_base": ["algo.reference.kind=lora_disabled", "algo.lora.r=16", "algo.critic=policy"]}
 
 
 def _rss_mb() -> float:
@@ -96,7 +96,7 @@ def worker(args: dict) -> dict:
 
     from benchmarks import ppo
     from rlhf_lab.algorithms import ppo as _ppo  # noqa: F401
-    from rlhf_lab import reward as _reward  # noqa: F401
+    from rlhf_lab.models import reward as _reward  # noqa: F401
 
     cfg = C.compose(args["overrides"])
     ppo.mlflow_setup()

@@ -1,4 +1,4 @@
-"""PPO step-time breakdown: our ``PPOModule`` (in a Lightning Trainer, as ``ppo.job`` runs it) against a lower
+"""PPO step-time breakdown: our ``PPOModule`` (in a Lightning Trainer, as the ``ppo`` stage runs it) against a lower
 bound made of the bare model calls the step needs, on the same shapes.
 
 Ours is timed from outside, without editing ``ppo.py``: the callables a PPO step goes through are wrapped by
@@ -15,7 +15,7 @@ runs, on models built by the same ``build_models`` from the same folders:
 
 Responses have exactly ``generation.max_new_tokens`` tokens on both sides (EOS is suppressed during sampling
 by a hook that sets its logit to −inf), so the shapes are the same. The RM is a randomly initialised
-sequence classifier of the policy's family (same tokenizer), used through ``rlhf_lab.reward.RewardScorer``.
+sequence classifier of the policy's family (same tokenizer), used through ``rlhf_lab.models.reward.RewardScorer``.
 Periodic evaluation (``eval_every``) is not part of the step and is not run.
 """
 
@@ -40,7 +40,7 @@ from benchmarks.train_sides import LightningClock
 @contextlib.contextmanager
 def suppress_eos(model, eos_id: int):
     """While active, the LM head's output has logit −inf at EOS: every sampled response runs to full length."""
-    from rlhf_lab.algorithms.ppo import unwrap
+    from rlhf_lab.models.adapters import unwrap
 
     def hook(_module, _inputs, out):
         out[..., eos_id] = float("-inf")
@@ -63,10 +63,10 @@ class Models:
 
 
 def build(cfg: DictConfig, wm: WorldModel) -> Models:
-    """Policy, reference, critic (``ppo.build_models``) and the RM scorer, from the benchmark's folders."""
-    from rlhf_lab.algorithms.ppo import build_models
+    """Policy, reference, critic (``stages.ppo.build_models``) and the RM scorer, from the benchmark's folders."""
+    from rlhf_lab.stages.ppo import build_models
     from rlhf_lab.models import families as Fm
-    from rlhf_lab.reward import RewardScorer
+    from rlhf_lab.models.reward import RewardScorer
 
     tok = load_tokenizer(wm.lm_dir)
     rm = Fm.load_sequence_scorer(wm.rm_dir, tok).eval()
@@ -145,7 +145,8 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     import mlflow
 
     from rlhf_lab import data as D
-    from rlhf_lab import reward as R
+    from rlhf_lab.models import reward as R
+    from rlhf_lab.stages.ppo import model_bytes
     from rlhf_lab.algorithms import ppo
     from rlhf_lab.models import sampling
 
@@ -200,7 +201,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     out = timer.medians()
     out["_steps"] = timer.steps
     out["response_tokens"] = float(module.last_stats["objective/length"])
-    out["model_bytes"] = float(ppo.model_bytes(m.policy, m.reference, m.critic, *m.scorer.members))
+    out["model_bytes"] = float(model_bytes(m.policy, m.reference, m.critic, *m.scorer.members))
     out["trainable_params"] = float(sum(p.numel() for p in module.parameters() if p.requires_grad))
     out["threads"] = float(max(clock.threads))
     return out
@@ -238,15 +239,15 @@ def _generate(policy, tok, q_ids, q_mask, g, max_new_tokens: int, force_full: bo
 
 def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_full: bool = True) -> dict[str, float]:
     """The same PPO step as bare model calls in a plain loop; median seconds over the timed steps of each phase."""
-    from rlhf_lab.algorithms.ppo import unwrap
     from rlhf_lab.algorithms.rl_math import ppo_policy_loss, ppo_value_loss
+    from rlhf_lab.models.adapters import unwrap
     from rlhf_lab.models.sampling import encode_prompts, positions, token_logprobs
 
     a, g = cfg.algo, cfg.generation
     m = build(cfg, wm)
     policy, critic, reference = m.policy, m.critic, m.reference
     if critic is None or critic.backbone is None:
-        raise ValueError("the bare PPO loop is written for a separate critic (algo.critic=policy, shared_base=false)")
+        raise ValueError("the bare PPO loop is written for a separate critic (algo.critic=policy, algo.reference.kind=copy)")
     rm = m.scorer.members[0]
     rm_backbone, rm_head = getattr(rm, rm.base_model_prefix), rm.score
     lm = unwrap(policy)

@@ -3,7 +3,7 @@ as ``rm.train_rm`` runs it) against TRL's ``RewardTrainer``, and first-batch agr
 
 Matched: the sequence classifier (``AutoModelForSequenceClassification``, ``num_labels=1``, loaded by both
 sides from the same folder, so the scalar head's random initialisation is the same), the token ids (TRL
-gets the ids our ``rm.encode_pairs`` produces as ``chosen_ids`` / ``rejected_ids``: prompt + response + EOS,
+gets the ids our ``rm.encode_rm_pairs`` produces as ``chosen_ids`` / ``rejected_ids``: prompt + response + EOS,
 at most ``reward_model.max_len``), batch size, the Bradley–Terry loss without margin or centering, AdamW
 and its learning rate, warm-up steps, no gradient clipping (``train_rm`` sets none, so TRL's default
 ``max_grad_norm=1.0`` is turned off), fp32, no gradient checkpointing, batches in the same order, the same
@@ -57,21 +57,21 @@ def trl_trainer(wm: WorldModel, tok, rc: DictConfig, steps: int, rows: list[dict
 def _loader(examples, tok, batch_size: int):
     from torch.utils.data import DataLoader
 
-    from rlhf_lab.algorithms.rm import collate_pairs
+    from rlhf_lab.algorithms.rm import collate_rm_pairs
 
-    return DataLoader(examples, batch_size=batch_size, shuffle=False, collate_fn=collate_pairs(tok.pad_token_id),
+    return DataLoader(examples, batch_size=batch_size, shuffle=False, collate_fn=collate_rm_pairs(tok.pad_token_id),
                       drop_last=True)
 
 
 def first_batch_agreement(wm: WorldModel, tok, rc: DictConfig, examples, rows) -> dict:
     """Loss, mean chosen/rejected reward and gradient norm of both sides on the first batch."""
     from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
-    from rlhf_lab.algorithms.rm import collate_pairs
-    from rlhf_lab.reward import rm_forward
+    from rlhf_lab.algorithms.rm import collate_rm_pairs
+    from rlhf_lab.models.reward import rm_forward
 
     B = int(rc.batch_size)
     ours = ours_module(wm, tok, rc, 10)
-    batch = collate_pairs(tok.pad_token_id)(examples[:B])
+    batch = collate_rm_pairs(tok.pad_token_id)(examples[:B])
     r = rm_forward(ours.model, batch["input_ids"], batch["attention_mask"])  # what training_step computes
     loss = bradley_terry_loss(r[:B], r[B:], None, 0.0)
     loss.backward()
@@ -92,12 +92,12 @@ def first_batch_agreement(wm: WorldModel, tok, rc: DictConfig, examples, rows) -
 
 
 def run(cfg: DictConfig, wm: WorldModel, pairs, steps: int, warmup: int, rounds: int, tol: float) -> Section:
-    from rlhf_lab.algorithms.rm import encode_pairs
+    from rlhf_lab.algorithms.rm import encode_rm_pairs
 
     t_start = time.time()
     rc = cfg.reward_model
     tok = load_tokenizer(wm.rm_dir)
-    examples = encode_pairs(tok, pairs, int(rc.max_len))
+    examples = encode_rm_pairs(tok, pairs, int(rc.max_len))
     rows = trl_rows(examples)
     B = int(rc.batch_size)
     if len(examples) < steps * B:

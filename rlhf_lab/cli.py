@@ -58,12 +58,12 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 def _app(cfg: DictConfig) -> float | None:
     try:
         quiet_libraries()
-        from rlhf_lab import pipeline
+        from rlhf_lab.stages import run_job
 
         threads = set_threads(cfg)
         out_dir = Path(HydraConfig.get().runtime.output_dir)
         t0 = time.time()
-        meta = pipeline.run_job(cfg, out_dir)
+        meta = run_job(cfg, out_dir)
         print(summary(cfg, meta, time.time() - t0, threads))
         return (meta.get("eval") or {}).get("eval/gold_reward")
     except Exception as err:

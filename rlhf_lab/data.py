@@ -8,6 +8,7 @@ pretrains on a different corpus sample than family ``a``.
 from __future__ import annotations
 
 import zlib
+from typing import Sequence
 
 import torch
 from omegaconf import DictConfig
@@ -53,7 +54,7 @@ def eval_prompts(cfg: DictConfig) -> list[str]:
     return prompts(cfg, "eval", int(cfg.eval.n_prompts))
 
 
-def encode_pairs(tokenizer, pairs: list[tuple[str, str]], max_len: int, loss_on_prompt: bool) -> list[dict]:
+def encode_lm_examples(tokenizer, pairs: list[tuple[str, str]], max_len: int, loss_on_prompt: bool) -> list[dict]:
     """Encode (prompt, response) as <prompt tokens><response tokens><eos>; labels −100 where no loss."""
     out = []
     for prompt, response in pairs:
@@ -63,6 +64,17 @@ def encode_pairs(tokenizer, pairs: list[tuple[str, str]], max_len: int, loss_on_
         labels = (ids if loss_on_prompt else [-100] * len(p) + r)[:max_len]
         out.append({"input_ids": ids, "labels": labels})
     return out
+
+
+def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded token ids and attention mask [B, T] of token-id lists (none of them empty)."""
+    if any(len(s) == 0 for s in seqs):
+        raise ValueError("an input encodes to zero tokens")
+    T = max(1, max((len(s) for s in seqs), default=1))
+    pad = int(pad_id)
+    ids = torch.tensor([list(s) + [pad] * (T - len(s)) for s in seqs], dtype=torch.long).reshape(len(seqs), T)
+    mask = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs], dtype=torch.long).reshape(len(seqs), T)
+    return ids, mask
 
 
 def collate_right(tokenizer):

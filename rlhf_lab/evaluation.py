@@ -1,6 +1,6 @@
 """Policy evaluation on held-out prompts: gold and proxy reward, KL to the reference, diversity.
 
-The same function (and so the same metric names, ../shared/CONVENTIONS.md) serves SFT, PPO and DPO.
+The same function (and so the same metric names, docs/metrics.md) serves SFT, PPO and DPO.
 `eval/kl` is the sequence-level KL(π‖π_ref) in nats: the sum over response tokens of the k1 estimate
 log π(y_t) − log π_ref(y_t) on samples from π, averaged over samples (unbiased).
 """

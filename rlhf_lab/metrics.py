@@ -1,4 +1,4 @@
-"""Sample statistics shared by every policy algorithm (names in ../shared/CONVENTIONS.md)."""
+"""Sample statistics shared by every policy algorithm (names in docs/metrics.md)."""
 
 from __future__ import annotations
 

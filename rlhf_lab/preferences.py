@@ -6,7 +6,7 @@ Two sources, chosen by the `data` config group:
   policy (optionally a fraction of pairs from another policy checkpoint, ``data.on_policy_path`` and
   ``data.on_policy_fraction``), labelled by the configured labeler. Each pair also records both
   responses' gold rewards, so held-out accuracy can be measured against the labeler *and* against gold.
-  The pairs are a cached artifact (stage ``prefs``), shared by every RM and DPO job that needs them.
+  The pairs are a cached artifact, built by the stage ``prefs`` (:mod:`rlhf_lab.stages.prefs`).
 - ``data=jsonl`` / ``data=hf``: any JSON-lines file or Hugging Face ``datasets`` source with
   ``prompt``, ``chosen``, ``rejected`` columns (loaded through ``datasets.load_dataset``). Gold
   metrics are absent there.
@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from rlhf_lab.runtime import to_plain
 from rlhf_lab import data as D
 
 COLUMNS = ("prompt", "chosen", "rejected")
@@ -129,50 +128,3 @@ def validate_pairs(pairs: list[PreferencePair], key: str) -> None:
         raise ValueError(f"{key}: the preference dataset is empty; nothing to train on")
     if all(p.chosen == p.rejected for p in pairs):
         raise ValueError(f"{key}: chosen == rejected in every pair; the data carries no preference")
-
-
-def prefs_spec(cfg: DictConfig) -> dict:
-    from rlhf_lab.pipeline import ensure_sft
-
-    dc = cfg.data
-    return {
-        "sft": str(ensure_sft(cfg)), "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold),
-        "labeler": to_plain(cfg.labeler), "generation": to_plain(cfg.generation), "n_train": int(dc.n_train),
-        "n_eval": int(dc.n_eval), "seed": int(dc.seed),
-        "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
-        "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),
-    }
-
-
-def ensure_preferences(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """(train, eval) preference pairs for the configured `data` source; world pairs are cached."""
-    if cfg.data.source != "world":
-        return load_external(cfg)
-    from rlhf_lab.cache import announce_reuse
-    from rlhf_lab.pipeline import cache_for
-
-    spec = prefs_spec(cfg)
-    frac = spec["on_policy_fraction"]
-    if not 0.0 <= frac <= 1.0:
-        raise ValueError(f"data.on_policy_fraction={frac} must be in [0, 1]")
-    if frac > 0 and not spec["on_policy_path"]:
-        raise ValueError("data.on_policy_fraction > 0 needs data.on_policy_path=<a policy checkpoint folder>")
-
-    def build(tmp: Path) -> dict:
-        n_on = int(round(spec["n_train"] * frac))
-        train_prompts = D.prompts(cfg, "prefs", spec["n_train"])
-        seed = spec["seed"]
-        train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft")
-        if n_on:
-            train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy")
-        held = sample_pairs(cfg, spec["sft"], D.prompts(cfg, "prefs_eval", spec["n_eval"]), seed + 2, "sft")
-        validate_pairs(train, "data")
-        save_pairs(train, tmp / "train.jsonl")
-        save_pairs(held, tmp / "eval.jsonl")
-        agree = [p.gold_agrees for p in train]
-        return {"n_train": len(train), "n_eval": len(held), "label_gold_agreement": sum(agree) / len(agree)}
-
-    path, built = cache_for(cfg).get_or_build("prefs", spec, build)
-    if not built:
-        announce_reuse("prefs", "preference pairs", path)
-    return load_pairs(path / "train.jsonl"), load_pairs(path / "eval.jsonl")

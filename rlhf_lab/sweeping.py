@@ -29,15 +29,12 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from rlhf_lab.runtime import tracking_uri
+from rlhf_lab.tracking import PARENT_ENV, SWEPT_ENV, git_commit, override_key
+
 log = logging.getLogger(__name__)
 
-PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"
-SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
 STATE_ENV = "RLHF_LAB_SWEEP_STATE"
-
-
-def _plain_key(key: str) -> str:
-    return key.lstrip("+~")
 
 
 def swept_keys(sweeper_params: dict[str, Any] | None, overrides: list[str]) -> list[str]:
@@ -48,7 +45,7 @@ def swept_keys(sweeper_params: dict[str, Any] | None, overrides: list[str]) -> l
     parsed = OverridesParser.create().parse_overrides(items)
     final: dict[str, bool] = {}
     for o in parsed:
-        key = _plain_key(o.get_key_element())
+        key = override_key(o.get_key_element())
         final.pop(key, None)  # keep the order of the last occurrence
         final[key] = o.is_sweep_override()
     return [k for k, is_sweep in final.items() if is_sweep]
@@ -56,21 +53,6 @@ def swept_keys(sweeper_params: dict[str, Any] | None, overrides: list[str]) -> l
 
 def sweep_command(overrides: list[str]) -> str:
     return " ".join(["rlhf-lab", "-m", *(shlex.quote(o) for o in overrides)])
-
-
-def job_sweep_params(overrides: list[str]) -> dict[str, str]:
-    """The job's values of the swept keys (all its overrides when the swept keys are not known)."""
-    keys = os.environ.get(SWEPT_ENV)
-    wanted = set(filter(None, keys.split(","))) if keys is not None else None
-    out = {}
-    for o in overrides:
-        if "=" not in o:
-            continue
-        k, v = o.split("=", 1)
-        k = _plain_key(k)
-        if wanted is None or k in wanted:
-            out[f"sweep.{k}"] = v
-    return out
 
 
 def record_failure(cfg: DictConfig, err: BaseException) -> None:
@@ -97,8 +79,6 @@ def record_failure(cfg: DictConfig, err: BaseException) -> None:
 def _client(cfg: DictConfig):
     from mlflow.tracking import MlflowClient
 
-    from rlhf_lab.runtime import tracking_uri
-
     return MlflowClient(tracking_uri=tracking_uri(cfg))
 
 
@@ -116,8 +96,6 @@ class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return
-        from rlhf_lab.tracking import git_commit
-
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
         params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}
@@ -136,11 +114,11 @@ class MlflowSweepCallback(Callback):
         self.run_id = run.info.run_id
         self._client = client
         flat = {"sweep.study": str(study), "sweep.command": command[:6000],
-                **{f"sweep.values.{_plain_key(k)}": str(v)[:6000] for k, v in (params or {}).items()}}
+                **{f"sweep.values.{override_key(k)}": str(v)[:6000] for k, v in (params or {}).items()}}
         for o in overrides:
             if "=" in o:
                 k, v = o.split("=", 1)
-                flat[f"sweep.values.{_plain_key(k)}"] = v[:6000]
+                flat[f"sweep.values.{override_key(k)}"] = v[:6000]
         client.log_batch(self.run_id, params=[_param(k, v) for k, v in flat.items()])
         self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
         env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir)}

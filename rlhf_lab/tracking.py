@@ -43,6 +43,31 @@ def hydra_overrides() -> list[str]:
         return []
 
 
+PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/sweeping.py) around every job
+SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
+
+
+def override_key(key: str) -> str:
+    """The config key of a command-line override (``+key`` / ``~key`` / ``key``)."""
+    return key.lstrip("+~")
+
+
+def job_sweep_params(overrides: list[str]) -> dict[str, str]:
+    """The job's values of the swept keys (all its overrides when the swept keys are not known)."""
+    keys = os.environ.get(SWEPT_ENV)
+    wanted = set(filter(None, keys.split(","))) if keys is not None else None
+    out = {}
+    for o in overrides:
+        if "=" not in o:
+            continue
+        k, v = o.split("=", 1)
+        k = override_key(k)
+        if wanted is None or k in wanted:
+            out[f"sweep.{k}"] = v
+    return out
+
+
+
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):
@@ -65,7 +90,7 @@ class RunLogger(MLFlowLogger):
 @contextlib.contextmanager
 def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: dict | None = None,
               tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
-    """Open an MLflow run for a stage with the shared params and tags (../shared/CONVENTIONS.md).
+    """Open an MLflow run for a stage with the shared params and tags (docs/metrics.md).
 
     On a rank other than 0 of a multi-process job nothing is opened: it yields a stand-in whose
     ``info.run_id`` is None, and the ``log_*`` functions below do nothing there."""
@@ -83,16 +108,15 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     study = cfg.get("study")
     if study:
         all_tags["rlhf_lab.study"] = str(study)
-    parent = os.environ.get("RLHF_LAB_PARENT_RUN_ID")
+    parent = os.environ.get(PARENT_ENV)
     if parent:
         all_tags["mlflow.parentRunId"] = parent
     all_tags.update(tags or {})
     run = mlflow.start_run(run_name=run_name or stage, tags=all_tags)
     try:
         if parent and cfg.get("algo") is not None and stage == str(cfg.algo.get("name")):
-            from rlhf_lab.sweeping import job_sweep_params  # the job's values of the swept keys
-
             mlflow.log_params(job_sweep_params(hydra_overrides()))
+        mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")  # the resolved config
         if params is not None:
             flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
             items = list(flat.items())
@@ -154,12 +178,6 @@ def set_tag(key: str, value: str) -> None:
 def log_dict(obj: dict, artifact_file: str) -> None:
     if is_rank_zero():
         mlflow.log_dict(obj, artifact_file)
-
-
-def log_config(cfg: DictConfig) -> None:
-    if not is_rank_zero():
-        return
-    mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
 
 
 def log_samples_table(rows: list[dict[str, Any]], name: str = "samples.json") -> None:

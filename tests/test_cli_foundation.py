@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from rlhf_lab import pipeline
+from rlhf_lab import stages
 
 
 def _runs(db):
@@ -17,7 +17,7 @@ def test_sft_job_end_to_end_writes_finished_run_and_reuses_base(tiny_cfg, tmp_pa
     db = tmp_path / "mlflow.db"
     cache = tmp_path / "cache"
     cfg = tiny_cfg("algo=sft", f"cache_dir={cache}", mlflow_db=db)
-    meta = pipeline.run_job(cfg, tmp_path / "out1")
+    meta = stages.run_job(cfg, tmp_path / "out1")
     runs = _runs(db)
     assert sorted(runs["tags.rlhf_lab.stage"]) == ["pretrain", "sft"]
     assert set(runs["status"]) == {"FINISHED"}
@@ -31,7 +31,7 @@ def test_sft_job_end_to_end_writes_finished_run_and_reuses_base(tiny_cfg, tmp_pa
     # the SFT model samples text of the world (not noise): most responses end with EOS
     assert meta["eval"]["eval/eos_rate"] > 0.3
     # a second identical call reuses the cached base model: one more run (sft), no new pretrain run
-    pipeline.run_job(cfg, tmp_path / "out2")
+    stages.run_job(cfg, tmp_path / "out2")
     runs = _runs(db)
     assert sorted(runs["tags.rlhf_lab.stage"]) == ["pretrain", "sft", "sft"]
 
@@ -40,4 +40,4 @@ def test_unknown_algo_is_a_clear_error(tiny_cfg, tmp_path):
     cfg = tiny_cfg("algo=sft")
     cfg.algo.name = "nope"
     with pytest.raises(ValueError, match="algo='nope' is not a known algorithm"):
-        pipeline.run_job(cfg, tmp_path)
+        stages.run_job(cfg, tmp_path)

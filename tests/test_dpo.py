@@ -11,10 +11,12 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from rlhf_lab import pipeline
+from rlhf_lab import stages
+from rlhf_lab.stages.common import cache_for
 from rlhf_lab.algorithms import dpo
 from rlhf_lab.models import families as Fm
-from rlhf_lab.preferences import ensure_preferences
+from rlhf_lab.models.adapters import with_lora
+from rlhf_lab.stages import prefs
 
 TRL_NAMES = ("loss/dpo", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
              "logps/chosen", "logps/rejected")
@@ -32,8 +34,8 @@ def _one_thread():
 @pytest.fixture
 def setup(tiny_cfg):
     cfg = tiny_cfg("algo=dpo")
-    sft = pipeline.ensure_sft(cfg)
-    train, _ = ensure_preferences(cfg)
+    sft = stages.ensure("sft", cfg)
+    train, _ = prefs.load(cfg)
     tok = Fm.load_tokenizer(sft)
     return cfg, sft, tok, train
 
@@ -63,7 +65,7 @@ def test_module_loss_on_real_batch_matches_hand_and_dpo_formula(setup):
     pairs = train[:6]
     policy, ref = _models(sft, tok)
     beta = 0.5
-    batch = dpo.collate_pairs(tok.pad_token_id)(dpo.encode_pairs(tok, pairs, 96))
+    batch = dpo.collate_dpo_pairs(tok.pad_token_id)(dpo.encode_dpo_pairs(tok, pairs, 96))
     hand = [[_hand_logp(m, tok, p.prompt, y, e) for m in (policy, ref)]
             for p in pairs for y, e in ((p.chosen, p.chosen_ended), (p.rejected, p.rejected_ended))]
     pc, rc = torch.tensor(hand[0::2], dtype=torch.float64).T
@@ -101,10 +103,10 @@ def test_module_loss_on_real_batch_matches_hand_and_dpo_formula(setup):
 def test_precomputed_reference_gives_the_live_loss(setup):
     cfg, sft, tok, train = setup
     policy, ref = _models(sft, tok)
-    ex = dpo.encode_pairs(tok, train[:24], 96)
+    ex = dpo.encode_dpo_pairs(tok, train[:24], 96)
     pre = copy.deepcopy(ex)
     dpo.precompute_reference(ref, pre, tok.pad_token_id, batch_size=7)  # other padding than the training batch
-    collate = dpo.collate_pairs(tok.pad_token_id)
+    collate = dpo.collate_dpo_pairs(tok.pad_token_id)
     live, _ = dpo.DPOModule(policy, ref, beta=0.1).loss_and_metrics(collate(ex))
     no_ref = dpo.DPOModule(policy, None, beta=0.1)
     assert no_ref.reference is None
@@ -119,14 +121,14 @@ def test_lora_disabled_reference_equals_frozen_copy(setup):
     cfg, sft, tok, train = setup
     ref = Fm.load_causal_lm(sft, tok).eval()
     with open_dict(cfg):
-        cfg.algo.lora_rank = 4
-    peft_policy = dpo._lora(Fm.load_causal_lm(sft, tok), cfg.algo)
+        cfg.algo.lora.r = 4
+    peft_policy = with_lora(Fm.load_causal_lm(sft, tok), cfg.algo.lora, "CAUSAL_LM")
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():  # LoRA B starts at 0 (adapter = identity): make the adapters matter
         for n, p in peft_policy.named_parameters():
             if "lora_B" in n:
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
-    batch = dpo.collate_pairs(tok.pad_token_id)(dpo.encode_pairs(tok, train[:16], 96))
+    batch = dpo.collate_dpo_pairs(tok.pad_token_id)(dpo.encode_dpo_pairs(tok, train[:16], 96))
     module = dpo.DPOModule(peft_policy, "lora_disabled", beta=0.1)
     rc, rr = module.reference_logps(batch)
     copy_lp = dpo.sequence_logps(ref, batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
@@ -145,14 +147,14 @@ def _metric_history(db, run_id, key):
 def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     common = ["algo=dpo", "algo.steps=8", "algo.batch_size=16", "algo.warmup_steps=2", "algo.lr=3e-4"]
-    meta = pipeline.run_job(tiny_cfg(*common, mlflow_db=db), tmp_path / "copy")
-    meta_pre = pipeline.run_job(tiny_cfg(*common, "algo.reference=precomputed", mlflow_db=db), tmp_path / "pre")
+    meta = stages.run_job(tiny_cfg(*common, mlflow_db=db), tmp_path / "copy")
+    meta_pre = stages.run_job(tiny_cfg(*common, "algo.reference.kind=precomputed", mlflow_db=db), tmp_path / "pre")
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     runs = runs[runs["tags.rlhf_lab.stage"] == "dpo"]
     assert len(runs) == 2 and set(runs["status"]) == {"FINISHED"}
     row = runs[runs["run_id"] == meta["run_id"]].iloc[0]
-    sft_meta = pipeline.cache_for(tiny_cfg("algo=dpo")).meta(pipeline.ensure_sft(tiny_cfg("algo=dpo")))
+    sft_meta = cache_for(tiny_cfg("algo=dpo")).meta(stages.ensure("sft", tiny_cfg("algo=dpo")))
     assert row["tags.rlhf_lab.upstream.sft"] == sft_meta["run_id"]
     for k in TRL_NAMES + ("eval/gold_reward", "eval/kl", "eval/length", "eval/filler_rate", "eval/distinct_2",
                           "eval/entropy", "time/step_s"):
@@ -174,10 +176,10 @@ def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg, tmp_path):
 
 def test_online_dpo_with_lora_disabled_reference(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
-    cfg = tiny_cfg("algo=dpo", "algo.steps=6", "algo.batch_size=8", "algo.reference=lora_disabled",
-                          "algo.lora_rank=4", "algo.lr=3e-3", "algo.online=true", "algo.online_every=3",
+    cfg = tiny_cfg("algo=dpo", "algo.steps=6", "algo.batch_size=8", "algo.reference.kind=lora_disabled",
+                          "algo.lora.r=4", "algo.lr=3e-3", "algo.online=true", "algo.online_every=3",
                           "algo.online_prompts=16", mlflow_db=db)
-    meta = pipeline.run_job(cfg, tmp_path / "out")
+    meta = stages.run_job(cfg, tmp_path / "out")
     n_pairs = _metric_history(db, meta["run_id"], "online/n_pairs")
     assert len(n_pairs) == 2 and all(8 <= n <= 16 for n in n_pairs)  # resampled at steps 0 and 3
     assert meta["eval_start"]["eval/kl"] == pytest.approx(0.0, abs=1e-4)
@@ -192,7 +194,7 @@ def test_larger_beta_stays_closer_to_the_reference(tiny_cfg, tmp_path):
         cfg = tiny_cfg("algo=dpo", f"algo.beta={beta}", "algo.steps=30", "algo.batch_size=16",
                               "algo.lr=3e-3", "algo.warmup_steps=2", "eval.n_prompts=48",
                               mlflow_db=tmp_path / "mlflow.db")
-        kl[beta] = pipeline.run_job(cfg, tmp_path / f"b{beta}")["eval"]["eval/kl"]
+        kl[beta] = stages.run_job(cfg, tmp_path / f"b{beta}")["eval"]["eval/kl"]
     assert kl[2.0] < 0.5 * kl[0.05], kl
 
 
@@ -201,14 +203,14 @@ def test_larger_beta_stays_closer_to_the_reference(tiny_cfg, tmp_path):
     (["algo.beta=-0.1"], "beta must be > 0"),
     (["algo.loss_type=nope"], "Unknown loss_type"),
     (["algo.label_smoothing=0.1", "algo.loss_type=ipo"], "label_smoothing is only supported"),
-    (["algo.reference=lora_disabled"], "needs a LoRA policy"),
-    (["algo.reference=nope"], "algo.reference='nope'"),
-    (["algo.online=true", "algo.reference=precomputed"], "cannot be precomputed"),
+    (["algo.reference.kind=lora_disabled"], "needs a LoRA policy"),
+    (["algo.reference.kind=nope"], "algo.reference.kind='nope'"),
+    (["algo.online=true", "algo.reference.kind=precomputed"], "cannot be precomputed"),
     (["algo.max_len=3"], "algo.max_len=3"),
 ])
 def test_bad_config_is_a_clear_error(tiny_cfg, tmp_path, overrides, match):
     with pytest.raises(ValueError, match=match):
-        pipeline.run_job(tiny_cfg("algo=dpo", *overrides), tmp_path)
+        stages.run_job(tiny_cfg("algo=dpo", *overrides), tmp_path)
 
 
 def test_empty_dataset_is_a_clear_error(tiny_cfg, tmp_path):
@@ -218,4 +220,4 @@ def test_empty_dataset_is_a_clear_error(tiny_cfg, tmp_path):
     with open_dict(cfg):
         cfg.data = {"source": "jsonl", "path": str(empty), "eval_fraction": 0.1, "seed": 0}
     with pytest.raises(ValueError, match="empty"):
-        pipeline.run_job(cfg, tmp_path)
+        stages.run_job(cfg, tmp_path)

@@ -12,15 +12,21 @@ import mlflow
 import pytest
 import torch
 
-from rlhf_lab import pipeline
+from rlhf_lab import stages
+from rlhf_lab.stages.common import cache_for
 from rlhf_lab.algorithms import ppo
+from rlhf_lab.data import gold_weights, pad_right
+from rlhf_lab.models.adapters import AdapterDisabled
+from rlhf_lab.models.reward import encode_texts
+from rlhf_lab.stages import ppo as ppo_stage
+from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.callbacks import RewardHackingMonitor
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import response_logprobs, sample
 
 PPO_TINY = [
     "algo=ppo", "algo.reward=gold", "algo.steps=2", "algo.batch_size=8", "algo.num_minibatches=2",
-    "algo.ppo_epochs=1", "algo.eval_every=0", "generation.max_new_tokens=12", "eval.n_prompts=8",
+    "algo.ppo_epochs=1", "eval.every_n_steps=0", "generation.max_new_tokens=12", "eval.n_prompts=8",
     "trainer.threads=1",
 ]
 
@@ -44,12 +50,12 @@ def _one_thread():
 
 
 def _module(cfg, **kw):
-    sft = pipeline.ensure_sft(cfg)
+    sft = stages.ensure("sft", cfg)
     tok = F.load_tokenizer(sft)
-    scorer = ppo.GoldScorer(pipeline.D.gold_weights(cfg))
-    policy, reference, critic = ppo.build_models(cfg.algo, sft, tok, scorer)
+    scorer = ppo_stage.GoldScorer(gold_weights(cfg))
+    policy, reference, critic = ppo_stage.build_models(cfg.algo, sft, tok, scorer)
     return ppo.PPOModule(policy, reference, critic, tok, scorer, lambda s: ["how was the lamp ?"] * 8, cfg.algo,
-                         cfg.kl, cfg.generation, pipeline.D.gold_weights(cfg), **kw), sft, tok
+                         cfg.kl, cfg.generation, gold_weights(cfg), **kw), sft, tok
 
 
 def test_kl_controller_state_survives_checkpoint_round_trip(tiny_cfg):
@@ -72,11 +78,11 @@ def test_kl_controller_state_survives_checkpoint_round_trip(tiny_cfg):
 
 
 def test_shared_base_reference_equals_frozen_copy(tiny_cfg):
-    cfg = tiny_cfg(*PPO_TINY, "algo.shared_base=true")
-    sft = pipeline.ensure_sft(cfg)
+    cfg = tiny_cfg(*PPO_TINY, "algo.reference.kind=lora_disabled", "algo.lora.r=16")
+    sft = stages.ensure("sft", cfg)
     tok = F.load_tokenizer(sft)
-    policy, reference, critic = ppo.build_models(cfg.algo, sft, tok)
-    assert isinstance(reference, ppo.AdapterDisabledReference) and critic.backbone is None
+    policy, reference, critic = ppo_stage.build_models(cfg.algo, sft, tok)
+    assert isinstance(reference, AdapterDisabled) and critic.backbone is None
     torch.manual_seed(0)
     with torch.no_grad():  # move the adapters away from the identity, as training would
         for n, p in policy.named_parameters():
@@ -92,18 +98,18 @@ def test_shared_base_reference_equals_frozen_copy(tiny_cfg):
     assert torch.allclose(ref_shared, ref_copy, atol=1e-5)
     assert (pol - ref_copy).abs().max() > 1e-2  # the adapters do change the policy
     # no second copy: the shared mode holds the base once (plus adapters and a head)
-    separate = ppo.model_bytes(frozen, copy.deepcopy(frozen), copy.deepcopy(frozen))
-    shared = ppo.model_bytes(policy, critic)
+    separate = ppo_stage.model_bytes(frozen, copy.deepcopy(frozen), copy.deepcopy(frozen))
+    shared = ppo_stage.model_bytes(policy, critic)
     assert shared < 0.6 * separate
 
 
 def test_ppo_resumes_mid_training_with_identical_beta_and_steps(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     common = [*PPO_TINY, "algo.steps=4", "kl=adaptive", "kl.beta=0.1", "kl.target=0.05", "kl.horizon=40"]
-    meta_a = pipeline.run_job(tiny_cfg(*common, "algo.checkpoint_every=2", mlflow_db=db), tmp_path / "a")
+    meta_a = stages.run_job(tiny_cfg(*common, "algo.checkpoint_every=2", mlflow_db=db), tmp_path / "a")
     ckpt = tmp_path / "a" / "artifact" / "ppo_step00002.ckpt"
     assert ckpt.exists()
-    meta_b = pipeline.run_job(tiny_cfg(*common, f"algo.resume_from={ckpt}", mlflow_db=db), tmp_path / "b")
+    meta_b = stages.run_job(tiny_cfg(*common, f"algo.resume_from={ckpt}", mlflow_db=db), tmp_path / "b")
     assert meta_a["ppo_steps"] == meta_b["ppo_steps"] == 4
     assert meta_a["global_step"] == meta_b["global_step"] == 4 * 2
     beta_a = _history(db, meta_a["run_id"], "objective/beta")
@@ -122,7 +128,7 @@ def test_ppo_resumes_mid_training_with_identical_beta_and_steps(tiny_cfg, tmp_pa
     assert set(ppo_runs["status"]) == {"FINISHED"} and len(ppo_runs) == 2
     row = ppo_runs[ppo_runs["run_id"] == meta_a["run_id"]].iloc[0]
     cfg = tiny_cfg(*common)
-    sft_run_id = pipeline.cache_for(cfg).meta(pipeline.ensure_sft(cfg))["run_id"]
+    sft_run_id = cache_for(cfg).meta(stages.ensure("sft", cfg))["run_id"]
     assert row["tags.rlhf_lab.upstream.sft"] == sft_run_id
     for k in ("objective/kl", "objective/kl_k3", "objective/gold", "policy/clipfrac", "loss/value",
               "val/explained_variance", "eval/gold_reward", "eval/kl", "time/tokens_per_s"):
@@ -134,17 +140,17 @@ def test_ppo_resumes_mid_training_with_identical_beta_and_steps(tiny_cfg, tmp_pa
 def test_policy_as_own_reference_gives_zero_kl_rloo_shared_base(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     # claim C3: reference re-synced every step = the policy itself -> KL ≡ 0 (k1, k2 and k3)
-    meta = pipeline.run_job(tiny_cfg(*PPO_TINY, "algo.reference.sync_every=1", "algo.critic=none",
+    meta = stages.run_job(tiny_cfg(*PPO_TINY, "algo.reference.sync_every=1", "algo.critic=none",
                                      "algo.baseline=loo", "algo.samples_per_prompt=2", "algo.kl_in=loss",
                                      "algo.kl_estimator=k3", mlflow_db=db), tmp_path / "a")
     for k in ("objective/kl_k1", "objective/kl_k2", "objective/kl_k3"):
         assert set(_history(db, meta["run_id"], k).values()) == {0.0}
     assert _history(db, meta["run_id"], "val/explained_variance") == {}  # no critic
     # shared base (LoRA) runs end to end and reports a KL that grows from 0
-    meta = pipeline.run_job(tiny_cfg(*PPO_TINY, "algo.shared_base=true", "algo.lr=3e-3", mlflow_db=db), tmp_path / "b")
+    meta = stages.run_job(tiny_cfg(*PPO_TINY, "algo.reference.kind=lora_disabled", "algo.lora.r=16", "algo.lr=3e-3", mlflow_db=db), tmp_path / "b")
     kl = _history(db, meta["run_id"], "objective/kl_k3")
     assert kl[1] == pytest.approx(0.0, abs=1e-6) and kl[2] > 0
-    assert meta["memory/model_bytes"] < 0.6 * 3 * F.n_params(F.load_causal_lm(pipeline.ensure_sft(tiny_cfg(*PPO_TINY)))) * 4
+    assert meta["memory/model_bytes"] < 0.6 * 3 * F.n_params(F.load_causal_lm(stages.ensure("sft", tiny_cfg(*PPO_TINY)))) * 4
 
 
 @pytest.mark.parametrize("what", ["nan_score", "inf_logprob"])
@@ -165,7 +171,7 @@ def test_non_finite_values_stop_the_run_and_mark_it_failed(tiny_cfg, tmp_path, m
         monkeypatch.setattr(ppo, "token_logprobs", bad)
         match = "non-finite policy log-prob at PPO step 0"
     with pytest.raises(FloatingPointError, match=match):
-        pipeline.run_job(tiny_cfg(*PPO_TINY, mlflow_db=db), tmp_path / "out")
+        stages.run_job(tiny_cfg(*PPO_TINY, mlflow_db=db), tmp_path / "out")
     runs = _runs(db)
     row = runs[runs["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
     assert row["status"] == "FAILED"
@@ -178,29 +184,29 @@ def test_config_errors_are_clear(tiny_cfg):
     with pytest.raises(ValueError, match="algo.critic=rm needs a reward model"):
         _module(tiny_cfg(*PPO_TINY, "algo.critic=rm"))
     with pytest.raises(ValueError, match="cannot be combined"):
-        _module(tiny_cfg(*PPO_TINY, "algo.shared_base=true", "algo.reference.sync_every=5"))
+        _module(tiny_cfg(*PPO_TINY, "algo.reference.kind=lora_disabled", "algo.lora.r=16", "algo.reference.sync_every=5"))
 
     class OtherTokRM:  # an RM of another family: its tokenizer differs from the policy's
         members = [object()]
         tokenizer = type("T", (), {"get_vocab": lambda self: {"x": 0}, "eos_token_id": 0, "pad_token_id": 0})()
 
     cfg = tiny_cfg(*PPO_TINY, "algo.critic=rm")
-    sft = pipeline.ensure_sft(cfg)
+    sft = stages.ensure("sft", cfg)
     with pytest.raises(ValueError, match="share the policy's tokenizer"):
-        ppo.build_models(cfg.algo, sft, F.load_tokenizer(sft), OtherTokRM())
+        ppo_stage.build_models(cfg.algo, sft, F.load_tokenizer(sft), OtherTokRM())
 
 
 def test_reference_path_needs_the_policy_tokenizer(tiny_cfg, tmp_path):
     cfg = tiny_cfg(*PPO_TINY)
-    sft = pipeline.ensure_sft(cfg)
+    sft = stages.ensure("sft", cfg)
     tok = F.load_tokenizer(sft)
     # claim C8: any checkpoint with the policy's tokenizer can be the reference (here: the SFT model itself)
-    _, ref, _ = ppo.build_models(tiny_cfg(*PPO_TINY, f"algo.reference.path={sft}").algo, sft, tok)
+    _, ref, _ = ppo_stage.build_models(tiny_cfg(*PPO_TINY, f"algo.reference.path={sft}").algo, sft, tok)
     assert not any(p.requires_grad for p in ref.parameters())
     other = F.train_tokenizer("a", ["the lamp is great .", "it works perfectly ."] * 50, 64)
     other.save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="different tokenizer than the policy"):
-        ppo.build_models(tiny_cfg(*PPO_TINY, f"algo.reference.path={tmp_path / 'other'}").algo, sft, tok)
+        ppo_stage.build_models(tiny_cfg(*PPO_TINY, f"algo.reference.path={tmp_path / 'other'}").algo, sft, tok)
 
 
 def test_reward_hacking_monitor_fires_only_when_gold_falls_while_proxy_rises():
@@ -221,20 +227,19 @@ def test_ppo_with_trained_reward_model_and_rm_critic(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     cfg = tiny_cfg(*PPO_TINY, "algo.reward=rm", "algo.critic=rm", "reward_model.steps=10",
                    "data.n_train=64", "data.n_eval=32", "reward_model.norm_samples=64", mlflow_db=db)
-    meta = pipeline.run_job(cfg, tmp_path / "out")
+    meta = stages.run_job(cfg, tmp_path / "out")
     runs = _runs(db)
     row = runs[runs["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
     rm_run = runs[runs["tags.rlhf_lab.stage"] == "rm"]
     assert row["status"] == "FINISHED" and row["tags.rlhf_lab.upstream.rm"] == rm_run.iloc[0]["run_id"]
     assert "eval/proxy_reward" in meta["eval"] and "proxy" in meta["summary"]
     # the critic starts as the RM (InstructGPT): its head is the RM's, folded with the normalisation
-    from rlhf_lab import reward as R
 
-    scorer = R.load_scorer(cfg)
-    _, _, critic = ppo.build_models(cfg.algo, pipeline.ensure_sft(cfg), scorer.tokenizer, scorer)
+    scorer = rm_stage.load_scorer(cfg)
+    _, _, critic = ppo_stage.build_models(cfg.algo, stages.ensure("sft", cfg), scorer.tokenizer, scorer)
     w = scorer.members[0].score.weight[0] * scorer.gain * float(scorer.member_gain[0])
     assert torch.allclose(critic.head.weight[0], w)
-    ids, mask = R.pad_right(R.encode_texts(scorer.tokenizer, ["how was the lamp ?"], ["it is great ."], [True], 64), 0)
+    ids, mask = pad_right(encode_texts(scorer.tokenizer, ["how was the lamp ?"], ["it is great ."], [True], 64), 0)
     h = critic.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
     v_last = critic.head(h[:, -1])[0, 0]  # the value read where the RM reads: the last token
     assert v_last.item() == pytest.approx(scorer(["how was the lamp ?"], ["it is great ."], [True]).item(), abs=1e-4)

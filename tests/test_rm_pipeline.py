@@ -11,8 +11,11 @@ import mlflow
 import pytest
 import torch
 
-from rlhf_lab import pipeline
-from rlhf_lab import reward as R
+from rlhf_lab import stages
+from rlhf_lab.stages.common import cache_for
+from rlhf_lab.models.reward import RewardScorer
+from rlhf_lab.stages import prefs
+from rlhf_lab.stages import rm as rm_stage
 
 # shared by every test here, so the preference pairs (one set per labeler) are sampled once per session
 RM_TINY = ["data.n_eval=300", "reward_model.steps=100"]
@@ -28,13 +31,13 @@ def _runs(db):
 
 def _rm_eval(cfg) -> dict:
     """The rm/* metrics stored with the cached RM (trained now if missing)."""
-    return pipeline.cache_for(cfg).meta(R.ensure_rm(cfg))["eval"]
+    return cache_for(cfg).meta(stages.ensure("rm", cfg))["eval"]
 
 
 def test_rm_job_end_to_end_logs_metrics_and_is_reused_from_cache(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     cfg = tiny_cfg("algo=rm", *RM_TINY, mlflow_db=db)
-    meta = pipeline.run_job(cfg, tmp_path / "out")
+    meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
     # well above chance (0.5) against the labeler and against gold; ranks responses like gold
     assert ev["rm/accuracy"] > 0.58
@@ -51,25 +54,24 @@ def test_rm_job_end_to_end_logs_metrics_and_is_reused_from_cache(tiny_cfg, tmp_p
                                    "rm/accuracy_len_short", "rm/accuracy_no_filler"):
         assert row[f"metrics.{k}"] == row[f"metrics.{k}"], k  # logged, not NaN
     assert row["metrics.rm/accuracy"] == pytest.approx(ev["rm/accuracy"])
-    from rlhf_lab.preferences import ensure_preferences
     from rlhf_lab.world import count_fillers
 
-    _, held = ensure_preferences(cfg)
+    _, held = prefs.load(cfg)
     filler_pairs = sum(count_fillers(q.chosen) != count_fillers(q.rejected) for q in held)
     assert ("rm/filler_preference" in ev) == (filler_pairs > 0)
     assert row["tags.rlhf_lab.upstream.sft"] and row["tags.rlhf_lab.upstream.prefs"]
     # the job published its RM: ensure_rm (as PPO calls it) reuses it without a new run
-    path = R.ensure_rm(cfg)
+    path = stages.ensure("rm", cfg)
     assert str(path) == meta["cache_path"]
     assert len(_runs(db)) == len(runs)
     # the scorer (as PPO loads it) reproduces the job's held-out numbers from the artifact folder
     from rlhf_lab.algorithms.rm import evaluate_rm
 
-    scorer = R.load_scorer(cfg)
+    scorer = rm_stage.load_scorer(cfg)
     again, _ = evaluate_rm(scorer, held)
     assert again["rm/accuracy"] == pytest.approx(ev["rm/accuracy"], abs=1e-6)
     assert again["rm/reward_mean"] == pytest.approx(ev["rm/reward_mean"], abs=1e-4)
-    raw = R.RewardScorer.from_path(path, normalize=False)
+    raw = RewardScorer.from_path(path, normalize=False)
     p = [q.prompt for q in held[:8]]
     y = [q.chosen for q in held[:8]]
     e = [q.chosen_ended for q in held[:8]]
@@ -99,8 +101,8 @@ def test_same_and_different_source_rms_score_policy_samples(tiny_cfg):
     diff_cfg = tiny_cfg(*RM_TINY, "reward_model=different_source", "reward_model.arch.hidden=32")
     diff_ev = _rm_eval(diff_cfg)
     assert diff_ev["rm/accuracy_gold"] > 0.6
-    same, diff = R.load_scorer(same_cfg), R.load_scorer(diff_cfg)
-    sft = pipeline.ensure_sft(same_cfg)
+    same, diff = rm_stage.load_scorer(same_cfg), rm_stage.load_scorer(diff_cfg)
+    sft = stages.ensure("sft", same_cfg)
     tok = F.load_tokenizer(sft)
     assert type(diff.members[0]).__name__.startswith("GPT2") and type(same.members[0]).__name__.startswith("Llama")
     assert same.tokenizer.get_vocab() == tok.get_vocab() and len(diff.tokenizer) != len(tok)
@@ -142,7 +144,7 @@ def test_external_jsonl_preferences_train_an_rm_without_gold_metrics(tiny_cfg, t
     f.write_text("\n".join(json.dumps(x) for x in rows) + "\n")
     db = tmp_path / "mlflow.db"
     cfg = _compose_external(tiny_cfg, f, "algo=rm", "reward_model.steps=100", mlflow_db=db)
-    meta = pipeline.run_job(cfg, tmp_path / "out")
+    meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
     assert ev["rm/n_eval_pairs"] == pytest.approx(int(len(rows) * 0.25))
     assert ev["rm/accuracy"] > 0.65
@@ -155,41 +157,40 @@ def test_external_jsonl_preferences_train_an_rm_without_gold_metrics(tiny_cfg, t
     bad = tmp_path / "bad.jsonl"
     bad.write_text("")
     with pytest.raises(ValueError, match="empty"):
-        pipeline.run_job(_compose_external(tiny_cfg, bad, "algo=rm", mlflow_db=db), tmp_path / "o1")
+        stages.run_job(_compose_external(tiny_cfg, bad, "algo=rm", mlflow_db=db), tmp_path / "o1")
     bad.write_text("\n".join(json.dumps({"prompt": "p", "chosen": "same", "rejected": "same"}) for _ in range(5)))
     with pytest.raises(ValueError, match="chosen == rejected"):
-        pipeline.run_job(_compose_external(tiny_cfg, bad, "algo=rm", mlflow_db=db), tmp_path / "o2")
+        stages.run_job(_compose_external(tiny_cfg, bad, "algo=rm", mlflow_db=db), tmp_path / "o2")
     bad.write_text("\n".join(json.dumps({"prompt": "p", "chosen": "a", "reject": "b"}) for _ in range(5)))
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['rejected'\]"):
-        pipeline.run_job(_compose_external(tiny_cfg, bad, "algo=rm", mlflow_db=db), tmp_path / "o3")
+        stages.run_job(_compose_external(tiny_cfg, bad, "algo=rm", mlflow_db=db), tmp_path / "o3")
     with pytest.raises(ValueError, match="only data=world"):
-        pipeline.run_job(_compose_external(tiny_cfg, f, "algo=rm", "reward_model.margin=true", mlflow_db=db),
+        stages.run_job(_compose_external(tiny_cfg, f, "algo=rm", "reward_model.margin=true", mlflow_db=db),
                          tmp_path / "o4")
 
 
 def test_ensemble_with_lora_and_on_policy_pairs(tiny_cfg, tmp_path):
     base = tiny_cfg(*RM_TINY)
-    sft = pipeline.ensure_sft(base)
-    cfg = tiny_cfg(*RM_TINY, "reward_model.ensemble=2", "reward_model.lora_rank=8", "reward_model.lr=3e-3",
+    sft = stages.ensure("sft", base)
+    cfg = tiny_cfg(*RM_TINY, "reward_model.ensemble=2", "reward_model.lora.r=8", "reward_model.lr=3e-3",
                    f"data.on_policy_path={sft}", "data.on_policy_fraction=0.5", "reward_model.conservative_lambda=1.0")
     ev = _rm_eval(cfg)
     assert ev["rm/train_on_policy_fraction"] == pytest.approx(0.5, abs=0.05)
     assert ev["rm/member_0/accuracy"] > 0.55 and ev["rm/member_1/accuracy"] > 0.55
     assert ev["rm/ensemble_std"] > 0.01  # members differ (seeds: head init and data order)
-    path = R.ensure_rm(cfg)
-    meta = pipeline.cache_for(cfg).meta(path)
-    assert meta["n_members"] == 2 and meta["n_trainable_params"] < meta["n_params"] / 3
-    sc = R.load_scorer(cfg)
+    path = stages.ensure("rm", cfg)
+    meta = cache_for(cfg).meta(path)
+    assert meta["n_members"] == 2 and meta["model/params_trainable"] < meta["model/params_total"] / 3
+    sc = rm_stage.load_scorer(cfg)
     assert len(sc.members) == 2 and sc.conservative_lambda == 1.0
     # normalize / conservative_lambda act when the RM is used: they do not change the cache key
-    assert R.rm_spec(tiny_cfg(*RM_TINY, "reward_model.ensemble=2", "reward_model.lora_rank=8", "reward_model.lr=3e-3",
+    assert rm_stage.spec(tiny_cfg(*RM_TINY, "reward_model.ensemble=2", "reward_model.lora.r=8", "reward_model.lr=3e-3",
                               f"data.on_policy_path={sft}", "data.on_policy_fraction=0.5",
-                              "reward_model.normalize=false")) == R.rm_spec(cfg)
+                              "reward_model.normalize=false")) == rm_stage.spec(cfg)
     # a conservative score is lower than the mean score, by lambda * gain * member std
-    from rlhf_lab.preferences import ensure_preferences
 
-    _, held = ensure_preferences(cfg)
+    _, held = prefs.load(cfg)
     p, y, e = [q.prompt for q in held], [q.chosen for q in held], [q.chosen_ended for q in held]
-    mean_sc = R.RewardScorer.from_path(path)
+    mean_sc = RewardScorer.from_path(path)
     diff = mean_sc(p, y, e) - sc(p, y, e)
     assert float(diff.min()) >= -1e-6 and float(diff.mean()) > 0.01

@@ -11,7 +11,10 @@ import torch
 from rlhf_lab.algorithms import rm as RM
 from rlhf_lab.models import families as F
 from rlhf_lab.preferences import PreferencePair
-from rlhf_lab.reward import RewardScorer, aggregate, encode_texts, pad_right, rm_forward
+from rlhf_lab.data import pad_right
+from rlhf_lab.models.adapters import with_lora
+from rlhf_lab.models.reward import RewardScorer, aggregate, encode_texts, rm_forward
+from rlhf_lab.stages.common import model_size
 from rlhf_lab.world import ReviewGenerator
 
 PROMPTS = ["write a review of the blender .", "what do you think of the kettle ?", "review the lamp .",
@@ -202,8 +205,9 @@ def test_lora_merge_keeps_scores(tiny_models):
 
     tok, _, d = tiny_models["b"]
     torch.manual_seed(0)
-    model = RM._with_lora(F.load_sequence_scorer(d, tok), OmegaConf.create({"lora_rank": 4}))
-    n_train, n_all = RM._n_trainable(model), F.n_params(model)
+    model = with_lora(F.load_sequence_scorer(d, tok), OmegaConf.create({"r": 4}), "SEQ_CLS")
+    size = model_size(model)
+    n_train, n_all = size["model/params_trainable"], size["model/params_total"]
     assert 0 < n_train < n_all / 5
     with torch.no_grad():
         for name, p in model.named_parameters():

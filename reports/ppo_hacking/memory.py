@@ -32,17 +32,19 @@ def child(args) -> None:
 
     from rlhf_lab import data as D
     from rlhf_lab.algorithms import ppo
+    from rlhf_lab.models.adapters import unwrap
+    from rlhf_lab.stages import ppo as ppo_stage
     from rlhf_lab.models import families as F
 
     torch.set_num_threads(1)
     base_rss = rss_mb()
     with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
         cfg = compose("config", overrides=[
-            "algo=ppo", "algo.reward=gold", f"algo.shared_base={args.mode == 'shared'}", "algo.batch_size=16",
+            "algo=ppo", "algo.reward=gold", *(["algo.reference.kind=lora_disabled", "algo.lora.r=16"] if args.mode == 'shared' else []), "algo.batch_size=16",
             "algo.num_minibatches=2", "algo.ppo_epochs=1", "generation.max_new_tokens=16"])
     tok = F.load_tokenizer(args.ckpt)
-    policy, reference, critic = ppo.build_models(cfg.algo, args.ckpt, tok)
-    scorer = ppo.GoldScorer(D.gold_weights(cfg))
+    policy, reference, critic = ppo_stage.build_models(cfg.algo, args.ckpt, tok)
+    scorer = ppo_stage.GoldScorer(D.gold_weights(cfg))
     module = ppo.PPOModule(policy, reference, critic, tok, scorer, lambda s: D.prompts(cfg, f"mem/{s}", 16),
                            cfg.algo, cfg.kl, cfg.generation, D.gold_weights(cfg))
     mlflow.set_tracking_uri(f"sqlite:///{args.db}")
@@ -51,9 +53,9 @@ def child(args) -> None:
                             enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
                             default_root_dir=tempfile.mkdtemp())
         trainer.fit(module)
-    print(json.dumps({"mode": args.mode, "model_bytes": ppo.model_bytes(policy, reference, critic),
+    print(json.dumps({"mode": args.mode, "model_bytes": ppo_stage.model_bytes(policy, reference, critic),
                       "trainable_params": sum(p.numel() for p in module.parameters() if p.requires_grad),
-                      "policy_params": F.n_params(ppo.unwrap(policy)),
+                      "policy_params": F.n_params(unwrap(policy)),
                       "rss_after_imports_mb": base_rss, "peak_rss_mb": rss_mb(), "peak_above_imports_mb": rss_mb() - base_rss,
                       "step_s": module.last_stats.get("time/step_s")}))
 

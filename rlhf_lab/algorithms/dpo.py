@@ -1,16 +1,15 @@
-"""Direct Preference Optimization (Rafailov et al. 2023) as a LightningModule, and the `algo=dpo` job.
+"""Direct Preference Optimization (Rafailov et al. 2023) as a LightningModule; the stage that runs it
+(``algo=dpo``) is :mod:`rlhf_lab.stages.dpo`.
 
 - Losses (``algo.loss_type``): ``sigmoid`` (DPO eq. 7; conservative DPO with ``algo.label_smoothing``),
   ``ipo``, ``hinge``; the maths is :func:`rlhf_lab.algorithms.dpo_math.preference_loss`.
-- The reference (``algo.reference``): ``copy`` (a frozen copy of the SFT model), ``lora_disabled`` (the
-  policy's own base with its LoRA adapters disabled, ``algo.lora_rank > 0``; no second copy of the
-  weights), ``precomputed`` (reference log-probs computed once before training; no reference model in
-  memory while training; at evaluation points the reference is loaded from disk for ``eval/kl`` only).
+- The reference (``algo.reference.kind``): a frozen model (``copy``), the policy's own base with its LoRA
+  adapters disabled (``lora_disabled``), or reference log-probs precomputed into the batches.
 - Chosen and rejected go through one concatenated forward pass (``[chosen; rejected]`` rows).
 - ``algo.online``: every ``algo.online_every`` steps, pairs are sampled from the current policy and
   labelled by the world's labeler (online DPO); training then uses those pairs.
 
-Metrics (TRL's names, ../shared/CONVENTIONS.md): ``loss/dpo``, ``rewards/chosen``, ``rewards/rejected``,
+Metrics (TRL's names, docs/metrics.md): ``loss/dpo``, ``rewards/chosen``, ``rewards/rejected``,
 ``rewards/margins``, ``rewards/accuracies``, ``logps/chosen``, ``logps/rejected``, ``time/step_s``,
 ``time/tokens_per_s``; and ``eval/*`` (the same as SFT / PPO) at ``eval.every_n_steps``, the SFT start
 being the step-0 evaluation.
@@ -20,20 +19,17 @@ from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 from typing import Callable
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
 
-from rlhf_lab.runtime import to_plain
 from rlhf_lab import distributed
+from rlhf_lab.data import pad_right
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
 from rlhf_lab.models.sampling import logprobs_from_logits, positions
 
-REFERENCE_MODES = ("copy", "lora_disabled", "precomputed")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -58,15 +54,11 @@ def encode_response(tokenizer, prompt: str, response: str, ended: bool, max_len:
     return (p + r)[:max_len], len(p)
 
 
-def pad_right(seqs: list[list[int]], n_prompt: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+def pad_with_loss_mask(seqs: list[list[int]], n_prompt: list[int], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``, ``attention_mask`` and ``loss_mask`` (1 on response tokens)."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), T), dtype=torch.long)
-    loss_mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    ids, attn = pad_right(seqs, pad_id)
+    loss_mask = torch.zeros_like(attn)
     for i, (s, n_p) in enumerate(zip(seqs, n_prompt)):
-        ids[i, : len(s)] = torch.tensor(s)
-        attn[i, : len(s)] = 1
         loss_mask[i, n_p : len(s)] = 1
     return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss_mask}
 
@@ -78,26 +70,11 @@ def sequence_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return logprobs_from_logits(logits, 1, input_ids[:, 1:], loss_mask[:, 1:]).sum(-1)
 
 
-@torch.no_grad()
-def text_logps(model, tokenizer, prompts: list[str], responses: list[str], ended: list[bool] | None = None,
-               max_len: int = 96, batch_size: int = 64) -> torch.Tensor:
-    """log π(response | prompt), summed over the response tokens (and its EOS when ended) -> [N] (cpu)."""
-    ended = ended if ended is not None else [True] * len(prompts)
-    enc = [encode_response(tokenizer, p, r, e, max_len) for p, r, e in zip(prompts, responses, ended)]
-    dev = next(model.parameters()).device
-    out = []
-    for i in range(0, len(enc), batch_size):
-        chunk = enc[i : i + batch_size]
-        b = pad_right([s for s, _ in chunk], [n for _, n in chunk], tokenizer.pad_token_id)
-        out.append(sequence_logps(model, *(b[k].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))).cpu())
-    return torch.cat(out) if out else torch.zeros(0)
-
-
 # ------------------------------------------------------------------------------------------------
 # preference examples and batches
 
 
-def encode_pairs(tokenizer, pairs, max_len: int) -> list[dict]:
+def encode_dpo_pairs(tokenizer, pairs, max_len: int) -> list[dict]:
     """One example per PreferencePair: chosen and rejected ids with the prompt length of each."""
     out = []
     for p in pairs:
@@ -107,13 +84,13 @@ def encode_pairs(tokenizer, pairs, max_len: int) -> list[dict]:
     return out
 
 
-def collate_pairs(pad_id: int) -> Callable[[list[dict]], dict]:
+def collate_dpo_pairs(pad_id: int) -> Callable[[list[dict]], dict]:
     """Concatenate a list of examples into one batch: rows [chosen_0..chosen_B-1, rejected_0..rejected_B-1]."""
 
     def collate(batch: list[dict]) -> dict:
         seqs = [b["chosen"] for b in batch] + [b["rejected"] for b in batch]
         n_p = [b["n_chosen"] for b in batch] + [b["n_rejected"] for b in batch]
-        out = pad_right(seqs, n_p, pad_id)
+        out = pad_with_loss_mask(seqs, n_p, pad_id)
         if all("ref_chosen" in b for b in batch):
             out["ref_chosen"] = torch.tensor([b["ref_chosen"] for b in batch], dtype=torch.float32)
             out["ref_rejected"] = torch.tensor([b["ref_rejected"] for b in batch], dtype=torch.float32)
@@ -129,24 +106,10 @@ def disable_dropout(model: torch.nn.Module) -> None:
             m.p = 0.0
 
 
-class AdapterDisabled:
-    """A callable that runs a peft model with its adapters disabled: the LoRA policy's base as a reference."""
-
-    def __init__(self, peft_model):
-        self.model = peft_model
-
-    def __call__(self, *args, **kwargs):
-        with self.model.disable_adapter():
-            return self.model(*args, **kwargs)
-
-    def parameters(self):
-        return self.model.parameters()
-
-
 @torch.no_grad()
 def precompute_reference(reference, examples: list[dict], pad_id: int, batch_size: int = 64) -> None:
     """Write ``ref_chosen`` / ``ref_rejected`` (reference log-probs) into each example, in place."""
-    collate = collate_pairs(pad_id)
+    collate = collate_dpo_pairs(pad_id)
     dev = next(reference.parameters()).device
     for i in range(0, len(examples), batch_size):
         chunk = examples[i : i + batch_size]
@@ -178,7 +141,7 @@ class DPOModule(L.LightningModule):
         disable_dropout(self.model)
         self.lora_disabled = reference == "lora_disabled"
         if self.lora_disabled and not hasattr(policy, "disable_adapter"):
-            raise ValueError("algo.reference=lora_disabled needs a LoRA policy (algo.lora_rank > 0)")
+            raise ValueError("algo.reference.kind=lora_disabled needs a LoRA policy (algo.lora.r > 0)")
         self.reference = None if self.lora_disabled else reference
         if self.reference is not None:
             self.reference.eval().requires_grad_(False)
@@ -186,7 +149,7 @@ class DPOModule(L.LightningModule):
         self.beta, self.loss_type, self.label_smoothing = float(beta), loss_type, float(label_smoothing)
         self.lr, self.weight_decay, self.warmup_steps, self.max_steps = lr, weight_decay, warmup_steps, max_steps
         self.online = online
-        self.collate = collate_pairs(pad_id)
+        self.collate = collate_dpo_pairs(pad_id)
         self.batch_size = int(batch_size)
         self._buffer: list[dict] = []
         self._buffer_step = -1
@@ -276,86 +239,6 @@ class DPOModule(L.LightningModule):
                                                    "interval": "step"}}
 
 
-# ------------------------------------------------------------------------------------------------
-# the job
-
-
-def check_config(ac: DictConfig) -> None:
-    """Fail fast, before any upstream stage is built, on keys that cannot work."""
-    preference_loss(*torch.zeros(4, 1), beta=float(ac.beta), loss_type=str(ac.loss_type),
-                    label_smoothing=float(ac.label_smoothing))
-    if ac.reference not in REFERENCE_MODES:
-        raise ValueError(f"algo.reference={ac.reference!r}; choose one of {REFERENCE_MODES}")
-    if int(ac.lora_rank) < 0:
-        raise ValueError(f"algo.lora_rank must be >= 0, got {ac.lora_rank}")
-    if ac.reference == "lora_disabled" and int(ac.lora_rank) == 0:
-        raise ValueError("algo.reference=lora_disabled needs a LoRA policy: set algo.lora_rank > 0 (e.g. 8)")
-    for k in ("steps", "batch_size", "max_len"):
-        if int(ac[k]) <= 0:
-            raise ValueError(f"algo.{k} must be > 0, got {ac[k]}")
-    if ac.online:
-        if ac.reference == "precomputed":
-            raise ValueError("algo.online=true samples new pairs, whose reference log-probs cannot be precomputed; "
-                             "use algo.reference=copy or lora_disabled")
-        if int(ac.online_every) <= 0 or int(ac.online_prompts) <= 0:
-            raise ValueError("algo.online_every and algo.online_prompts must be > 0")
-
-
-def dpo_spec(cfg: DictConfig, sft_path: Path) -> dict:
-    from rlhf_lab.pipeline import job_steps, stage_seed
-
-    from rlhf_lab.data import world_generation_spec
-
-    data = to_plain(cfg.data)
-    if cfg.data.source == "world":  # what determines the pairs besides the SFT model (preferences.prefs_spec)
-        data = {**data, "world": world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
-    return {"sft": str(sft_path), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
-            "generation": to_plain(cfg.generation), "seed": stage_seed(cfg, "dpo", "algo"),
-            "steps": job_steps(cfg, "dpo", cfg.algo.steps)}
-
-
-def _lora(policy, ac: DictConfig):
-    from peft import LoraConfig, get_peft_model
-
-    lc = LoraConfig(r=int(ac.lora_rank), lora_alpha=int(ac.lora_alpha), lora_dropout=0.0, target_modules="all-linear",
-                    task_type="CAUSAL_LM")
-    return get_peft_model(policy, lc)
-
-
-def _online_refresh(cfg, module_ref, tok, max_len: int, seed: int) -> Callable[[], list[dict]]:
-    """Sample two responses per prompt from the current policy, label them, attach reference log-probs."""
-    from rlhf_lab import data as D
-    from rlhf_lab.models.sampling import sample
-    from rlhf_lab.preferences import label_pairs
-
-    n = int(cfg.algo.online_prompts)
-    stream = D.prompts(cfg, "dpo_online", n * 50)
-    rng = random.Random(seed)
-    state = {"i": 0}
-    g = cfg.generation
-
-    def refresh() -> list[dict]:
-        module: DPOModule = module_ref()
-        i = state["i"] % len(stream)
-        prompts = (stream + stream)[i : i + n]
-        state["i"] += n
-        policy = module.model
-        a = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
-        b = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
-        pairs = label_pairs(cfg, prompts, a.responses, b.responses, a.ended, b.ended, rng, "online")
-        ex = encode_pairs(tok, pairs, max_len)
-        for e, p in zip(ex, pairs):
-            e["gold_agrees"] = p.gold_agrees
-        ref = AdapterDisabled(policy) if module.lora_disabled else module.reference
-        was = policy.training
-        policy.eval()
-        precompute_reference(ref, ex, tok.pad_token_id)
-        policy.train(was)
-        return ex
-
-    return refresh
-
-
 @torch.no_grad()
 def pair_metrics(policy, examples: list[dict], pad_id: int, beta: float) -> dict[str, float]:
     """Held-out implicit-reward accuracy and margin (examples carry reference log-probs)."""
@@ -364,7 +247,7 @@ def pair_metrics(policy, examples: list[dict], pad_id: int, beta: float) -> dict
     was = policy.training
     policy.eval()
     pcs, prs = [], []
-    collate = collate_pairs(pad_id)
+    collate = collate_dpo_pairs(pad_id)
     dev = next(policy.parameters()).device
     for i in range(0, len(examples), 64):
         b = collate(examples[i : i + 64])
@@ -378,120 +261,3 @@ def pair_metrics(policy, examples: list[dict], pad_id: int, beta: float) -> dict
     rr = torch.tensor([e["ref_rejected"] for e in examples])
     margin = beta * ((pc - rc) - (pr - rr))
     return {"eval/rewards/accuracies": float((margin > 0).float().mean()), "eval/rewards/margins": float(margin.mean())}
-
-
-def job(cfg: DictConfig, out_dir: Path):
-    from rlhf_lab import pipeline as P
-    from rlhf_lab import tracking
-    from rlhf_lab.callbacks import PeriodicEval
-    from rlhf_lab.models import families as Fm
-    from rlhf_lab.preferences import ensure_preferences, validate_pairs
-
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # the frozen reference
-    ac = cfg.algo
-    check_config(ac)
-    if ac.online and distributed.n_processes(cfg) > 1:
-        raise ValueError("algo.online=true is not supported with several processes (trainer.devices > 1): "
-                         "its generated pairs are not shared across ranks; run online DPO on one process")
-    if ac.online and cfg.data.source != "world":
-        raise ValueError("algo.online=true labels new pairs with the world's labeler: it needs data=world")
-    scorer, tags = None, {}
-    if ac.get("proxy_rm"):  # lazy: DPO needs no reward model; this only adds eval/proxy_reward
-        try:
-            from rlhf_lab import reward as R
-        except ImportError as err:
-            raise ImportError(f"algo.proxy_rm=true needs rlhf_lab.reward ({err}); set algo.proxy_rm=false") from err
-        scorer = R.load_scorer(cfg)
-        if hasattr(R, "ensure_rm"):
-            rm_run = P.cache_for(cfg).meta(Path(R.ensure_rm(cfg))).get("run_id")
-            if rm_run:
-                tags["rlhf_lab.upstream.rm"] = rm_run
-
-    sft_path = P.ensure_sft(cfg)
-    train_pairs, eval_pairs = ensure_preferences(cfg)
-    validate_pairs(train_pairs, "data")
-    spec = dpo_spec(cfg, sft_path)
-    seed, steps, max_len = spec["seed"], spec["steps"], int(ac.max_len)
-    L.seed_everything(seed, verbose=False)
-
-    tok = Fm.load_tokenizer(sft_path, "policy.name_or_path")
-    policy = Fm.load_causal_lm(sft_path, tok, "policy.name_or_path")
-    train_ex = encode_pairs(tok, train_pairs, max_len)
-    eval_ex = encode_pairs(tok, eval_pairs[: int(ac.get("eval_pairs", 256))], max_len)
-
-    mode = str(ac.reference)
-    load_ref = lambda: Fm.load_causal_lm(sft_path, tok, "policy.name_or_path").eval()  # noqa: E731
-    t_pre = time.time()
-    if mode == "precomputed":  # reference log-probs once; the reference model is freed before training
-        ref = load_ref()
-        precompute_reference(ref, train_ex, tok.pad_token_id)
-        precompute_reference(ref, eval_ex, tok.pad_token_id)
-        del ref
-        reference = None
-    else:
-        reference = load_ref() if mode == "copy" else "lora_disabled"
-        precompute_reference(reference if mode == "copy" else policy, eval_ex, tok.pad_token_id)
-    t_pre = time.time() - t_pre
-    if int(ac.lora_rank) > 0:
-        policy = _lora(policy, ac)
-
-    holder: dict = {}
-    online = None
-    if ac.online:
-        online = (_online_refresh(cfg, lambda: holder["module"], tok, max_len, seed), int(ac.online_every))
-    module = DPOModule(policy, reference, beta=float(ac.beta), loss_type=str(ac.loss_type),
-                       label_smoothing=float(ac.label_smoothing), lr=float(ac.lr), weight_decay=float(ac.weight_decay),
-                       warmup_steps=int(ac.warmup_steps), max_steps=steps, online=online, pad_id=tok.pad_token_id,
-                       batch_size=int(ac.batch_size))
-    holder["module"] = module
-
-    def eval_reference():
-        if module.lora_disabled:
-            return AdapterDisabled(module.model)
-        return module.reference if module.reference is not None else load_ref()  # precomputed: load for eval only
-
-    def evaluate():
-        m, rows = P.evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer)
-        m.update(pair_metrics(module.model, eval_ex, tok.pad_token_id, float(ac.beta)))
-        return m, rows
-
-    sft_run = P.cache_for(cfg).meta(Path(sft_path)).get("run_id", str(sft_path))
-    params = {"stage": "dpo", "algo": to_plain(ac), "data": spec["data"] if cfg.data.source != "world" else to_plain(cfg.data),
-              "labeler": to_plain(cfg.labeler), "world": to_plain(cfg.world), "seed": seed, "steps": steps,
-              "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex),
-              "n_params": Fm.n_params(policy),
-              "n_trainable": sum(p.numel() for p in policy.parameters() if p.requires_grad)}
-    tags["rlhf_lab.upstream.sft"] = sft_run
-    with tracking.start_run(cfg, "dpo", params=params, tags=tags) as run:
-        g = torch.Generator().manual_seed(seed)
-        loader = distributed.loader(train_ex, int(ac.batch_size), g, collate_pairs(tok.pad_token_id),
-                                    drop_last=len(train_ex) >= int(ac.batch_size), key="algo.batch_size")
-        ev = PeriodicEval(evaluate, every_n_steps=int(cfg.eval.every_n_steps), at_start=True)
-        kw = P.trainer_kwargs(cfg, out_dir, steps, "dpo")
-        if ac.get("max_grad_norm") is not None:
-            kw["gradient_clip_val"] = float(ac.max_grad_norm)
-        trainer = L.Trainer(**kw, logger=tracking.lightning_logger(cfg), callbacks=[ev])
-        tracking.log_metric("time/reference_precompute_s", t_pre)
-        t0 = time.time()
-        trainer.fit(module, loader)
-        train_s = time.time() - t0
-        distributed.check_in_sync(module.model, "DPO policy")
-        if not distributed.is_rank_zero():  # rank 0 saves and logs
-            return {"stage": "dpo", "train_s": train_s}, None
-        model = module.model
-        if hasattr(model, "merge_and_unload"):  # save a plain causal LM: downstream stages load it as any policy
-            model = model.merge_and_unload()
-        model.eval()
-        tok.save_pretrained(out_dir)
-        model.save_pretrained(out_dir)
-        tracking.log_metric("time/train_s", train_s)
-        start, last = ev.first, ev.last
-        summary = {}
-        if "eval/gold_reward" in start and "eval/gold_reward" in last:
-            summary["gold"] = f"{start['eval/gold_reward']:.3f} (SFT, step 0) -> {last['eval/gold_reward']:.3f} (DPO)"
-            tracking.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
-        meta = {"run_id": run.info.run_id, "stage": "dpo", "eval": last, "eval_start": start, "train_s": train_s,
-                "reference": mode, "summary": summary}
-    return meta, ("dpo", spec)

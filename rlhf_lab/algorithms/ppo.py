@@ -19,23 +19,18 @@ One PPO step (= one ``training_step``, one x-axis step of every ``objective/*`` 
              value loss, an optional entropy bonus (and β·KL in the loss);
 7. adapt β   the KL controller (``kl=fixed|adaptive``) sees the measured KL in ``kl.unit``.
 
-Modes: the reference is a frozen copy of the SFT policy (``algo.reference.sync_every`` re-syncs it to the
-policy, ``algo.reference.path`` loads another checkpoint of the same tokenizer); ``algo.shared_base=true``
-trains LoRA adapters (peft) on one SFT base, the reference being that base with adapters disabled and the
-critic a value head on the policy's last hidden state. The critic is initialised from the reward model's
-backbone and head (``algo.critic=rm``, InstructGPT), from the SFT policy (``policy``), or absent (``none``).
+The four roles (policy, reference, critic, reward) are built for the configured mode by the stage
+:mod:`rlhf_lab.stages.ppo`; ``algo.reference.sync_every`` re-syncs the reference to the policy here.
 
-Metric names: ../../shared/CONVENTIONS.md (TRL's). ``objective/kl`` is the per-response sum over tokens
+Metric names: docs/metrics.md (TRL's where TRL has one). ``objective/kl`` is the per-response sum over tokens
 of the configured KL estimator, averaged over the batch; ``objective/kl_token`` its per-token mean;
 ``objective/kl_k1|k2|k3`` the per-response sums of each estimator.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
-import resource
 import time
 from pathlib import Path
 from typing import Callable
@@ -45,9 +40,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from rlhf_lab.runtime import to_plain
-from rlhf_lab import data as D
-from rlhf_lab import distributed, pipeline, tracking
+from rlhf_lab import distributed, tracking
 from rlhf_lab.algorithms.rl_math import (
     AdaptiveKLController,
     FixedKLController,
@@ -64,7 +57,7 @@ from rlhf_lab.algorithms.rl_math import (
     ppo_value_loss,
 )
 from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
-from rlhf_lab.models import families as F
+from rlhf_lab.models.adapters import unwrap
 from rlhf_lab.models.sampling import positions, response_logprobs, sample, token_logprobs
 from rlhf_lab.world import GoldWeights, gold_reward
 
@@ -73,11 +66,6 @@ Scorer = Callable[[list[str], list[str], list[bool]], torch.Tensor]
 
 # ------------------------------------------------------------------------------------------------
 # models: policy, reference, critic
-
-
-def unwrap(model):
-    """The transformers causal LM inside a peft model (LoRA layers stay injected), or the model itself."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def lm_forward(model, input_ids, attention_mask, query_len: int):
@@ -116,137 +104,6 @@ class ValueModel(nn.Module):
             hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
                                    position_ids=positions(attention_mask)).last_hidden_state[:, query_len - 1 : -1]
         return self.head(hidden).squeeze(-1).float()
-
-
-class AdapterDisabledReference:
-    """π_ref in shared-base mode: the LoRA policy's base with its adapters disabled (no second copy)."""
-
-    def __init__(self, peft_model):
-        self.peft_model = peft_model
-
-    def __call__(self, **kwargs):
-        with self.peft_model.disable_adapter():
-            return self.peft_model(**kwargs)
-
-
-def same_tokenizer(a, b) -> bool:
-    return a.get_vocab() == b.get_vocab() and a.eos_token_id == b.eos_token_id and a.pad_token_id == b.pad_token_id
-
-
-def build_models(algo: DictConfig, sft_path, tok, scorer=None):
-    """(policy, reference, critic) for the configured mode; reference is an nn.Module or a callable."""
-    policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path")
-    hidden_size = int(policy.config.hidden_size)
-    critic_kind = str(algo.critic)
-    if critic_kind not in ("rm", "policy", "none"):
-        raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy or none")
-    ref_cfg = algo.reference
-    if algo.shared_base:
-        if ref_cfg.get("path") or int(ref_cfg.get("sync_every") or 0):
-            raise ValueError("algo.shared_base=true uses the adapter-free base as the reference; it cannot be "
-                             "combined with algo.reference.path or algo.reference.sync_every")
-        if critic_kind == "rm":
-            raise ValueError("algo.shared_base=true puts the critic as a value head on the shared base; "
-                             "use algo.critic=policy (or none), not rm")
-        import peft
-
-        lora = algo.lora
-        policy = peft.get_peft_model(policy, peft.LoraConfig(
-            r=int(lora.r), lora_alpha=float(lora.alpha), lora_dropout=float(lora.dropout),
-            target_modules=lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules),
-            task_type="CAUSAL_LM"))
-        reference = AdapterDisabledReference(policy)
-        critic = ValueModel(None, hidden_size) if critic_kind == "policy" else None
-        return policy, reference, critic
-    if ref_cfg.get("path"):
-        ref_tok = F.load_tokenizer(ref_cfg.path, "algo.reference.path")
-        if not same_tokenizer(ref_tok, tok):
-            raise ValueError(f"algo.reference.path={ref_cfg.path!r} has a different tokenizer than the policy; "
-                             "the per-token KL needs the same tokenizer (same model family)")
-        reference = F.load_causal_lm(ref_cfg.path, tok, "algo.reference.path")
-    else:
-        reference = copy.deepcopy(policy)
-    reference.requires_grad_(False).eval()
-    if critic_kind == "none":
-        return policy, reference, None
-    if critic_kind == "policy":
-        backbone = copy.deepcopy(getattr(policy, policy.base_model_prefix))
-        return policy, reference, ValueModel(backbone, hidden_size)
-    members = getattr(scorer, "members", None)
-    if not members:
-        raise ValueError("algo.critic=rm needs a reward model (algo.reward=rm); with algo.reward=gold use "
-                         "algo.critic=policy or none")
-    if not same_tokenizer(scorer.tokenizer, tok):
-        raise ValueError("algo.critic=rm initialises the critic from the reward model, which needs the RM to "
-                         "share the policy's tokenizer; this RM has another tokenizer (a different-source RM). "
-                         "Use algo.critic=policy or algo.critic=none")
-    rm = members[0]
-    rm_head = getattr(rm, "score", None)
-    backbone = copy.deepcopy(getattr(rm, rm.base_model_prefix))
-    backbone.requires_grad_(True)
-    head = None
-    if isinstance(rm_head, nn.Linear) and rm_head.in_features == int(rm.config.hidden_size):
-        # value ≈ normalised reward: fold the scorer's normalisation (member 0's, then the final map) into the head
-        gain, bias = float(getattr(scorer, "gain", 1.0)), float(getattr(scorer, "bias", 0.0))
-        if not getattr(scorer, "normalize", True):
-            gain, bias = 1.0, 0.0
-        elif getattr(scorer, "member_gain", None) is not None:
-            mg, mb = float(scorer.member_gain[0]), float(scorer.member_bias[0])
-            gain, bias = gain * mg, gain * mb + bias
-        head = nn.Linear(rm_head.in_features, 1)
-        with torch.no_grad():
-            head.weight.copy_(rm_head.weight[:1] * gain)
-            b0 = rm_head.bias[:1] if rm_head.bias is not None else torch.zeros(1)
-            head.bias.copy_(b0 * gain + bias)
-    return policy, reference, ValueModel(backbone, int(rm.config.hidden_size), head)
-
-
-def model_bytes(*objs) -> int:
-    """Bytes of the distinct parameter and buffer storages of the given models (shared ones counted once)."""
-    seen, total = set(), 0
-    for o in objs:
-        if not isinstance(o, nn.Module):
-            continue
-        for t in itertools.chain(o.parameters(), o.buffers()):
-            key = t.untyped_storage().data_ptr()
-            if key not in seen:
-                seen.add(key)
-                total += t.untyped_storage().nbytes()
-    return total
-
-
-# ------------------------------------------------------------------------------------------------
-# rewards: the frozen RM or the world's gold reward
-
-
-class GoldScorer:
-    """Oracle reward: the world's gold g(x, y) (``algo.reward=gold``)."""
-
-    def __init__(self, w: GoldWeights):
-        self.w = w
-
-    def __call__(self, prompts, responses, ended) -> torch.Tensor:
-        return torch.tensor([gold_reward(p, r, e, self.w) for p, r, e in zip(prompts, responses, ended)])
-
-
-def load_reward(cfg: DictConfig) -> tuple[Scorer, str | None]:
-    """(scorer, upstream RM run id) for ``algo.reward``."""
-    kind = str(cfg.algo.reward)
-    if kind == "gold":
-        return GoldScorer(D.gold_weights(cfg)), None
-    if kind != "rm":
-        raise ValueError(f"algo.reward={kind!r}; choose rm (the trained reward model) or gold (oracle)")
-    try:
-        from rlhf_lab import reward as R  # lazy: the RM stage is optional for algo.reward=gold
-    except ImportError as err:
-        raise ImportError("algo.reward=rm needs rlhf_lab.reward (the RM stage); use algo.reward=gold") from err
-    scorer = R.load_scorer(cfg)
-    run_id = None
-    try:
-        run_id = pipeline.cache_for(cfg).meta(Path(R.ensure_rm(cfg))).get("run_id")
-    except Exception:
-        pass
-    return scorer, run_id
 
 
 def make_kl_controller(kl: DictConfig):
@@ -517,89 +374,3 @@ class PPOModule(L.LightningModule):
         self.kl_ctl.load_state_dict(st["kl_controller"])
         self.ppo_step = int(st["ppo_step"])
         self._rng_to_restore = st["torch_rng"]
-
-
-# ------------------------------------------------------------------------------------------------
-# the job: `rlhf-lab algo=ppo`
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def job(cfg: DictConfig, out_dir: Path):
-    from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
-
-    import warnings
-
-    warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # intentional: no dropout in PPO
-    a = cfg.algo
-    out_dir = Path(out_dir)
-    sft_path = pipeline.ensure_sft(cfg)  # trains upstream stages first, each as its own run
-    scorer, rm_run = load_reward(cfg)
-    steps = pipeline.job_steps(cfg, "ppo", a.steps)
-    seed = pipeline.stage_seed(cfg, "ppo")
-    L.seed_everything(seed, verbose=False)
-    tok = F.load_tokenizer(sft_path, "policy.name_or_path")
-    policy, reference, critic = build_models(a, sft_path, tok, scorer)
-    n_prompts = int(a.batch_size) // int(a.samples_per_prompt)
-    rank, world = distributed.rank(), distributed.world_size()
-
-    def prompt_fn(step: int) -> list[str]:  # a fresh, seeded prompt stream per PPO step; each rank its share
-        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts)[rank::world]
-
-    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation,
-                       D.gold_weights(cfg), checkpoint_dir=out_dir)
-    mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or [])),
-           "memory/trainable_params": sum(p.numel() for p in module.parameters() if p.requires_grad)}
-    params = {"stage": "ppo", "algo": to_plain(a), "kl": to_plain(cfg.kl),
-              "generation": to_plain(cfg.generation), "world": to_plain(cfg.world),
-              "labeler": to_plain(cfg.labeler), "seed": seed, "steps": steps, "sft": str(sft_path),
-              "n_params": F.n_params(unwrap(policy))}
-    if cfg.get("reward_model") is not None:
-        params["reward_model"] = to_plain(cfg.reward_model)
-    tags = {"rlhf_lab.upstream.sft": pipeline.cache_for(cfg).meta(Path(sft_path)).get("run_id", str(sft_path))}
-    if rm_run:
-        tags["rlhf_lab.upstream.rm"] = rm_run
-    with tracking.start_run(cfg, "ppo", params=params, tags=tags) as run:
-        eval_ref = module._reference
-        eval_scorer = scorer if a.reward == "rm" else None
-        every = a.get("eval_every")
-        ev = PeriodicEval(lambda: pipeline.evaluate(cfg, policy, tok, reference=eval_ref, scorer=eval_scorer),
-                          every_n_steps=int(cfg.eval.every_n_steps if every is None else every), at_start=True,
-                          step_fn=lambda trainer, m: m.ppo_step)
-        hm = a.hacking_monitor
-        monitor = RewardHackingMonitor(
-            lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
-            if m.last_stats else None,
-            gold_drop=float(hm.gold_drop), window=int(hm.window), warmup=int(hm.warmup),
-            enabled=bool(hm.enabled) and a.reward == "rm")
-        trainer = L.Trainer(**pipeline.trainer_kwargs(cfg, out_dir, steps * module.updates_per_step, "ppo"),
-                            logger=tracking.lightning_logger(cfg), callbacks=[ev, monitor])
-        tracking.log_metrics(mem, step=0)
-        t0 = time.time()
-        trainer.fit(module, ckpt_path=a.get("resume_from") or None)
-        train_s = time.time() - t0
-        trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))  # every rank: Lightning synchronises, rank 0 writes
-        distributed.check_in_sync(module, "PPO policy and critic")
-        if not distributed.is_rank_zero():  # rank 0 saves and logs
-            return {"stage": "ppo", "train_s": train_s}, None
-        final = unwrap(policy.merge_and_unload()) if a.shared_base else policy
-        tok.save_pretrained(out_dir)
-        final.save_pretrained(out_dir)
-        peak = _peak_rss_mb()
-        tracking.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
-        first, last = ev.first, ev.last
-        g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
-        summary = {
-            "gold": f"{g0:.3f} -> {g1:.3f} (SFT -> PPO step {module.ppo_step})",
-            "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
-            "beta": f"{float(cfg.kl.beta):.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
-            "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
-            "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
-        }
-        if "eval/proxy_reward" in last:
-            summary["proxy"] = f"{first.get('eval/proxy_reward', float('nan')):.3f} -> {last['eval/proxy_reward']:.3f}"
-        return {"run_id": run.info.run_id, "stage": "ppo", "eval": last, "eval_start": first, "summary": summary,
-                "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
-                "train_s": train_s, **mem, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at}, None

@@ -1,4 +1,5 @@
-"""Reward-model training (``algo=rm``): a scalar head on a decoder, Bradley–Terry loss on preference pairs.
+"""The reward model's LightningModule and its evaluation: a scalar head on a decoder, Bradley–Terry loss on
+preference pairs. The stage that trains it (``algo=rm``) is :mod:`rlhf_lab.stages.rm`.
 
 Loss (Ouyang et al. 2022 eq. 1; ``dpo_math.bradley_terry_loss``)::
 
@@ -7,11 +8,8 @@ Loss (Ouyang et al. 2022 eq. 1; ``dpo_math.bradley_terry_loss``)::
 with the margin ``m`` (``reward_model.margin: true``, Llama 2 eq. 2) taken from the annotator's strength
 of preference: the labeler's utility gap u(chosen) − u(rejected), clipped to [0, 1] (world data only).
 
-The backbone (``reward_model`` config group) is the policy family's SFT or pretrained checkpoint
-(``source: same``) or the other family's (``source: different``), fully fine-tuned or with LoRA
-adapters (``lora_rank > 0``, merged into the weights when saved). ``ensemble: k`` trains k members with
-seeds ``seed + 7919·i`` (head init and data order). After training every member is normalised on SFT
-samples (the training pairs' responses sampled from the SFT policy) and the held-out pairs are scored:
+After training, every ensemble member is normalised on SFT samples (the training pairs' responses
+sampled from the SFT policy) and the held-out pairs are scored (:func:`evaluate_rm`):
 accuracy against the labeler and against gold, the RM's extra preference for length and filler phrases
 relative to gold, Spearman correlation with gold over the held-out (SFT-policy) responses.
 """
@@ -20,17 +18,16 @@ from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 
 import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from rlhf_lab.runtime import to_plain
-from rlhf_lab import distributed, tracking
+from rlhf_lab import distributed
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
-from rlhf_lab.reward import RewardScorer, encode_texts, pad_right, rm_forward
+from rlhf_lab.data import pad_right
+from rlhf_lab.models.reward import RewardScorer, encode_texts, rm_forward
 
 MEMBER_SEED_STRIDE = 7919
 LENGTH_BUCKETS = ((0, 10, "short"), (10, 20, "medium"), (20, 10**9, "long"))  # mean words of the pair
@@ -97,7 +94,7 @@ def pair_margins(cfg: DictConfig, pairs) -> list[float]:
     return out
 
 
-def encode_pairs(tokenizer, pairs, max_len: int, margins: list[float] | None = None) -> list[dict]:
+def encode_rm_pairs(tokenizer, pairs, max_len: int, margins: list[float] | None = None) -> list[dict]:
     n = len(pairs)
     prompts = [p.prompt for p in pairs]
     chosen = encode_texts(tokenizer, prompts, [p.chosen for p in pairs], [p.chosen_ended for p in pairs], max_len)
@@ -106,7 +103,7 @@ def encode_pairs(tokenizer, pairs, max_len: int, margins: list[float] | None = N
     return [{"chosen": c, "rejected": r, "margin": m} for c, r, m in zip(chosen, rejected, margins)]
 
 
-def collate_pairs(pad_id: int):
+def collate_rm_pairs(pad_id: int):
     def collate(batch: list[dict]) -> dict:
         ids, mask = pad_right([b["chosen"] for b in batch] + [b["rejected"] for b in batch], pad_id)
         return {"input_ids": ids, "attention_mask": mask,
@@ -247,128 +244,3 @@ def normalization_set(train, n: int, seed: int) -> tuple[list[str], list[str], l
     random.Random(seed).shuffle(items)
     items = items[:n]
     return [i[0] for i in items], [i[1] for i in items], [i[2] for i in items]
-
-
-# ------------------------------------------------------------------------------------------------
-# training
-
-
-def _validate(rc) -> None:
-    if int(rc.ensemble) < 1:
-        raise ValueError(f"reward_model.ensemble must be >= 1, got {rc.ensemble}")
-    if int(rc.lora_rank) < 0:
-        raise ValueError(f"reward_model.lora_rank must be >= 0 (0 = full fine-tuning), got {rc.lora_rank}")
-    if float(rc.conservative_lambda) < 0:
-        raise ValueError(f"reward_model.conservative_lambda must be >= 0, got {rc.conservative_lambda}")
-    if int(rc.max_len) < 2:
-        raise ValueError(f"reward_model.max_len must be >= 2, got {rc.max_len}")
-
-
-def _with_lora(model, rc):
-    from peft import LoraConfig, TaskType, get_peft_model
-
-    r = int(rc.lora_rank)
-    targets = rc.get("lora_target_modules")
-    lcfg = LoraConfig(task_type=TaskType.SEQ_CLS, r=r, lora_alpha=float(rc.get("lora_alpha") or 2 * r), lora_dropout=0.0,
-                      target_modules=list(targets) if targets else None)
-    return get_peft_model(model, lcfg)
-
-
-def _n_trainable(model) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def train_rm(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
-    """Train the RM (all ensemble members) into out_dir as one MLflow run; returns metadata."""
-    from rlhf_lab import pipeline
-    from rlhf_lab.models import families as F
-    from rlhf_lab.preferences import ensure_preferences, validate_pairs
-
-    rc = cfg.reward_model
-    _validate(rc)
-    out_dir = Path(out_dir)
-    train, held = ensure_preferences(cfg)
-    validate_pairs(train, "data")
-    backbone, steps, seed = spec["backbone"], int(spec["steps"]), int(spec["seed"])
-    tok = F.load_tokenizer(backbone, "reward_model backbone")
-    max_len = int(rc.max_len)
-    margins = pair_margins(cfg, train) if bool(rc.margin) else None
-    examples = encode_pairs(tok, train, max_len, margins)
-    n_trunc = sum(len(e["chosen"]) >= max_len or len(e["rejected"]) >= max_len for e in examples)
-    if n_trunc:
-        print(f"[rlhf-lab] rm: {n_trunc} of {len(examples)} pairs reach reward_model.max_len={max_len} (cut at the start)")
-
-    cache = pipeline.cache_for(cfg)
-    upstream = {}
-    if cfg.data.source == "world":
-        from rlhf_lab.preferences import prefs_spec
-
-        ps = prefs_spec(cfg)
-        prefs_path = cache.path("prefs", ps)
-        upstream["sft"] = cache.meta(Path(ps["sft"])).get("run_id", ps["sft"])
-        upstream["prefs"] = cache.meta(prefs_path).get("run_id", str(prefs_path))
-    bb_meta = cache.meta(Path(str(backbone))) if Path(str(backbone)).exists() else {}
-    upstream["rm_backbone"] = bb_meta.get("run_id", str(backbone))
-    if str(rc.init) == "pretrain":
-        upstream["pretrain"] = upstream["rm_backbone"]
-    n_on = sum(p.source == "on_policy" for p in train)
-    params = {"stage": "rm", "reward_model": to_plain(rc), "data": to_plain(cfg.data), "seed": seed,
-              "steps": steps, "backbone": str(backbone), "n_train_pairs": len(train), "n_eval_pairs": len(held),
-              "n_on_policy_pairs": n_on}
-    k = int(rc.ensemble)
-    with tracking.start_run(cfg, "rm", params=params,
-                            tags={f"rlhf_lab.upstream.{a}": str(b) for a, b in upstream.items()}) as run:
-        t0 = time.time()
-        members, n_params, n_train_params = [], 0, 0
-        for i in range(k):
-            mseed = seed + MEMBER_SEED_STRIDE * i
-            L.seed_everything(mseed, verbose=False)
-            model = F.load_sequence_scorer(backbone, tok, "reward_model backbone")
-            n_params = F.n_params(model)
-            if int(rc.lora_rank) > 0:
-                model = _with_lora(model, rc)
-            n_train_params = _n_trainable(model)
-            g = torch.Generator().manual_seed(mseed)
-            loader = distributed.loader(examples, int(rc.batch_size), g, collate_pairs(tok.pad_token_id),
-                                        key="reward_model.batch_size")
-            module = RewardModelModule(model, lr=float(rc.lr), weight_decay=float(rc.weight_decay),
-                                       warmup_steps=int(rc.warmup_steps), max_steps=steps, use_margin=bool(rc.margin),
-                                       center_coef=float(rc.center_coef), prefix="" if i == 0 else f"member_{i}/")
-            trainer = L.Trainer(**pipeline.trainer_kwargs(cfg, out_dir, steps, "rm"), logger=tracking.lightning_logger(cfg))
-            trainer.fit(module, loader)
-            distributed.check_in_sync(model, f"reward model member {i}")
-            if int(rc.lora_rank) > 0:
-                model = model.merge_and_unload()
-            members.append(model.eval())
-        train_s = time.time() - t0
-        if not distributed.is_rank_zero():  # rank 0 normalises, evaluates, saves and logs
-            return {"stage": "rm", "train_s": train_s}
-
-        scorer = RewardScorer(members, tok, max_len=max_len)
-        norm = normalization_set(train, int(rc.get("norm_samples") or 1024), seed)
-        raw_stats = scorer.fit_normalization(*norm)
-        tok.save_pretrained(out_dir)
-        for i, m in enumerate(members):
-            m.save_pretrained(out_dir / f"member_{i}")
-        scorer.save_norm(out_dir, {"n_norm_samples": len(norm[0]), "normalised_on": "SFT samples of the training pairs",
-                                   "backbone": str(backbone), "source": str(rc.source)})
-
-        metrics, rows = evaluate_rm(scorer, held)
-        metrics.update({"rm/gain": scorer.gain, "rm/bias": scorer.bias,
-                        "rm/raw_mean": float(raw_stats["raw_mean"][0]), "rm/raw_std": float(raw_stats["raw_std"][0]),
-                        "rm/train_on_policy_fraction": n_on / len(train), "time/train_s": train_s})
-        tracking.log_metrics({k_: v for k_, v in metrics.items() if v == v}, step=steps)  # NaN-free
-        tracking.log_params({"n_params": n_params, "n_trainable_params": n_train_params})
-        tracking.log_samples_table(rows, "samples/rm_eval_pairs.json")
-        keys = ("rm/accuracy", "rm/accuracy_gold", "rm/spearman_gold", "rm/length_preference", "rm/filler_preference")
-        line = ", ".join(f"{q.split('/')[1]}={metrics[q]:.3f}" for q in keys if q in metrics)
-        return {"run_id": run.info.run_id, "stage": "rm", "eval": metrics, "train_s": train_s, "n_params": n_params,
-                "n_trainable_params": n_train_params, "n_members": k, "summary": {"rm eval": line}}
-
-
-def job(cfg: DictConfig, out_dir: Path):
-    from rlhf_lab.reward import rm_spec
-
-    spec = rm_spec(cfg)  # trains upstream stages first (base model, SFT, preference pairs), each cached
-    meta = train_rm(cfg, out_dir, spec)
-    return meta, ("rm", spec)

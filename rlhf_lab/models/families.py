@@ -169,3 +169,8 @@ def load_sequence_scorer(name_or_path: str | os.PathLike, tokenizer=None, key: s
         if model.config.pad_token_id is None:
             model.config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def same_tokenizer(a, b) -> bool:
+    """Whether two tokenizers map text to the same ids (vocabulary and special tokens)."""
+    return a.get_vocab() == b.get_vocab() and a.eos_token_id == b.eos_token_id and a.pad_token_id == b.pad_token_id

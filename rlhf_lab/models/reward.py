@@ -1,6 +1,6 @@
 """Reward models as used by the other stages: the artifact folder, its cache key, and the scorer.
 
-An RM artifact folder (written by ``rlhf_lab.algorithms.rm.train_rm``) holds
+An RM artifact folder (written by the stage ``rm``, :mod:`rlhf_lab.stages.rm`) holds
 
 - the RM's tokenizer at the top level (``tokenizer.json`` ...),
 - one sequence classifier (``num_labels=1``) per ensemble member in ``member_0/``, ``member_1/``, ...
@@ -23,21 +23,17 @@ and no affine map is applied.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 from pathlib import Path
 from typing import Sequence
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.data import pad_right
+from rlhf_lab.models.adapters import unwrap
 
 NORM_FILE = "rm_norm.json"
 MEMBER_DIR = "member_{}"
-SOURCES = ("same", "different")
-INITS = ("sft", "pretrain")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -61,21 +57,6 @@ def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str], en
     return out
 
 
-def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    if any(len(s) == 0 for s in seqs):
-        raise ValueError("an RM input encodes to zero tokens")
-    T = max(1, max((len(s) for s in seqs), default=1))
-    pad = int(pad_id)
-    ids = torch.tensor([list(s) + [pad] * (T - len(s)) for s in seqs], dtype=torch.long).reshape(len(seqs), T)
-    mask = torch.tensor([[1] * len(s) + [0] * (T - len(s)) for s in seqs], dtype=torch.long).reshape(len(seqs), T)
-    return ids, mask
-
-
-def _hf_model(model):
-    """The Hugging Face sequence classifier inside a (possibly peft-wrapped) model."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 def rm_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Scalar reward [B] read at the last attended token of right-padded inputs.
 
@@ -84,7 +65,7 @@ def rm_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> 
     """
     from rlhf_lab.models.sampling import positions
 
-    hf = _hf_model(model)
+    hf = unwrap(model)
     backbone = getattr(hf, hf.base_model_prefix, None)
     head = getattr(hf, "score", None)
     last = attention_mask.long().sum(-1) - 1
@@ -226,103 +207,3 @@ class RewardScorer:
         self.member_bias = torch.tensor(mb, dtype=torch.float32)
         self.gain, self.bias = affine_to_standard(self.standardized(raw).mean(0))
         return {"raw_mean": raw.mean(1).tolist(), "raw_std": raw.std(1, correction=0).tolist()}
-
-
-# ------------------------------------------------------------------------------------------------
-# the RM's backbone, cache key and the cached artifact
-
-
-
-def backbone_cfg(cfg: DictConfig) -> DictConfig:
-    """The RM backbone as a model config (family, arch, vocab_size, name_or_path), validated."""
-    rc = cfg.reward_model
-    source, init = str(rc.source), str(rc.init)
-    if source not in SOURCES:
-        raise ValueError(f"reward_model.source={source!r}; choose one of {SOURCES}")
-    if init not in INITS:
-        raise ValueError(f"reward_model.init={init!r}; choose one of {INITS}")
-    fam, pfam = str(rc.family), str(cfg.policy.family)
-    if source == "same" and fam != pfam:
-        raise ValueError(f"reward_model.source=same but reward_model.family={fam!r} differs from policy.family={pfam!r}; "
-                         "use reward_model=different_source for an RM of another family")
-    if source == "different" and fam == pfam:
-        raise ValueError(f"reward_model.source=different but reward_model.family={fam!r} is the policy's family; "
-                         "set reward_model.family to the other family")
-    return OmegaConf.create({"family": fam, "vocab_size": int(rc.vocab_size), "arch": to_plain(rc.arch),
-                             "name_or_path": rc.get("name_or_path")})
-
-
-def rm_backbone_path(cfg: DictConfig):
-    """The checkpoint the RM starts from: the backbone family's SFT or pretrained model (trained if missing).
-
-    With ``init: sft`` and the policy's own family and size this is the policy's SFT checkpoint (the
-    InstructGPT recipe); another size or family gets its own SFT run on the same world data.
-    """
-    from rlhf_lab import pipeline
-
-    bb = backbone_cfg(cfg)
-    if str(cfg.reward_model.init) == "pretrain":
-        return pipeline.ensure_pretrain(cfg, bb)
-    c = copy.deepcopy(cfg)
-    with open_dict(c):
-        c.policy = bb
-    return pipeline.ensure_sft(c)
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
-def data_identity(cfg: DictConfig) -> dict:
-    """What determines the preference pairs the RM trains on (part of the RM's cache key)."""
-    dc = cfg.data
-    if dc.source == "world":
-        from rlhf_lab.pipeline import cache_for
-        from rlhf_lab.preferences import prefs_spec
-
-        return {"source": "world", "prefs": str(cache_for(cfg).path("prefs", prefs_spec(cfg)))}
-    ident = {"source": str(dc.source), "eval_fraction": float(dc.get("eval_fraction", 0.1)), "seed": int(dc.get("seed", 0))}
-    if dc.source == "jsonl":
-        p = Path(str(dc.path)).expanduser() if dc.get("path") else None
-        ident.update(path=str(p.resolve()) if p else None, digest=_file_digest(p) if p and p.is_file() else None)
-    else:
-        ident.update(name=str(dc.get("name")), split=str(dc.get("split", "train")))
-    return ident
-
-
-# keys that act when the RM is used, not when it is trained
-USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")
-
-
-def rm_spec(cfg: DictConfig) -> dict:
-    from rlhf_lab.pipeline import job_steps, stage_seed
-
-    rc = to_plain(cfg.reward_model)
-    train_keys = {k: v for k, v in rc.items() if k not in USE_TIME_KEYS}
-    return {
-        "backbone": str(rm_backbone_path(cfg)), "data": data_identity(cfg), "reward_model": train_keys,
-        "seed": stage_seed(cfg, "rm", "reward_model"), "steps": job_steps(cfg, "rm", int(cfg.reward_model.steps)),
-    }
-
-
-def ensure_rm(cfg: DictConfig) -> Path:
-    """The cached RM folder for this config; trained first (as its own MLflow run) when missing."""
-    from rlhf_lab.algorithms.rm import train_rm
-    from rlhf_lab.cache import announce_reuse
-    from rlhf_lab.pipeline import cache_for
-
-    spec = rm_spec(cfg)
-    path, built = cache_for(cfg).get_or_build("rm", spec, lambda tmp: train_rm(cfg, tmp, spec))
-    if not built:
-        announce_reuse("rm", "reward model", path)
-    return path
-
-
-def load_scorer(cfg: DictConfig) -> RewardScorer:
-    rc = cfg.reward_model
-    return RewardScorer.from_path(ensure_rm(cfg), normalize=bool(rc.normalize),
-                                  conservative_lambda=float(rc.get("conservative_lambda") or 0.0))

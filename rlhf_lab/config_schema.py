@@ -1,0 +1,219 @@
+"""Structured-config schemas: dataclasses registered in Hydra's ConfigStore, so Hydra checks the types of
+the ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when it
+composes the config (``algo.lr=abc`` fails before anything runs).
+
+The values and their comments live in the YAML files under ``conf/``; these classes only type them
+(every field is MISSING here). A group's YAML file takes its schema through its defaults list, as in
+Hydra's own pattern (``defaults: [ppo_schema, _self_]``). :func:`register` is idempotent; it runs when
+``rlhf_lab.conf`` is imported (every composition of this config imports it) and from the CLI.
+Value checks (ranges, choices, rules across keys) are the stages' ``check_config`` functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class LoraConfig:
+    r: int = MISSING
+    alpha: Optional[float] = MISSING
+    dropout: float = MISSING
+    target_modules: Any = MISSING
+
+
+@dataclass
+class ReferenceConfig:
+    kind: str = MISSING
+    path: Optional[str] = MISSING
+    sync_every: int = MISSING
+
+
+@dataclass
+class HackingMonitorConfig:
+    enabled: bool = MISSING
+    gold_drop: float = MISSING
+    window: int = MISSING
+    warmup: int = MISSING
+
+
+@dataclass
+class JobConfig:
+    """``algo`` for the jobs whose settings live in another group (pretrain, sft, rm)."""
+
+    name: str = MISSING
+
+
+@dataclass
+class PPOConfig(JobConfig):
+    steps: int = MISSING
+    batch_size: int = MISSING
+    samples_per_prompt: int = MISSING
+    ppo_epochs: int = MISSING
+    num_minibatches: int = MISSING
+    lr: float = MISSING
+    critic_lr: float = MISSING
+    clip_eps: float = MISSING
+    value_clip_eps: float = MISSING
+    vf_coef: float = MISSING
+    entropy_coef: float = MISSING
+    gamma: float = MISSING
+    lam: float = MISSING
+    whiten_advantages: bool = MISSING
+    max_grad_norm: Optional[float] = MISSING
+    kl_estimator: str = MISSING
+    kl_in: str = MISSING
+    reward: str = MISSING
+    critic: str = MISSING
+    baseline: str = MISSING
+    length_penalty: float = MISSING
+    missing_eos_penalty: float = MISSING
+    reward_clip: Optional[float] = MISSING
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    checkpoint_every: int = MISSING
+    resume_from: Optional[str] = MISSING
+    hacking_monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
+
+
+@dataclass
+class DPOConfig(JobConfig):
+    beta: float = MISSING
+    loss_type: str = MISSING
+    label_smoothing: float = MISSING
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    steps: int = MISSING
+    batch_size: int = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    warmup_steps: int = MISSING
+    max_grad_norm: Optional[float] = MISSING
+    max_len: int = MISSING
+    online: bool = MISSING
+    online_every: int = MISSING
+    online_prompts: int = MISSING
+    proxy_rm: bool = MISSING
+    seed: int = MISSING
+    eval_pairs: int = MISSING
+
+
+@dataclass
+class KLConfig:
+    name: str = MISSING
+    beta: float = MISSING
+    target: Optional[float] = MISSING
+    horizon: Optional[float] = MISSING
+    unit: str = MISSING
+
+
+@dataclass
+class ArchConfig:
+    hidden: int = MISSING
+    layers: int = MISSING
+    heads: int = MISSING
+
+
+@dataclass
+class RewardModelConfig:
+    source: str = MISSING
+    init: str = MISSING
+    family: str = MISSING
+    name_or_path: Optional[str] = MISSING
+    vocab_size: int = MISSING
+    arch: ArchConfig = field(default_factory=ArchConfig)
+    steps: int = MISSING
+    batch_size: int = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING
+    warmup_steps: int = MISSING
+    max_len: int = MISSING
+    margin: bool = MISSING
+    center_coef: float = MISSING
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    ensemble: int = MISSING
+    conservative_lambda: float = MISSING
+    normalize: bool = MISSING
+    norm_samples: int = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = MISSING
+    temperature: float = MISSING
+    top_k: int = MISSING
+    top_p: float = MISSING
+    max_prompt_len: Optional[int] = MISSING
+
+
+@dataclass
+class EvalConfig:
+    every_n_steps: int = MISSING
+    n_prompts: int = MISSING
+    n_samples_logged: int = MISSING
+
+
+@dataclass
+class TrainerConfig:
+    accelerator: str = MISSING
+    devices: Any = MISSING  # a count, -1 (all), "auto" or a list of device ids
+    num_nodes: int = MISSING
+    strategy: Any = MISSING  # a name or a {_target_: ...} Strategy config
+    precision: Any = MISSING  # "32-true", "bf16-mixed", 16, ...
+    max_steps: Optional[int] = MISSING
+    log_every_n_steps: int = MISSING
+    threads: Optional[int] = MISSING
+    progress_bar: bool = MISSING
+
+
+@dataclass
+class WorldDataConfig:
+    source: str = MISSING
+    n_train: int = MISSING
+    n_eval: int = MISSING
+    seed: int = MISSING
+    on_policy_path: Optional[str] = MISSING
+    on_policy_fraction: float = MISSING
+
+
+@dataclass
+class JsonlDataConfig:
+    source: str = MISSING
+    path: str = MISSING
+    eval_fraction: float = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class HfDataConfig:
+    source: str = MISSING
+    name: str = MISSING
+    split: str = MISSING
+    eval_fraction: float = MISSING
+    seed: int = MISSING
+
+
+SCHEMAS = {
+    ("algo", "job_schema"): JobConfig,
+    ("algo", "ppo_schema"): PPOConfig,
+    ("algo", "dpo_schema"): DPOConfig,
+    ("kl", "kl_schema"): KLConfig,
+    ("reward_model", "reward_model_schema"): RewardModelConfig,
+    ("generation", "generation_schema"): GenerationConfig,
+    ("eval", "eval_schema"): EvalConfig,
+    ("trainer", "trainer_schema"): TrainerConfig,
+    ("data", "world_schema"): WorldDataConfig,
+    ("data", "jsonl_schema"): JsonlDataConfig,
+    ("data", "hf_schema"): HfDataConfig,
+}
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    for (group, name), node in SCHEMAS.items():
+        cs.store(group=group, name=name, node=node)

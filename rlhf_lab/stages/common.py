@@ -1,0 +1,189 @@
+"""What every stage shares: the cache, seeds and steps, the Lightning trainer, evaluation, model sizes,
+and the two entry points :func:`ensure` (an upstream artifact) and :func:`run_job` (the job stage).
+
+Seeds: the job uses the top-level ``seed``; an upstream stage uses its own group's ``seed`` (e.g.
+``sft.seed``), so that a sweep over ``seed`` shares one SFT model and one RM. Steps: ``trainer.max_steps``
+sets the job's steps; upstream stages use their group's ``steps``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlhf_lab import data as D
+from rlhf_lab import distributed, tracking
+from rlhf_lab.cache import ArtifactCache, announce_reuse
+from rlhf_lab.runtime import to_plain
+
+STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo")
+JOBS = ("pretrain", "sft", "rm", "ppo", "dpo")  # the stages `algo` can name
+
+
+def stage_module(stage: str):
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    return importlib.import_module(f"rlhf_lab.stages.{stage}")
+
+
+def cache_for(cfg: DictConfig) -> ArtifactCache:
+    return ArtifactCache(cfg.cache_dir)
+
+
+def job_stage(cfg: DictConfig) -> str:
+    return str(cfg.algo.name)
+
+
+def stage_seed(cfg: DictConfig, stage: str, group: str | None = None) -> int:
+    return int(cfg.seed) if job_stage(cfg) == stage else int(cfg[group or stage].seed)
+
+
+def job_steps(cfg: DictConfig, stage: str, default: int) -> int:
+    if job_stage(cfg) == stage and cfg.trainer.get("max_steps") is not None:
+        return cfg.trainer.max_steps
+    return int(default)
+
+
+def upstream_run(cfg: DictConfig, path) -> str:
+    """The MLflow run that built a cached artifact (its folder when it was not built by a run)."""
+    p = Path(str(path))
+    return cache_for(cfg).meta(p).get("run_id", str(path)) if p.exists() else str(path)
+
+
+def ensure(stage: str, cfg: DictConfig) -> Path:
+    """The cached artifact of `stage` for this config; built first (as its own MLflow run) when missing.
+
+    ``pretrain`` builds the base model of ``cfg.policy`` (a reward-model backbone passes a config whose
+    ``policy`` is the backbone); a ``policy.name_or_path`` checkpoint is used as it is."""
+    mod = stage_module(stage)
+    if stage == "pretrain" and cfg.policy.get("name_or_path"):
+        p = str(cfg.policy.name_or_path)
+        return Path(p) if Path(p).exists() else p
+    spec = mod.spec(cfg)
+    path, built = cache_for(cfg).get_or_build(stage, spec, lambda tmp: mod.build(cfg, tmp, spec))
+    if not built:
+        announce_reuse(stage, mod.WHAT, path)
+    return path
+
+
+def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str) -> dict:
+    """Lightning Trainer arguments for `stage`. Only the job stage runs on ``trainer.devices`` processes
+    with ``trainer.strategy``; upstream stages are built by one process (rlhf_lab/distributed.py)."""
+    t = cfg.trainer
+    kw = dict(
+        max_steps=int(steps), accelerator=t.accelerator, devices=1, precision=t.precision,
+        log_every_n_steps=t.log_every_n_steps, enable_checkpointing=False, enable_model_summary=False,
+        default_root_dir=str(out_dir), num_sanity_val_steps=0, enable_progress_bar=t.progress_bar,
+    )
+    if job_stage(cfg) == stage and distributed.n_processes(cfg) > 1:
+        kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=strategy(t),
+                  use_distributed_sampler=False)  # the loaders slice each global batch (GlobalBatchSampler)
+        kw["enable_progress_bar"] = kw["enable_progress_bar"] and distributed.is_rank_zero()
+    elif job_stage(cfg) == stage and t.get("strategy") not in (None, "auto"):
+        kw["strategy"] = strategy(t)
+    return kw
+
+
+def strategy(t: DictConfig):
+    """``trainer.strategy`` as Lightning takes it: a name, or a ``_target_`` config of a Strategy object."""
+    s = t.get("strategy", "auto")
+    if isinstance(s, DictConfig):
+        from hydra.utils import instantiate
+
+        return instantiate(s)
+    return str(s)
+
+
+def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, prompts=None):
+    """``eval/*`` metrics and a samples table of `policy` on the evaluation prompts."""
+    from rlhf_lab.evaluation import evaluate_policy
+
+    return evaluate_policy(policy, tok, prompts or D.eval_prompts(cfg), cfg.generation, D.gold_weights(cfg),
+                           reference=reference, scorer=scorer, n_rows=cfg.eval.n_samples_logged)
+
+
+def model_size(model, *also_trained) -> dict[str, float]:
+    """``model/params_total``: the parameters of the model the stage produces (LoRA adapters included);
+    ``model/params_trainable``: those the optimiser updates, in it and in `also_trained` (e.g. PPO's critic)."""
+    def trainable(m) -> int:
+        return sum(p.numel() for p in m.parameters() if p.requires_grad) if m is not None else 0
+
+    return {"model/params_total": float(sum(p.numel() for p in model.parameters())),
+            "model/params_trainable": float(trainable(model) + sum(trainable(m) for m in also_trained))}
+
+
+def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: DictConfig, steps: int,
+           out_dir: Path, params: dict, upstream: dict[str, str] | None = None) -> dict:
+    """Train a causal LM with next-token cross-entropy (pretrain and sft) as one MLflow run; save it."""
+    import time
+
+    import lightning as L
+    import torch
+
+    from rlhf_lab.algorithms.lm import CausalLMModule
+    from rlhf_lab.callbacks import PeriodicEval
+
+    run_params = {"stage": stage, stage: to_plain(sc), "world": to_plain(cfg.world), "seed": stage_seed(cfg, stage),
+                  "steps": steps, **params}
+    tags = {f"rlhf_lab.upstream.{k}": v for k, v in (upstream or {}).items()}
+    with tracking.start_run(cfg, stage, params=run_params, tags=tags) as run:
+        g = torch.Generator().manual_seed(stage_seed(cfg, stage))
+        loader = distributed.loader(examples, sc.batch_size, g, D.collate_right(tok), key=f"{stage}.batch_size")
+        module = CausalLMModule(model, lr=sc.lr, weight_decay=sc.weight_decay,
+                                warmup_steps=sc.warmup_steps, max_steps=steps)
+        is_job = job_stage(cfg) == stage
+        ev = PeriodicEval(lambda: evaluate(cfg, model, tok), every_n_steps=cfg.eval.every_n_steps if is_job else 0,
+                          at_start=is_job)
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage), logger=tracking.lightning_logger(cfg),
+                            callbacks=[ev])
+        size = model_size(model)
+        tracking.log_metrics(size, step=0)
+        t0 = time.time()
+        trainer.fit(module, loader)
+        distributed.check_in_sync(model, stage)
+        if not distributed.is_rank_zero():
+            return {"stage": stage}
+        model.eval()
+        tok.save_pretrained(out_dir)
+        model.save_pretrained(out_dir)
+        tracking.log_metric("time/train_s", time.time() - t0)
+        return {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
+
+
+# ------------------------------------------------------------------------------------------------
+# the job: the stage named by `algo`
+
+
+def run_job(cfg: DictConfig, out_dir: Path) -> dict:
+    """Run the job named by ``algo`` (on every rank when ``trainer.devices > 1``); returns rank 0's metadata."""
+    name = job_stage(cfg)
+    if name not in JOBS:
+        raise ValueError(f"algo={name!r} is not a known algorithm; choose one of {', '.join(JOBS)}")
+    out_dir = Path(out_dir)
+    try:
+        return distributed.launch(cfg, out_dir, run_rank)
+    finally:
+        for scratch in out_dir.glob(".rank*"):  # the other ranks' throw-away outputs
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_rank(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """One rank of the job: build the job stage into ``<out_dir>/artifact``; rank 0 publishes it."""
+    stage = job_stage(cfg)
+    mod = stage_module(stage)
+    art = distributed.rank_out_dir(out_dir) / "artifact"
+    art.mkdir(parents=True, exist_ok=True)
+    spec = mod.spec(cfg)  # ensures the upstream stages first, each as its own run
+    meta = mod.build(cfg, art, spec)
+    if not distributed.is_rank_zero():
+        return meta
+    if getattr(mod, "CACHED", True):
+        meta["cache_path"] = str(cache_for(cfg).publish(stage, spec, art, meta))
+    meta["artifact"] = str(art)
+    (out_dir / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
+    return meta

@@ -1,0 +1,250 @@
+"""Stage ``ppo`` (the default job): PPO of the SFT policy against the frozen reward model.
+
+Wiring only; the algorithm is :class:`rlhf_lab.algorithms.ppo.PPOModule`. This module builds the four
+roles for the configured mode (:func:`build_models`), the reward (:func:`load_reward`), the prompt stream
+(train prompts, a fresh seeded draw per PPO step, each rank its share), the evaluation and reward-hacking
+callbacks, runs the Lightning trainer as one MLflow run, saves the policy and returns the summary.
+
+Reference modes (``algo.reference``): ``kind: copy`` is a frozen copy of the SFT policy, or of the
+checkpoint ``reference.path`` (same tokenizer), re-synced to the policy every ``sync_every`` steps when
+that is > 0; ``kind: lora_disabled`` trains LoRA adapters (``algo.lora``, r > 0) on one SFT base, the
+reference being that base with the adapters disabled and the critic a value head on the policy's last
+hidden state (claim C6). The critic starts from the reward model (``algo.critic=rm``, InstructGPT), the
+SFT policy (``policy``) or is absent (``none``).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import resource
+import time
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from rlhf_lab import data as D
+from rlhf_lab import distributed, tracking
+from rlhf_lab.algorithms.ppo import PPOModule, ValueModel
+from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
+from rlhf_lab.models import families as F
+from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
+from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import rm as rm_stage
+from rlhf_lab.stages.common import ensure, evaluate, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
+from rlhf_lab.world import GoldWeights, gold_reward
+
+WHAT = "PPO policy"
+CACHED = False  # a PPO run is the end of the line: its artifact stays in the Hydra output folder
+CRITICS = ("rm", "policy", "none")
+REFERENCE_KINDS = ("copy", "lora_disabled")
+
+
+def spec(cfg: DictConfig) -> dict:
+    """The SFT policy PPO starts from (built first, with every stage above it)."""
+    return {"sft": str(ensure("sft", cfg)), "seed": stage_seed(cfg, "ppo"),
+            "steps": job_steps(cfg, "ppo", cfg.algo.steps)}
+
+
+# ------------------------------------------------------------------------------------------------
+# models: policy, reference, critic
+
+
+def check_reference(algo: DictConfig) -> None:
+    ref = algo.reference
+    kind = str(ref.kind)
+    if kind not in REFERENCE_KINDS:
+        raise ValueError(f"algo.reference.kind={kind!r}; PPO takes one of {', '.join(REFERENCE_KINDS)}")
+    sync_every = int(ref.get("sync_every") or 0)
+    if ref.get("path") and sync_every:
+        raise ValueError("algo.reference.path and algo.reference.sync_every exclude each other: a re-synced "
+                         "reference is the policy itself; set one of them")
+    if kind == "lora_disabled":
+        if ref.get("path") or sync_every:
+            raise ValueError("algo.reference.kind=lora_disabled uses the adapter-free base as the reference; it "
+                             "cannot be combined with algo.reference.path or algo.reference.sync_every")
+        if str(algo.critic) == "rm":
+            raise ValueError("algo.reference.kind=lora_disabled puts the critic as a value head on the shared base; "
+                             "use algo.critic=policy (or none), not rm")
+        if int(algo.lora.r) <= 0:
+            raise ValueError("algo.reference.kind=lora_disabled needs LoRA adapters on the policy: "
+                             "set algo.lora.r > 0 (e.g. 16)")
+
+
+def build_models(algo: DictConfig, sft_path, tok, scorer=None):
+    """(policy, reference, critic) for the configured mode; the reference is an nn.Module or a callable."""
+    critic_kind = str(algo.critic)
+    if critic_kind not in CRITICS:
+        raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy or none")
+    check_reference(algo)
+    policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path")
+    hidden_size = int(policy.config.hidden_size)
+    ref_cfg = algo.reference
+    if str(ref_cfg.kind) == "lora_disabled":
+        policy = with_lora(policy, algo.lora, "CAUSAL_LM")
+        critic = ValueModel(None, hidden_size) if critic_kind == "policy" else None
+        return policy, AdapterDisabled(policy), critic
+    if ref_cfg.get("path"):
+        ref_tok = F.load_tokenizer(ref_cfg.path, "algo.reference.path")
+        if not F.same_tokenizer(ref_tok, tok):
+            raise ValueError(f"algo.reference.path={ref_cfg.path!r} has a different tokenizer than the policy; "
+                             "the per-token KL needs the same tokenizer (same model family)")
+        reference = F.load_causal_lm(ref_cfg.path, tok, "algo.reference.path")
+    else:
+        reference = copy.deepcopy(policy)
+    reference.requires_grad_(False).eval()
+    if critic_kind == "none":
+        critic = None
+    elif critic_kind == "policy":
+        critic = ValueModel(copy.deepcopy(getattr(policy, policy.base_model_prefix)), hidden_size)
+    else:
+        critic = critic_from_rm(scorer, tok)
+    return with_lora(policy, algo.lora, "CAUSAL_LM"), reference, critic  # lora.r = 0: the policy itself
+
+
+def critic_from_rm(scorer, tok) -> ValueModel:
+    """InstructGPT's critic: the reward model's backbone and head, the scorer's normalisation folded in."""
+    members = getattr(scorer, "members", None)
+    if not members:
+        raise ValueError("algo.critic=rm needs a reward model (algo.reward=rm); with algo.reward=gold use "
+                         "algo.critic=policy or none")
+    if not F.same_tokenizer(scorer.tokenizer, tok):
+        raise ValueError("algo.critic=rm initialises the critic from the reward model, which needs the RM to "
+                         "share the policy's tokenizer; this RM has another tokenizer (a different-source RM). "
+                         "Use algo.critic=policy or algo.critic=none")
+    rm = members[0]
+    rm_head = getattr(rm, "score", None)
+    backbone = copy.deepcopy(getattr(rm, rm.base_model_prefix))
+    backbone.requires_grad_(True)
+    head = None
+    if isinstance(rm_head, nn.Linear) and rm_head.in_features == int(rm.config.hidden_size):
+        # value ≈ normalised reward: fold the scorer's normalisation (member 0's, then the final map) into the head
+        gain, bias = float(getattr(scorer, "gain", 1.0)), float(getattr(scorer, "bias", 0.0))
+        if not getattr(scorer, "normalize", True):
+            gain, bias = 1.0, 0.0
+        elif getattr(scorer, "member_gain", None) is not None:
+            mg, mb = float(scorer.member_gain[0]), float(scorer.member_bias[0])
+            gain, bias = gain * mg, gain * mb + bias
+        head = nn.Linear(rm_head.in_features, 1)
+        with torch.no_grad():
+            head.weight.copy_(rm_head.weight[:1] * gain)
+            b0 = rm_head.bias[:1] if rm_head.bias is not None else torch.zeros(1)
+            head.bias.copy_(b0 * gain + bias)
+    return ValueModel(backbone, int(rm.config.hidden_size), head)
+
+
+def model_bytes(*objs) -> int:
+    """Bytes of the distinct parameter and buffer storages of the given models (shared ones counted once)."""
+    seen, total = set(), 0
+    for o in objs:
+        if not isinstance(o, nn.Module):
+            continue
+        for t in itertools.chain(o.parameters(), o.buffers()):
+            key = t.untyped_storage().data_ptr()
+            if key not in seen:
+                seen.add(key)
+                total += t.untyped_storage().nbytes()
+    return total
+
+
+# ------------------------------------------------------------------------------------------------
+# rewards: the frozen RM or the world's gold reward
+
+
+class GoldScorer:
+    """Oracle reward: the world's gold g(x, y) (``algo.reward=gold``)."""
+
+    def __init__(self, w: GoldWeights):
+        self.w = w
+
+    def __call__(self, prompts, responses, ended) -> torch.Tensor:
+        return torch.tensor([gold_reward(p, r, e, self.w) for p, r, e in zip(prompts, responses, ended)])
+
+
+def load_reward(cfg: DictConfig):
+    """(scorer, upstream RM run id or None) for ``algo.reward``."""
+    kind = str(cfg.algo.reward)
+    if kind == "gold":
+        return GoldScorer(D.gold_weights(cfg)), None
+    if kind != "rm":
+        raise ValueError(f"algo.reward={kind!r}; choose rm (the trained reward model) or gold (oracle)")
+    path = ensure("rm", cfg)
+    return rm_stage.load_scorer(cfg, path), upstream_run(cfg, path)
+
+
+# ------------------------------------------------------------------------------------------------
+# the run
+
+
+def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
+    warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # intentional: no dropout in PPO
+    a = cfg.algo
+    out_dir = Path(out_dir)
+    sft_path, steps, seed = spec["sft"], spec["steps"], spec["seed"]
+    check_reference(a)
+    scorer, rm_run = load_reward(cfg)
+    L.seed_everything(seed, verbose=False)
+    tok = F.load_tokenizer(sft_path, "policy.name_or_path")
+    policy, reference, critic = build_models(a, sft_path, tok, scorer)
+    n_prompts = a.batch_size // a.samples_per_prompt
+    rank, world = distributed.rank(), distributed.world_size()
+
+    def prompt_fn(step: int) -> list[str]:  # a fresh, seeded prompt stream per PPO step; each rank its share
+        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts)[rank::world]
+
+    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation,
+                       D.gold_weights(cfg), checkpoint_dir=out_dir)
+    size = model_size(policy, critic)
+    mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or []))}
+    params = {"stage": "ppo", "algo": to_plain(a), "kl": to_plain(cfg.kl), "generation": to_plain(cfg.generation),
+              "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": seed, "steps": steps,
+              "sft": str(sft_path)}
+    if cfg.get("reward_model") is not None:
+        params["reward_model"] = to_plain(cfg.reward_model)
+    tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, sft_path)}
+    if rm_run:
+        tags["rlhf_lab.upstream.rm"] = rm_run
+    with tracking.start_run(cfg, "ppo", params=params, tags=tags) as run:
+        eval_scorer = scorer if a.reward == "rm" else None
+        ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer),
+                          every_n_steps=cfg.eval.every_n_steps, at_start=True,
+                          step_fn=lambda trainer, m: m.ppo_step)
+        hm = a.hacking_monitor
+        monitor = RewardHackingMonitor(
+            lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
+            if m.last_stats else None,
+            gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
+            enabled=hm.enabled and a.reward == "rm")
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps * module.updates_per_step, "ppo"),
+                            logger=tracking.lightning_logger(cfg), callbacks=[ev, monitor])
+        tracking.log_metrics({**mem, **size}, step=0)
+        t0 = time.time()
+        trainer.fit(module, ckpt_path=a.get("resume_from") or None)
+        train_s = time.time() - t0
+        trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))  # every rank: Lightning synchronises, rank 0 writes
+        distributed.check_in_sync(module, "PPO policy and critic")
+        if not distributed.is_rank_zero():  # rank 0 saves and logs
+            return {"stage": "ppo", "train_s": train_s}
+        final = unwrap(policy.merge_and_unload()) if hasattr(policy, "merge_and_unload") else policy
+        tok.save_pretrained(out_dir)
+        final.save_pretrained(out_dir)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        tracking.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
+        first, last = ev.first, ev.last
+        g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
+        summary = {
+            "gold": f"{g0:.3f} -> {g1:.3f} (SFT -> PPO step {module.ppo_step})",
+            "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
+            "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
+            "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
+            "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
+        }
+        if "eval/proxy_reward" in last:
+            summary["proxy"] = f"{first.get('eval/proxy_reward', float('nan')):.3f} -> {last['eval/proxy_reward']:.3f}"
+        return {"run_id": run.info.run_id, "stage": "ppo", "eval": last, "eval_start": first, "summary": summary,
+                "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
+                "train_s": train_s, **mem, **size, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at}

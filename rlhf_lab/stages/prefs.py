@@ -1,0 +1,69 @@
+"""Stage ``prefs``: preference pairs sampled from the SFT policy and labelled by the world's labeler.
+
+Two responses per prompt (``data.n_train`` training prompts, ``data.n_eval`` held-out ones), optionally a
+fraction of the training pairs from another policy checkpoint (``data.on_policy_path``,
+``data.on_policy_fraction``). Each pair records both responses' gold rewards. The pairs are one cached
+artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
+MLflow run. External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from rlhf_lab import data as D
+from rlhf_lab import tracking
+from rlhf_lab.preferences import PreferencePair, load_external, load_pairs, sample_pairs, save_pairs, validate_pairs
+from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages.common import ensure, upstream_run
+
+WHAT = "preference pairs"
+
+
+def spec(cfg: DictConfig) -> dict:
+    dc = cfg.data
+    s = {
+        "sft": str(ensure("sft", cfg)), "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold),
+        "labeler": to_plain(cfg.labeler), "generation": to_plain(cfg.generation), "n_train": dc.n_train,
+        "n_eval": dc.n_eval, "seed": dc.seed,
+        "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
+        "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),
+    }
+    frac = s["on_policy_fraction"]
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"data.on_policy_fraction={frac} must be in [0, 1]")
+    if frac > 0 and not s["on_policy_path"]:
+        raise ValueError("data.on_policy_fraction > 0 needs data.on_policy_path=<a policy checkpoint folder>")
+    return s
+
+
+def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
+    params = {"stage": "prefs", "data": to_plain(cfg.data), "labeler": to_plain(cfg.labeler),
+              "generation": to_plain(cfg.generation), "world": to_plain(cfg.world), "sft": spec["sft"]}
+    with tracking.start_run(cfg, "prefs", params=params, tags={"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"])}) as run:
+        n_on = int(round(spec["n_train"] * spec["on_policy_fraction"]))
+        train_prompts = D.prompts(cfg, "prefs", spec["n_train"])
+        seed = spec["seed"]
+        train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft")
+        if n_on:
+            train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy")
+        held = sample_pairs(cfg, spec["sft"], D.prompts(cfg, "prefs_eval", spec["n_eval"]), seed + 2, "sft")
+        validate_pairs(train, "data")
+        save_pairs(train, Path(out_dir) / "train.jsonl")
+        save_pairs(held, Path(out_dir) / "eval.jsonl")
+        agree = [p.gold_agrees for p in train]
+        stats = {"prefs/n_train": len(train), "prefs/n_eval": len(held),
+                 "prefs/label_gold_agreement": sum(agree) / len(agree)}
+        tracking.log_metrics(stats, step=0)
+        return {"run_id": run.info.run_id, "stage": "prefs", "n_train": len(train), "n_eval": len(held),
+                "label_gold_agreement": stats["prefs/label_gold_agreement"]}
+
+
+def load(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, eval) preference pairs for the configured `data` source; world pairs come from the cache."""
+    if cfg.data.source != "world":
+        return load_external(cfg)
+    path = ensure("prefs", cfg)
+    return load_pairs(path / "train.jsonl"), load_pairs(path / "eval.jsonl")

@@ -1,0 +1,200 @@
+"""Stage ``rm``: a reward model trained on preference pairs (Bradley–Terry), normalised and evaluated.
+
+The backbone (``reward_model`` config group) is the policy family's SFT or pretrained checkpoint
+(``source: same``, the InstructGPT recipe) or the other family's (``source: different``), fully fine-tuned
+or with LoRA adapters (``reward_model.lora.r > 0``, merged into the weights when saved). ``ensemble: k``
+trains k members with seeds ``seed + 7919·i``. After training every member is normalised on SFT samples
+and the held-out pairs are scored (:func:`rlhf_lab.algorithms.rm.evaluate_rm`). The artifact's layout
+and the scorer: :mod:`rlhf_lab.models.reward`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlhf_lab import distributed, tracking
+from rlhf_lab.algorithms.rm import (
+    MEMBER_SEED_STRIDE,
+    RewardModelModule,
+    collate_rm_pairs,
+    encode_rm_pairs,
+    evaluate_rm,
+    normalization_set,
+    pair_margins,
+)
+from rlhf_lab.models import families as F
+from rlhf_lab.models.adapters import with_lora
+from rlhf_lab.models.reward import RewardScorer
+from rlhf_lab.preferences import validate_pairs
+from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import prefs
+from rlhf_lab.stages.common import cache_for, ensure, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
+
+WHAT = "reward model"
+SOURCES = ("same", "different")
+INITS = ("sft", "pretrain")
+USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")  # keys that act when the RM is used, not trained
+
+
+def backbone_cfg(cfg: DictConfig) -> DictConfig:
+    """The RM backbone as a model config (family, arch, vocab_size, name_or_path), validated."""
+    rc = cfg.reward_model
+    source, init = str(rc.source), str(rc.init)
+    if source not in SOURCES:
+        raise ValueError(f"reward_model.source={source!r}; choose one of {SOURCES}")
+    if init not in INITS:
+        raise ValueError(f"reward_model.init={init!r}; choose one of {INITS}")
+    fam, pfam = str(rc.family), str(cfg.policy.family)
+    if source == "same" and fam != pfam:
+        raise ValueError(f"reward_model.source=same but reward_model.family={fam!r} differs from policy.family={pfam!r}; "
+                         "use reward_model=different_source for an RM of another family")
+    if source == "different" and fam == pfam:
+        raise ValueError(f"reward_model.source=different but reward_model.family={fam!r} is the policy's family; "
+                         "set reward_model.family to the other family")
+    return OmegaConf.create({"family": fam, "vocab_size": rc.vocab_size, "arch": to_plain(rc.arch),
+                             "name_or_path": rc.get("name_or_path")})
+
+
+def backbone_path(cfg: DictConfig):
+    """The checkpoint the RM starts from: the backbone family's SFT or pretrained model (built if missing).
+
+    With ``init: sft`` and the policy's own family and size this is the policy's SFT checkpoint (the
+    InstructGPT recipe); another size or family gets its own SFT run on the same world data."""
+    c = copy.deepcopy(cfg)
+    with open_dict(c):
+        c.policy = backbone_cfg(cfg)
+    return ensure("pretrain" if str(cfg.reward_model.init) == "pretrain" else "sft", c)
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def data_identity(cfg: DictConfig) -> dict:
+    """What determines the preference pairs the RM trains on (part of the RM's cache key)."""
+    dc = cfg.data
+    if dc.source == "world":
+        return {"source": "world", "prefs": str(cache_for(cfg).path("prefs", prefs.spec(cfg)))}
+    ident = {"source": str(dc.source), "eval_fraction": float(dc.get("eval_fraction", 0.1)), "seed": int(dc.get("seed", 0))}
+    if dc.source == "jsonl":
+        p = Path(str(dc.path)).expanduser() if dc.get("path") else None
+        ident.update(path=str(p.resolve()) if p else None, digest=file_digest(p) if p and p.is_file() else None)
+    else:
+        ident.update(name=str(dc.get("name")), split=str(dc.get("split", "train")))
+    return ident
+
+
+def spec(cfg: DictConfig) -> dict:
+    rc = to_plain(cfg.reward_model)
+    return {
+        "backbone": str(backbone_path(cfg)), "data": data_identity(cfg),
+        "reward_model": {k: v for k, v in rc.items() if k not in USE_TIME_KEYS},
+        "seed": stage_seed(cfg, "rm", "reward_model"), "steps": job_steps(cfg, "rm", cfg.reward_model.steps),
+    }
+
+
+def load_scorer(cfg: DictConfig, path=None) -> RewardScorer:
+    """The configured reward model (its artifact `path`, else built first when missing), as a scorer with
+    its use-time settings."""
+    rc = cfg.reward_model
+    return RewardScorer.from_path(path or ensure("rm", cfg), normalize=rc.normalize,
+                                  conservative_lambda=float(rc.get("conservative_lambda") or 0.0))
+
+
+def check_config(rc: DictConfig) -> None:
+    if rc.ensemble < 1:
+        raise ValueError(f"reward_model.ensemble must be >= 1, got {rc.ensemble}")
+    if int(rc.lora.r) < 0:
+        raise ValueError(f"reward_model.lora.r must be >= 0 (0 = full fine-tuning), got {rc.lora.r}")
+    if rc.conservative_lambda < 0:
+        raise ValueError(f"reward_model.conservative_lambda must be >= 0, got {rc.conservative_lambda}")
+    if rc.max_len < 2:
+        raise ValueError(f"reward_model.max_len must be >= 2, got {rc.max_len}")
+
+
+def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
+    """Train the RM (all ensemble members) into out_dir as one MLflow run; returns metadata."""
+    rc = cfg.reward_model
+    check_config(rc)
+    out_dir = Path(out_dir)
+    train, held = prefs.load(cfg)
+    validate_pairs(train, "data")
+    backbone, steps, seed = spec["backbone"], int(spec["steps"]), int(spec["seed"])
+    tok = F.load_tokenizer(backbone, "reward_model backbone")
+    max_len = rc.max_len
+    margins = pair_margins(cfg, train) if rc.margin else None
+    examples = encode_rm_pairs(tok, train, max_len, margins)
+    n_trunc = sum(len(e["chosen"]) >= max_len or len(e["rejected"]) >= max_len for e in examples)
+    if n_trunc:
+        print(f"[rlhf-lab] rm: {n_trunc} of {len(examples)} pairs reach reward_model.max_len={max_len} (cut at the start)")
+
+    upstream = {}
+    if cfg.data.source == "world":
+        ps = prefs.spec(cfg)
+        upstream["sft"] = upstream_run(cfg, ps["sft"])
+        upstream["prefs"] = upstream_run(cfg, cache_for(cfg).path("prefs", ps))
+    upstream["rm_backbone"] = upstream_run(cfg, backbone)
+    if str(rc.init) == "pretrain":
+        upstream["pretrain"] = upstream["rm_backbone"]
+    n_on = sum(p.source == "on_policy" for p in train)
+    params = {"stage": "rm", "reward_model": to_plain(rc), "data": to_plain(cfg.data), "seed": seed,
+              "steps": steps, "backbone": str(backbone), "n_train_pairs": len(train), "n_eval_pairs": len(held),
+              "n_on_policy_pairs": n_on}
+    k = rc.ensemble
+    with tracking.start_run(cfg, "rm", params=params,
+                            tags={f"rlhf_lab.upstream.{a}": str(b) for a, b in upstream.items()}) as run:
+        t0 = time.time()
+        members, size = [], {}
+        for i in range(k):
+            mseed = seed + MEMBER_SEED_STRIDE * i
+            L.seed_everything(mseed, verbose=False)
+            model = with_lora(F.load_sequence_scorer(backbone, tok, "reward_model backbone"), rc.lora, "SEQ_CLS")
+            size = model_size(model)
+            if i == 0:
+                tracking.log_metrics(size, step=0)
+            g = torch.Generator().manual_seed(mseed)
+            loader = distributed.loader(examples, rc.batch_size, g, collate_rm_pairs(tok.pad_token_id),
+                                        key="reward_model.batch_size")
+            module = RewardModelModule(model, lr=rc.lr, weight_decay=rc.weight_decay,
+                                       warmup_steps=rc.warmup_steps, max_steps=steps, use_margin=rc.margin,
+                                       center_coef=rc.center_coef, prefix="" if i == 0 else f"member_{i}/")
+            trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, "rm"), logger=tracking.lightning_logger(cfg))
+            trainer.fit(module, loader)
+            distributed.check_in_sync(model, f"reward model member {i}")
+            if int(rc.lora.r) > 0:
+                model = model.merge_and_unload()
+            members.append(model.eval())
+        train_s = time.time() - t0
+        if not distributed.is_rank_zero():  # rank 0 normalises, evaluates, saves and logs
+            return {"stage": "rm", "train_s": train_s}
+
+        scorer = RewardScorer(members, tok, max_len=max_len)
+        norm = normalization_set(train, int(rc.get("norm_samples") or 1024), seed)
+        raw_stats = scorer.fit_normalization(*norm)
+        tok.save_pretrained(out_dir)
+        for i, m in enumerate(members):
+            m.save_pretrained(out_dir / f"member_{i}")
+        scorer.save_norm(out_dir, {"n_norm_samples": len(norm[0]), "normalised_on": "SFT samples of the training pairs",
+                                   "backbone": str(backbone), "source": str(rc.source)})
+
+        metrics, rows = evaluate_rm(scorer, held)
+        metrics.update({"rm/gain": scorer.gain, "rm/bias": scorer.bias,
+                        "rm/raw_mean": float(raw_stats["raw_mean"][0]), "rm/raw_std": float(raw_stats["raw_std"][0]),
+                        "rm/train_on_policy_fraction": n_on / len(train), "time/train_s": train_s})
+        tracking.log_metrics({k_: v for k_, v in metrics.items() if v == v}, step=steps)  # NaN-free
+        tracking.log_samples_table(rows, "samples/rm_eval_pairs.json")
+        keys = ("rm/accuracy", "rm/accuracy_gold", "rm/spearman_gold", "rm/length_preference", "rm/filler_preference")
+        line = ", ".join(f"{q.split('/')[1]}={metrics[q]:.3f}" for q in keys if q in metrics)
+        return {"run_id": run.info.run_id, "stage": "rm", "eval": metrics, "train_s": train_s, **size,
+                "n_members": k, "summary": {"rm eval": line}}

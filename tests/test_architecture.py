@@ -1,0 +1,141 @@
+"""The layout rules of docs/architecture.md, checked on the source (AST scans, nothing imported):
+no import cycle inside rlhf_lab/ (imports inside functions count too), no `_private` name imported from
+another module, no file over 500 lines, no link to ../shared (which a clone does not have)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "rlhf_lab"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def package_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str], int]]:
+    """(imported rlhf_lab module, names taken from it, line) for every import statement in the file."""
+    here = module_name(path)
+    is_pkg = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "rlhf_lab"]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                anchor = here.split(".") if is_pkg else here.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.split(".")[0] != "rlhf_lab":
+                continue
+            names = [a.name for a in node.names]
+            subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]  # `from pkg import module`
+            out += [(s, [], node.lineno) for s in subs]
+            rest = [n for n in names if f"{base}.{n}" not in modules]
+            if rest or not subs:
+                out.append((base, rest, node.lineno))
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = package_modules()
+    return {m: {t for t, _, _ in imports_of(p, modules) if t in modules and t != m} for m, p in modules.items()}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_inside_the_package():
+    cycles = find_cycles(import_graph())
+    assert not cycles, f"import cycles inside rlhf_lab/: {cycles}"
+
+
+def test_the_import_scan_sees_function_level_imports():
+    graph = import_graph()
+    assert "rlhf_lab.stages.common" in graph["rlhf_lab.stages.sft"]
+    assert "rlhf_lab.runtime" in graph["rlhf_lab.distributed"]  # imported inside _child_main
+
+
+def test_runtime_is_a_leaf():
+    assert import_graph()["rlhf_lab.runtime"] == set()
+
+
+def test_no_private_name_is_imported_from_another_module():
+    modules = package_modules()
+    offenders = []
+    files = list(PKG.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")) + list((ROOT / "benchmarks").rglob("*.py"))
+    for path in files:
+        tree = ast.parse(path.read_text(), str(path))
+        aliases = {}  # local name -> rlhf_lab module, for `module._name` accesses
+        for target, names, line in imports_of(path, modules):
+            offenders += [f"{path.relative_to(ROOT)}:{line} imports {target}.{n}" for n in names
+                          if n.startswith("_") and not n.startswith("__")]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlhf_lab"):
+                for a in node.names:
+                    if f"{node.module}.{a.name}" in modules:
+                        aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("rlhf_lab") and a.asname:
+                        aliases[a.asname] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    assert not offenders, "private names used across modules:\n" + "\n".join(offenders)
+
+
+def test_no_package_file_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, f"files over 500 lines: {long}"
+
+
+def test_nothing_links_outside_the_repository():
+    files = [ROOT / "README.md", *PKG.rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "conf").rglob("*.yaml")]
+    bad = [str(p.relative_to(ROOT)) for p in files if p.exists() and "../shared" in p.read_text()]
+    assert not bad, f"links to ../shared (not in a clone of the repository): {bad}"
