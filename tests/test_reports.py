@@ -8,36 +8,38 @@ import time
 import numpy as np
 import pytest
 
-from rlhf_lab import reports as R
+from rlhf_lab.analysis import cli, fits
+from rlhf_lab.analysis.runs import HISTORY_KEYS, rm_from_artifact_cache
+from rlhf_lab.analysis.study import write_study_report
 
 
 @pytest.mark.parametrize("alpha,beta", [(1.0, 0.3), (0.4, 0.1), (2.0, 1.2)])
 def test_fit_gao_rl_recovers_known_alpha_beta(alpha, beta):
     d = np.linspace(0.05, 6.0, 40)
     r = d * (alpha - beta * np.log(d))
-    a, b = R.fit_gao_rl(d, r)
+    a, b = fits.fit_gao_rl(d, r)
     assert a == pytest.approx(alpha, abs=1e-9) and b == pytest.approx(beta, abs=1e-9)
     noisy = r + np.random.default_rng(0).normal(0, 0.01, size=len(d))
-    a, b = R.fit_gao_rl(np.r_[0.0, d], np.r_[0.0, noisy])  # d = 0 (the start) is skipped
+    a, b = fits.fit_gao_rl(np.r_[0.0, d], np.r_[0.0, noisy])  # d = 0 (the start) is skipped
     assert a == pytest.approx(alpha, abs=0.05) and b == pytest.approx(beta, abs=0.03)
-    d_star, r_star = R.peak_rl(alpha, beta)
+    d_star, r_star = fits.peak_rl(alpha, beta)
     assert d_star == pytest.approx(math.exp(alpha / beta - 1))
     grid = np.linspace(d_star * 0.5, d_star * 1.5, 2001)
-    assert grid[np.argmax(R.gao_rl(grid, alpha, beta))] == pytest.approx(d_star, rel=1e-3)
-    assert r_star == pytest.approx(float(R.gao_rl(d_star, alpha, beta)))
+    assert grid[np.argmax(fits.gao_rl(grid, alpha, beta))] == pytest.approx(d_star, rel=1e-3)
+    assert r_star == pytest.approx(float(fits.gao_rl(d_star, alpha, beta)))
 
 
 def test_fit_gao_bon_recovers_known_alpha_beta():
-    d = np.sqrt([R.bon_kl(n) for n in (2, 4, 8, 16, 32, 64, 128, 256, 512)])
+    d = np.sqrt([fits.bon_kl(n) for n in (2, 4, 8, 16, 32, 64, 128, 256, 512)])
     r = d * (0.9 - 0.2 * d)
-    a, b = R.fit_gao_bon(d, r)
+    a, b = fits.fit_gao_bon(d, r)
     assert a == pytest.approx(0.9, abs=1e-9) and b == pytest.approx(0.2, abs=1e-9)
-    assert R.peak_bon(0.9, 0.2) == pytest.approx((0.9 / 0.4, 0.81 / 0.8))
+    assert fits.peak_bon(0.9, 0.2) == pytest.approx((0.9 / 0.4, 0.81 / 0.8))
 
 
 def test_fits_degrade_to_nan_and_no_peak():
-    assert all(math.isnan(x) for x in R.fit_gao_rl([0.0, 1.0], [0.0, 0.5]))
-    assert R.peak_rl(0.5, -0.1)[0] == math.inf  # β ≤ 0: still rising
+    assert all(math.isnan(x) for x in fits.fit_gao_rl([0.0, 1.0], [0.0, 0.5]))
+    assert fits.peak_rl(0.5, -0.1)[0] == math.inf  # β ≤ 0: still rising
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -62,12 +64,12 @@ def _log_run(client, exp, stage, study, params, curves, tags=None, status="FINIS
 
 
 def _ppo_curves(kl_final, alpha, beta_g, proxy_slope, steps=8, entropy_drop=0.0, length_gain=0.0, filler_gain=0.0):
-    out = {k: [] for k in R.HISTORY_KEYS}
+    out = {k: [] for k in HISTORY_KEYS}
     for i in range(steps + 1):
         s = i * 10
         kl = kl_final * (i / steps) ** 1.5
         d = math.sqrt(kl)
-        gold = -0.2 + (float(R.gao_rl(d, alpha, beta_g)) if d > 0 else 0.0)
+        gold = -0.2 + (float(fits.gao_rl(d, alpha, beta_g)) if d > 0 else 0.0)
         out["eval/kl"].append((s, kl))
         out["eval/gold_reward"].append((s, gold))
         out["eval/proxy_reward"].append((s, proxy_slope * d))
@@ -127,7 +129,7 @@ def store(tmp_path_factory):
 
 
 def test_study_report_has_plots_tables_fits_and_the_command(store, tmp_path):
-    path = R.write_study_report("ppo_beta_grid", tmp_path / "reports", uri=store)
+    path = write_study_report("ppo_beta_grid", tmp_path / "reports", uri=store)
     text = path.read_text()
     out = path.parent
     assert (out / "gold_vs_sqrt_kl.png").stat().st_size > 5000 and (out / "frontier.png").stat().st_size > 5000
@@ -142,17 +144,17 @@ def test_study_report_has_plots_tables_fits_and_the_command(store, tmp_path):
 
 
 def test_rm_size_table_and_not_run_study(store, tmp_path):
-    text = R.write_study_report("rm_size_vs_policy_size", tmp_path / "r", uri=store).read_text()
+    text = write_study_report("rm_size_vs_policy_size", tmp_path / "r", uri=store).read_text()
     assert "## RM size × policy size" in text
     row = next(line for line in text.splitlines() if line.startswith("| a_small | medium"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[6] == "0.720" and cells[7] == "6.15"  # RM accuracy, RM/policy params
-    text = R.write_study_report("rm_source", tmp_path / "r", uri=store).read_text()
+    text = write_study_report("rm_source", tmp_path / "r", uri=store).read_text()
     assert "Not run yet" in text and "rlhf-lab -m sweep=rm_source" in text
 
 
 def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
-    assert R.main(["--claims", "--uri", store, "--out", str(tmp_path / "reports")]) == 0
+    assert cli.main(["--claims", "--uri", store, "--out", str(tmp_path / "reports")]) == 0
     text = (tmp_path / "reports" / "claims.md").read_text()
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip().strip("*")
                for line in text.splitlines() if line.startswith("| C")}
@@ -167,11 +169,9 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
 def test_rm_metadata_falls_back_to_the_artifact_cache(tmp_path):
     import json
 
-    from rlhf_lab.reports import _rm_from_artifact_cache
-
     d = tmp_path / "rm" / "abc"
     d.mkdir(parents=True)
     (d / "rlhf_lab_meta.json").write_text(json.dumps({"run_id": "r1", "n_params": 1234, "eval": {"rm/accuracy": 0.8}}))
-    got = _rm_from_artifact_cache("r1", tmp_path)
+    got = rm_from_artifact_cache("r1", tmp_path)
     assert got["metrics"]["rm/accuracy"] == 0.8 and float(got["params"]["n_params"]) == 1234
-    assert _rm_from_artifact_cache("other", tmp_path) is None
+    assert rm_from_artifact_cache("other", tmp_path) is None

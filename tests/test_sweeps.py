@@ -143,9 +143,9 @@ def test_wheel_ships_the_sweeps(tmp_path):
     for study in STUDIES:
         assert f"rlhf_lab/sweeps/sweep/{study}.yaml" in names
     assert "rlhf_lab/sweeps/ppo_kl/fixed_0.yaml" in names and "rlhf_lab/sweeps/__init__.py" in names
-    assert "rlhf_lab/conf/hydra/launcher/parallel.yaml" in names and "rlhf_lab/reports.py" in names
+    assert "rlhf_lab/conf/hydra/launcher/parallel.yaml" in names and "rlhf_lab/analysis/cli.py" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "rlhf-lab-report = rlhf_lab.reports:main" in entry
+    assert "rlhf-lab-report = rlhf_lab.analysis.cli:main" in entry
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                        capture_output=True, text=True, timeout=300)

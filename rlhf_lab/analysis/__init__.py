@@ -1,0 +1,17 @@
+"""Reports computed from the MLflow runs of the canned studies (``rlhf-lab-report``).
+
+- :mod:`~rlhf_lab.analysis.runs`: a study's runs read from MLflow (tag ``rlhf_lab.study``), with their
+  ``eval/*`` histories, upstream RM and swept setting; the store is ``MLFLOW_TRACKING_URI``, else ``--uri``,
+  else ``sqlite:///mlflow.db``;
+- :mod:`~rlhf_lab.analysis.fits`: the Gao, Schulman & Hilton 2022 forms of reward against √KL, and the
+  reward–KL frontier (pure functions);
+- :mod:`~rlhf_lab.analysis.markdown`: mean ± spread, number formatting, markdown tables;
+- :mod:`~rlhf_lab.analysis.plots`: the study report's figures (matplotlib);
+- :mod:`~rlhf_lab.analysis.study`: ``reports/<study>/README.md``;
+- :mod:`~rlhf_lab.analysis.claims`: ``reports/claims.md``, a verdict on each claim of docs/claims.md that
+  the studies test;
+- :mod:`~rlhf_lab.analysis.cli`: the ``rlhf-lab-report`` command.
+
+Only FINISHED runs enter figures and verdicts; nothing is ever filled in for a study without runs. The
+metrics are described in docs/metrics.md. Nothing is imported here: import the module you need.
+"""

@@ -1,0 +1,73 @@
+"""The study report's figures (matplotlib, Agg backend): reward gain against √KL with the Gao et al. fits,
+and the gold reward–KL frontier."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from rlhf_lab.analysis.fits import frontier, gao_rl
+from rlhf_lab.analysis.runs import RunData, groups, kl_gold_pairs
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_reward_vs_sqrt_kl(runs: Sequence[RunData], path: Path) -> None:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
+    cmap = plt.get_cmap("viridis")
+    g = groups(runs)
+    for i, (name, members) in enumerate(g.items()):
+        color = cmap(i / max(1, len(g) - 1))
+        for j, r in enumerate(members):
+            for ax, key in zip(axes, ("eval/gold_reward", "eval/proxy_reward")):
+                d, y = r.points(key)
+                if len(d):
+                    ax.plot(d, y, "o", ms=3, color=color, alpha=0.7, label=name if j == 0 else None)
+            a, b = r.fit()
+            d, _ = r.points()
+            if len(d) and math.isfinite(a):
+                xs = np.linspace(0, max(d.max(), 1e-3), 100)
+                axes[0].plot(xs, gao_rl(xs, a, b), "-", color=color, lw=1)
+    axes[0].set_title("gold reward gain vs √KL (lines: Gao et al. fit)")
+    axes[1].set_title("proxy (RM) reward gain vs √KL")
+    for ax in axes:
+        ax.set_xlabel("√KL  (KL in nats per response)")
+        ax.axhline(0, color="grey", lw=0.5)
+    axes[0].set_ylabel("reward − reward at start")
+    if g:
+        axes[1].legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_frontier(runs: Sequence[RunData], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for algo, marker in (("ppo", "o"), ("dpo", "s")):
+        rs = [r for r in runs if r.stage == algo]
+        if not rs:
+            continue
+        pts = [(r.last("eval/kl"), r.last("eval/gold_reward")) for r in rs]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, alpha=0.6, label=f"{algo} (final of each run)")
+        f = frontier([(kl, g) for r in rs for (_, kl), (_, g) in kl_gold_pairs(r)])
+        if f:
+            ax.plot([p[0] for p in f], [p[1] for p in f], "-", lw=1.5, label=f"{algo} frontier (all evaluations)")
+    ax.set_xlabel("KL(π‖π_ref), nats per response")
+    ax.set_ylabel("gold reward")
+    ax.set_title("gold reward – KL frontier")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

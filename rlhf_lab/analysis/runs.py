@@ -1,0 +1,254 @@
+"""The runs of a study, read from MLflow: :class:`RunData` and :func:`load_study`.
+
+Runs are found by the tag ``rlhf_lab.study`` (set by every sweep file in sweeps/sweep/) in the store named
+by :func:`store_uri`. Each policy run (PPO, DPO) comes with the histories of its ``eval/*`` metrics
+(docs/metrics.md), the metrics and params of its upstream RM run (tag ``rlhf_lab.upstream.rm``; from the
+artifact cache's metadata when that run lives in another store), and its *setting*: the swept keys that
+vary across the study's runs, which name its group in tables and plots.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+from rlhf_lab.analysis.fits import fit_gao_rl
+from rlhf_lab.runtime import DEFAULT_TRACKING_URI
+
+STUDY_TAG = "rlhf_lab.study"
+POLICY_STAGES = ("ppo", "dpo")
+HISTORY_KEYS = ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/entropy", "eval/distinct_2",
+                "eval/length", "eval/filler_rate")
+STUDIES = ("ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds")
+
+
+@dataclass
+class RunData:
+    run_id: str
+    stage: str
+    status: str
+    params: dict[str, str]
+    tags: dict[str, str]
+    metrics: dict[str, float]
+    history: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    rm: dict[str, Any] = field(default_factory=dict)  # the upstream RM run: metrics and params
+    setting: dict[str, str] = field(default_factory=dict)  # swept keys (seed excluded)
+    seed: str = "0"
+
+    # -- values
+    def series(self, key: str) -> list[tuple[int, float]]:
+        return sorted(self.history.get(key) or [])
+
+    def first(self, key: str) -> float:
+        s = self.series(key)
+        return s[0][1] if s else float("nan")
+
+    def last(self, key: str) -> float:
+        s = self.series(key)
+        return s[-1][1] if s else self.metrics.get(key, float("nan"))
+
+    def peak(self, key: str) -> float:
+        s = self.series(key)
+        return max(v for _, v in s) if s else float("nan")
+
+    def smoothed(self, key: str, k: int = 3) -> list[float]:
+        """Centered running mean over k evaluations (k//2 at the ends): peak and final without single-eval noise."""
+        v = np.asarray([x for _, x in self.series(key)], dtype=float)
+        if len(v) < k:
+            return list(v)
+        h = k // 2
+        return [float(v[max(0, i - h): i + h + 1].mean()) for i in range(len(v))]
+
+    def slast(self, key: str) -> float:
+        s = self.smoothed(key)
+        return s[-1] if s else self.metrics.get(key, float("nan"))
+
+    def speak(self, key: str) -> float:
+        s = self.smoothed(key)
+        return max(s) if s else float("nan")
+
+    def sfirst(self, key: str) -> float:
+        s = self.smoothed(key)
+        return s[0] if s else float("nan")
+
+    def noise(self, key: str = "eval/gold_reward") -> float:
+        """Evaluation noise σ from second differences (var = 6σ² for white noise; a smooth trend cancels)."""
+        v = np.asarray([x for _, x in self.series(key)], dtype=float)
+        if len(v) < 4:
+            return float("nan")
+        return float(np.std(np.diff(v, 2)) / math.sqrt(6))
+
+    def value(self, key: str, default: Any = None) -> Any:
+        """A config value: the job's swept value, else the run's logged param."""
+        if key in self.setting:
+            return self.setting[key]
+        if f"sweep.{key}" in self.params:
+            return self.params[f"sweep.{key}"]
+        return self.params.get(key, default)
+
+    def fnum(self, key: str, default: float = float("nan")) -> float:
+        try:
+            return float(self.value(key, default))
+        except (TypeError, ValueError):
+            return default
+
+    def points(self, key: str = "eval/gold_reward", gain: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(√KL, reward) at the evaluations that logged both, as the gain over the first one if `gain`."""
+        kl = dict(self.series("eval/kl"))
+        pts = [(s, v) for s, v in self.series(key) if s in kl]
+        if not pts:
+            return np.zeros(0), np.zeros(0)
+        d = np.sqrt(np.maximum([kl[s] for s, _ in pts], 0.0))
+        r = np.asarray([v for _, v in pts], dtype=float)
+        if gain:
+            r = r - r[0]
+        return d, r
+
+    def fit(self) -> tuple[float, float]:
+        d, r = self.points()
+        return fit_gao_rl(d, r)
+
+    def rm_accuracy(self) -> float:
+        return float(self.rm.get("metrics", {}).get("rm/accuracy", float("nan")))
+
+    def rm_params(self) -> float:
+        try:
+            return float(self.rm.get("params", {}).get("n_params", "nan"))
+        except ValueError:
+            return float("nan")
+
+
+def store_uri(uri: str | None = None) -> str:
+    """The MLflow store the reports read: ``MLFLOW_TRACKING_URI``, else ``uri`` (``--uri``), else
+    ``sqlite:///mlflow.db``; the order of :func:`rlhf_lab.runtime.tracking_uri`, with ``uri`` for ``tracking.uri``."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return uri or DEFAULT_TRACKING_URI
+
+
+def _parse_overrides(text: str) -> dict[str, str]:
+    out = {}
+    try:
+        parts = shlex.split(text or "")
+    except ValueError:
+        parts = (text or "").split()
+    for p in parts:
+        if "=" in p:
+            k, v = p.split("=", 1)
+            out[k.lstrip("+~")] = v
+    return out
+
+
+def rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) -> dict | None:
+    """{"metrics", "params"} of the RM whose run is ``rm_id``, from the metadata its artifact keeps in the
+    cache (``RLHF_LAB_CACHE_DIR`` or ``.rlhf_lab_cache``), for an RM tracked in another MLflow store."""
+    from rlhf_lab.cache import META_FILE, ArtifactCache
+
+    cache = ArtifactCache(root or os.environ.get("RLHF_LAB_CACHE_DIR") or ".rlhf_lab_cache")
+    for meta_file in sorted((cache.root / "rm").glob(f"*/{META_FILE}")):
+        try:
+            meta = cache.meta(meta_file.parent)
+        except (OSError, ValueError):
+            continue
+        if meta.get("run_id") == rm_id:
+            return {"metrics": dict(meta.get("eval") or {}), "params": {"n_params": str(meta.get("n_params", "nan"))},
+                    "run_id": rm_id, "from": str(meta_file.parent)}
+    return None
+
+
+def load_study(study: str, uri: str | None = None, client=None) -> tuple[list[RunData], list[Any]]:
+    """(the study's policy runs, its sweep parent runs) from MLflow; all statuses."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = store_uri(uri)
+    client = client or MlflowClient(tracking_uri=uri)
+    mlflow.set_tracking_uri(uri)
+    found = mlflow.search_runs(search_all_experiments=True, filter_string=f"tags.`{STUDY_TAG}` = '{study}'",
+                               output_format="list", max_results=50000)
+    parents = [r for r in found if r.data.tags.get("rlhf_lab.stage") == "sweep"]
+    rm_cache: dict[str, dict] = {}
+    runs: list[RunData] = []
+    for r in found:
+        stage = r.data.tags.get("rlhf_lab.stage", "")
+        if stage not in POLICY_STAGES:
+            continue
+        rd = RunData(r.info.run_id, stage, r.info.status, dict(r.data.params), dict(r.data.tags), dict(r.data.metrics))
+        for key in HISTORY_KEYS:
+            if key in rd.metrics:
+                rd.history[key] = [(int(m.step), float(m.value)) for m in client.get_metric_history(rd.run_id, key)]
+        rm_id = rd.tags.get("rlhf_lab.upstream.rm")
+        if rm_id:
+            if rm_id not in rm_cache:
+                try:
+                    rr = client.get_run(rm_id)
+                    rm_cache[rm_id] = {"metrics": dict(rr.data.metrics), "params": dict(rr.data.params),
+                                       "run_id": rm_id}
+                except Exception:  # the RM was trained against another store: its cached artifact's metadata
+                    rm_cache[rm_id] = rm_from_artifact_cache(rm_id) or {"run_id": rm_id}
+            rd.rm = rm_cache[rm_id]
+        sweep = {k[len("sweep."):]: v for k, v in rd.params.items() if k.startswith("sweep.")}
+        # the swept keys, plus the keys a follow-up sweep fixed on its command line (e.g. more seeds of one cell)
+        setting = {**_parse_overrides(rd.tags.get("rlhf_lab.overrides", "")), **sweep}
+        rd.seed = str(setting.pop("seed", rd.params.get("seed", "0")))
+        for k in ("sweep", "study"):
+            setting.pop(k, None)
+        rd.setting = setting
+        runs.append(rd)
+    # a setting is named by the keys that vary across the study's runs
+    keys = sorted({k for r in runs for k in r.setting})
+    varying = [k for k in keys if len({r.setting.get(k) for r in runs}) > 1]
+    for r in runs:
+        r.setting = {k: r.setting[k] for k in varying if k in r.setting} or {"algo": r.stage}
+    runs.sort(key=lambda r: (r.stage, natural_key(label(r)), natural_key(r.seed)))
+    return runs, parents
+
+
+def natural_key(text: str) -> list:
+    """Sort key with numbers compared as numbers: fixed_0.003 < fixed_0.01 < fixed_1, seed 2 < seed 10."""
+    out: list = []
+    for part in re.split(r"(-?\d+(?:\.\d+)?(?:[eE]-?\d+)?)", str(text)):
+        try:
+            out.append((0, float(part), ""))
+        except ValueError:
+            out.append((1, 0.0, part))
+    return out
+
+
+def label(r: RunData) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(r.setting.items())) or r.stage
+
+
+def groups(runs: Iterable[RunData]) -> dict[str, list[RunData]]:
+    out: dict[str, list[RunData]] = {}
+    for r in runs:
+        out.setdefault(label(r), []).append(r)
+    return out
+
+
+def kl_gold_pairs(r: RunData) -> list[tuple[tuple[int, float], tuple[int, float]]]:
+    """((step, KL), (step, gold)) at the evaluations that logged both."""
+    kl = dict(r.series("eval/kl"))
+    return [((s, kl[s]), (s, g)) for s, g in r.series("eval/gold_reward") if s in kl]
+
+
+def policy_size(r: RunData) -> str:
+    v = r.value("policy")
+    if v:
+        return str(v)
+    n = r.fnum("n_params")
+    return f"{n / 1e6:.2f}M" if math.isfinite(n) else "?"
+
+
+def rm_size(r: RunData) -> str:
+    v = r.value("rm_size")
+    if v:
+        return str(v)
+    h, layers = r.value("reward_model.arch.hidden"), r.value("reward_model.arch.layers")
+    return f"{h}x{layers}" if h else "?"
