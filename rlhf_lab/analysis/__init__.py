@@ -1,0 +1,1 @@
+"""Analysis of finished runs: statistics and verdicts on RLHF claims."""
