@@ -1,0 +1,259 @@
+"""rlhf_lab.analysis.stats: hand computations, every verdict branch, and the split-half drop-from-peak
+estimator on simulated reward-hacking curves (flat: false alarms; rise-then-fall: detection)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+from rlhf_lab.analysis.stats import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    INCONCLUSIVE,
+    Effect,
+    PeakDrop,
+    bootstrap_ci,
+    drop_from_peak,
+    hacking_detected,
+    max_minus_last,
+    mean_se,
+    paired_ci,
+    paired_differences,
+    t_ci,
+    verdict,
+)
+
+X4 = [1.0, 2.0, 3.0, 4.0]
+SE4 = math.sqrt(5 / 3) / 2  # s² = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3, se = s / √4
+T975_DF3 = 3.182446  # Student t, 97.5% quantile, 3 degrees of freedom (printed tables)
+
+
+# -- means, standard errors, t intervals ---------------------------------------------------------------------------
+
+
+def test_mean_se_by_hand():
+    m, se, n = mean_se(X4)
+    assert (m, n) == (2.5, 4)
+    assert se == pytest.approx(0.6454972, abs=1e-7)
+    assert se == pytest.approx(SE4, rel=1e-12)
+
+
+def test_mean_se_drops_nans_and_handles_tiny_samples():
+    assert mean_se([1.0, float("nan"), 3.0]) == (2.0, pytest.approx(1.0), 2)  # s = √2, se = √2/√2
+    m, se, n = mean_se([5.0])
+    assert (m, n) == (5.0, 1) and math.isnan(se)
+    m, se, n = mean_se([float("nan")])
+    assert n == 0 and math.isnan(m) and math.isnan(se)
+    with pytest.raises(ValueError):
+        mean_se([[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_t_ci_by_hand():
+    assert st.t.ppf(0.975, 3) == pytest.approx(T975_DF3, abs=1e-6)
+    m, lo, hi, n = t_ci(X4)
+    half = T975_DF3 * SE4  # 2.054255
+    assert (m, n) == (2.5, 4)
+    assert lo == pytest.approx(2.5 - half, abs=1e-5) and hi == pytest.approx(2.5 + half, abs=1e-5)
+    assert lo == pytest.approx(0.445745, abs=1e-5) and hi == pytest.approx(4.554255, abs=1e-5)
+    _, lo90, hi90, _ = t_ci(X4, level=0.90)
+    assert lo < lo90 < hi90 < hi
+
+
+def test_t_ci_needs_two_values():
+    for x, mean in (([3.0], 3.0), ([3.0, float("nan")], 3.0)):
+        m, lo, hi, n = t_ci(x)
+        assert (m, n) == (mean, 1) and math.isnan(lo) and math.isnan(hi)
+    m, lo, hi, n = t_ci([])
+    assert n == 0 and all(math.isnan(v) for v in (m, lo, hi))
+    with pytest.raises(ValueError):
+        t_ci(X4, level=95)
+
+
+# -- paired differences ------------------------------------------------------------------------------------------
+
+
+def test_paired_differences_keeps_only_shared_seeds():
+    a = {0: 1.0, 1: 2.0, 2: 3.0, 5: 4.0, 7: 1.0}
+    b = {7: 0.0, 1: 1.5, 2: 2.0, 3: 9.0, 5: float("nan")}  # seed 0 only in a, 3 only in b, 5 crashed in b
+    d, seeds = paired_differences(a, b)
+    assert seeds == [1, 2, 7]
+    np.testing.assert_allclose(d, [0.5, 1.0, 1.0])
+
+
+def test_paired_differences_aligned_arrays():
+    d, seeds = paired_differences([1.0, 2.0, float("nan"), 4.0], np.array([0.5, 2.5, 1.0, 1.0]))
+    assert seeds == [0, 1, 3]
+    np.testing.assert_allclose(d, [0.5, -0.5, 3.0])
+    with pytest.raises(ValueError):
+        paired_differences([1.0, 2.0], [1.0])
+    with pytest.raises(TypeError):
+        paired_differences({0: 1.0}, [1.0])
+
+
+def test_paired_ci_is_t_ci_of_the_differences():
+    a = {s: v + 10 for s, v in enumerate(X4)}
+    b = {s: 10.0 for s in range(6)}  # seeds 4 and 5 only in b
+    e = paired_ci(a, b)
+    assert isinstance(e, Effect) and e.method == "paired t" and e.n == 4 and e.estimate == pytest.approx(2.5)
+    assert (e.lo, e.hi) == (pytest.approx(2.5 - T975_DF3 * SE4, abs=1e-5), pytest.approx(2.5 + T975_DF3 * SE4, abs=1e-5))
+    assert e.verdict(+1) == HOLDS and e.verdict(-1) == DOES_NOT_HOLD
+    # pairing removes the seed effect that an unpaired comparison would carry
+    seed_effect = np.array([0.0, 5.0, -3.0, 8.0, 1.0])
+    e = paired_ci(seed_effect + 0.1 + np.array([0.01, -0.01, 0.02, 0.0, -0.02]), seed_effect)
+    assert e.lo > 0
+
+
+# -- bootstrap ------------------------------------------------------------------------------------------------------
+
+
+def test_bootstrap_is_deterministic_for_a_seed():
+    x = np.random.default_rng(3).normal(size=25)
+    assert bootstrap_ci(x, seed=7) == bootstrap_ci(x.copy(), seed=7)
+    assert bootstrap_ci(x, seed=7) != bootstrap_ci(x, seed=8)
+    # a stat without an `axis` argument takes the per-resample path and gives the same numbers
+    assert bootstrap_ci(x, n_boot=500, stat=np.median) == bootstrap_ci(x, n_boot=500, stat=lambda v: np.median(v))
+
+
+def test_bootstrap_ci_contains_the_mean_and_shrinks_with_n():
+    rng = np.random.default_rng(11)
+    widths = []
+    for n in (20, 80, 320):
+        x = rng.normal(1.0, 2.0, size=n)
+        est, lo, hi, k = bootstrap_ci(x, n_boot=4000)
+        assert k == n and est == pytest.approx(x.mean()) and lo < x.mean() < hi
+        _, tlo, thi, _ = t_ci(x)
+        assert (hi - lo) == pytest.approx(thi - tlo, rel=0.15)  # same scale as the t interval
+        widths.append(hi - lo)
+    assert widths[1] < 0.7 * widths[0] and widths[2] < 0.7 * widths[1]  # ≈ halves per 4× n
+    est, lo, hi, n = bootstrap_ci([2.0, float("nan")])
+    assert (est, n) == (2.0, 1) and math.isnan(lo) and math.isnan(hi)
+
+
+# -- verdicts -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lo, hi, direction, margin, expected", [
+    (0.1, 0.5, +1, None, HOLDS),                   # excludes 0, claimed side (+)
+    (-0.5, -0.1, -1, None, HOLDS),                 # excludes 0, claimed side (−)
+    (-0.5, -0.1, +1, None, DOES_NOT_HOLD),         # excludes 0, the other way
+    (0.1, 0.5, -1, None, DOES_NOT_HOLD),
+    (-0.02, 0.03, +1, 0.05, DOES_NOT_HOLD),        # inside the equivalence margin: negligible effect
+    (-0.02, 0.03, -1, 0.05, DOES_NOT_HOLD),
+    (-0.02, 0.08, +1, 0.05, INCONCLUSIVE),         # straddles 0, pokes out of the margin
+    (-0.2, 0.3, +1, None, INCONCLUSIVE),           # straddles 0, no margin
+    (0.0, 0.3, +1, None, INCONCLUSIVE),            # touching 0 is not excluding it
+    (float("nan"), float("nan"), +1, None, INCONCLUSIVE),
+    (float("nan"), 0.5, +1, 1.0, INCONCLUSIVE),
+    (0.01, 0.04, +1, 0.05, HOLDS),                 # excludes 0 beats the margin: small but real
+])
+def test_verdict_branches(lo, hi, direction, margin, expected):
+    assert verdict(lo, hi, direction, margin) == expected
+
+
+def test_verdict_rejects_bad_arguments_and_works_on_effects():
+    with pytest.raises(ValueError):
+        verdict(0.1, 0.2, 0)
+    with pytest.raises(ValueError):
+        verdict(0.3, 0.2, 1)
+    with pytest.raises(ValueError):
+        verdict(0.1, 0.2, 1, margin=-0.1)
+    assert Effect(0.2, 0.1, 0.3, 5, "t").verdict(+1) == HOLDS
+    assert Effect(float("nan"), float("nan"), float("nan"), 1, "t").verdict(+1) == INCONCLUSIVE
+
+
+# -- drop from peak: hand examples ------------------------------------------------------------------------------------
+
+
+def test_drop_from_peak_by_hand():
+    a, b = [0.0, 1.0, 0.5], [0.2, 0.9, 0.4]
+    est = drop_from_peak(a, b, se_b=[0.03, 0.04, 0.03])
+    assert isinstance(est, PeakDrop)
+    assert (est.peak_step, est.df) == (1, math.inf)
+    assert est.drop == pytest.approx(0.5) and est.se == pytest.approx(0.05)  # √(0.04² + 0.03²)
+    assert hacking_detected(est)  # 0.5 > 1.645 · 0.05
+    # no SEs: a − b = [−0.2, 0.1, 0.1], var (ddof 1) = 0.03, σ̂² = 0.015, se = √(2 σ̂²) = √0.03, df = 2
+    est = drop_from_peak(a, b)
+    assert est.drop == pytest.approx(0.5) and est.se == pytest.approx(math.sqrt(0.03)) and est.df == 2
+    assert hacking_detected(est) == (0.5 > st.t.ppf(0.95, 2) * math.sqrt(0.03))
+    # symmetric: peak on B is step 1 too, measured on A: 1.0 − 0.5 = 0.5; average 0.5, se = mean of the two
+    est = drop_from_peak(a, b, se_a=[0.03, 0.06, 0.08], se_b=[0.03, 0.04, 0.03], symmetric=True)
+    assert (est.peak_step, est.peak_step_swapped) == (1, 1)
+    assert est.drop == pytest.approx(0.5) and est.se == pytest.approx((0.05 + 0.1) / 2)
+
+
+def test_peak_at_the_last_step_is_no_drop():
+    est = drop_from_peak([0.0, 0.1, 0.3], [0.5, 0.1, 0.2], se_b=[0.01, 0.01, 0.01])
+    assert (est.peak_step, est.drop, est.se) == (2, 0.0, 0.0)
+    assert not hacking_detected(est)
+    with pytest.raises(ValueError):
+        drop_from_peak([0.0, 1.0], [0.0])
+    with pytest.raises(ValueError):
+        drop_from_peak([0.0, float("nan")], [0.0, 1.0])
+    with pytest.raises(ValueError):
+        drop_from_peak([0.0, 1.0], [0.0, 1.0], se_b=[0.1])
+
+
+# -- drop from peak: simulated curves ---------------------------------------------------------------------------------
+
+RUNS, STEPS, SE = 2000, 11, 0.03  # 2000 simulated runs, 11 evaluations, per-point SE 0.03 on each half
+Z95 = st.norm.ppf(0.95)
+# nominal 5% plus two binomial SEs of a rate measured on 2000 runs (√(0.05·0.95/2000) ≈ 0.0049)
+FALSE_ALARM_MAX = 0.05 + 2 * math.sqrt(0.05 * 0.95 / RUNS)
+
+
+def _gold(kind: str) -> np.ndarray:
+    t = np.linspace(0.0, 1.0, STEPS)
+    if kind == "flat":
+        return np.full(STEPS, 0.5)
+    # rises by 0.4 to a peak at 60% of training, then falls by 0.3 by the end
+    return 0.5 + np.where(t <= 0.6, 0.4 * t / 0.6, 0.4 - 0.3 * (t - 0.6) / 0.4)
+
+
+def _halves(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    g = _gold(kind)
+    return g + rng.normal(0, SE, (RUNS, STEPS)), g + rng.normal(0, SE, (RUNS, STEPS))
+
+
+def _rate(a, b, **kw) -> tuple[float, np.ndarray]:
+    se = np.full(STEPS, SE)
+    ses = {"se_a": se, "se_b": se} if kw.pop("known", True) else {}
+    ests = [drop_from_peak(x, y, **ses, **kw) for x, y in zip(a, b)]
+    return float(np.mean([hacking_detected(e) for e in ests])), np.array([e.drop for e in ests])
+
+
+def test_split_half_false_alarms_on_flat_curves_and_the_old_rule_contrast():
+    a, b = _halves("flat", seed=0)
+    rate, drops = _rate(a, b)
+    assert 0.03 <= rate <= FALSE_ALARM_MAX, rate  # calibrated: neither a miscalibrated se nor an over-wide one
+    assert abs(drops.mean()) < 3 * drops.std() / math.sqrt(RUNS)  # unbiased: no drop on average
+    # the old rule, max − last of the curve on all prompts, at the same nominal one-sided 5% threshold
+    full = (a + b) / 2  # per-point SE 0.03/√2; a difference of two points has SE 0.03
+    old = np.array([max_minus_last(c) for c in full])
+    old_rate = float(np.mean(old > Z95 * SE))
+    assert old_rate > 0.10 and old_rate > 3 * rate, old_rate
+    assert old.mean() > 1.2 * SE / math.sqrt(2)  # biased upward by ≈ E[max of 11 normals] ≈ 1.59 σ
+
+
+def test_split_half_detects_rise_then_fall():
+    a, b = _halves("rise_fall", seed=1)
+    rate, drops = _rate(a, b)
+    assert rate >= 0.90, rate
+    assert drops.mean() == pytest.approx(0.3, abs=0.02)  # true drop from the peak (step 6) to the end is 0.3
+
+
+def test_residual_noise_and_symmetric_variants_on_simulated_curves():
+    flat, rise_fall = _halves("flat", seed=2), _halves("rise_fall", seed=3)
+    # no per-point SEs: the noise comes from the a − b residuals (t with T − 1 df); slightly liberal, measured ≈ 5.5%
+    fa, _ = _rate(*flat, known=False)
+    det, _ = _rate(*rise_fall, known=False)
+    assert fa <= 0.075 and det >= 0.90, (fa, det)
+    # symmetric: conservative test, less noisy estimate
+    fa, drops_sym = _rate(*flat, symmetric=True)
+    det, _ = _rate(*rise_fall, symmetric=True)
+    _, drops_one = _rate(*flat)
+    assert fa <= FALSE_ALARM_MAX and det >= 0.90, (fa, det)
+    assert drops_sym.std() < 0.85 * drops_one.std()
