@@ -7,6 +7,8 @@
   reward–KL frontier (pure functions);
 - :mod:`~rlhf_lab.analysis.markdown`: mean ± spread, number formatting, markdown tables;
 - :mod:`~rlhf_lab.analysis.plots`: the study report's figures (matplotlib);
+- :mod:`~rlhf_lab.analysis.stats`: pure statistics for verdicts (t and bootstrap CIs, paired differences, an
+  unbiased split-half drop-from-peak estimator, the three-way verdict);
 - :mod:`~rlhf_lab.analysis.study`: ``reports/<study>/README.md``;
 - :mod:`~rlhf_lab.analysis.claims`: ``reports/claims.md``, a verdict on each claim of docs/claims.md that
   the studies test;

@@ -236,7 +236,7 @@ def _size_cells(runs):
     ppo = [r for r in runs if r.stage == "ppo"]
     out = []
     for r in ppo:
-        out.append((policy_size(r), r.rm_params(), r.fnum("n_params"), r))
+        out.append((policy_size(r), r.rm_params(), r.n_params(), r))
     return out
 
 
@@ -385,7 +385,7 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
     verdicts = evaluate_claims(uri, studies)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# Claims of ../shared/CLAIMS.md put to the canned studies", "",
+    lines = ["# Claims of docs/claims.md put to the canned studies", "",
              "Computed by `rlhf-lab-report --claims` from the finished runs in "
              f"`{store_uri(uri)}`; a difference counts when it exceeds twice the seed spread (at least 0.05 "
              "gold, and twice the evaluation noise); peaks and final values are 3-evaluation running means, and runs "

@@ -117,10 +117,18 @@ class RunData:
     def rm_accuracy(self) -> float:
         return float(self.rm.get("metrics", {}).get("rm/accuracy", float("nan")))
 
+    def n_params(self) -> float:
+        """The policy's size: the metric ``model/params_total`` (param ``n_params`` in runs logged before it)."""
+        if "model/params_total" in self.metrics:
+            return float(self.metrics["model/params_total"])
+        return self.fnum("n_params")
+
     def rm_params(self) -> float:
+        """The upstream RM's size, likewise."""
+        value = self.rm.get("metrics", {}).get("model/params_total", self.rm.get("params", {}).get("n_params", "nan"))
         try:
-            return float(self.rm.get("params", {}).get("n_params", "nan"))
-        except ValueError:
+            return float(value)
+        except (TypeError, ValueError):
             return float("nan")
 
 
@@ -157,7 +165,10 @@ def rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) ->
         except (OSError, ValueError):
             continue
         if meta.get("run_id") == rm_id:
-            return {"metrics": dict(meta.get("eval") or {}), "params": {"n_params": str(meta.get("n_params", "nan"))},
+            metrics = dict(meta.get("eval") or {})
+            if "model/params_total" in meta:
+                metrics["model/params_total"] = meta["model/params_total"]
+            return {"metrics": metrics, "params": {"n_params": str(meta.get("n_params", "nan"))},
                     "run_id": rm_id, "from": str(meta_file.parent)}
     return None
 
@@ -242,7 +253,7 @@ def policy_size(r: RunData) -> str:
     v = r.value("policy")
     if v:
         return str(v)
-    n = r.fnum("n_params")
+    n = r.n_params()
     return f"{n / 1e6:.2f}M" if math.isfinite(n) else "?"
 
 

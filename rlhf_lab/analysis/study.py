@@ -99,7 +99,7 @@ def write_study_report(study: str, out_dir: Path | str = "reports", uri: str | N
             cells.setdefault((policy_size(r), rm_size(r)), []).append(r)
         for (ps, rs_), members in sorted(cells.items()):
             s = [run_summary(r) for r in members]
-            pol_n = [r.fnum("n_params") for r in members]
+            pol_n = [r.n_params() for r in members]
             rm_n = [r.rm_params() for r in members]
             ratio = [b / a for a, b in zip(pol_n, rm_n) if math.isfinite(a) and math.isfinite(b) and a > 0]
             rows.append([ps, rs_, len(members), fmt_ms([x["gold_peak"] for x in s]), fmt_ms([x["gold_final"] for x in s]),
