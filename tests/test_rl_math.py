@@ -18,9 +18,12 @@ from rlhf_lab.algorithms.rl_math import (
     masked_sum,
     masked_var,
     masked_whiten,
+    mean_baseline,
     per_token_rewards,
     ppo_policy_loss,
     ppo_value_loss,
+    reinforce_advantages,
+    shape_scores,
 )
 
 
@@ -119,6 +122,67 @@ def test_masked_whiten_by_hand():
 # ---------------------------------------------------------------------------
 # Rewards, GAE, RLOO baseline
 # ---------------------------------------------------------------------------
+def test_shape_scores_by_hand():
+    scores = torch.tensor([1.0, 2.0, -1.0])
+    lengths = torch.tensor([10.0, 4.0, 20.0])
+    ended = torch.tensor([True, False, False])
+    shaped = shape_scores(scores, lengths, ended, length_penalty=0.05, missing_eos_penalty=0.5)
+    # row 0: 1.0 - 0.05*10 - 0       =  0.5
+    # row 1: 2.0 - 0.05*4  - 0.5     =  1.3
+    # row 2: -1.0 - 0.05*20 - 0.5    = -2.5
+    torch.testing.assert_close(shaped, torch.tensor([0.5, 1.3, -2.5]))
+    # clipped to [-1, 1]: [0.5, 1.0, -1.0]
+    clipped = shape_scores(scores, lengths, ended, 0.05, 0.5, reward_clip=1.0)
+    torch.testing.assert_close(clipped, torch.tensor([0.5, 1.0, -1.0]))
+    # no penalties and no clip (None or 0 = off): the scores themselves
+    for off in (None, 0.0):
+        assert torch.equal(shape_scores(scores, lengths, ended, 0.0, 0.0, reward_clip=off), scores)
+
+
+def test_shape_scores_missing_eos_penalty_only_hits_truncated_responses():
+    scores = torch.zeros(4)
+    ended = torch.tensor([1, 0, 1, 0])  # any 0/1 indicator works, not only bool
+    shaped = shape_scores(scores, torch.ones(4), ended, length_penalty=0.0, missing_eos_penalty=2.0)
+    assert shaped.tolist() == [0.0, -2.0, 0.0, -2.0]
+
+
+def test_mean_baseline_by_hand():
+    # k = 2: group means (1+3)/2 = 2 and (10+20)/2 = 15, one per sample
+    returns = torch.tensor([1.0, 3.0, 10.0, 20.0])
+    torch.testing.assert_close(mean_baseline(returns, 2), torch.tensor([2.0, 2.0, 15.0, 15.0]))
+    # k = 4: one group = the batch mean (1+3+10+20)/4 = 8.5
+    torch.testing.assert_close(mean_baseline(returns, 4), torch.full((4,), 8.5))
+    # k = 1: the batch mean
+    torch.testing.assert_close(mean_baseline(torch.tensor([1.0, 2.0, 3.0, 6.0]), 1), torch.full((4,), 3.0))
+
+
+def test_mean_baseline_errors():
+    with pytest.raises(ValueError, match="divisible by group_size=4"):
+        mean_baseline(torch.zeros(6), 4)
+    with pytest.raises(ValueError, match="divisible by group_size=0"):
+        mean_baseline(torch.zeros(6), 0)
+
+
+def test_reinforce_advantages_by_hand():
+    returns = torch.tensor([2.0, 0.5])
+    baseline = torch.tensor([1.0, 1.0])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    # row 0: A = 2 - 1 = 1 on its 2 tokens; row 1: A = 0.5 - 1 = -0.5 on its 1 token; padding 0
+    adv = reinforce_advantages(returns, baseline, mask)
+    torch.testing.assert_close(adv, torch.tensor([[1.0, 1.0, 0.0], [-0.5, 0.0, 0.0]]))
+
+
+def test_reinforce_advantages_with_group_baselines():
+    # k = 2, returns [1, 3 | 10, 20], one token each
+    returns, mask = torch.tensor([1.0, 3.0, 10.0, 20.0]), torch.ones(4, 1)
+    # mean baseline [2, 2, 15, 15] -> A = [-1, 1, -5, 5]: zero-sum within each group
+    adv = reinforce_advantages(returns, mean_baseline(returns, 2), mask)
+    assert adv[:, 0].tolist() == [-1.0, 1.0, -5.0, 5.0]
+    # RLOO baseline = the other sample [3, 1, 20, 10] -> A = [-2, 2, -10, 10] = k/(k-1) × the mean's
+    adv = reinforce_advantages(returns, leave_one_out_baseline(returns, 2), mask)
+    assert adv[:, 0].tolist() == [-2.0, 2.0, -10.0, 10.0]
+
+
 def test_per_token_rewards_by_hand():
     score = torch.tensor([1.0, 2.0])
     kl = torch.tensor([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])

@@ -2,7 +2,8 @@
 
 Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences"), Stiennon et al. 2020,
 Ouyang et al. 2022 (InstructGPT), Huang et al. 2023 ("The N implementation details of RLHF with PPO").
-The pure maths (KL estimators, GAE, clipped losses, KL controllers) lives in ``rl_math.py``.
+The pure maths (reward shaping, KL estimators, GAE, baselines, clipped losses, KL controllers) lives in
+``rl_math.py``.
 
 One PPO step (= one ``training_step``, one x-axis step of every ``objective/*`` and ``eval/*`` metric):
 
@@ -29,6 +30,7 @@ of the configured KL estimator, averaged over the batch; ``objective/kl_token`` 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
@@ -52,9 +54,12 @@ from rlhf_lab.algorithms.rl_math import (
     masked_sum,
     masked_var,
     masked_whiten,
+    mean_baseline,
     per_token_rewards,
     ppo_policy_loss,
     ppo_value_loss,
+    reinforce_advantages,
+    shape_scores,
 )
 from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models.adapters import unwrap
@@ -130,6 +135,26 @@ class _Forever(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         return itertools.count()
+
+
+class StepTimer:
+    """Wall-clock seconds of one PPO step's phases: ``with timer("rollout"): ...`` adds the block's time to
+    ``seconds["rollout"]``; ``elapsed()`` is the time since the timer was made (the step's start)."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
 
 
 # ------------------------------------------------------------------------------------------------
@@ -209,73 +234,107 @@ class PPOModule(L.LightningModule):
     def sync_reference(self):
         self.reference.load_state_dict(self.policy.state_dict())
 
-    # -- one PPO step --------------------------------------------------------------------------
+    # -- one PPO step: the numbered steps of the module docstring ------------------------------
     def training_step(self, batch, batch_idx):
-        if self._rng_to_restore is not None:  # resume: continue the sampling stream where it stopped
-            torch.set_rng_state(self._rng_to_restore)
-            self._rng_to_restore = None
-        a, step, t0 = self.a, self.ppo_step, time.perf_counter()
+        self.restore_rng()  # resume: continue the sampling stream where it stopped
+        a, step, timer = self.a, self.ppo_step, StepTimer()
         self.eval()  # no dropout anywhere in PPO (Huang et al. 2023, detail 9); gradients still flow
         sync_every = int(a.reference.get("sync_every") or 0)
         if sync_every and step % sync_every == 0:
             self.sync_reference()
         beta = self.kl_ctl.beta
 
-        # 1. rollout: k responses for each of B/k prompts
-        prompts = [p for p in self.prompt_fn(step) for _ in range(self._k)]
-        g = self.gen
-        ro = sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
-                    g.get("max_prompt_len"))
-        q_ids, q_mask, r_ids, mask = ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask
-        lengths = mask.sum(1).float()
-        t_rollout = time.perf_counter() - t0
+        # 1. rollout: y ~ π_θ(·|x), k responses for each of B/k prompts
+        with timer("rollout"):
+            ro = self.rollout([p for p in self.prompt_fn(step) for _ in range(self._k)])
+        qr = (ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask)  # query and response tokens
+        mask = ro.response_mask
 
         with torch.no_grad():
-            # 2. score: r(x, y), shaped
-            dev = mask.device
-            scores = self.scorer(prompts, ro.responses, ro.ended).float().reshape(-1).to(dev)
-            check_finite("reward-model score", scores, step)
-            t_score = time.perf_counter() - t0 - t_rollout
-            gold = torch.tensor([gold_reward(p, r, e, self.gold_w) for p, r, e in zip(prompts, ro.responses, ro.ended)])
-            not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended], device=dev)
-            shaped = scores - float(a.length_penalty) * lengths - float(a.missing_eos_penalty) * not_ended
-            if a.get("reward_clip"):
-                shaped = shaped.clamp(-float(a.reward_clip), float(a.reward_clip))
+            # 2. score: r(x, y), shaped: r − α·len − penalty·[no EOS], optionally clipped
+            with timer("score"):
+                scores = self.score(ro)
+                self.assert_finite({"reward-model score": scores})
+            shaped = shape_scores(scores, mask.sum(1).float(), torch.tensor(ro.ended, device=mask.device),
+                                  float(a.length_penalty), float(a.missing_eos_penalty), a.get("reward_clip"))
 
-            # 3. log-probs under π_θ_old and π_ref, values
-            old_logp, entropy, old_values = self.policy_forward(q_ids, q_mask, r_ids, mask)
-            ref_logp = response_logprobs(self._reference, q_ids, q_mask, r_ids, mask, g.temperature or 1.0)
-            t_forward = time.perf_counter() - t0 - t_rollout - t_score
-            check_finite("policy log-prob", old_logp, step, mask)
-            check_finite("reference log-prob", ref_logp, step, mask)
-            if old_values is not None:
-                check_finite("value", old_values, step, mask)
+            # 3. evaluate: log π_θ_old(y_t), log π_ref(y_t), V(s_t)
+            with timer("forward"):
+                old_logp, entropy, old_values = self.policy_forward(*qr)
+                ref_logp = response_logprobs(self._reference, *qr, self.gen.temperature or 1.0)
+            self.assert_finite({"policy log-prob": old_logp, "reference log-prob": ref_logp, "value": old_values}, mask)
 
-            # 4. per-token rewards r_t = −β·KL_t (+ r(x, y) at the last token)
+            # 4. rewards: r_t = −β·KL_t, plus the shaped score at the last token (β = 0 here with kl_in=loss)
             kl_t = kl_estimators(old_logp, ref_logp, str(a.kl_estimator)) * mask
-            beta_in_reward = beta if a.kl_in == "reward" else 0.0
-            rewards = per_token_rewards(shaped, kl_t, mask, beta_in_reward)
+            rewards = per_token_rewards(shaped, kl_t, mask, beta if a.kl_in == "reward" else 0.0)
 
-            # 5. advantages
-            if self.critic is not None:
-                advantages, returns = gae(rewards, old_values, mask, float(a.gamma), float(a.lam))
-            else:
-                R = masked_sum(rewards, mask, dim=1)  # undiscounted return of the episode
-                if a.baseline == "loo":
-                    b = leave_one_out_baseline(R, self._k)
-                else:  # mean of the prompt's group (k > 1) or of the batch
-                    b = R.view(-1, self._k).mean(1).repeat_interleave(self._k) if self._k > 1 else R.mean().expand_as(R)
-                advantages = (R - b).unsqueeze(1) * mask
-                returns = torch.zeros_like(advantages)
-            advantage_var = masked_var(advantages, mask).item()
-            if a.whiten_advantages:
-                advantages = masked_whiten(advantages, mask) * mask
-            check_finite("advantage", advantages, step, mask)
+            # 5. advantage: GAE(γ, λ) with the critic, else A = R − b; whitened
+            advantages, returns, advantage_var = self.advantage(rewards, old_values, mask)
+            self.assert_finite({"advantage": advantages}, mask)
 
-        # 6. PPO epochs of minibatch updates
-        t1 = time.perf_counter()
-        opt = self.optimizers()
-        B, n_mb = len(prompts), int(a.num_minibatches)
+        # 6. update: ppo_epochs × num_minibatches AdamW steps on the PPO losses
+        with timer("update"):
+            losses = self.update(qr, old_logp, ref_logp, old_values, advantages, returns, beta)
+
+        # 7. adapt β from the KL measured in the controller's unit
+        measured_kl = self.adapt_beta(kl_t, mask)
+        self.ppo_step += 1
+
+        # statistics, x-axis = the PPO step just completed
+        self.last_stats = self.step_metrics(
+            ro, scores, shaped, kl_t, old_logp, ref_logp, entropy, old_values, returns, advantage_var, losses,
+            beta=beta, measured_kl=measured_kl, timer=timer)
+        finite = {k: v for k, v in self.last_stats.items() if math.isfinite(v)}
+        tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
+
+    # -- the steps ---------------------------------------------------------------------------------
+    def restore_rng(self):
+        """After a resume: the sampling RNG as the checkpoint left it (once)."""
+        if self._rng_to_restore is not None:
+            torch.set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+
+    def assert_finite(self, tensors: dict[str, torch.Tensor | None], mask: torch.Tensor | None = None) -> None:
+        """Stops the run (FloatingPointError) at the first tensor, in order, with a non-finite value (where
+        ``mask`` is 1, if given); ``None`` tensors (no critic) are skipped."""
+        for name, x in tensors.items():
+            if x is not None:
+                check_finite(name, x, self.ppo_step, mask)
+
+    def rollout(self, prompts: list[str]):
+        """Step 1: one sampled response per prompt, with the ``generation.*`` settings."""
+        g = self.gen
+        return sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
+                      g.get("max_prompt_len"))
+
+    def score(self, ro) -> torch.Tensor:
+        """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device."""
+        return self.scorer(ro.prompts, ro.responses, ro.ended).float().reshape(-1).to(ro.response_mask.device)
+
+    def advantage(self, rewards, values, mask):
+        """Step 5: (advantages, returns, Var[A] before whitening). With the critic, GAE(γ, λ) and its returns
+        (the value targets); without, A = R − b over the response tokens, R the undiscounted return and b the
+        mean baseline (the prompt's group, or the batch) or RLOO's leave-one-out one (returns: zeros)."""
+        a = self.a
+        if self.critic is not None:
+            advantages, returns = gae(rewards, values, mask, float(a.gamma), float(a.lam))
+        else:
+            R = masked_sum(rewards, mask, dim=1)  # undiscounted return of the episode
+            b = leave_one_out_baseline(R, self._k) if a.baseline == "loo" else mean_baseline(R, self._k)
+            advantages = reinforce_advantages(R, b, mask)
+            returns = torch.zeros_like(advantages)
+        advantage_var = masked_var(advantages, mask).item()
+        if a.whiten_advantages:
+            advantages = masked_whiten(advantages, mask) * mask
+        return advantages, returns, advantage_var
+
+    def update(self, qr, old_logp, ref_logp, old_values, advantages, returns, beta: float) -> dict[str, float]:
+        """Step 6: ``ppo_epochs`` passes over the batch in ``num_minibatches`` shuffled minibatches, one AdamW step
+        each on L = L_clip(ε) + c_v·L_V − c_H·H (+ β·KL with ``kl_in=loss``); the mean of each loss over them.
+        ``qr``: (query ids, query mask, response ids, response mask)."""
+        a, opt = self.a, self.optimizers()
+        q_ids, q_mask, r_ids, mask = qr
+        B, n_mb = r_ids.shape[0], int(a.num_minibatches)
         mb = B // n_mb
         acc: dict[str, list[float]] = {}
         for _epoch in range(int(a.ppo_epochs)):
@@ -297,7 +356,7 @@ class PPOModule(L.LightningModule):
                     kl_loss = masked_mean(kl_estimators(logp, ref_logp[idx], str(a.kl_estimator)), m)
                     loss = loss + beta * kl_loss
                     st["loss/kl"] = kl_loss.detach()
-                check_finite("loss", loss.detach(), step)
+                self.assert_finite({"loss": loss.detach()})
                 opt.zero_grad()
                 self.manual_backward(loss)
                 if a.get("max_grad_norm"):
@@ -306,19 +365,29 @@ class PPOModule(L.LightningModule):
                 st = {**st, "loss/policy": pg_loss.detach(), "loss/total": loss.detach(), "policy/entropy": ent_mean.detach()}
                 for k, v in st.items():
                     acc.setdefault(k, []).append(float(v))
-        t_update = time.perf_counter() - t1
+        return {k: sum(v) / len(v) for k, v in acc.items()}
 
-        # 7. adapt β from the KL measured in the controller's unit
+    def adapt_beta(self, kl_t, mask) -> float:
+        """Step 7: the KL controller sees the KL measured in ``kl.unit`` (per-response sum or per-token mean),
+        averaged over ranks so that every rank keeps the same β; returns that measured KL."""
         kl_seq = masked_sum(kl_t, mask, dim=1)
         measured_kl = kl_seq.mean().item() if self.kl_cfg.unit == "sequence" else masked_mean(kl_t, mask).item()
         measured_kl = distributed.all_reduce_mean({"kl": measured_kl})["kl"]  # one β on every rank
-        self.kl_ctl.update(measured_kl, n_steps=B * self._world)
-        self.ppo_step += 1
+        self.kl_ctl.update(measured_kl, n_steps=kl_t.shape[0] * self._world)
+        return measured_kl
 
-        # statistics, x-axis = the PPO step just completed
-        dt = time.perf_counter() - t0
+    def step_metrics(self, ro, scores, shaped, kl_t, old_logp, ref_logp, entropy, old_values, returns,
+                     advantage_var: float, losses: dict[str, float], *, beta: float, measured_kl: float,
+                     timer: StepTimer) -> dict[str, float]:
+        """The step's statistics (names: the module docstring), averaged over ranks; NaNs dropped except the
+        explained variance's."""
+        dt = timer.elapsed()
+        mask, texts = ro.response_mask, ro.responses
+        lengths = mask.sum(1).float()
+        gold = torch.tensor([gold_reward(p, r, e, self.gold_w) for p, r, e in zip(ro.prompts, texts, ro.ended)])
+        not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended], device=mask.device)
+        kl_seq = masked_sum(kl_t, mask, dim=1)
         per_seq = {k: masked_sum(kl_estimators(old_logp, ref_logp, k), mask, dim=1).mean().item() for k in ("k1", "k2", "k3")}
-        texts = ro.responses
         stats = {
             "objective/scores": scores.mean().item(),
             "objective/scores_shaped": shaped.mean().item(),
@@ -338,22 +407,19 @@ class PPOModule(L.LightningModule):
             "objective/distinct_2": distinct_n(texts, 2),
             "objective/unique_rate": unique_rate(texts),
             "objective/advantage_var": advantage_var,
-            **{k: sum(v) / len(v) for k, v in acc.items()},
+            **losses,
             "time/step_s": dt,
-            "time/rollout_s": t_rollout,  # generation
-            "time/score_s": t_score,  # the reward model on the decoded responses
-            "time/forward_s": t_forward,  # log π_θ_old, values, log π_ref
-            "time/update_s": t_update,
+            "time/rollout_s": timer.seconds["rollout"],  # generation
+            "time/score_s": timer.seconds["score"],  # the reward model on the decoded responses
+            "time/forward_s": timer.seconds["forward"],  # log π_θ_old, values, log π_ref
+            "time/update_s": timer.seconds["update"],
             "time/tokens_per_s": lengths.sum().item() / max(dt, 1e-9),
         }
         if self.critic is not None:
             stats["val/explained_variance"] = explained_variance(old_values, returns, mask)
             stats["val/mean"] = masked_mean(old_values, mask).item()
         stats = distributed.all_reduce_mean(stats)  # the mean over ranks (the same keys on every rank)
-        stats = {k: v for k, v in stats.items() if v == v or k == "val/explained_variance"}
-        self.last_stats = stats
-        finite = {k: v for k, v in stats.items() if math.isfinite(v)}
-        tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
+        return {k: v for k, v in stats.items() if v == v or k == "val/explained_variance"}
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         every = int(self.a.get("checkpoint_every") or 0)

@@ -17,6 +17,10 @@ References
 - Stiennon et al. 2020, "Learning to summarize from human feedback".
 - Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization
   for Learning from Human Feedback in LLMs" (RLOO leave-one-out baseline).
+- Williams 1992, "Simple Statistical Gradient-Following Algorithms for Connectionist
+  Reinforcement Learning" (REINFORCE with a baseline).
+- Huang et al. 2023, "The N Implementation Details of RLHF with PPO" (reward shaping:
+  missing-EOS penalty, clipping).
 """
 
 from __future__ import annotations
@@ -98,6 +102,30 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True) -> Tensor:
 # ---------------------------------------------------------------------------
 # Rewards and advantages
 # ---------------------------------------------------------------------------
+def shape_scores(
+    scores: Tensor,
+    lengths: Tensor,
+    ended: Tensor,
+    length_penalty: float,
+    missing_eos_penalty: float,
+    reward_clip: float | None = None,
+) -> Tensor:
+    """Sequence-level shaping of the reward model's scores (Huang et al. 2023: the missing-EOS
+    penalty; reward clipping).
+
+    ``R(x, y) = r(x, y) - alpha * |y| - p * [y has no EOS]``, then, if ``reward_clip`` = c is
+    set (non-zero), ``R = clip(R, -c, c)``.
+
+    ``scores``: ``[B]`` rewards r(x, y); ``lengths``: ``[B]`` response lengths |y| in tokens;
+    ``ended``: ``[B]`` bool, whether the response ended with EOS (else it was truncated).
+    """
+    not_ended = (~ended.bool()).to(scores.dtype)
+    shaped = scores - length_penalty * lengths - missing_eos_penalty * not_ended
+    if reward_clip:
+        shaped = shaped.clamp(-float(reward_clip), float(reward_clip))
+    return shaped
+
+
 def per_token_rewards(score: Tensor, kl: Tensor, mask: Tensor, beta: float) -> Tensor:
     """KL-shaped per-token rewards, Ziegler et al. 2019 eq. (2) / Stiennon et al. 2020 eq. (1).
 
@@ -158,6 +186,33 @@ def leave_one_out_baseline(scores: Tensor, group_size: int) -> Tensor:
     grouped = scores.view(-1, group_size)
     baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
     return baseline.reshape(-1)
+
+
+def mean_baseline(returns: Tensor, group_size: int) -> Tensor:
+    """Mean-reward baseline of REINFORCE (Williams 1992; Ahmadian et al. 2024).
+
+    ``returns`` (shape ``[B]``) holds consecutive groups of ``group_size`` = k samples per prompt.
+    With k > 1 each sample's baseline is its group's mean, ``b_i = (1/k) sum_j R_j``
+    (the sample itself included; GRPO's group mean, Shao et al. 2024); with k = 1 it is the
+    batch mean ``b = (1/B) sum_i R_i``. See :func:`leave_one_out_baseline` for RLOO.
+    """
+    if returns.dim() != 1 or group_size < 1 or returns.shape[0] % group_size != 0:
+        raise ValueError(
+            f"returns must be 1-D with length divisible by group_size={group_size}, got shape {tuple(returns.shape)}"
+        )
+    if group_size > 1:
+        return returns.view(-1, group_size).mean(1).repeat_interleave(group_size)
+    return returns.mean().expand_as(returns)
+
+
+def reinforce_advantages(returns: Tensor, baseline: Tensor, mask: Tensor) -> Tensor:
+    """Critic-free advantages of REINFORCE with a baseline (Williams 1992; Ahmadian et al. 2024).
+
+    The whole response is one action: ``A_t = (R - b) * mask_t`` for every response token t,
+    with ``R`` (``[B]``) the return of the episode and ``b`` (``[B]``) its baseline.
+    Returns ``[B, T]``, 0 on padded positions.
+    """
+    return (returns - baseline).unsqueeze(1) * mask
 
 
 # ---------------------------------------------------------------------------
