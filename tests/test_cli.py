@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import mlflow
+import pytest
 
 from tests.conftest import TINY
 
@@ -22,6 +23,7 @@ def cli(*args, cwd, timeout=300):
                           timeout=timeout, env=env)
 
 
+@pytest.mark.slow
 def test_help_lists_config_groups(tmp_path):
     r = cli("--help", cwd=tmp_path)
     assert r.returncode == 0
@@ -30,12 +32,14 @@ def test_help_lists_config_groups(tmp_path):
     assert "length_biased" in r.stdout and "a_small" in r.stdout
 
 
+@pytest.mark.slow
 def test_cfg_job_prints_overridden_config(tmp_path):
     r = cli("--cfg", "job", "algo=sft", "trainer.max_steps=50", "seed=3", "labeler=sycophantic", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "max_steps: 50" in r.stdout and "seed: 3" in r.stdout and "filler_bonus: 0.5" in r.stdout
 
 
+@pytest.mark.slow
 def test_unknown_option_is_a_clear_error(tmp_path):
     r = cli("labeler=nope", cwd=tmp_path)
     assert r.returncode != 0
@@ -44,6 +48,7 @@ def test_unknown_option_is_a_clear_error(tmp_path):
     assert r.returncode != 0 and "max_stepz" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
     r = cli("algo=sft", *TINY, "trainer.max_steps=5", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -57,6 +62,7 @@ def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
     assert (tmp_path / ".rlhf_lab_cache" / "pretrain").is_dir()
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_configs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
                         str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)

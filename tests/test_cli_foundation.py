@@ -7,6 +7,8 @@ import pytest
 
 from rlhf_lab import stages
 
+pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
+
 
 def _runs(db):
     mlflow.set_tracking_uri(f"sqlite:///{db}")

@@ -15,6 +15,8 @@ from rlhf_lab.distributed import GlobalBatchSampler, loader
 from tests.conftest import TINY
 from tests.test_cli import cli
 
+pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
+
 
 def _run(tmp_path, session_dir, name: str, *overrides: str):
     r = cli(*TINY, *overrides, f"cache_dir={session_dir / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / name}.db",

@@ -18,6 +18,8 @@ from rlhf_lab.models import families as Fm
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.stages import prefs
 
+pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
+
 TRL_NAMES = ("loss/dpo", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
              "logps/chosen", "logps/rejected")
 

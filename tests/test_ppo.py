@@ -24,6 +24,8 @@ from rlhf_lab.callbacks import RewardHackingMonitor
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import response_logprobs, sample
 
+pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
+
 PPO_TINY = [
     "algo=ppo", "algo.reward=gold", "algo.steps=2", "algo.batch_size=8", "algo.num_minibatches=2",
     "algo.ppo_epochs=1", "eval.every_n_steps=0", "generation.max_new_tokens=12", "eval.n_prompts=8",
@@ -157,7 +159,7 @@ def test_policy_as_own_reference_gives_zero_kl_rloo_shared_base(tiny_cfg, tmp_pa
 def test_non_finite_values_stop_the_run_and_mark_it_failed(tiny_cfg, tmp_path, monkeypatch, what):
     db = tmp_path / "mlflow.db"
     if what == "nan_score":
-        monkeypatch.setattr(ppo, "load_reward", lambda cfg: (lambda p, r, e: torch.full((len(p),), float("nan")), None))
+        monkeypatch.setattr(ppo_stage, "load_reward", lambda cfg: (lambda p, r, e: torch.full((len(p),), float("nan")), None))
         match = "non-finite reward-model score at PPO step 0"
     else:
         real = ppo.token_logprobs

@@ -17,6 +17,8 @@ from rlhf_lab.models.reward import RewardScorer
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
 
+pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
+
 # shared by every test here, so the preference pairs (one set per labeler) are sampled once per session
 RM_TINY = ["data.n_eval=300", "reward_model.steps=100"]
 # (rm/filler_preference needs held-out pairs that differ in filler phrases, which the tiny policy hardly

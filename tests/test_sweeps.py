@@ -12,7 +12,7 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_module
 
-from rlhf_lab import sweeping
+from rlhf_lab import sweeping, tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ["ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds"]
@@ -35,6 +35,7 @@ def test_every_study_file_is_a_global_package_with_a_study_name_and_sweeper_para
         assert f"study: {study}" in text and "sweeper:" in text and "params:" in text, study
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", STUDIES)
 def test_each_study_expands_into_jobs_that_compose(study):
     jobs = sweeping.plan([f"sweep={study}"])  # composes every job: a bad key or option raises
@@ -43,6 +44,7 @@ def test_each_study_expands_into_jobs_that_compose(study):
     assert cfg.study == study
 
 
+@pytest.mark.slow
 def test_ppo_beta_grid_has_fixed_betas_including_zero_and_adaptive_targets():
     jobs = sweeping.plan(["sweep=ppo_beta_grid"], validate=False)
     settings = []
@@ -56,6 +58,7 @@ def test_ppo_beta_grid_has_fixed_betas_including_zero_and_adaptive_targets():
     assert len(adaptive) >= 3
 
 
+@pytest.mark.slow
 def test_other_studies_sweep_the_keys_they_name():
     dpo = [job_cfg(j) for j in sweeping.plan(["sweep=dpo_beta_grid"], validate=False)]
     assert {c.algo.name for c in dpo} == {"dpo"} and len({float(c.algo.beta) for c in dpo}) >= 4
@@ -67,6 +70,7 @@ def test_other_studies_sweep_the_keys_they_name():
         ("same", 0.0), ("same", 0.2), ("different", 0.0), ("different", 0.2)}
 
 
+@pytest.mark.slow
 def test_inline_overrides_win_and_seeds_combine_with_a_study():
     jobs = sweeping.plan(["sweep=ppo_beta_grid", "+ppo_kl=fixed_0,fixed_0.1", "trainer.max_steps=7"], validate=False)
     assert len(jobs) == 2
@@ -80,12 +84,12 @@ def test_inline_overrides_win_and_seeds_combine_with_a_study():
 def test_swept_keys_and_job_params():
     keys = sweeping.swept_keys({"algo": "ppo", "+ppo_kl": "fixed_0,fixed_1"}, ["seed=0,1", "sweep=x", "algo=dpo"])
     assert keys == ["ppo_kl", "seed"]
-    os.environ[sweeping.SWEPT_ENV] = "ppo_kl,seed"
+    os.environ[tracking.SWEPT_ENV] = "ppo_kl,seed"
     try:
-        assert sweeping.job_sweep_params(["+ppo_kl=fixed_0", "seed=1", "sweep=x"]) == {
+        assert tracking.job_sweep_params(["+ppo_kl=fixed_0", "seed=1", "sweep=x"]) == {
             "sweep.ppo_kl": "fixed_0", "sweep.seed": "1"}
     finally:
-        del os.environ[sweeping.SWEPT_ENV]
+        del os.environ[tracking.SWEPT_ENV]
 
 
 def run_cli(*args, cwd, timeout=240):
@@ -96,6 +100,7 @@ def run_cli(*args, cwd, timeout=240):
                           timeout=timeout, env=env)
 
 
+@pytest.mark.slow
 def test_parallel_multirun_is_one_parent_run_and_a_failing_job_does_not_stop_the_other(tmp_path):
     # joblib launcher, 2 workers: the children (other processes) must see the parent run's id
     r = run_cli("-m", "hydra/launcher=parallel", "algo=sft", *MICRO, "study=smoke", "sft.lr=0.001,-1", cwd=tmp_path)
@@ -122,6 +127,7 @@ def test_parallel_multirun_is_one_parent_run_and_a_failing_job_does_not_stop_the
     assert len(pre) == 1 and pre.iloc[0]["tags.mlflow.parentRunId"] == parent["run_id"]
 
 
+@pytest.mark.slow
 def test_a_single_run_that_fails_exits_nonzero(tmp_path, monkeypatch, capsys):
     # in-process (a subprocess would pay the imports again): Hydra reports the error and exits 1
     from rlhf_lab import cli
@@ -134,6 +140,7 @@ def test_a_single_run_that_fails_exits_nonzero(tmp_path, monkeypatch, capsys):
     assert exc.value.code == 1 and "nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_sweeps(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
                        capture_output=True, text=True, timeout=300)

@@ -113,9 +113,9 @@ class ValueModel(nn.Module):
 
 def make_kl_controller(kl: DictConfig):
     if kl.name == "adaptive":
-        return AdaptiveKLController(float(kl.beta), float(kl.target), float(kl.horizon))
+        return AdaptiveKLController(kl.beta, kl.target, kl.horizon)
     if kl.name == "fixed":
-        return FixedKLController(float(kl.beta))
+        return FixedKLController(kl.beta)
     raise ValueError(f"kl={kl.name!r}; choose fixed or adaptive")
 
 
@@ -181,14 +181,14 @@ class PPOModule(L.LightningModule):
         self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
         self.last_stats: dict[str, float] = {}
         self._rng_to_restore = None
-        self._k = int(algo.samples_per_prompt)
+        self._k = algo.samples_per_prompt
         self._world = distributed.world_size()  # algo.batch_size is global: each rank rolls out its share
-        B = int(algo.batch_size)
+        B = algo.batch_size
         if B % (self._k * self._world):
             raise ValueError(f"algo.batch_size={B} must be a multiple of algo.samples_per_prompt={self._k}"
                              + (f" times the number of processes ({self._world})" if self._world > 1 else ""))
         self._B = B // self._world
-        if self._B % int(algo.num_minibatches):
+        if self._B % algo.num_minibatches:
             raise ValueError(f"algo.batch_size={B} must be a multiple of algo.num_minibatches"
                              + (f" times the number of processes ({self._world})" if self._world > 1 else ""))
         if critic is None and algo.baseline == "loo" and self._k < 2:
@@ -200,12 +200,12 @@ class PPOModule(L.LightningModule):
 
     @property
     def updates_per_step(self) -> int:
-        return int(self.a.ppo_epochs) * int(self.a.num_minibatches)
+        return self.a.ppo_epochs * self.a.num_minibatches
 
     def configure_optimizers(self):
-        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": float(self.a.lr)}]
+        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": self.a.lr}]
         if self.critic is not None:
-            groups.append({"params": list(self.critic.parameters()), "lr": float(self.a.critic_lr)})
+            groups.append({"params": list(self.critic.parameters()), "lr": self.a.critic_lr})
         return torch.optim.AdamW(groups, eps=1e-5, weight_decay=0.0)
 
     def train_dataloader(self):
@@ -224,7 +224,7 @@ class PPOModule(L.LightningModule):
         ids, attn = torch.cat([q_ids, r_ids], 1), torch.cat([q_mask, r_mask], 1)
         logits, hidden = lm_forward(self.policy, ids, attn, q_ids.shape[1])
         logp, ent = token_logprobs(logits, r_ids, r_mask, self.gen.temperature or 1.0, with_entropy=True,
-                                   entropy_grad=bool(float(self.a.entropy_coef)))  # else a metric only
+                                   entropy_grad=bool(self.a.entropy_coef))  # else a metric only
         values = None
         if self.critic is not None:
             shared = hidden if self.critic.backbone is None else None
@@ -256,7 +256,7 @@ class PPOModule(L.LightningModule):
                 scores = self.score(ro)
                 self.assert_finite({"reward-model score": scores})
             shaped = shape_scores(scores, mask.sum(1).float(), torch.tensor(ro.ended, device=mask.device),
-                                  float(a.length_penalty), float(a.missing_eos_penalty), a.get("reward_clip"))
+                                  a.length_penalty, a.missing_eos_penalty, a.get("reward_clip"))
 
             # 3. evaluate: log π_θ_old(y_t), log π_ref(y_t), V(s_t)
             with timer("forward"):
@@ -317,7 +317,7 @@ class PPOModule(L.LightningModule):
         mean baseline (the prompt's group, or the batch) or RLOO's leave-one-out one (returns: zeros)."""
         a = self.a
         if self.critic is not None:
-            advantages, returns = gae(rewards, values, mask, float(a.gamma), float(a.lam))
+            advantages, returns = gae(rewards, values, mask, a.gamma, a.lam)
         else:
             R = masked_sum(rewards, mask, dim=1)  # undiscounted return of the episode
             b = leave_one_out_baseline(R, self._k) if a.baseline == "loo" else mean_baseline(R, self._k)
@@ -334,24 +334,24 @@ class PPOModule(L.LightningModule):
         ``qr``: (query ids, query mask, response ids, response mask)."""
         a, opt = self.a, self.optimizers()
         q_ids, q_mask, r_ids, mask = qr
-        B, n_mb = r_ids.shape[0], int(a.num_minibatches)
+        B, n_mb = r_ids.shape[0], a.num_minibatches
         mb = B // n_mb
         acc: dict[str, list[float]] = {}
-        for _epoch in range(int(a.ppo_epochs)):
+        for _epoch in range(a.ppo_epochs):
             perm = torch.randperm(B)
             for i in range(n_mb):
                 idx = perm[i * mb : (i + 1) * mb]
                 m = mask[idx]
                 logp, ent, values = self.policy_forward(q_ids[idx], q_mask[idx], r_ids[idx], m)
-                pg_loss, st = ppo_policy_loss(logp, old_logp[idx], advantages[idx], m, float(a.clip_eps))
+                pg_loss, st = ppo_policy_loss(logp, old_logp[idx], advantages[idx], m, a.clip_eps)
                 loss = pg_loss
                 if values is not None:
-                    vf_loss, vst = ppo_value_loss(values, old_values[idx], returns[idx], m, float(a.value_clip_eps))
-                    loss = loss + float(a.vf_coef) * vf_loss
+                    vf_loss, vst = ppo_value_loss(values, old_values[idx], returns[idx], m, a.value_clip_eps)
+                    loss = loss + a.vf_coef * vf_loss
                     st = {**st, **vst, "loss/value": vf_loss.detach()}
                 ent_mean = masked_mean(ent, m)
-                if float(a.entropy_coef):
-                    loss = loss - float(a.entropy_coef) * ent_mean
+                if a.entropy_coef:
+                    loss = loss - a.entropy_coef * ent_mean
                 if a.kl_in == "loss":  # GRPO: β·KL(π_θ‖π_ref) on the current policy, per token
                     kl_loss = masked_mean(kl_estimators(logp, ref_logp[idx], str(a.kl_estimator)), m)
                     loss = loss + beta * kl_loss
@@ -360,7 +360,7 @@ class PPOModule(L.LightningModule):
                 opt.zero_grad()
                 self.manual_backward(loss)
                 if a.get("max_grad_norm"):
-                    self.clip_gradients(opt, gradient_clip_val=float(a.max_grad_norm), gradient_clip_algorithm="norm")
+                    self.clip_gradients(opt, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
                 opt.step()
                 st = {**st, "loss/policy": pg_loss.detach(), "loss/total": loss.detach(), "policy/entropy": ent_mean.detach()}
                 for k, v in st.items():
