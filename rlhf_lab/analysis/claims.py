@@ -129,7 +129,8 @@ def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = Non
         runs, parents = load_study(name, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
         present[name] = len(runs)
         studies[name] = [r for r in runs if counts(r)]
-        commands[name] = sorted({p.data.tags["rlhf_lab.command"] for p in parents if p.data.tags.get("rlhf_lab.command")})
+        commands[name] = sorted({p.data.tags["rlhf_lab.command"] for p in parents
+                                 if p.data.tags.get("rlhf_lab.command")})
     return studies, present, commands
 
 
@@ -168,7 +169,7 @@ def margin_cell(part: Part) -> str:
     if part.role == SHOWN:
         return "–"
     sign = {1: "> 0", -1: "< 0"}[part.direction]
-    return sign + (f", ±{part.margin:g}" if part.margin is not None else "")
+    return sign + (f", ±{part.margin:.3g}" if part.margin is not None else "")
 
 
 def gold_note(results: Sequence[PartResult]) -> str:
@@ -187,8 +188,7 @@ def claim_section(res: ClaimResult) -> list[str]:
     lines = [f"### {c.id}: {c.statement}", "", f"**{res.verdict}**: {res.reason}.", ""]
     if c.studies:
         lines += [f"Studies: {', '.join(f'`{s}`' for s in c.studies + c.also)}. Reproduce, then "
-                  "`rlhf-lab-report --claims`:", "", "```bash", *(res.commands or [default_command(s) for s in c.studies]),
-                  "```", ""]
+                  "`rlhf-lab-report --claims`:", "", "```bash", *res.commands, "```", ""]
     if res.parts:
         rows = [[p.part.role, p.part.says, p.part.effect, effect_cell(p.measured, p.part.unit), n_cell(p.measured),
                  margin_cell(p.part), f"**{p.verdict}**" if p.verdict else "shown"] for p in res.parts]

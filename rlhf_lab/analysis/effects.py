@@ -74,19 +74,25 @@ def config_num(r: RunData, key: str) -> float:
 
 @dataclass(frozen=True)
 class Arm:
-    """The runs of one stage ("" = any stage) whose config matches `where` (and not `unless`); with `extreme` =
-    (key, "max" | "min"), only those at that key's largest / smallest value among the matching runs (named in the
-    label)."""
+    """The runs of one stage ("" = any stage) whose config matches `where`, not `unless`, and exceeds `above`
+    (numbers); with `extreme` = (key, "max" | "min"), only those at that key's largest / smallest value among the
+    matching runs (named in the label)."""
 
     label: str
     where: Mapping[str, Any] = field(default_factory=dict)
     stage: str = "ppo"
     extreme: tuple[str, str] | None = None
     unless: Mapping[str, Any] = field(default_factory=dict)
+    above: Mapping[str, float] = field(default_factory=dict)
+
+    def matches(self, r: RunData) -> bool:
+        return ((not self.stage or r.stage == self.stage)
+                and all(same(config(r, k), v) for k, v in self.where.items())
+                and not any(same(config(r, k), v) for k, v in self.unless.items())
+                and all(config_num(r, k) > v for k, v in self.above.items()))
 
     def select(self, runs: Sequence[RunData]) -> tuple[list[RunData], str]:
-        rs = [r for r in runs if (not self.stage or r.stage == self.stage) and all(same(config(r, k), v) for k, v in self.where.items())
-              and not any(same(config(r, k), v) for k, v in self.unless.items())]
+        rs = [r for r in runs if self.matches(r)]
         if not self.extreme or not rs:
             return rs, self.label
         key, how = self.extreme

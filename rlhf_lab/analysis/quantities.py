@@ -167,7 +167,7 @@ def rm_seed(r: RunData) -> str:
     """The seed of the RM a run measures (the RM run's own ``seed`` param): several runs that share one RM are
     one unit. An RM whose seed is unknown (metadata from the artifact cache) is its own unit, named by its run id."""
     if r.stage == "rm":
-        return r.seed
+        return str(r.params.get("seed", r.seed))  # the seed the stage used (an upstream RM keeps its own)
     seed = r.rm.get("params", {}).get("seed")
     return str(seed) if seed is not None else f"rm {r.rm.get('run_id', r.run_id)}"
 
