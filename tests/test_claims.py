@@ -137,6 +137,9 @@ def test_paired_effects_use_only_the_seeds_both_arms_ran():
     runs = [r for r in runs if r.fnum("kl.beta") == 0.1 or r.seed in ("0", "1", "2")]
     e = parts(verdicts({"ppo_beta_grid": runs})["C2"])["entropy collapses"].measured.effect
     assert e.n == 3 and e.estimate == pytest.approx(-1.3)
+    disjoint = [r for r in runs if (r.fnum("kl.beta") == 0) == (r.seed in ("0", "1"))]  # β = 0: seeds 0, 1 only
+    m = parts(verdicts({"ppo_beta_grid": disjoint})["C2"])["entropy collapses"].measured
+    assert m.effect is None and "in both fixed β = 0 and fixed β = 0.1" in m.missing
 
 
 # -- C10: a tiny bias is not a learned bias --------------------------------------------------------------------

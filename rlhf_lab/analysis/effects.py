@@ -200,7 +200,10 @@ def paired(study: str, a: Arm, b: Arm, q: Quantity, scale: str = "diff",
             return Measured(None, missing=missing)
         va, vb = unit_values(ra, q, unit), unit_values(rb, q, unit)
         detail = f"{la}: {summary(va, n_of(unit))}; {lb}: {summary(vb, n_of(unit))}"
-        return _measured(_transform(va, vb, scale), detail, q, ra + rb, unit)
+        m = _measured(_transform(va, vb, scale), detail, q, ra + rb, unit)
+        if m.effect is None and any(map(math.isfinite, va.values())) and any(map(math.isfinite, vb.values())):
+            m.missing = f"no unit ({n_of(unit)}) has a value of {_name(q)} in both {la} and {lb}"
+        return m
     return compute
 
 

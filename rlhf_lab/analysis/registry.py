@@ -231,8 +231,8 @@ CLAIMS: tuple[Claim, ...] = (
         Part("β too large stalls", "final gold: mean over β in 0.01–0.1 − the largest β (> 0.1) the seed ran", GOLD,
              +1, GOLD_MARGIN, grouped(PPO_GRID, FIXED, kl_beta, in_range, lambda b, bs: b > 0.1 and b == max(bs),
                                       final_gold, ("β in 0.01–0.1", "largest β"))),
-        Part("the good β lies in 0.01–0.1", "final gold: best β in 0.01–0.1 − best other β > 0, per seed (both "
-             "maxima pick seed noise alike)", GOLD, +1, GOLD_MARGIN,
+        Part("the good β lies in 0.01–0.1", "final gold: best β in 0.01–0.1 − best other β > 0, per seed (each "
+             "maximum picks up seed noise, more so on the side with more arms)", GOLD, +1, GOLD_MARGIN,
              grouped(PPO_GRID, FIXED, kl_beta, in_range, lambda b, bs: b > 0 and not in_range(b, bs), final_gold,
                      ("best β in 0.01–0.1", "best other β > 0"), reduce_a="max", reduce_b="max")),
     ), note="β is per token and KL is summed per response (nats); the range means nothing without that unit."),

@@ -102,9 +102,9 @@ def write_study_report(study: str, out_dir: Path | str = "reports", uri: str | N
                   "Gain over each run's first evaluation against d = √KL (`eval/kl`, nats per response). Fit per run "
                   "(Gao et al. 2022): RL R(d) = d(α − β log d), peak d* = exp(α/β − 1); best-of-n R(d) = d(α − β d), "
                   f"d* = α/(2β). A run is fitted only with at least {MIN_FIT_POINTS} evaluations at d > 0 (otherwise "
-                  "\"too few points (n)\"). R² is 1 − SS_res/SS_tot of the fitted gold gain over the fitted points. d* is "
-                  "printed only where it lies inside the run's range of √KL; a peak outside it is an extrapolation "
-                  "and is named as such (β ≤ 0: no peak, still rising).", "",
+                  "\"too few points (n)\"). R² is 1 − SS_res/SS_tot of the fitted gold gain over the fitted points. "
+                  "d* is printed only where it lies inside the run's range of √KL; a peak outside it is an "
+                  "extrapolation and is named as such (β ≤ 0: no peak, still rising).", "",
                   "![gold and proxy vs sqrt KL](gold_vs_sqrt_kl.png)", ""]
         rows = []
         for name, members in groups(runs).items():
