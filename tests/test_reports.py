@@ -40,6 +40,9 @@ def test_fit_gao_bon_recovers_known_alpha_beta():
 def test_fits_degrade_to_nan_and_no_peak():
     assert all(math.isnan(x) for x in fits.fit_gao_rl([0.0, 1.0], [0.0, 0.5]))
     assert fits.peak_rl(0.5, -0.1)[0] == math.inf  # β ≤ 0: still rising
+    # fewer than 5 points with d > 0: no fit (was: any 2 points)
+    d = [0.5, 1.0, 2.0, 3.0]
+    assert all(math.isnan(x) for x in fits.fit_gao_rl(d, [x * (1 - 0.3 * math.log(x)) for x in d]))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -141,6 +144,9 @@ def test_study_report_has_plots_tables_fits_and_the_command(store, tmp_path):
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[10].startswith("0.400") and cells[11].startswith("0.100")  # α, β of the known gold curve
     assert cells[13].startswith("0.680")  # accuracy of the upstream RM run
+    assert cells[14].startswith("1.000") and cells[15] == "8 ± 0"  # R² of a noiseless curve, fitted points
+    # d* = exp(α/β − 1) = e³ ≈ 20 lies far beyond the largest √KL of the data (2): not printed as a peak
+    assert cells[12].startswith("beyond the data") and "20." not in cells[12]
 
 
 def test_rm_size_table_and_not_run_study(store, tmp_path):
@@ -158,11 +164,15 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     text = (tmp_path / "reports" / "claims.md").read_text()
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip().strip("*")
                for line in text.splitlines() if line.startswith("| C")}
-    assert verdict["C1"] == "holds" and verdict["C2"] == "holds" and verdict["C5"] == "holds"
-    assert verdict["C10"] == "holds" and verdict["C13"] == "holds" and verdict["C18"] == "holds"
-    assert verdict["C16"] == "not run yet" and verdict["C17"] == "not run yet"
-    assert verdict["C9"] in ("holds", "does not hold", "inconclusive at this scale")
-    assert "rlhf-lab -m sweep=ppo_beta_grid" in text
+    assert verdict["C2"] == "holds" and verdict["C4"] == "holds" and verdict["C5"] == "holds"
+    # no eval/gold_reward_a/_b halves in this store: no unbiased drop from the peak, so no hacking verdict
+    assert verdict["C1"] == "inconclusive" and verdict["C13"] == "inconclusive"
+    # one RM for every run (its length preference has no interval); one DPO seed; one policy × seed cell below 1/10
+    assert verdict["C10"] == "inconclusive" and verdict["C9"] == "inconclusive" and verdict["C18"] == "inconclusive"
+    assert verdict["C16"] == "not run yet" and verdict["C17"] == "not run yet" and verdict["C3"] == "not run yet"
+    assert verdict["C14"] == "not testable" and len(verdict) == 21
+    assert "rlhf-lab -m sweep=ppo_beta_grid seed=0,1" in text and "rlhf-lab -m sweep=ref_sync" in text
+    assert "last `eval/gold_reward`" in text and "95%" in text
     assert "C1" in capsys.readouterr().out
 
 

@@ -3,15 +3,19 @@
 - :mod:`~rlhf_lab.analysis.runs`: a study's runs read from MLflow (tag ``rlhf_lab.study``), with their
   ``eval/*`` histories, upstream RM and swept setting; the store is ``MLFLOW_TRACKING_URI``, else ``--uri``,
   else ``sqlite:///mlflow.db``;
-- :mod:`~rlhf_lab.analysis.fits`: the Gao, Schulman & Hilton 2022 forms of reward against √KL, and the
-  reward–KL frontier (pure functions);
+- :mod:`~rlhf_lab.analysis.fits`: the Gao, Schulman & Hilton 2022 forms of reward against √KL (no fit from
+  fewer than 5 points; R² and where the peak lies), and the reward–KL frontier (pure functions);
 - :mod:`~rlhf_lab.analysis.markdown`: mean ± spread, number formatting, markdown tables;
 - :mod:`~rlhf_lab.analysis.plots`: the study report's figures (matplotlib);
 - :mod:`~rlhf_lab.analysis.stats`: pure statistics for verdicts (t and bootstrap CIs, paired differences, an
   unbiased split-half drop-from-peak estimator, the three-way verdict);
 - :mod:`~rlhf_lab.analysis.study`: ``reports/<study>/README.md``;
-- :mod:`~rlhf_lab.analysis.claims`: ``reports/claims.md``, a verdict on each claim of docs/claims.md that
-  the studies test;
+- :mod:`~rlhf_lab.analysis.quantities`: per-run quantities for the claims (final gold from the test split or
+  the last evaluation, the split-half drop from the peak, changes and per-step summaries);
+- :mod:`~rlhf_lab.analysis.effects`: arms of a study and effects over seeds (paired, one-sample, grouped);
+- :mod:`~rlhf_lab.analysis.registry`: the claims of docs/claims.md as data (studies, effects, margins);
+- :mod:`~rlhf_lab.analysis.claims`: ``reports/claims.md``, a verdict on each claim from its effects' 95%
+  intervals;
 - :mod:`~rlhf_lab.analysis.cli`: the ``rlhf-lab-report`` command.
 
 Only FINISHED runs enter figures and verdicts; nothing is ever filled in for a study without runs. The

@@ -1,400 +1,268 @@
-"""``reports/claims.md``: a verdict on each claim of docs/claims.md that the canned studies test.
+"""``reports/claims.md``: a verdict on each claim of docs/claims.md, from the runs of the canned studies.
 
-Each claim is judged from the FINISHED runs of its study with at least :data:`MIN_EVALS` evaluations:
-**holds**, **does not hold**, **inconclusive at this scale**, or **not run yet** when the study has no runs.
-A difference counts when it exceeds the tolerance of :func:`_tol` (twice the seed spread or the evaluation
-noise, at least 0.05 gold); peaks and final values are 3-evaluation running means (:meth:`RunData.slast`,
-:meth:`RunData.speak`). The metrics are described in docs/metrics.md.
+The claims, the studies that test them and the effects they are judged on are data
+(:mod:`~rlhf_lab.analysis.registry`). Here each effect gets its verdict from its 95% interval
+(:func:`stats.verdict`): **holds** when the interval excludes 0 in the claimed direction; **does not hold** when it
+excludes 0 the other way or lies inside the equivalence margin; **inconclusive** otherwise (also when fewer than
+two seeds give the interval). A claim holds when all its judged effects hold and does not hold when one of them
+does not; a precondition that is not shown to hold makes it inconclusive (nothing to test on these runs).
+A claim whose studies have no runs is **not run yet** (with the command), one that is no effect is
+**not testable**. Only FINISHED runs count, and PPO/DPO runs need :data:`MIN_EVALS` evaluations.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Iterable, Sequence
 
-import numpy as np
+from rlhf_lab.analysis.effects import Measured, count
+from rlhf_lab.analysis.markdown import fmt, md_table
+from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold_source, half_curves
+from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
+from rlhf_lab.analysis.runs import RunData, load_study, store_uri
+from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, verdict
 
-from rlhf_lab.analysis.fits import frontier
-from rlhf_lab.analysis.markdown import fmt, md_table, mean_spread
-from rlhf_lab.analysis.runs import RunData, groups, kl_gold_pairs, load_study, policy_size, store_uri
+NOT_RUN = "not run yet"
+NOT_TESTABLE = "not testable"
+MIN_EVALS = 5  # evaluations a PPO or DPO run needs to count (shorter runs are smoke tests)
+LEVEL = 0.95
+CLAIM_STAGES = ("ppo", "dpo", "rm")
 
 
 @dataclass
-class Verdict:
-    claim: str
-    text: str
-    command: str
-    measured: str
-    verdict: str  # holds | does not hold | inconclusive at this scale | not run yet
+class PartResult:
+    part: Part
+    measured: Measured
+    verdict: str | None  # None for a shown part
 
 
-NOT_RUN = "not run yet"
-MIN_EVALS = 5  # evaluations a run needs before it counts towards a verdict
-MIN_KL = 1.0   # nats/response the least-constrained runs must reach before "does not hold" is said of over-optimisation
-HOLDS, FAILS, INCONCL = "holds", "does not hold", "inconclusive at this scale"
+@dataclass
+class ClaimResult:
+    claim: Claim
+    verdict: str
+    reason: str
+    parts: list[PartResult] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
 
 
-def _moved(rs) -> tuple[bool, str]:
-    kl = _mean(rs, lambda r: r.slast("eval/kl"))
-    ok = math.isfinite(kl) and kl >= MIN_KL
-    return ok, "" if ok else f" (the policy barely moved: final KL {fmt(kl, 2)} < {MIN_KL:g} nats; train longer)"
+def study_names(claims: Iterable[Claim] = CLAIMS) -> list[str]:
+    return list(dict.fromkeys(s for c in claims for s in c.studies + c.also))
 
 
-def _tol(runs: Sequence[RunData], key: str = "eval/gold_reward", floor: float = 0.05) -> float:
-    """What counts as a real difference of smoothed values: twice the larger of the pooled seed spread and the
-    evaluation noise of a 3-evaluation mean (√(2/3)·σ), at least `floor`."""
-    spreads = []
-    for members in groups(runs).values():
-        _, s, n = mean_spread([r.slast(key) for r in members])
-        if n > 1:
-            spreads.append(s)
-    noise = [x for x in (r.noise(key) for r in runs) if math.isfinite(x)]
-    seed_sd = float(np.mean(spreads)) if spreads else 0.0
-    eval_sd = float(np.median(noise)) * math.sqrt(2 / 3) if noise else 0.0
-    return max(floor, 2 * seed_sd, 2 * eval_sd)
+def counts(run: RunData) -> bool:
+    """Whether a run enters the verdicts: FINISHED, and a policy run with at least MIN_EVALS evaluations."""
+    if run.status != "FINISHED":
+        return False
+    return run.stage not in ("ppo", "dpo") or len(run.series(EVAL_GOLD)) >= MIN_EVALS
 
 
-def _by_margin(measured: str, tol: float, supports: Sequence[float], contradicts: Sequence[float]) -> tuple[str, str]:
-    """The three-way verdict of a comparison: HOLDS when a difference in the claim's favour exceeds `tol`, else
-    FAILS when one against it does, else INCONCL (a NaN difference counts for neither side)."""
-    if any(x > tol for x in supports):
-        return HOLDS, measured
-    if any(x > tol for x in contradicts):
-        return FAILS, measured
-    return INCONCL, measured
+def part_verdict(part: Part, m: Measured) -> str | None:
+    if part.role == SHOWN:
+        return None
+    if m.effect is None:
+        return INCONCLUSIVE
+    return verdict(m.effect.lo, m.effect.hi, part.direction, part.margin)
 
 
-def _fixed(runs):
-    return [r for r in runs if r.stage == "ppo" and r.value("kl.name") == "fixed" and math.isfinite(r.fnum("kl.beta"))]
+def why_open(m: Measured) -> str:
+    """Why an effect has no verdict either way."""
+    if m.missing:
+        return m.missing
+    if m.effect is not None and m.effect.n < 2:
+        return f"{count(m.effect.n, m.n_of)}: no interval"
+    return "the interval includes 0 and leaves the margin"
 
 
-def _mean(rs, f):
-    return mean_spread([f(r) for r in rs])[0]
+def combine(results: Sequence[PartResult]) -> tuple[str, str]:
+    """(verdict, reason) of a claim from its parts' verdicts."""
+    for r in results:
+        if r.part.role == PRECONDITION and r.verdict != HOLDS:
+            why = "it does not hold" if r.verdict == DOES_NOT_HOLD else why_open(r.measured)
+            return INCONCLUSIVE, f"cannot be tested on these runs: \"{r.part.says}\" is not shown ({why})"
+    judged = [r for r in results if r.part.role == JUDGED]
+    failed = [r.part.says for r in judged if r.verdict == DOES_NOT_HOLD]
+    if failed:
+        return DOES_NOT_HOLD, "shown not to hold: " + "; ".join(f"\"{s}\"" for s in failed)
+    if judged and all(r.verdict == HOLDS for r in judged):
+        return HOLDS, "every judged effect holds"
+    open_ = [f"\"{r.part.says}\" ({why_open(r.measured)})" for r in judged if r.verdict != HOLDS]
+    return INCONCLUSIVE, "not shown: " + "; ".join(open_)
 
 
-def _spearman(x, y) -> float:
-    from scipy.stats import spearmanr
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
-        return float("nan")
-    return float(spearmanr(x[ok], y[ok]).correlation)
+def default_command(study: str) -> str:
+    return f"rlhf-lab -m sweep={study}"
 
 
-def claim_c1(s):
-    runs = s["ppo_beta_grid"]
-    zero = [r for r in _fixed(runs) if r.fnum("kl.beta") == 0]
-    if not zero:
-        return NOT_RUN if not runs else INCONCL, "no finished β=0 run" if runs else ""
-    tol = _tol(runs)
-    pg = _mean(zero, lambda r: r.slast("eval/proxy_reward") - r.sfirst("eval/proxy_reward"))
-    drop = _mean(zero, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward"))
-    gg = _mean(zero, lambda r: r.slast("eval/gold_reward") - r.sfirst("eval/gold_reward"))
-    m = (f"β=0 ({len(zero)} runs), change over training: proxy {fmt(pg)}, gold {fmt(gg)} (gold drop from its peak "
-         f"{fmt(drop)}); tolerance {fmt(tol)}")
-    if not math.isfinite(pg):
-        return INCONCL, m + " (no eval/proxy_reward)"
-    if pg > tol and drop > tol:
-        return HOLDS, m
-    moved, why = _moved(zero)
-    if pg > tol and drop <= tol / 2 and moved:
-        return FAILS, m
-    return INCONCL, m + why
-
-
-def claim_c2(s):
-    runs = s["ppo_beta_grid"]
-    fixed = _fixed(runs)
-    zero = [r for r in fixed if r.fnum("kl.beta") == 0]
-    if not zero:
-        return NOT_RUN if not runs else INCONCL, "no finished β=0 run" if runs else ""
-    bmax = max(r.fnum("kl.beta") for r in fixed)
-    big = [r for r in fixed if r.fnum("kl.beta") == bmax] if bmax > 0 else []
-
-    def rel(rs, key):
-        return _mean(rs, lambda r: (r.slast(key) - r.sfirst(key)) / abs(r.sfirst(key)) if r.sfirst(key) else float("nan"))
-
-    e0, d0 = rel(zero, "eval/entropy"), rel(zero, "eval/distinct_2")
-    eb, db = (rel(big, "eval/entropy"), rel(big, "eval/distinct_2")) if big else (float("nan"), float("nan"))
-    m = f"β=0: entropy {fmt(100 * e0, 0)}%, distinct-2 {fmt(100 * d0, 0)}% over training"
-    if big:
-        m += f"; β={bmax:g}: entropy {fmt(100 * eb, 0)}%, distinct-2 {fmt(100 * db, 0)}%"
-    if not (math.isfinite(e0) and math.isfinite(d0)):
-        return INCONCL, m + " (no eval/entropy or eval/distinct_2)"
-    if e0 < -0.2 and d0 < -0.2 and not (e0 >= eb - 0.05 or d0 >= db - 0.05):
-        return HOLDS, m
-    moved, why = _moved(zero)
-    if e0 > -0.05 and d0 > -0.05 and moved:
-        return FAILS, m
-    return INCONCL, m + why
-
-
-def claim_c4(s):
-    runs = s["ppo_beta_grid"]
-    fixed = _fixed(runs)
-    betas = sorted({r.fnum("kl.beta") for r in fixed})
-    if len(betas) < 3:
-        return NOT_RUN if not runs else INCONCL, f"{len(betas)} fixed-β settings finished" if runs else ""
-    tol = _tol(runs)
-    final = {b: _mean([r for r in fixed if r.fnum("kl.beta") == b], lambda r: r.slast("eval/gold_reward")) for b in betas}
-    gain = {b: _mean([r for r in fixed if r.fnum("kl.beta") == b],
-                     lambda r: r.slast("eval/gold_reward") - r.sfirst("eval/gold_reward")) for b in betas}
-    kl = {b: _mean([r for r in fixed if r.fnum("kl.beta") == b], lambda r: r.slast("eval/kl")) for b in betas}
-    best = max(betas, key=lambda b: final[b])
-    small_hacks = final[best] - final[betas[0]] > tol
-    large_stalls = gain[betas[-1]] < tol and final[best] - final[betas[-1]] > tol
-    m = ("final gold by β: " + ", ".join(f"{b:g}: {fmt(final[b])} (KL {fmt(kl[b], 1)})" for b in betas)
-         + f"; best β={best:g}; KL unit: nats/response, β per token")
-    if small_hacks and large_stalls and 0.01 <= best <= 0.1:
-        return HOLDS, m
-    moved, why = _moved([r for r in fixed if r.fnum("kl.beta") == betas[0]])
-    if not moved:
-        return INCONCL, m + why
-    if best in (betas[0], betas[-1]) and final[best] - sorted(final.values())[-2] > tol:
-        return FAILS, m + " (no interior optimum)"
-    if small_hacks and large_stalls and not (0.003 <= best <= 0.3):
-        return FAILS, m + " (optimum outside 0.01–0.1)"
-    return INCONCL, m
-
-
-def claim_c5(s):
-    runs = [r for r in s["ppo_beta_grid"] if r.stage == "ppo" and r.value("kl.name") == "adaptive"]
-    if not runs:
-        return NOT_RUN if not s["ppo_beta_grid"] else INCONCL, "no finished adaptive-KL run" if s["ppo_beta_grid"] else ""
-    targets = sorted({r.fnum("kl.target") for r in runs})
-    ratio = {t: _mean([r for r in runs if r.fnum("kl.target") == t], lambda r: r.slast("eval/kl")) / t for t in targets}
-    units = {r.value("kl.unit") for r in runs}
-    m = "final eval/kl ÷ target: " + ", ".join(f"target {t:g}: {fmt(ratio[t], 2)}" for t in targets)
-    if units - {"sequence", None}:
-        return INCONCL, m + f" (kl.unit={units}: eval/kl is per sequence)"
-    short = [r for r in runs if r.fnum("steps") * r.fnum("algo.batch_size") < r.fnum("kl.horizon")]
-    if short:
-        return INCONCL, m + (f" ({len(short)} runs saw fewer responses than the controller's horizon "
-                             f"{short[0].fnum('kl.horizon'):g}: β could not adapt yet)")
-    if all(0.5 <= x <= 2 for x in ratio.values()):
-        return HOLDS, m
-    if any(not (0.25 <= x <= 4) for x in ratio.values()):
-        return FAILS, m
-    return INCONCL, m
-
-
-def claim_c9(s):
-    ppo = _fixed(s["ppo_beta_grid"])
-    dpo = [r for r in s["dpo_beta_grid"] if r.stage == "dpo"]
-    if not dpo or not ppo:
-        missing = [n for n, rs in (("ppo_beta_grid", ppo), ("dpo_beta_grid", dpo)) if not rs]
-        if any(s.get("_n_finished", {}).get(n) for n in missing):
-            return INCONCL, f"no finished runs with ≥ {MIN_EVALS} evaluations in " + " and ".join(missing)
-        return NOT_RUN, "no finished runs of " + " and ".join(missing)
-    rp = _spearman([r.fnum("kl.beta") for r in ppo], [r.slast("eval/kl") for r in ppo])
-    rd = _spearman([r.fnum("algo.beta") for r in dpo], [r.slast("eval/kl") for r in dpo])
-    fp = frontier([(kl, g) for r in ppo for (_, kl), (_, g) in kl_gold_pairs(r)])
-    fd = frontier([(kl, g) for r in dpo for (_, kl), (_, g) in kl_gold_pairs(r)])
-    bp, bd = (max(g for _, g in fp) if fp else float("nan")), (max(g for _, g in fd) if fd else float("nan"))
-    m = (f"Spearman ρ(β, final KL): PPO {fmt(rp, 2)}, DPO {fmt(rd, 2)}; best frontier gold PPO {fmt(bp)}, "
-         f"DPO {fmt(bd)}; final KL range PPO {fmt(min(r.slast('eval/kl') for r in ppo), 1)}–"
-         f"{fmt(max(r.slast('eval/kl') for r in ppo), 1)}, DPO {fmt(min(r.slast('eval/kl') for r in dpo), 1)}–"
-         f"{fmt(max(r.slast('eval/kl') for r in dpo), 1)}")
-    if not (math.isfinite(rp) and math.isfinite(rd)):
-        return INCONCL, m
-    if abs(rp) >= 0.8 and abs(rd) < 0.6:
-        return HOLDS, m
-    if abs(rd) >= 0.8:
-        return FAILS, m + " (DPO's β sets its KL monotonically too)"
-    return INCONCL, m
-
-
-def claim_c10(s):
-    runs = s["ppo_beta_grid"]
-    fixed = _fixed(runs)
-    if not fixed:
-        return NOT_RUN if not runs else INCONCL, "no finished fixed-β run" if runs else ""
-    low = [r for r in fixed if r.fnum("kl.beta") == min(x.fnum("kl.beta") for x in fixed)]
-    dl = _mean(low, lambda r: r.slast("eval/length") - r.sfirst("eval/length"))
-    df = _mean(low, lambda r: r.slast("eval/filler_rate") - r.sfirst("eval/filler_rate"))
-    rl = _mean(low, lambda r: float(r.rm.get("metrics", {}).get("rm/length_preference", float("nan"))))
-    rf = _mean(low, lambda r: float(r.rm.get("metrics", {}).get("rm/filler_preference", float("nan"))))
-    lb, fb = low[0].fnum("labeler.length_bonus", 0.0), low[0].fnum("labeler.filler_bonus", 0.0)
-    m = (f"labeler length_bonus={lb:g}, filler_bonus={fb:g}; RM length/filler preference {fmt(rl)}/{fmt(rf)}; "
-         f"PPO (β={low[0].fnum('kl.beta'):g}) length {fmt(dl, 1)} tokens, filler rate {fmt(df)} over training")
-    learned = (math.isfinite(rl) and rl > 0) or (math.isfinite(rf) and rf > 0)
-    exploited = (math.isfinite(dl) and dl > 2) or (math.isfinite(df) and df > 0.05)
-    if lb <= 0 and fb <= 0:
-        return INCONCL, m + " (unbiased labeler)"
-    if learned and exploited:
-        return HOLDS, m
-    moved, why = _moved(low)
-    if math.isfinite(dl) and math.isfinite(df) and dl <= 0 and df <= 0 and moved:
-        return FAILS, m
-    return INCONCL, m + why
-
-
-def _size_cells(runs):
-    ppo = [r for r in runs if r.stage == "ppo"]
-    out = []
-    for r in ppo:
-        out.append((policy_size(r), r.rm_params(), r.n_params(), r))
-    return out
-
-
-def claim_c13(s):
-    runs = s["rm_size_vs_policy_size"]
-    cells = _size_cells(runs)
-    if not cells:
-        return NOT_RUN, ""
-    tol = _tol(runs)
-    rhos, largest_drops = [], []
-    for ps in sorted({c[0] for c in cells}):
-        cs = [c for c in cells if c[0] == ps]
-        rm_n = [c[1] for c in cs]
-        drops = [c[3].speak("eval/gold_reward") - c[3].slast("eval/gold_reward") for c in cs]
-        rhos.append(_spearman(rm_n, drops))
-        if any(math.isfinite(x) for x in rm_n):
-            big = max(x for x in rm_n if math.isfinite(x))
-            largest_drops.append(float(np.mean([d for x, d in zip(rm_n, drops) if x == big])))
-    rho = float(np.nanmean(rhos)) if any(math.isfinite(x) for x in rhos) else float("nan")
-    ld = float(np.mean(largest_drops)) if largest_drops else float("nan")
-    drops_all = [c[3].speak("eval/gold_reward") - c[3].slast("eval/gold_reward") for c in cells]
-    n_hacked = sum(d > tol for d in drops_all if math.isfinite(d))
-    m = (f"mean over policy sizes of Spearman ρ(RM params, gold drop from peak) = {fmt(rho, 2)}; drop with the "
-         f"largest RM {fmt(ld)}; {n_hacked} of {len(cells)} runs drop more than the tolerance {fmt(tol)}")
-    if not math.isfinite(rho) or n_hacked < 2:  # too little hacking in the grid to say what RM size does to it
-        return INCONCL, m
-    if rho < -0.3 and ld > tol:
-        return HOLDS, m
-    if rho > 0.3 or (rho < -0.3 and ld <= tol / 2):
-        return FAILS, m
-    return INCONCL, m
-
-
-def claim_c18(s):
-    runs = s["rm_size_vs_policy_size"]
-    cells = [c for c in _size_cells(runs) if math.isfinite(c[1]) and math.isfinite(c[2]) and c[2] > 0]
-    if not _size_cells(runs):
-        return NOT_RUN, ""
-    small = [c[3] for c in cells if c[1] / c[2] < 0.1]
-    ok = [c[3] for c in cells if c[1] / c[2] >= 0.1]
-    if not small or not ok:
-        return INCONCL, f"{len(small)} runs with RM < 1/10 of the policy, {len(ok)} with ≥ 1/10 (need both); ensembles not covered"
-    tol = _tol(runs)
-    ds, do = (_mean(small, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")),
-              _mean(ok, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")))
-    ps, po = _mean(small, lambda r: r.speak("eval/gold_reward")), _mean(ok, lambda r: r.speak("eval/gold_reward"))
-    m = (f"RM < 1/10 of policy: drop {fmt(ds)}, peak gold {fmt(ps)} ({len(small)} runs); ≥ 1/10: drop {fmt(do)}, "
-         f"peak {fmt(po)} ({len(ok)} runs); ensemble part not covered")
-    return _by_margin(m, tol, supports=[ds - do, po - ps], contradicts=[do - ds, ps - po])
-
-
-def _source(runs, src, frac0: bool):
-    return [r for r in runs if r.stage == "ppo" and (r.value("reward_model.source") == src)
-            and ((r.fnum("data.on_policy_fraction", 0.0) == 0) == frac0)]
-
-
-def _final_and_drop(runs) -> tuple[float, float]:
-    """Mean final gold reward of the runs, and mean drop of gold from its peak to the end."""
-    return (_mean(runs, lambda r: r.slast("eval/gold_reward")),
-            _mean(runs, lambda r: r.speak("eval/gold_reward") - r.slast("eval/gold_reward")))
-
-
-def claim_c16(s):
-    runs = s["rm_source"]
-    same, diff = _source(runs, "same", True), _source(runs, "different", True)
-    if not runs:
-        return NOT_RUN, ""
-    if not same or not diff:
-        return INCONCL, f"{len(same)} same-source and {len(diff)} different-source runs finished (need both)"
-    tol = _tol(runs)
-    (gs, ds), (gd, dd) = _final_and_drop(same), _final_and_drop(diff)
-    ss, sd = mean_spread([r.slast("eval/gold_reward") for r in same])[1], mean_spread([r.slast("eval/gold_reward") for r in diff])[1]
-    m = (f"final gold same {fmt(gs)} (drop {fmt(ds)}, seed sd {fmt(ss)}) vs different {fmt(gd)} (drop {fmt(dd)}, "
-         f"seed sd {fmt(sd)}); tolerance {fmt(tol)}")
-    return _by_margin(m, tol, supports=[gs - gd, dd - ds], contradicts=[gd - gs, ds - dd])
-
-
-def claim_c17(s):
-    runs = s["rm_source"]
-    base, mixed = _source(runs, "different", True), _source(runs, "different", False)
-    if not runs:
-        return NOT_RUN, ""
-    if not base or not mixed:
-        return INCONCL, f"{len(base)} different-source runs without and {len(mixed)} with on-policy mixing finished (need both)"
-    tol = _tol(runs)
-    (gb, db), (gm, dm) = _final_and_drop(base), _final_and_drop(mixed)
-    fr = sorted({r.value("data.on_policy_fraction") for r in mixed})
-    m = (f"different-source RM: final gold {fmt(gb)} (drop {fmt(db)}) without vs {fmt(gm)} (drop {fmt(dm)}) with "
-         f"on-policy fraction {', '.join(map(str, fr))}; tolerance {fmt(tol)}")
-    return _by_margin(m, tol, supports=[gm - gb, db - dm], contradicts=[gb - gm])
-
-
-CLAIMS: list[tuple[str, str, str, Callable]] = [
-    ("C1", "β=0 PPO reward-hacks: proxy rises while gold falls", "ppo_beta_grid", claim_c1),
-    ("C2", "with no KL penalty the policy collapses to few modes", "ppo_beta_grid", claim_c2),
-    ("C4", "β too small hacks, too large stalls; good β is 0.01–0.1", "ppo_beta_grid", claim_c4),
-    ("C5", "adaptive KL keeps KL near its target", "ppo_beta_grid", claim_c5),
-    ("C9", "DPO gives less fine-grained KL control than PPO", "ppo_beta_grid + dpo_beta_grid", claim_c9),
-    ("C10", "the RM learns annotator biases and PPO exploits them", "ppo_beta_grid", claim_c10),
-    ("C13", "a larger RM reduces but does not remove hacking", "rm_size_vs_policy_size", claim_c13),
-    ("C16", "the RM need not share the base, but same-source is more stable", "rm_source", claim_c16),
-    ("C17", "~20% on-policy samples fix a different-source RM", "rm_source", claim_c17),
-    ("C18", "the RM should be ≥ 1/10 of the policy's size", "rm_size_vs_policy_size", claim_c18),
-]
-NOT_COVERED = {
-    "C3": "reference sync interval sweep (algo.reference.sync_every)", "C6": "separate vs shared-base reference memory",
-    "C7": "k1/k2/k3 estimators (algo.kl_estimator)", "C8": "reference of another size (algo.reference.path)",
-    "C11": "length penalty α grid (algo.length_penalty)", "C12": "clip ε grid (algo.clip_eps)",
-    "C15": "critic vs no-critic baseline (algo.critic)", "C19": "RM LoRA rank grid (reward_model.lora_rank)",
-    "C20": "normalised vs raw RM output (reward_model.normalize)",
-}
-
-
-def evaluate_claims(uri: str | None = None, studies: dict[str, list[RunData]] | None = None) -> list[Verdict]:
-    if studies is None:
-        studies = {}
-        for st in ("ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source"):
-            runs, _ = load_study(st, uri)
-            studies[st] = [r for r in runs if r.status == "FINISHED"]
-    out = []
-    for cid, text, study, fn in CLAIMS:
-        names = [x.strip() for x in study.split("+")]
-        cmd = " && ".join(f"rlhf-lab -m sweep={n}" for n in names) + " && " + " && ".join(
-            f"rlhf-lab-report {n}" for n in names)
-        if all(not studies.get(n) for n in names):
-            out.append(Verdict(cid, text, cmd, "no runs", NOT_RUN))
-            continue
-        present = [r for n in names for r in studies.get(n, [])]
-        long_enough = {n: [r for r in studies.get(n, []) if len(r.series("eval/gold_reward")) >= MIN_EVALS]
-                       for n in names}
-        if not any(long_enough.values()):
-            n_evals = sorted({len(r.series("eval/gold_reward")) for r in present})
-            out.append(Verdict(cid, text, cmd, f"{len(present)} runs, too short to judge: {n_evals} evaluations "
-                               f"(need ≥ {MIN_EVALS})", INCONCL))
-            continue
+def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, int],
+          commands: dict[str, list[str]] | None = None) -> ClaimResult:
+    """The verdict on one claim: `studies` holds the runs that count, `present` how many runs each study has."""
+    commands = commands or {}
+    cmds = [c for s in claim.studies + claim.also for c in (commands.get(s) or [default_command(s)])]
+    if claim.untestable:
+        return ClaimResult(claim, NOT_TESTABLE, claim.untestable)
+    missing = [s for s in claim.studies if not present.get(s)]
+    if missing:
+        return ClaimResult(claim, NOT_RUN, "no runs of " + ", ".join(f"`{s}`" for s in missing) + "; run "
+                           + " and ".join(f"`{default_command(s)}`" for s in missing), commands=cmds)
+    results = []
+    for part in claim.parts:
         try:
-            verdict, measured = fn({**studies, **long_enough, "_n_finished": {n: len(v) for n, v in studies.items()}})
-        except Exception as err:  # a verdict that cannot be computed is not a verdict
-            verdict, measured = INCONCL, f"could not compute: {type(err).__name__}: {err}"
-        out.append(Verdict(cid, text, cmd, measured or "no runs", verdict))
-    return out
+            m = part.compute(studies)
+        except Exception as err:  # an effect that cannot be computed is no evidence either way
+            m = Measured(None, missing=f"could not compute: {type(err).__name__}: {err}")
+        results.append(PartResult(part, m, part_verdict(part, m)))
+    v, reason = combine(results)
+    unusable = [s for s in claim.studies if not studies.get(s)]
+    if unusable:
+        reason += "; " + ", ".join(f"`{s}` has {present[s]} runs, none FINISHED with ≥ {MIN_EVALS} evaluations"
+                                   for s in unusable)
+    return ClaimResult(claim, v, reason, results, cmds)
+
+
+def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = None
+                       ) -> tuple[dict[str, list[RunData]], dict[str, int], dict[str, list[str]]]:
+    """({study: runs that count}, {study: all its runs}, {study: the commands of its sweep parents})."""
+    studies, present, commands = {}, {}, {}
+    for name in names or study_names():
+        runs, parents = load_study(name, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
+        present[name] = len(runs)
+        studies[name] = [r for r in runs if counts(r)]
+        commands[name] = sorted({p.data.tags["rlhf_lab.command"] for p in parents
+                                 if p.data.tags.get("rlhf_lab.command")})
+    return studies, present, commands
+
+
+def evaluate_claims(uri: str | None = None, studies: dict[str, list[RunData]] | None = None,
+                    claims: Sequence[Claim] = CLAIMS) -> list[ClaimResult]:
+    """Every claim's verdict, from the store at `uri` or from `studies` ({study: runs}, e.g. built in memory)."""
+    if studies is None:
+        runs, present, commands = load_claim_studies(uri, study_names(claims))
+    else:
+        present = {k: len(v) for k, v in studies.items()}
+        runs, commands = {k: [r for r in v if counts(r)] for k, v in studies.items()}, {}
+    return [judge(c, runs, present, commands) for c in claims]
+
+
+# -- the report ----------------------------------------------------------------------------------------------------
+
+
+def effect_cell(m: Measured, unit: str) -> str:
+    e = m.effect
+    if e is None:
+        return "–"
+    if e.method == "config value":
+        return f"{fmt(e.estimate)} {unit}"
+    if not (math.isfinite(e.lo) and math.isfinite(e.hi)):
+        return f"{fmt(e.estimate)} {unit}, no CI (n = {e.n})"
+    return f"{fmt(e.estimate)} [{fmt(e.lo)}, {fmt(e.hi)}] {unit}"
+
+
+def n_cell(m: Measured) -> str:
+    if m.effect is None:
+        return "0"
+    return count(m.effect.n, m.n_of) + (" (paired)" if m.effect.method == "paired t" else "")
+
+
+def margin_cell(part: Part) -> str:
+    if part.role == SHOWN:
+        return "–"
+    sign = {1: "> 0", -1: "< 0"}[part.direction]
+    return sign + (f", ±{part.margin:.3g}" if part.margin is not None else "")
+
+
+def gold_note(results: Sequence[PartResult]) -> str:
+    used = set().union(*(r.measured.gold_sources for r in results)) if results else set()
+    if not used:
+        return ""
+    if used == {"test"}:
+        return "Final gold: `test/gold_reward` (held-out test split)."
+    if used == {"last eval"}:
+        return "Final gold: the last `eval/gold_reward` (these runs logged no test split)."
+    return "Final gold: `test/gold_reward` where logged, the last `eval/gold_reward` for the runs without a test split."
+
+
+def claim_section(res: ClaimResult) -> list[str]:
+    c = res.claim
+    lines = [f"### {c.id}: {c.statement}", "", f"**{res.verdict}**: {res.reason}.", ""]
+    if c.studies:
+        lines += [f"Studies: {', '.join(f'`{s}`' for s in c.studies + c.also)}. Reproduce, then "
+                  "`rlhf-lab-report --claims`:", "", "```bash", *res.commands, "```", ""]
+    if res.parts:
+        rows = [[p.part.role, p.part.says, p.part.effect, effect_cell(p.measured, p.part.unit), n_cell(p.measured),
+                 margin_cell(p.part), f"**{p.verdict}**" if p.verdict else "shown"] for p in res.parts]
+        lines += [md_table(["role", "tests", "effect", "estimate [95% CI]", "n", "claimed, margin", "verdict"], rows),
+                  ""]
+        figures = [f"- {p.part.says}: " + " — ".join(x for x in (p.measured.detail, p.measured.missing) if x)
+                   for p in res.parts if p.measured.detail or p.measured.missing]
+        lines += (["Figures behind the effects (mean ± sd over units):", "", *figures, ""] if figures else [])
+        note = gold_note(res.parts)
+        lines += [note, ""] if note else []
+    if c.note:
+        lines += [f"Not tested or caveat: {c.note}", ""]
+    return lines
+
+
+def margins_text(claims: Sequence[Claim]) -> str:
+    seen: dict[str, set[float]] = {}
+    for c in claims:
+        for p in c.parts:
+            if p.role != SHOWN and p.margin is not None:
+                seen.setdefault(p.unit, set()).add(p.margin)
+    return "; ".join(f"{u}: ±{', ±'.join(f'{m:.3g}' for m in sorted(ms))}" for u, ms in seen.items())
+
+
+def data_text(runs: Iterable[RunData]) -> str:
+    policy = [r for r in runs if r.stage in ("ppo", "dpo")]
+    if not policy:
+        return "No finished PPO or DPO runs in any study."
+    n_test = sum(final_gold_source(r) == "test" for r in policy)
+    n_half = sum(half_curves(r)[0].size > 0 for r in policy)
+    return (f"{len(policy)} finished PPO/DPO runs count. Final gold is `test/gold_reward` (the held-out test split) "
+            f"for {n_test} of them and the last `eval/gold_reward` (one evaluation on the eval prompts) for the "
+            f"{len(policy) - n_test} that logged no test split. {n_half} logged the gold reward on two fixed halves "
+            "of the eval prompts (`eval/gold_reward_a`, `_b`); only those have a drop from the peak (split-half: the "
+            "peak is picked on one half and measured on the other, both ways, averaged; max − last of one noisy curve "
+            "is biased upward and is not used). Changes over training are the last minus the first evaluation; "
+            "nothing is a running mean.")
+
+
+def render(results: Sequence[ClaimResult], uri: str, runs: Iterable[RunData]) -> str:
+    lines = ["# Claims of docs/claims.md put to the canned studies", "",
+             f"Computed by `rlhf-lab-report --claims` from `{uri}`. Verdicts hold for this world and these small "
+             "models only.", "",
+             f"**Data.** Only FINISHED runs count; PPO and DPO runs need at least {MIN_EVALS} evaluations. "
+             + data_text(runs), "",
+             "**Statistics.** An effect is a mean over units (normally seeds) with its 95% Student-t interval. Paired "
+             "designs run the compared settings with the same seeds and average the per-seed differences (\"paired\" "
+             "after n: the seeds both settings ran); the others take one value per unit (a change over training, a "
+             "drop, one value per distinct RM). A judged effect **holds** when its interval excludes 0 on the "
+             "claimed side, **does not hold** when it excludes 0 on the other side or lies inside ±margin "
+             "(negligible), and is **inconclusive** otherwise, including n < 2. A claim holds when all its judged "
+             "effects hold and does not hold when one does not; a precondition (what the claim presupposes, e.g. "
+             "hacking to reduce) that is not shown makes it inconclusive; shown effects are reported, not judged.",
+             "", f"**Margins** (equivalence, per unit): {margins_text([r.claim for r in results])}.", "",
+             "## Verdicts", "",
+             md_table(["claim", "statement (seed notes)", "studies", "verdict"],
+                      [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–",
+                        f"**{r.verdict}**"] for r in results]), "", "## Effects", ""]
+    for r in results:
+        lines += claim_section(r)
+    return "\n".join(lines)
 
 
 def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
                         studies: dict[str, list[RunData]] | None = None) -> Path:
-    verdicts = evaluate_claims(uri, studies)
+    if studies is None:
+        studies, present, commands = load_claim_studies(uri)
+        results = [judge(c, studies, present, commands) for c in CLAIMS]
+    else:
+        results = evaluate_claims(uri, studies)
+        studies = {k: [r for r in v if counts(r)] for k, v in studies.items()}
+    seen: dict[str, Any] = {r.run_id: r for rs in studies.values() for r in rs}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# Claims of docs/claims.md put to the canned studies", "",
-             "Computed by `rlhf-lab-report --claims` from the finished runs in "
-             f"`{store_uri(uri)}`; a difference counts when it exceeds twice the seed spread (at least 0.05 "
-             "gold, and twice the evaluation noise); peaks and final values are 3-evaluation running means, and runs "
-             f"with fewer than {MIN_EVALS} evaluations are not counted. Verdicts hold for this world and these model "
-             "sizes only.", "",
-             md_table(["claim", "statement (seed)", "command that tests it", "measured", "verdict"],
-                      [[v.claim, v.text, f"`{v.command}`", v.measured, f"**{v.verdict}**"] for v in verdicts]), "",
-             "Testable claims without a canned study yet (run the sweep inline, e.g. `rlhf-lab -m algo=ppo "
-             "algo.clip_eps=0.1,0.2,0.4`): " + "; ".join(f"{k}: {v}" for k, v in NOT_COVERED.items()) + ".", ""]
     path = out / "claims.md"
-    path.write_text("\n".join(lines))
+    path.write_text(render(results, store_uri(uri), seen.values()) + "\n")
     return path

@@ -1,7 +1,7 @@
 """``rlhf-lab-report``: the command line of the reports.
 
     rlhf-lab-report ppo_beta_grid        # -> reports/ppo_beta_grid/README.md + PNG plots
-    rlhf-lab-report --claims             # -> reports/claims.md (one line per claim the studies cover)
+    rlhf-lab-report --claims             # -> reports/claims.md (a verdict on every claim of docs/claims.md)
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in path.read_text().splitlines():
             if line.startswith("| C"):
                 cells = [c.strip() for c in line.strip("|").split("|")]
-                print(f"  {cells[0]:<4} {cells[-1].strip('*'):<28} {cells[2]}")
+                print(f"  {cells[0]:<4} {cells[-1].strip('*'):<15} {cells[1]}")
     return 0
 
 

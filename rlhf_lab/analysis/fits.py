@@ -9,14 +9,25 @@ Gao et al. 2022 (their eq. 1-2), on the gain over the run's first evaluation (th
 both by least squares on R/d, which is linear in (α, β). The reports fit the RL form (PPO and DPO runs);
 the best-of-n form is here for the comparison with Gao et al. and has no runs of its own yet. Pure functions
 of numbers: nothing here reads MLflow. See docs/metrics.md for the metrics.
+
+No fit is made from fewer than :data:`MIN_FIT_POINTS` points with d > 0: two parameters through two or three
+noisy points fit anything. :func:`fit_rl` returns a :class:`GaoFit` that also carries the goodness of fit
+
+    R² = 1 − Σ (rᵢ − R̂(dᵢ))² / Σ (rᵢ − r̄)²     over the fitted points, on the reward scale (not on r/d),
+
+and whether the fitted peak d* lies inside the range of the data [min d, max d]; a peak outside it is an
+extrapolation, and the reports say so instead of printing it as a peak.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+MIN_FIT_POINTS = 5  # points with d > 0 a fit needs
 
 
 def _clean(d: Sequence[float], r: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -25,20 +36,22 @@ def _clean(d: Sequence[float], r: Sequence[float]) -> tuple[np.ndarray, np.ndarr
     return d[ok], r[ok]
 
 
-def fit_gao_rl(d: Sequence[float], r: Sequence[float]) -> tuple[float, float]:
-    """(α, β) of R(d) = d(α − β log d): least squares on r/d = α − β log d over the points with d > 0."""
+def fit_gao_rl(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POINTS) -> tuple[float, float]:
+    """(α, β) of R(d) = d(α − β log d): least squares on r/d = α − β log d over the points with d > 0;
+    (nan, nan) from fewer than `min_points` such points."""
     d, r = _clean(d, r)
-    if len(d) < 2 or np.ptp(np.log(d)) < 1e-9:
+    if len(d) < max(2, min_points) or np.ptp(np.log(d)) < 1e-9:
         return float("nan"), float("nan")
     X = np.stack([np.ones_like(d), -np.log(d)], axis=1)
     (alpha, beta), *_ = np.linalg.lstsq(X, r / d, rcond=None)
     return float(alpha), float(beta)
 
 
-def fit_gao_bon(d: Sequence[float], r: Sequence[float]) -> tuple[float, float]:
-    """(α, β) of R(d) = d(α − β d): least squares on r/d = α − β d over the points with d > 0."""
+def fit_gao_bon(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POINTS) -> tuple[float, float]:
+    """(α, β) of R(d) = d(α − β d): least squares on r/d = α − β d over the points with d > 0;
+    (nan, nan) from fewer than `min_points` such points."""
     d, r = _clean(d, r)
-    if len(d) < 2 or np.ptp(d) < 1e-9:
+    if len(d) < max(2, min_points) or np.ptp(d) < 1e-9:
         return float("nan"), float("nan")
     X = np.stack([np.ones_like(d), -d], axis=1)
     (alpha, beta), *_ = np.linalg.lstsq(X, r / d, rcond=None)
@@ -71,6 +84,68 @@ def peak_bon(alpha: float, beta: float) -> tuple[float, float]:
     if not (math.isfinite(alpha) and math.isfinite(beta)) or beta <= 0:
         return float("inf") if math.isfinite(beta) else float("nan"), float("nan")
     return alpha / (2 * beta), alpha**2 / (4 * beta)
+
+
+def r_squared(y: Any, y_hat: Any) -> float:
+    """1 − SS_res / SS_tot of predictions y_hat of y (nan when y has no spread or fewer than 2 points)."""
+    y, y_hat = np.asarray(y, dtype=float), np.asarray(y_hat, dtype=float)
+    if y.size < 2:
+        return float("nan")
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    if ss_tot <= 0:
+        return float("nan")
+    return 1.0 - float(((y - y_hat) ** 2).sum()) / ss_tot
+
+
+@dataclass(frozen=True)
+class GaoFit:
+    """A fit of the RL form R(d) = d(α − β log d) to one run's points, with what a reader needs to trust it.
+
+    n: points with d > 0 (the ones fitted); alpha, beta, r2: nan when n < MIN_FIT_POINTS (see `status`);
+    d_lo, d_hi: the range of the fitted d; d_star, r_star: the form's peak (peak_rl); status: one of
+    "too few points", "no peak" (β ≤ 0: still rising), "peak beyond the data" (d* > d_hi),
+    "peak before the data" (d* < d_lo), "peak in the data".
+    """
+
+    n: int
+    alpha: float
+    beta: float
+    r2: float
+    d_lo: float
+    d_hi: float
+    d_star: float
+    r_star: float
+    status: str
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.alpha)
+
+    @property
+    def peak_in_data(self) -> bool:
+        return self.status == "peak in the data"
+
+
+def fit_rl(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POINTS) -> GaoFit:
+    """fit_gao_rl with R² (on the reward scale), the data range and where the peak lies relative to it."""
+    dc, rc = _clean(d, r)
+    n = int(dc.size)
+    lo, hi = (float(dc.min()), float(dc.max())) if n else (float("nan"), float("nan"))
+    alpha, beta = fit_gao_rl(dc, rc, min_points)
+    nan = float("nan")
+    if not math.isfinite(alpha):
+        return GaoFit(n, nan, nan, nan, lo, hi, nan, nan, "too few points" if n < min_points else "no fit")
+    r2 = r_squared(rc, gao_rl(dc, alpha, beta))
+    d_star, r_star = peak_rl(alpha, beta)
+    if not (beta > 0 and math.isfinite(d_star)):
+        status = "no peak"
+    elif d_star > hi:
+        status = "peak beyond the data"
+    elif d_star < lo:
+        status = "peak before the data"
+    else:
+        status = "peak in the data"
+    return GaoFit(n, alpha, beta, r2, lo, hi, d_star, r_star, status)
 
 
 def bon_kl(n: int) -> float:

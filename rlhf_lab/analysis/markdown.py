@@ -32,7 +32,12 @@ def fmt_ms(values: Iterable[float], digits: int = 3) -> str:
     return fmt(m, digits) if n == 1 else f"{fmt(m, digits)} ± {fmt(s, digits, sci=abs(m) < 1e-3 or abs(m) >= 1e4)}"
 
 
+def cell(x: Any) -> str:
+    """A table cell: a literal | is escaped so that it does not end the cell."""
+    return str(x).replace("|", "\\|")
+
+
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)

@@ -3,13 +3,12 @@ and the gold reward–KL frontier."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.fits import frontier, gao_rl
+from rlhf_lab.analysis.fits import MIN_FIT_POINTS, frontier, gao_rl
 from rlhf_lab.analysis.runs import RunData, groups, kl_gold_pairs
 
 
@@ -34,12 +33,11 @@ def plot_reward_vs_sqrt_kl(runs: Sequence[RunData], path: Path) -> None:
                 d, y = r.points(key)
                 if len(d):
                     ax.plot(d, y, "o", ms=3, color=color, alpha=0.7, label=name if j == 0 else None)
-            a, b = r.fit()
-            d, _ = r.points()
-            if len(d) and math.isfinite(a):
-                xs = np.linspace(0, max(d.max(), 1e-3), 100)
-                axes[0].plot(xs, gao_rl(xs, a, b), "-", color=color, lw=1)
-    axes[0].set_title("gold reward gain vs √KL (lines: Gao et al. fit)")
+            fit = r.gao_fit()
+            if fit.ok:  # drawn over the fitted data's range only
+                xs = np.linspace(0, max(fit.d_hi, 1e-3), 100)
+                axes[0].plot(xs, gao_rl(xs, fit.alpha, fit.beta), "-", color=color, lw=1)
+    axes[0].set_title(f"gold reward gain vs √KL (lines: Gao et al. fit, ≥ {MIN_FIT_POINTS} points)")
     axes[1].set_title("proxy (RM) reward gain vs √KL")
     for ax in axes:
         ax.set_xlabel("√KL  (KL in nats per response)")

@@ -14,11 +14,11 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.fits import fit_gao_rl
+from rlhf_lab.analysis.fits import GaoFit, fit_rl
 from rlhf_lab.runtime import DEFAULT_TRACKING_URI
 
 STUDY_TAG = "rlhf_lab.study"
@@ -57,33 +57,6 @@ class RunData:
         s = self.series(key)
         return max(v for _, v in s) if s else float("nan")
 
-    def smoothed(self, key: str, k: int = 3) -> list[float]:
-        """Centered running mean over k evaluations (k//2 at the ends): peak and final without single-eval noise."""
-        v = np.asarray([x for _, x in self.series(key)], dtype=float)
-        if len(v) < k:
-            return list(v)
-        h = k // 2
-        return [float(v[max(0, i - h): i + h + 1].mean()) for i in range(len(v))]
-
-    def slast(self, key: str) -> float:
-        s = self.smoothed(key)
-        return s[-1] if s else self.metrics.get(key, float("nan"))
-
-    def speak(self, key: str) -> float:
-        s = self.smoothed(key)
-        return max(s) if s else float("nan")
-
-    def sfirst(self, key: str) -> float:
-        s = self.smoothed(key)
-        return s[0] if s else float("nan")
-
-    def noise(self, key: str = "eval/gold_reward") -> float:
-        """Evaluation noise σ from second differences (var = 6σ² for white noise; a smooth trend cancels)."""
-        v = np.asarray([x for _, x in self.series(key)], dtype=float)
-        if len(v) < 4:
-            return float("nan")
-        return float(np.std(np.diff(v, 2)) / math.sqrt(6))
-
     def value(self, key: str, default: Any = None) -> Any:
         """A config value: the job's swept value, else the run's logged param."""
         if key in self.setting:
@@ -110,9 +83,10 @@ class RunData:
             r = r - r[0]
         return d, r
 
-    def fit(self) -> tuple[float, float]:
+    def gao_fit(self) -> GaoFit:
+        """The Gao et al. RL form fitted to the gold gain against √KL (fits.fit_rl: none from < 5 points)."""
         d, r = self.points()
-        return fit_gao_rl(d, r)
+        return fit_rl(d, r)
 
     def rm_accuracy(self) -> float:
         return float(self.rm.get("metrics", {}).get("rm/accuracy", float("nan")))
@@ -173,8 +147,13 @@ def rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) ->
     return None
 
 
-def load_study(study: str, uri: str | None = None, client=None) -> tuple[list[RunData], list[Any]]:
-    """(the study's policy runs, its sweep parent runs) from MLflow; all statuses."""
+def load_study(study: str, uri: str | None = None, client=None, stages: Sequence[str] = POLICY_STAGES,
+               history_keys: Sequence[str] = HISTORY_KEYS) -> tuple[list[RunData], list[Any]]:
+    """(the study's runs of the given stages, its sweep parent runs) from MLflow; all statuses.
+
+    Each run comes with the histories of those `history_keys` it logged. The claims also load ``rm`` runs (an RM
+    trained as the job of a study); an RM built upstream inside a sweep carries the study tag too.
+    """
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -188,10 +167,10 @@ def load_study(study: str, uri: str | None = None, client=None) -> tuple[list[Ru
     runs: list[RunData] = []
     for r in found:
         stage = r.data.tags.get("rlhf_lab.stage", "")
-        if stage not in POLICY_STAGES:
+        if stage not in stages:
             continue
         rd = RunData(r.info.run_id, stage, r.info.status, dict(r.data.params), dict(r.data.tags), dict(r.data.metrics))
-        for key in HISTORY_KEYS:
+        for key in history_keys:
             if key in rd.metrics:
                 rd.history[key] = [(int(m.step), float(m.value)) for m in client.get_metric_history(rd.run_id, key)]
         rm_id = rd.tags.get("rlhf_lab.upstream.rm")

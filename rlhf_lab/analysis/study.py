@@ -13,23 +13,57 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlhf_lab.analysis.fits import frontier, peak_rl
+from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
 from rlhf_lab.analysis.runs import RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
 
 
-def run_summary(r: RunData) -> dict[str, float]:
-    a, b = r.fit()
-    d_star, r_star = peak_rl(a, b)
+def run_summary(r: RunData) -> dict[str, Any]:
+    fit = r.gao_fit()
     return {
         "gold_start": r.first("eval/gold_reward"), "gold_final": r.last("eval/gold_reward"),
         "gold_peak": r.peak("eval/gold_reward"),
         "gold_drop": r.peak("eval/gold_reward") - r.last("eval/gold_reward"),
         "proxy_start": r.first("eval/proxy_reward"), "proxy_final": r.last("eval/proxy_reward"),
-        "kl_final": r.last("eval/kl"), "alpha": a, "beta": b, "d_star": d_star, "r_star": r_star,
-        "rm_accuracy": r.rm_accuracy(),
+        "kl_final": r.last("eval/kl"), "fit": fit, "rm_accuracy": r.rm_accuracy(),
     }
+
+
+def _too_few(fits: Sequence[GaoFit]) -> str:
+    return f"too few points ({', '.join(str(f.n) for f in fits)})"
+
+
+def fit_cell(fits: Sequence[GaoFit], attr: str) -> str:
+    """mean ± sd of a fit parameter over the runs with a fit, or why there is none."""
+    ok = [f for f in fits if f.ok]
+    if not ok:
+        return _too_few(fits)
+    cell = fmt_ms([getattr(f, attr) for f in ok])
+    return cell + (f" ({len(ok)} of {len(fits)} runs)" if len(ok) < len(fits) else "")
+
+
+_PEAK_NOTES = {"peak beyond the data": "beyond the data", "peak before the data": "before the data",
+               "no peak": "no peak (still rising)"}
+
+
+def peak_cell(fits: Sequence[GaoFit]) -> str:
+    """d* where it lies inside the fitted runs' √KL range; otherwise where it lies, not a number posing as a peak."""
+    ok = [f for f in fits if f.ok]
+    if not ok:
+        return _too_few(fits)
+    inside = [f.d_star for f in ok if f.peak_in_data]
+    parts = [fmt_ms(inside)] if inside else []
+    for status, note in _PEAK_NOTES.items():
+        members = [f for f in ok if f.status == status]
+        if not members:
+            continue
+        if status == "peak beyond the data":
+            note += f" (√KL ≤ {fmt(max(f.d_hi for f in members), 2)})"
+        parts.append(note if len(members) == len(ok) else f"{len(members)} of {len(ok)}: {note}")
+    if len(ok) < len(fits):
+        parts.append(f"{len(fits) - len(ok)} runs: {_too_few([f for f in fits if not f.ok])}")
+    return "; ".join(parts)
 
 
 def reproduce_commands(study: str, parents: Sequence[Any]) -> list[str]:
@@ -67,16 +101,23 @@ def write_study_report(study: str, out_dir: Path | str = "reports", uri: str | N
         lines += ["## Gold and proxy reward against √KL", "",
                   "Gain over each run's first evaluation against d = √KL (`eval/kl`, nats per response). Fit per run "
                   "(Gao et al. 2022): RL R(d) = d(α − β log d), peak d* = exp(α/β − 1); best-of-n R(d) = d(α − β d), "
-                  "d* = α/(2β). β ≤ 0: no peak yet (still rising).", "", "![gold and proxy vs sqrt KL](gold_vs_sqrt_kl.png)", ""]
+                  f"d* = α/(2β). A run is fitted only with at least {MIN_FIT_POINTS} evaluations at d > 0 (otherwise "
+                  "\"too few points (n)\"). R² is 1 − SS_res/SS_tot of the fitted gold gain over the fitted points. "
+                  "d* is printed only where it lies inside the run's range of √KL; a peak outside it is an "
+                  "extrapolation and is named as such (β ≤ 0: no peak, still rising).", "",
+                  "![gold and proxy vs sqrt KL](gold_vs_sqrt_kl.png)", ""]
         rows = []
         for name, members in groups(runs).items():
             s = [run_summary(r) for r in members]
             col = lambda k: fmt_ms([x[k] for x in s])  # noqa: E731
+            fs = [x["fit"] for x in s]
             rows.append([f"`{name}`", members[0].stage, len(members), col("gold_start"), col("gold_final"),
                          col("gold_peak"), col("gold_drop"), col("proxy_start"), col("proxy_final"), col("kl_final"),
-                         col("alpha"), col("beta"), col("d_star"), col("rm_accuracy")])
+                         fit_cell(fs, "alpha"), fit_cell(fs, "beta"), peak_cell(fs), col("rm_accuracy"),
+                         fit_cell(fs, "r2"), fmt_ms([f.n for f in fs], 0)])
         lines += [md_table(["setting", "algo", "seeds", "gold start", "gold final", "gold peak", "drop from peak",
-                            "proxy start", "proxy final", "KL final", "α", "β", "d* (√KL)", "RM accuracy"], rows), ""]
+                            "proxy start", "proxy final", "KL final", "α", "β", "d* (√KL)", "RM accuracy",
+                            "fit R²", "fit points"], rows), ""]
 
     if any(r.stage in ("ppo", "dpo") for r in runs):
         plot_frontier(runs, out / "frontier.png")

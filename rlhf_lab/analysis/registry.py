@@ -1,0 +1,407 @@
+"""The claims of docs/claims.md as data: one :class:`Claim` per claim, each with the studies that test it and the
+effects (:class:`Part`) it is judged on.
+
+A part is one effect with its unit, the sign the claim predicts (`direction`), an equivalence margin (an effect
+inside ±margin is negligible) and the function that computes it from the studies' runs
+(:mod:`~rlhf_lab.analysis.effects`). Its role:
+
+* ``judged``: the claim holds only if every judged part holds, and does not hold if one does not;
+* ``precondition``: something the claim presupposes (hacking to reduce, a gap to close); if it does not hold,
+  the claim cannot be tested on these runs and is inconclusive;
+* ``shown``: reported with its interval, not judged.
+
+Paired designs are preferred: the compared settings run with the same seeds and the effect is the mean
+per-seed difference. A claim with `untestable` set is not an effect (a definition, a quotation) and says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from rlhf_lab.analysis.effects import (
+    Arm,
+    Measured,
+    Studies,
+    config,
+    config_num,
+    grouped,
+    log_ratio,
+    paired,
+    same,
+    spearman,
+    within,
+)
+from rlhf_lab.analysis.markdown import fmt
+from rlhf_lab.analysis.quantities import (
+    change,
+    final,
+    final_gold,
+    gold_drop,
+    max_jump,
+    rm_metric,
+    rm_seed,
+    step_mean,
+    step_median,
+    step_noise,
+)
+from rlhf_lab.analysis.runs import policy_size
+from rlhf_lab.analysis.stats import Effect, paired_ci, t_effect
+
+JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"
+GOLD, TOKENS, PROXY, FRACTION, LN_RATIO, PERCENT = ("gold reward", "tokens", "RM score (normalised)", "fraction",
+                                                    "ln ratio", "%")
+GOLD_MARGIN = 0.05          # gold reward: the old report's floor; the eval noise of one evaluation is ≈ 0.03
+LN_10PCT = math.log(1.1)    # ratios: within ±10 % is negligible
+
+
+@dataclass(frozen=True)
+class Part:
+    says: str                     # the part of the claim this effect tests
+    effect: str                   # how it is computed, in words
+    unit: str
+    direction: int | None         # +1: the claim predicts effect > 0; −1: < 0; None for a shown part
+    margin: float | None
+    compute: Callable[[Studies], Measured]
+    role: str = JUDGED
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    statement: str                # what the seed notes say (docs/claims.md)
+    studies: tuple[str, ...] = ()  # the studies its judged parts need
+    parts: tuple[Part, ...] = ()
+    untestable: str = ""          # why it cannot be put to an experiment here
+    note: str = ""                # what of the statement the parts do not test
+    also: tuple[str, ...] = ()    # studies only its shown parts read
+
+
+def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measured]) -> Part:
+    return Part(says, effect, unit, None, None, compute, SHOWN)
+
+
+# -- studies and arms -------------------------------------------------------------------------------------------
+
+PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source"
+REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
+LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
+
+
+def fixed(beta: float) -> Arm:
+    return Arm(f"fixed β = {beta:g}", {"kl.name": "fixed", "kl.beta": beta})
+
+
+FIXED, BETA0 = Arm("fixed β", {"kl.name": "fixed"}), fixed(0)
+ANY_PPO = Arm("PPO runs")
+
+
+def rm_arm(source: str, label: str, fraction: float = 0.0, ensemble: int = 1) -> Arm:
+    return Arm(label, {"reward_model.source": source, "data.on_policy_fraction": fraction,
+                       "reward_model.ensemble": ensemble})
+
+
+SAME, DIFF = rm_arm("same", "same-source RM"), rm_arm("different", "different-source RM")
+DIFF_MIX = rm_arm("different", "different-source RM, 20 % on-policy pairs", fraction=0.2)
+
+
+def kl_beta(r) -> float:
+    return config_num(r, "kl.beta")
+
+
+def in_range(b: float, _: list[float]) -> bool:
+    return 0.01 - 1e-12 <= b <= 0.1 + 1e-12
+
+
+def policy_seed(r) -> tuple[str, str]:
+    return policy_size(r), r.seed
+
+
+policy_seed.n_of = "policy × seed cells"  # type: ignore[attr-defined]
+
+
+def rm_ratio(r) -> float:
+    n = r.n_params()
+    return r.rm_params() / n if n > 0 else float("nan")
+
+
+def is_min(v: float, vs: list[float]) -> bool:
+    return len(vs) > 1 and v == min(vs)
+
+
+def is_max(v: float, vs: list[float]) -> bool:
+    return len(vs) > 1 and v == max(vs)
+
+
+# -- bespoke effects ------------------------------------------------------------------------------------------
+
+
+def kl_near_target(studies: Studies) -> Measured:
+    """C5: per adaptive-KL run, ln 2 − |ln(final eval/kl ÷ kl.target)|: > 0 when KL ends within a factor 2."""
+    runs = [r for r in studies.get(PPO_GRID, []) if r.stage == "ppo" and same(config(r, "kl.name"), "adaptive")]
+    if not runs:
+        return Measured(None, missing=f"no finished adaptive-KL run in {PPO_GRID}")
+    units = {str(config(r, "kl.unit")) for r in runs} - {"sequence", "None"}
+    if units:
+        return Measured(None, missing=f"kl.unit={sorted(units)}: the target is not per response like eval/kl")
+    short = [r for r in runs if r.fnum("steps") * r.fnum("algo.batch_size") < r.fnum("kl.horizon")]
+    if short:
+        return Measured(None, missing=f"{len(short)} runs saw fewer responses than the controller's horizon "
+                                      f"({short[0].fnum('kl.horizon'):g}): β could not adapt yet")
+    values, ratios = [], {}
+    for r in runs:
+        t, kl = r.fnum("kl.target"), r.last("eval/kl")
+        if t > 0 and kl > 0:
+            values.append(math.log(2) - abs(math.log(kl / t)))
+            ratios.setdefault(t, []).append(kl / t)
+    detail = "final eval/kl ÷ target: " + ", ".join(
+        f"target {t:g}: {fmt(sum(v) / len(v), 2)} ({len(v)} runs)" for t, v in sorted(ratios.items()))
+    eff = t_effect(values, method="t over runs")
+    return Measured(eff if eff.n else None, detail, "" if eff.n else "no run with a positive final eval/kl",
+                    tuple(runs), n_of="runs")
+
+
+def kl_control(studies: Studies) -> Measured:
+    """C9: per seed, |Spearman ρ(β, final eval/kl)| over PPO's fixed-β grid minus the same over DPO's β grid."""
+    ppo = [r for r in studies.get(PPO_GRID, []) if r.stage == "ppo" and same(config(r, "kl.name"), "fixed")]
+    dpo = [r for r in studies.get(DPO_GRID, []) if r.stage == "dpo"]
+    if not ppo or not dpo:
+        return Measured(None, missing="needs finished fixed-β PPO runs and DPO runs")
+    rho = {}
+    for name, rs, key in (("PPO", ppo, "kl.beta"), ("DPO", dpo, "algo.beta")):
+        by_seed: dict[str, list[tuple[float, float]]] = {}
+        for r in rs:
+            by_seed.setdefault(r.seed, []).append((config_num(r, key), r.last("eval/kl")))
+        rho[name] = {s: abs(spearman([p[0] for p in pts], [p[1] for p in pts])) for s, pts in by_seed.items()}
+    detail = "; ".join(f"{n} |ρ| per seed: " + ", ".join(f"{s}: {fmt(v, 2)}" for s, v in sorted(d.items()))
+                       for n, d in rho.items())
+    eff = paired_ci(rho["PPO"], rho["DPO"])
+    return Measured(eff if eff.n else None, detail, "" if eff.n else "no seed has ≥ 3 β values in both grids",
+                    tuple(ppo + dpo))
+
+
+def config_value(study: str, arm: Arm, key: str) -> Callable[[Studies], Measured]:
+    """A config value of an arm's runs as an exact 'effect' (lo = min, hi = max over the runs)."""
+    def compute(studies: Studies) -> Measured:
+        rs, label = arm.select(studies.get(study, []))
+        vals = [config_num(r, key) for r in rs]
+        vals = [v for v in vals if math.isfinite(v)]
+        if not vals:
+            return Measured(None, missing=f"no {label} run logged {key}")
+        eff = Effect(sum(vals) / len(vals), min(vals), max(vals), len(vals), "config value")
+        return Measured(eff, f"{key} = {', '.join(sorted({f'{v:g}' for v in vals}))}", "", tuple(rs), n_of="runs")
+    return compute
+
+
+# -- the claims -------------------------------------------------------------------------------------------------
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("C1", "With no KL penalty (β = 0), PPO reward-hacks: the proxy reward rises while gold falls.", (PPO_GRID,), (
+        Part("the proxy reward rises", "last − first eval/proxy_reward of each β = 0 run", PROXY, +1, 0.1,
+             within(PPO_GRID, BETA0, change("eval/proxy_reward"))),
+        Part("gold falls from its peak", "drop of gold from its peak to the last evaluation of each β = 0 run, "
+             "split-half (peak picked on one half of the eval prompts, measured on the other)", GOLD, +1, GOLD_MARGIN,
+             within(PPO_GRID, BETA0, gold_drop)),
+    )),
+    Claim("C2", "With no KL penalty the policy collapses to a few modes.", (PPO_GRID,), (
+        Part("entropy collapses", "final eval/entropy: β = 0 − β = 0.1, per seed", "nats/token", -1, 0.05,
+             paired(PPO_GRID, BETA0, fixed(0.1), final("eval/entropy"))),
+        Part("outputs lose variety", "final eval/distinct_2: β = 0 − β = 0.1, per seed", FRACTION, -1, 0.02,
+             paired(PPO_GRID, BETA0, fixed(0.1), final("eval/distinct_2"))),
+    )),
+    Claim("C3", "Using the policy as its own reference gives KL ≡ 0 and no protection; a reference re-synced every "
+          "N steps protects less.", (REF_SYNC,), (
+        Part("the policy as its own reference protects less", "final gold: never re-synced − re-synced every step, "
+             "per seed", GOLD, +1, GOLD_MARGIN,
+             paired(REF_SYNC, Arm("sync_every = 0", {"algo.reference.sync_every": 0}),
+                    Arm("sync_every = 1", {"algo.reference.sync_every": 1}), final_gold)),
+        Part("a reference re-synced every 10 steps protects less", "final gold: never re-synced − re-synced every 10 "
+             "steps, per seed", GOLD, +1, GOLD_MARGIN,
+             paired(REF_SYNC, Arm("sync_every = 0", {"algo.reference.sync_every": 0}),
+                    Arm("sync_every = 10", {"algo.reference.sync_every": 10}), final_gold)),
+        shown("KL ≡ 0 with the policy as its own reference", "mean objective/kl over PPO steps, sync_every = 1",
+              "nats", within(REF_SYNC, Arm("sync_every = 1", {"algo.reference.sync_every": 1}),
+                             step_mean("objective/kl"))),
+    )),
+    Claim("C4", "β too small hacks, β too large stalls learning; a good β is 0.01–0.1.", (PPO_GRID,), (
+        Part("β too small hacks", "final gold: mean over the fixed β in 0.01–0.1 − β = 0, per seed", GOLD, +1,
+             GOLD_MARGIN, grouped(PPO_GRID, FIXED, kl_beta, in_range, lambda b, _: b == 0, final_gold,
+                                  ("β in 0.01–0.1", "β = 0"))),
+        Part("β too large stalls", "final gold: mean over β in 0.01–0.1 − the largest β (> 0.1) the seed ran", GOLD,
+             +1, GOLD_MARGIN, grouped(PPO_GRID, FIXED, kl_beta, in_range, lambda b, bs: b > 0.1 and b == max(bs),
+                                      final_gold, ("β in 0.01–0.1", "largest β"))),
+        Part("the good β lies in 0.01–0.1", "final gold: best β in 0.01–0.1 − best other β > 0, per seed (each "
+             "maximum picks up seed noise, more so on the side with more arms)", GOLD, +1, GOLD_MARGIN,
+             grouped(PPO_GRID, FIXED, kl_beta, in_range, lambda b, bs: b > 0 and not in_range(b, bs), final_gold,
+                     ("best β in 0.01–0.1", "best other β > 0"), reduce_a="max", reduce_b="max")),
+    ), note="β is per token and KL is summed per response (nats); the range means nothing without that unit."),
+    Claim("C5", "Adaptive KL (raise β when KL is above the target, lower it when below) keeps KL near the target.",
+          (PPO_GRID,), (
+        Part("KL ends near the target", "ln 2 − |ln(final eval/kl ÷ kl.target)| per adaptive-KL run (> 0: within a "
+             "factor 2 of the target), all targets pooled", LN_RATIO, +1, None, kl_near_target),
+    ), note="The notes credit DeepSeek-R1; the controller is Ziegler et al. 2019 (not tested: a citation)."),
+    Claim("C6", "The frozen reference doubles memory and compute; a LoRA policy whose reference is the base with its "
+          "adapters disabled avoids the copy.", (REF_SHARED,), (
+        Part("a separate reference costs memory", "memory/model_bytes: copy ÷ adapters-off − 1, per seed", PERCENT,
+             +1, 5.0, paired(REF_SHARED, Arm("separate copy", {"algo.reference.kind": "copy"}),
+                             Arm("adapters-off base", {"algo.reference.kind": "lora_disabled"}),
+                             final("memory/model_bytes"), scale="percent")),
+        Part("a separate reference costs compute", "median time/step_s over PPO steps: copy ÷ adapters-off − 1, per "
+             "seed", PERCENT, +1, 5.0,
+             paired(REF_SHARED, Arm("separate copy", {"algo.reference.kind": "copy"}),
+                    Arm("adapters-off base", {"algo.reference.kind": "lora_disabled"}), step_median("time/step_s"),
+                    scale="percent")),
+        shown("the shared base costs no gold", "final gold: adapters-off − copy, per seed", GOLD,
+              paired(REF_SHARED, Arm("adapters-off base", {"algo.reference.kind": "lora_disabled"}),
+                     Arm("separate copy", {"algo.reference.kind": "copy"}), final_gold)),
+    ), note="Judged: the copy costs more (CI above 0, beyond ±5 %); whether it is 2× is in the figures."),
+    Claim("C7", "The naive per-token KL estimate can be negative or unstable, and better estimators exist.",
+          (KL_EST,), (
+        Part("the naive (k1) estimate is noisier than k3", "ln(step-to-step noise of objective/kl_k1 ÷ that of "
+             "objective/kl_k3), both on the same rollouts, per k1-in-reward run", LN_RATIO, +1, LN_10PCT,
+             within(KL_EST, Arm("k1 in the reward", {"algo.kl_estimator": "k1", "algo.kl_in": "reward"}),
+                    log_ratio(step_noise("objective/kl_k1"), step_noise("objective/kl_k3"),
+                              "ln noise ratio of objective/kl_k1 to objective/kl_k3"))),
+        shown("k3 in the reward trains better", "final gold: k3 − k1, both in the reward, per seed", GOLD,
+              paired(KL_EST, Arm("k3 in the reward", {"algo.kl_estimator": "k3", "algo.kl_in": "reward"}),
+                     Arm("k1 in the reward", {"algo.kl_estimator": "k1", "algo.kl_in": "reward"}), final_gold)),
+        shown("k3 in the loss (GRPO style) trains better", "final gold: k3 in the loss − k1 in the reward, per seed",
+              GOLD, paired(KL_EST, Arm("k3 in the loss", {"algo.kl_estimator": "k3", "algo.kl_in": "loss"}),
+                           Arm("k1 in the reward", {"algo.kl_estimator": "k1", "algo.kl_in": "reward"}), final_gold)),
+    ), note="Per-token k1 values are not logged, so 'can be negative' is not measured; the standard fix is Schulman's "
+            "k3, not the notes' kl_div / JS."),
+    Claim("C8", "A reference smaller than the policy caps the policy.", (REF_SMALL,), (
+        Part("a smaller reference caps the policy", "final gold: the SFT policy as reference − a smaller reference "
+             "(algo.reference.path set), per seed", GOLD, +1, GOLD_MARGIN,
+             paired(REF_SMALL, Arm("default reference", {"algo.reference.path": None}),
+                    Arm("smaller reference", unless={"algo.reference.path": None}), final_gold)),
+    )),
+    Claim("C9", "DPO's reference is implicit (the SFT model), and DPO gives less fine-grained KL control than PPO.",
+          (PPO_GRID, DPO_GRID), (
+        Part("β sets PPO's KL more reliably than DPO's", "|Spearman ρ(β, final eval/kl)| over PPO's fixed-β grid − "
+             "the same over DPO's β grid, per seed", "|ρ| (absolute Spearman)", +1, 0.1, kl_control),
+    ), note="'The reference is implicit' is a definition, not tested."),
+    Claim("C10", "A reward model learns annotator biases (length, empathy phrases), and PPO exploits them.",
+          (PPO_GRID,), (
+        Part("the labeler is length-biased", "labeler.length_bonus of the runs (exact)", "utility per 10 words",
+             +1, None, config_value(PPO_GRID, FIXED, "labeler.length_bonus"), PRECONDITION),
+        Part("the RM learns the length bias", "rm/length_preference of each distinct upstream RM: P(RM prefers the "
+             "longer response) − P(gold does), held-out pairs; one value per RM seed", FRACTION, +1, 0.02,
+             within(PPO_GRID, FIXED, rm_metric("rm/length_preference"), unit=rm_seed)),
+        Part("PPO exploits it", "last − first eval/length of each β = 0 run", TOKENS, +1, 1.0,
+             within(PPO_GRID, BETA0, change("eval/length"))),
+    ), note="Tested on length (the study's length-biased labeler); empathy phrases need a filler-biased labeler."),
+    Claim("C11", "A length penalty R = R_RM − α·len mitigates length hacking.", (LEN_PEN,), (
+        Part("without a penalty responses grow", "last − first eval/length of each α = 0 run", TOKENS, +1, 1.0,
+             within(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), change("eval/length")), PRECONDITION),
+        Part("the penalty shortens responses", "final eval/length: α = 0 − the largest α, per seed", TOKENS, +1, 1.0,
+             paired(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}),
+                    Arm("largest α", extreme=("algo.length_penalty", "max"), above={"algo.length_penalty": 0}),
+                    final("eval/length"))),
+        shown("at no cost in gold (largest α)", "final gold: largest α − α = 0, per seed", GOLD,
+              paired(LEN_PEN, Arm("largest α", extreme=("algo.length_penalty", "max"),
+                                  above={"algo.length_penalty": 0}),
+                     Arm("α = 0", {"algo.length_penalty": 0}), final_gold)),
+        shown("at no cost in gold (smallest α > 0)", "final gold: smallest α > 0 − α = 0, per seed", GOLD,
+              paired(LEN_PEN, Arm("smallest α", extreme=("algo.length_penalty", "min"),
+                                  above={"algo.length_penalty": 0}),
+                     Arm("α = 0", {"algo.length_penalty": 0}), final_gold)),
+    )),
+    Claim("C12", "PPO's clip (ε = 0.2) limits each update and prevents reward spikes.", (CLIP,), (
+        Part("the clip limits each update", "ln(mean policy/approxkl over steps: largest ε ÷ ε = 0.2), per seed",
+             LN_RATIO, +1, LN_10PCT,
+             paired(CLIP, Arm("largest ε", extreme=("algo.clip_eps", "max"), above={"algo.clip_eps": 0.2}),
+                    Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/approxkl"), scale="log ratio")),
+        Part("and prevents reward spikes", "largest step-to-step change of objective/scores: largest ε − ε = 0.2, "
+             "per seed", PROXY, +1, 0.05,
+             paired(CLIP, Arm("largest ε", extreme=("algo.clip_eps", "max"), above={"algo.clip_eps": 0.2}),
+                    Arm("ε = 0.2", {"algo.clip_eps": 0.2}), max_jump("objective/scores"))),
+        shown("how often the clip is active at ε = 0.2", "mean policy/clipfrac over steps, ε = 0.2", FRACTION,
+              within(CLIP, Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/clipfrac"))),
+    ), note="Compared: ε = 0.2 and the largest ε above 0.2 in the grid (a looser clip)."),
+    Claim("C13", "A larger RM reduces but does not remove hacking.", (RM_SIZE,), (
+        Part("there is hacking to reduce", "split-half gold drop from the peak with the smallest RM, per policy size "
+             "and seed", GOLD, +1, GOLD_MARGIN,
+             grouped(RM_SIZE, ANY_PPO, lambda r: r.rm_params(), is_min, None, gold_drop, ("smallest RM", ""),
+                     unit=policy_seed), PRECONDITION),
+        Part("a larger RM reduces it", "split-half gold drop: smallest − largest RM, per policy size and seed", GOLD,
+             +1, GOLD_MARGIN, grouped(RM_SIZE, ANY_PPO, lambda r: r.rm_params(), is_min, is_max, gold_drop,
+                                      ("smallest RM", "largest RM"), unit=policy_seed)),
+        Part("but does not remove it", "split-half gold drop with the largest RM, per policy size and seed", GOLD, +1,
+             GOLD_MARGIN, grouped(RM_SIZE, ANY_PPO, lambda r: r.rm_params(), is_max, None, gold_drop,
+                                  ("largest RM", ""), unit=policy_seed)),
+    )),
+    Claim("C14", "GRPO replaces the KL penalty with group normalisation.",
+          untestable="a statement about what GRPO is, not an effect: group-normalised advantages replace the critic, "
+                     "and GRPO keeps a KL term in the loss (k3, β = 0.04 in DeepSeekMath). Close configuration: "
+                     "algo.critic=none algo.samples_per_prompt=4 algo.kl_in=loss algo.kl_estimator=k3."),
+    Claim("C15", "PPO needs four models (actor and critic trained, reference and RM frozen), and the critic's "
+          "baseline lowers variance.", (CRITIC,), (
+        Part("the critic lowers the advantage variance", "ln(mean objective/advantage_var over steps: no critic ÷ "
+             "critic), per seed", LN_RATIO, +1, LN_10PCT,
+             paired(CRITIC, Arm("no critic", {"algo.critic": "none"}), Arm("critic", {"algo.critic": "policy"}),
+                    step_mean("objective/advantage_var"), scale="log ratio")),
+        shown("and trains better", "final gold: critic − no critic, per seed", GOLD,
+              paired(CRITIC, Arm("critic", {"algo.critic": "policy"}), Arm("no critic", {"algo.critic": "none"}),
+                     final_gold)),
+    ), note="'Four models' describes the setup and is not tested; without a critic the baseline is the batch mean."),
+    Claim("C16", "The RM need not share the policy's base, but a same-source RM is more stable.", (RM_SOURCE,), (
+        Part("a different-source RM still works", "last − first eval/gold_reward with the different-source RM, per "
+             "seed", GOLD, +1, GOLD_MARGIN, within(RM_SOURCE, DIFF, change("eval/gold_reward"))),
+        Part("a same-source RM does better", "final gold: same − different source, per seed", GOLD, +1, GOLD_MARGIN,
+             paired(RM_SOURCE, SAME, DIFF, final_gold)),
+        shown("and hacks less", "split-half gold drop from the peak: different − same source, per seed", GOLD,
+              paired(RM_SOURCE, DIFF, SAME, gold_drop)),
+    )),
+    Claim("C17", "A different-source RM mis-scores the policy's out-of-distribution text; mixing ~20 % on-policy "
+          "samples into its training data fixes it.", (RM_SOURCE,), (
+        Part("the different-source RM does worse", "final gold: same − different source, per seed", GOLD, +1,
+             GOLD_MARGIN, paired(RM_SOURCE, SAME, DIFF, final_gold), PRECONDITION),
+        Part("20 % on-policy pairs improve it", "final gold: different source with − without on-policy pairs, per "
+             "seed", GOLD, +1, GOLD_MARGIN, paired(RM_SOURCE, DIFF_MIX, DIFF, final_gold)),
+        shown("and close the gap to same-source", "final gold: different source with on-policy pairs − same source",
+              GOLD, paired(RM_SOURCE, DIFF_MIX, SAME, final_gold)),
+        shown("on out-of-distribution prompts", "final eval/gold_reward_ood: with − without on-policy pairs", GOLD,
+              paired(RM_SOURCE, DIFF_MIX, DIFF, final("eval/gold_reward_ood"))),
+    )),
+    Claim("C18", "The RM should be ≥ 1/10 of the policy's size, and an ensemble of 3–5 small RMs ≈ one larger RM.",
+          (RM_SIZE,), (
+        Part("an RM below 1/10 of the policy does worse", "final gold: mean over RMs ≥ 1/10 of the policy's params − "
+             "mean over RMs < 1/10, per policy size and seed", GOLD, +1, GOLD_MARGIN,
+             grouped(RM_SIZE, ANY_PPO, rm_ratio, lambda v, _: v >= 0.1, lambda v, _: v < 0.1, final_gold,
+                     ("RM ≥ 1/10", "RM < 1/10"), unit=policy_seed)),
+        shown("an ensemble of 3 (λ = 1) vs one RM of the same size", "final gold: ensemble − single same-source RM, "
+              "per seed", GOLD,
+              paired(RM_SOURCE, Arm("ensemble of 3", {"reward_model.ensemble": 3, "data.on_policy_fraction": 0}),
+                     SAME, final_gold)),
+    ), note="'≈ one larger RM' needs a larger single RM in the ensemble's study; rm_source compares the ensemble with "
+            "one RM of its own size.", also=(RM_SOURCE,)),
+    Claim("C19", "A LoRA-tuned RM with a small rank (r = 8) adapts worse than r = 64.", (RM_LORA,), (
+        Part("r = 8 fits the preferences worse", "rm/accuracy (held-out pairs, vs the labeler): r = 64 − r = 8, per "
+             "RM seed", FRACTION, +1, 0.01,
+             paired(RM_LORA, Arm("r = 64", {"reward_model.lora.r": 64}, stage=""),
+                    Arm("r = 8", {"reward_model.lora.r": 8}, stage=""), rm_metric("rm/accuracy"), unit=rm_seed)),
+        shown("and gold worse", "rm/accuracy_gold: r = 64 − r = 8, per RM seed", FRACTION,
+              paired(RM_LORA, Arm("r = 64", {"reward_model.lora.r": 64}, stage=""),
+                     Arm("r = 8", {"reward_model.lora.r": 8}, stage=""), rm_metric("rm/accuracy_gold"),
+                     unit=rm_seed)),
+        shown("full fine-tuning vs r = 64", "rm/accuracy: full (r = 0) − r = 64, per RM seed", FRACTION,
+              paired(RM_LORA, Arm("full fine-tuning", {"reward_model.lora.r": 0}, stage=""),
+                     Arm("r = 64", {"reward_model.lora.r": 64}, stage=""), rm_metric("rm/accuracy"), unit=rm_seed)),
+    ), note="One value per distinct RM: RMs shared by several PPO runs count once (an RM seed is the unit)."),
+    Claim("C20", "Reward normalisation fixes reward-scale drift.", (RM_NORM,), (
+        Part("normalising the RM improves PPO", "final gold: normalize = true − false, per seed", GOLD, +1,
+             GOLD_MARGIN, paired(RM_NORM, Arm("normalised", {"reward_model.normalize": True}),
+                                 Arm("raw", {"reward_model.normalize": False}), final_gold)),
+        shown("and changes how far the policy moves", "final eval/kl: normalize = true − false, per seed", "nats",
+              paired(RM_NORM, Arm("normalised", {"reward_model.normalize": True}),
+                     Arm("raw", {"reward_model.normalize": False}), final("eval/kl"))),
+    ), note="A fixed affine map cannot follow a drift during PPO; what is judged is the outcome with vs without it."),
+    Claim("C21", "Numbers quoted in the notes: 'Anthropic +30 % stability', 'DeepSeek-R1 used 5×1.3B RMs', "
+          "'InstructGPT defaults to a 1.3B RM'.",
+          untestable="quotations about other labs' systems, unverifiable or wrong (InstructGPT used one 6B RM for "
+                     "every policy size); nothing to run."),
+)
+
+BY_ID = {c.id: c for c in CLAIMS}
