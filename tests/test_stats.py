@@ -147,7 +147,8 @@ def test_bootstrap_ci_contains_the_mean_and_shrinks_with_n():
     (0.0, 0.3, +1, None, INCONCLUSIVE),            # touching 0 is not excluding it
     (float("nan"), float("nan"), +1, None, INCONCLUSIVE),
     (float("nan"), 0.5, +1, 1.0, INCONCLUSIVE),
-    (0.01, 0.04, +1, 0.05, HOLDS),                 # excludes 0 beats the margin: small but real
+    (0.01, 0.04, +1, 0.05, DOES_NOT_HOLD),         # inside the margin: negligible, though it excludes 0
+    (0.01, 0.08, +1, 0.05, HOLDS),                 # excludes 0 and reaches past the margin
 ])
 def test_verdict_branches(lo, hi, direction, margin, expected):
     assert verdict(lo, hi, direction, margin) == expected

@@ -168,8 +168,9 @@ def verdict(lo: float, hi: float, direction: int, margin: float | None = None) -
 
     direction = +1: the claim is effect > 0; −1: effect < 0.
       HOLDS          when the interval excludes 0 on the claimed side   (lo > 0 for +1, hi < 0 for −1);
-      DOES_NOT_HOLD  when it excludes 0 on the other side, or lies inside the equivalence margin
-                     (−margin ≤ lo and hi ≤ margin: the effect is shown to be negligible);
+      DOES_NOT_HOLD  when it lies inside the equivalence margin (−margin ≤ lo and hi ≤ margin: the effect
+                     is shown to be negligible, checked first: a tiny effect measured precisely does not
+                     make a claim hold), or excludes 0 on the other side;
       INCONCLUSIVE   otherwise, including NaN bounds.
     An interval touching 0 (lo == 0) does not exclude it.
     """
@@ -181,12 +182,12 @@ def verdict(lo: float, hi: float, direction: int, margin: float | None = None) -
         return INCONCLUSIVE
     if lo > hi:
         raise ValueError(f"lo > hi: [{lo}, {hi}]")
+    if margin is not None and -margin <= lo and hi <= margin:
+        return DOES_NOT_HOLD  # shown to be negligible, even where it excludes 0
     if lo > 0:
         return HOLDS if direction == 1 else DOES_NOT_HOLD
     if hi < 0:
         return HOLDS if direction == -1 else DOES_NOT_HOLD
-    if margin is not None and -margin <= lo and hi <= margin:
-        return DOES_NOT_HOLD
     return INCONCLUSIVE
 
 
