@@ -68,6 +68,41 @@ def job_sweep_params(overrides: list[str]) -> dict[str, str]:
 
 
 
+# Overrides that do not change what a job computes; a finished run counts for a job whatever their values.
+NOT_JOB_KEYS = ("skip_finished",)
+
+
+def job_overrides(overrides: list[str] | str) -> list[str]:
+    """A job's overrides as the tag ``rlhf_lab.overrides`` holds them (space-joined), without
+    :data:`NOT_JOB_KEYS`: the identity of a job within its study, in order."""
+    text = overrides if isinstance(overrides, str) else " ".join(overrides)
+    return [o for o in text.split(" ") if o and override_key(o.split("=", 1)[0]) not in NOT_JOB_KEYS]
+
+
+def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
+    """The latest FINISHED run of `stage` in this config's tracking store and experiment with the same study
+    (tag ``rlhf_lab.study``, none when ``study`` is null) and the same overrides (tag ``rlhf_lab.overrides``,
+    compared by :func:`job_overrides`), or None. Upstream stages of a job carry its tags too: `stage` tells the
+    job's own run from them."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri(cfg))
+    exp = client.get_experiment_by_name(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
+    if exp is None:
+        return None
+    study = str(cfg.study) if cfg.get("study") else None
+    query = f"attributes.status = 'FINISHED' and tags.`rlhf_lab.stage` = '{stage}'"
+    if study and "'" not in study:
+        query += f" and tags.`rlhf_lab.study` = '{study}'"
+    want = job_overrides(overrides)
+    for run in client.search_runs([exp.experiment_id], query, max_results=50000,
+                                  order_by=["attributes.start_time DESC"]):
+        tags = run.data.tags
+        if tags.get("rlhf_lab.study") == study and job_overrides(tags.get("rlhf_lab.overrides", "")) == want:
+            return run
+    return None
+
+
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):
