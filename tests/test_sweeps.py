@@ -12,7 +12,7 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_module
 
-from rlhf_lab import sweeping
+from rlhf_lab import sweeping, tracking
 
 ROOT = Path(__file__).resolve().parents[1]
 # every study file, the claims suite's (rlhf_lab/suite.py, tests/test_suite.py) included
@@ -90,7 +90,7 @@ def test_swept_keys_and_job_params():
     assert keys == ["ppo_kl", "seed"]
     os.environ[sweeping.SWEPT_ENV] = "ppo_kl,seed"
     try:
-        assert sweeping.job_sweep_params(["+ppo_kl=fixed_0", "seed=1", "sweep=x"]) == {
+        assert tracking.job_sweep_params(["+ppo_kl=fixed_0", "seed=1", "sweep=x"]) == {
             "sweep.ppo_kl": "fixed_0", "sweep.seed": "1"}
     finally:
         del os.environ[sweeping.SWEPT_ENV]
