@@ -109,7 +109,7 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert {(c.policy.arch.hidden, c.reward_model.source) for _, c in sizes} == {(64, "same")}
     ens = _settings(jobs["rm_ensemble"], lambda c: c.reward_model.arch.hidden, lambda c: c.reward_model.ensemble,
                     lambda c: float(c.reward_model.conservative_lambda))
-    assert ens == {(32, 1, 0.0), (32, 3, 0.0), (32, 3, 1.0), (64, 1, 0.0)}
+    assert ens == {(32, 3, 0.0), (32, 3, 1.0), (64, 1, 0.0)}
     src = jobs["rm_source_5seeds"]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
         ("same", 0.0), ("different", 0.0)}
