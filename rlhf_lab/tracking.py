@@ -73,10 +73,24 @@ NOT_JOB_KEYS = ("skip_finished",)
 
 
 def job_overrides(overrides: list[str] | str) -> list[str]:
-    """A job's overrides as the tag ``rlhf_lab.overrides`` holds them (space-joined), without
-    :data:`NOT_JOB_KEYS`: the identity of a job within its study, in order."""
+    """A job's overrides as the tag ``rlhf_lab.overrides`` holds them (space-joined), each in Hydra's canonical
+    form (a multirun writes ``skip_finished=True``, ``tracking.uri=sqlite\\:///x.db`` for what was typed
+    ``skip_finished=true``, ``tracking.uri=sqlite:///x.db``), without :data:`NOT_JOB_KEYS`: the identity of a job
+    within its study, in order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
     text = overrides if isinstance(overrides, str) else " ".join(overrides)
-    return [o for o in text.split(" ") if o and override_key(o.split("=", 1)[0]) not in NOT_JOB_KEYS]
+    out = []
+    for token in filter(None, text.split(" ")):
+        try:
+            o = parser.parse_override(token)
+            key, token = override_key(o.get_key_element()), f"{o.get_key_element()}={o.get_value_element_as_str()}"
+        except Exception:  # a piece of a value with spaces: compared as it is
+            key = override_key(token.split("=", 1)[0])
+        if key not in NOT_JOB_KEYS:
+            out.append(token)
+    return out
 
 
 def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):

@@ -174,6 +174,9 @@ def test_finished_run_of_the_same_study_and_overrides_is_found(store):
     other = compose_job(["study=clip_eps", f"tracking.uri={uri}"])
     assert find_finished_run(other, "ppo", job) is None
     assert job_overrides("a=1 skip_finished=true b=2") == ["a=1", "b=2"]
+    # as a multirun renders them (the tags of its jobs) and as typed: one job
+    assert job_overrides(["tracking.uri=sqlite\\:///x.db", "skip_finished=True", "+k=v"]) == job_overrides(
+        "tracking.uri=sqlite:///x.db +k=v")
 
 
 def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(store, tmp_path, monkeypatch, capsys):
@@ -202,3 +205,19 @@ def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(sto
     assert f"skipped (finished run {done})" in out and calls == []
     out = launch(8)  # its run FAILED: run again
     assert "skipped" not in out and calls == [8]
+
+
+def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp_path, monkeypatch, capsys):
+    from rlhf_lab import cli, stages
+
+    uri, client, exp = store
+    calls = []
+    monkeypatch.setattr(stages, "run_job", lambda cfg, out: calls.append(int(cfg.seed)) or {"eval": {}})
+    monkeypatch.chdir(tmp_path)
+    done = fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=1", f"tracking.uri={uri}"], gold=0.5)
+    monkeypatch.setattr(sys, "argv", ["rlhf-lab", "-m", "study=unit", "seed=0,1,2", f"tracking.uri={uri}",
+                                      "skip_finished=true", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    cli.main()  # the basic launcher: jobs one after the other, in this process
+    out = capsys.readouterr().out
+    assert calls == [0, 2] and out.count("skipped (finished run") == 1 and f"finished run {done}" in out
