@@ -12,7 +12,14 @@ from omegaconf import OmegaConf
 from rlhf_lab import stages
 from rlhf_lab.models import families as F
 from rlhf_lab.stages import ppo as ppo_stage
-from rlhf_lab.stages.common import checkpoint_path, parse_preset_ref, policy_preset, policy_presets, preset_config
+from rlhf_lab.stages.common import (
+    checkpoint_path,
+    parse_preset_ref,
+    policy_preset,
+    policy_presets,
+    preset_config,
+    upstream_run,
+)
 from tests.conftest import compose_cfg
 
 KEY = "algo.reference.path"
@@ -49,7 +56,9 @@ def test_presets_of_another_tokenizer_or_unknown_are_refused_before_any_training
 
 def test_sft_at_preset_builds_or_reuses_that_presets_sft_and_shares_the_tokenizer(tmp_path):
     common = [*FAST, f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-              "trainer.progress_bar=false", "trainer.threads=1", "algo=ppo"]
+              "trainer.progress_bar=false", "trainer.threads=1", "algo=ppo", "algo.reward=gold", "algo.steps=2",
+              "algo.batch_size=8", "algo.num_minibatches=2", "algo.ppo_epochs=1", "eval.every_n_steps=0",
+              "eval.n_prompts=8", "eval.n_samples_logged=2", "generation.max_new_tokens=8"]
     small = compose_cfg(["policy=a_small", *common, "algo.reference.path=sft@a_tiny"])
     tiny_sft = stages.ensure("sft", compose_cfg(["policy=a_tiny", *common]))  # the a_tiny policy's own SFT
     spec = ppo_stage.spec(small)  # the policy's SFT, then the reference's (reused: already built above)
@@ -61,3 +70,10 @@ def test_sft_at_preset_builds_or_reuses_that_presets_sft_and_shares_the_tokenize
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     assert sorted(runs["tags.rlhf_lab.stage"]) == ["pretrain", "pretrain", "sft", "sft"]  # each built once
+    meta = stages.run_job(small, tmp_path / "ppo")  # the job: 2 PPO steps (oracle reward) against the a_tiny SFT
+    runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
+    ppo = runs[runs["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
+    assert ppo["run_id"] == meta["run_id"] and ppo["params.reference"] == str(tiny_sft)
+    assert ppo["params.algo.reference.path"] == "sft@a_tiny" and len(runs) == 5  # nothing rebuilt
+    assert ppo["tags.rlhf_lab.upstream.reference"] == upstream_run(small, tiny_sft)  # the a_tiny SFT's run
+    assert ppo["tags.rlhf_lab.upstream.reference"] in set(runs[runs["tags.rlhf_lab.stage"] == "sft"]["run_id"])
