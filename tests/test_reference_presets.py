@@ -54,7 +54,8 @@ def test_presets_of_another_tokenizer_or_unknown_are_refused_before_any_training
     assert checkpoint_path(cfg, "/some/folder", KEY) == "/some/folder"  # any other value is taken as it is
 
 
-def test_sft_at_preset_builds_or_reuses_that_presets_sft_and_shares_the_tokenizer(tmp_path):
+def test_sft_at_preset_builds_or_reuses_that_presets_sft_and_shares_the_tokenizer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the store's artifacts (./mlruns) stay out of the repository
     common = [*FAST, f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
               "trainer.progress_bar=false", "trainer.threads=1", "algo=ppo", "algo.reward=gold", "algo.steps=2",
               "algo.batch_size=8", "algo.num_minibatches=2", "algo.ppo_epochs=1", "eval.every_n_steps=0",
