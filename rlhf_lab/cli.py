@@ -54,10 +54,28 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     return "\n".join(lines)
 
 
+def skip_if_finished(cfg: DictConfig) -> tuple[bool, float | None]:
+    """With ``skip_finished=true``: (True, its final gold) when the job already has a FINISHED run in the tracking
+    store (same study, same overrides; :func:`rlhf_lab.tracking.find_finished_run`), after printing one line."""
+    if not cfg.get("skip_finished"):
+        return False, None
+    from rlhf_lab.tracking import find_finished_run, hydra_overrides
+
+    run = find_finished_run(cfg, str(cfg.algo.name), hydra_overrides())
+    if run is None:
+        return False, None
+    overrides = " ".join(hydra_overrides())
+    print(f"[rlhf-lab] {cfg.algo.name} {overrides}: skipped (finished run {run.info.run_id})", flush=True)
+    return True, run.data.metrics.get("eval/gold_reward")
+
+
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
     try:
         quiet_libraries()
+        skipped, gold = skip_if_finished(cfg)  # before any work: a resumed sweep re-runs only what is missing
+        if skipped:
+            return gold
         from rlhf_lab.stages import run_job
 
         threads = set_threads(cfg)

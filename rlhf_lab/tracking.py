@@ -68,6 +68,55 @@ def job_sweep_params(overrides: list[str]) -> dict[str, str]:
 
 
 
+# Overrides that do not change what a job computes; a finished run counts for a job whatever their values.
+NOT_JOB_KEYS = ("skip_finished",)
+
+
+def job_overrides(overrides: list[str] | str) -> list[str]:
+    """A job's overrides as the tag ``rlhf_lab.overrides`` holds them (space-joined), each in Hydra's canonical
+    form (a multirun writes ``skip_finished=True``, ``tracking.uri=sqlite\\:///x.db`` for what was typed
+    ``skip_finished=true``, ``tracking.uri=sqlite:///x.db``), without :data:`NOT_JOB_KEYS`: the identity of a job
+    within its study, in order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    text = overrides if isinstance(overrides, str) else " ".join(overrides)
+    out = []
+    for token in filter(None, text.split(" ")):
+        try:
+            o = parser.parse_override(token)
+            key, token = override_key(o.get_key_element()), f"{o.get_key_element()}={o.get_value_element_as_str()}"
+        except Exception:  # a piece of a value with spaces: compared as it is
+            key = override_key(token.split("=", 1)[0])
+        if key not in NOT_JOB_KEYS:
+            out.append(token)
+    return out
+
+
+def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
+    """The latest FINISHED run of `stage` in this config's tracking store and experiment with the same study
+    (tag ``rlhf_lab.study``, none when ``study`` is null) and the same overrides (tag ``rlhf_lab.overrides``,
+    compared by :func:`job_overrides`), or None. Upstream stages of a job carry its tags too: `stage` tells the
+    job's own run from them."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri(cfg))
+    exp = client.get_experiment_by_name(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
+    if exp is None:
+        return None
+    study = str(cfg.study) if cfg.get("study") else None
+    query = f"attributes.status = 'FINISHED' and tags.`rlhf_lab.stage` = '{stage}'"
+    if study and "'" not in study:
+        query += f" and tags.`rlhf_lab.study` = '{study}'"
+    want = job_overrides(overrides)
+    for run in client.search_runs([exp.experiment_id], query, max_results=50000,
+                                  order_by=["attributes.start_time DESC"]):
+        tags = run.data.tags
+        if tags.get("rlhf_lab.study") == study and job_overrides(tags.get("rlhf_lab.overrides", "")) == want:
+            return run
+    return None
+
+
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):

@@ -15,7 +15,8 @@ from hydra import compose, initialize_config_module
 from rlhf_lab import sweeping, tracking
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDIES = ["ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds"]
+# every study file, the claims suite's (rlhf_lab/suite.py, tests/test_suite.py) included
+STUDIES = sorted(p.stem for p in (ROOT / "sweeps" / "sweep").glob("*.yaml"))
 
 # smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job
 MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "eval.n_prompts=4",
@@ -26,6 +27,13 @@ MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_exa
 def job_cfg(job: list[str]):
     with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
         return compose("config", overrides=job)
+
+
+def test_the_studies_include_the_original_ones_and_the_claims_suite():
+    from rlhf_lab.suite import SUITE
+
+    assert {"ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds"} <= set(STUDIES)
+    assert {s for s, _ in SUITE} <= set(STUDIES) and len(STUDIES) >= 18
 
 
 def test_every_study_file_is_a_global_package_with_a_study_name_and_sweeper_params():
@@ -152,7 +160,9 @@ def test_wheel_ships_the_sweeps(tmp_path):
     assert "rlhf_lab/sweeps/ppo_kl/fixed_0.yaml" in names and "rlhf_lab/sweeps/__init__.py" in names
     assert "rlhf_lab/conf/hydra/launcher/parallel.yaml" in names and "rlhf_lab/analysis/cli.py" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "rlhf-lab-report = rlhf_lab.analysis.cli:main" in entry
+    assert "rlhf-lab-report = rlhf_lab.analysis.cli:main" in entry and "rlhf-lab-suite = rlhf_lab.suite:main" in entry
+    assert "rlhf_lab/sweeps/kl_est/k3_loss.yaml" in names and "rlhf_lab/sweeps/rm_ens/ens3_tiny_l1.yaml" in names
+    assert "rlhf_lab/sweeps/rm_size/micro.yaml" in names and "rlhf_lab/suite.py" in names
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                        capture_output=True, text=True, timeout=300)

@@ -6,7 +6,8 @@ roles for the configured mode (:func:`build_models`), the reward (:func:`load_re
 callbacks, runs the Lightning trainer as one MLflow run, saves the policy and returns the summary.
 
 Reference modes (``algo.reference``): ``kind: copy`` is a frozen copy of the SFT policy, or of the
-checkpoint ``reference.path`` (same tokenizer), re-synced to the policy every ``sync_every`` steps when
+checkpoint ``reference.path`` (same tokenizer; ``sft@<policy preset>`` names that preset's SFT artifact, e.g. a
+smaller reference for claim C8), re-synced to the policy every ``sync_every`` steps when
 that is > 0; ``kind: lora_disabled`` trains LoRA adapters (``algo.lora``, r > 0) on one SFT base, the
 reference being that base with the adapters disabled and the critic a value head on the policy's last
 hidden state (claim C6). The critic starts from the reward model (``algo.critic=rm``, InstructGPT), the
@@ -36,6 +37,7 @@ from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import ensure, evaluate, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
+from rlhf_lab.stages.common import checkpoint_path
 from rlhf_lab.world import GoldWeights, gold_reward
 
 WHAT = "PPO policy"
@@ -45,9 +47,19 @@ REFERENCE_KINDS = ("copy", "lora_disabled")
 
 
 def spec(cfg: DictConfig) -> dict:
-    """The SFT policy PPO starts from (built first, with every stage above it)."""
-    return {"sft": str(ensure("sft", cfg)), "seed": stage_seed(cfg, "ppo"),
-            "steps": job_steps(cfg, "ppo", cfg.algo.steps)}
+    """The SFT policy PPO starts from (built first, with every stage above it), and the reference checkpoint
+    ``algo.reference.path`` when set (``sft@<preset>`` resolved to that preset's SFT artifact, built if missing)."""
+    sft = str(ensure("sft", cfg))
+    out = {"sft": sft, "seed": stage_seed(cfg, "ppo"), "steps": job_steps(cfg, "ppo", cfg.algo.steps)}
+    if cfg.algo.reference.get("path"):
+        out["reference"] = reference_path(cfg, sft)
+    return out
+
+
+def reference_path(cfg: DictConfig, sft_path) -> str:
+    """``algo.reference.path`` as a checkpoint folder: ``sft@a_tiny`` is the SFT artifact of the ``a_tiny`` policy
+    preset (every other setting as in `cfg`; same tokenizer as the policy's SFT checkpoint, checked)."""
+    return checkpoint_path(cfg, cfg.algo.reference.path, "algo.reference.path", tokenizer_of=sft_path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -75,8 +87,9 @@ def check_reference(algo: DictConfig) -> None:
                              "set algo.lora.r > 0 (e.g. 16)")
 
 
-def build_models(algo: DictConfig, sft_path, tok, scorer=None):
-    """(policy, reference, critic) for the configured mode; the reference is an nn.Module or a callable."""
+def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_reference=None):
+    """(policy, reference, critic) for the configured mode; the reference is an nn.Module or a callable.
+    `resolved_reference`: ``algo.reference.path`` as a folder (:func:`reference_path`); default: the path as given."""
     critic_kind = str(algo.critic)
     if critic_kind not in CRITICS:
         raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy or none")
@@ -89,11 +102,12 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None):
         critic = ValueModel(None, hidden_size) if critic_kind == "policy" else None
         return policy, AdapterDisabled(policy), critic
     if ref_cfg.get("path"):
-        ref_tok = F.load_tokenizer(ref_cfg.path, "algo.reference.path")
+        ref_path = resolved_reference or ref_cfg.path
+        ref_tok = F.load_tokenizer(ref_path, "algo.reference.path")
         if not F.same_tokenizer(ref_tok, tok):
             raise ValueError(f"algo.reference.path={ref_cfg.path!r} has a different tokenizer than the policy; "
                              "the per-token KL needs the same tokenizer (same model family)")
-        reference = F.load_causal_lm(ref_cfg.path, tok, "algo.reference.path")
+        reference = F.load_causal_lm(ref_path, tok, "algo.reference.path")
     else:
         reference = copy.deepcopy(policy)
     reference.requires_grad_(False).eval()
@@ -189,7 +203,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     scorer, rm_run = load_reward(cfg)
     L.seed_everything(seed, verbose=False)
     tok = F.load_tokenizer(sft_path, "policy.name_or_path")
-    policy, reference, critic = build_models(a, sft_path, tok, scorer)
+    policy, reference, critic = build_models(a, sft_path, tok, scorer, resolved_reference=spec.get("reference"))
     n_prompts = a.batch_size // a.samples_per_prompt
     rank, world = distributed.rank(), distributed.world_size()
 
@@ -203,11 +217,15 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     params = {"stage": "ppo", "algo": to_plain(a), "kl": to_plain(cfg.kl), "generation": to_plain(cfg.generation),
               "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": seed, "steps": steps,
               "sft": str(sft_path)}
+    if spec.get("reference"):
+        params["reference"] = spec["reference"]
     if cfg.get("reward_model") is not None:
         params["reward_model"] = to_plain(cfg.reward_model)
     tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, sft_path)}
     if rm_run:
         tags["rlhf_lab.upstream.rm"] = rm_run
+    if spec.get("reference"):
+        tags["rlhf_lab.upstream.reference"] = upstream_run(cfg, spec["reference"])
     with tracking.start_run(cfg, "ppo", params=params, tags=tags) as run:
         eval_scorer = scorer if a.reward == "rm" else None
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer),

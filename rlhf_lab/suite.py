@@ -1,0 +1,159 @@
+"""``rlhf-lab-suite`` (``python -m rlhf_lab.suite``): every claims study, resumably, then ``reports/claims.md``.
+
+    python -m rlhf_lab.suite --dry-run             # the studies, their job counts, the expected wall time
+    python -m rlhf_lab.suite                       # run them all, 2 jobs at a time, then rlhf-lab-report --claims
+    python -m rlhf_lab.suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
+
+Each study is launched as ``rlhf-lab -m sweep=<study> hydra/launcher=parallel skip_finished=true [overrides]``.
+With ``skip_finished=true`` a job whose FINISHED run (same study, same overrides) is already in the tracking
+store is skipped before any work (``rlhf_lab.cli``), so a suite that was interrupted is completed by launching
+the same command again: only the missing, failed and interrupted jobs run. A study with a failed job does not
+stop the suite; the suite names it at the end and exits with status 1. The tracking store is the usual one
+(``MLFLOW_TRACKING_URI``, else ``tracking.uri``); pass the same overrides on every launch, since they are part
+of each job's identity.
+
+The expected wall times are the ``about N min`` of each study file's header (``sweeps/sweep/<study>.yaml``),
+for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, preference pairs, RMs) cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from importlib.resources import files
+
+# The claims studies, in the order they run (the default chain's upstream stages are built by the first).
+SUITE: list[tuple[str, str]] = [
+    ("ppo_beta_grid_5seeds", "C1 C5"),
+    ("ref_sync", "C3"),
+    ("ref_shared", "C6"),
+    ("kl_estimators", "C7"),
+    ("ref_small", "C8"),
+    ("length_penalty", "C11"),
+    ("clip_eps", "C12"),
+    ("rm_size_vs_policy_size_5seeds", "C13 C18"),
+    ("critic_baseline", "C15"),
+    ("rm_source_5seeds", "C16"),
+    ("rm_ensemble", "C18"),
+    ("rm_lora", "C19"),
+    ("rm_normalize", "C20"),
+]
+UPSTREAM_MIN = 12  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs), 2 cores
+
+
+def study_names() -> list[str]:
+    """Every canned study (``sweeps/sweep/*.yaml``)."""
+    return sorted(p.name[: -len(".yaml")] for p in files("rlhf_lab.sweeps").joinpath("sweep").iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def study_header(study: str) -> str:
+    """The leading comment block of a study file."""
+    text = files("rlhf_lab.sweeps").joinpath("sweep", f"{study}.yaml").read_text()
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").rstrip())
+    return " ".join(lines)
+
+
+def expected(study: str) -> tuple[int | None, float | None]:
+    """(jobs, minutes of wall time) stated in the study file's header: ``Expected: N jobs ... about M min``."""
+    head = study_header(study)
+    jobs = re.search(r"Expected:\s*(\d+)\s+jobs", head)
+    mins = re.search(r"about\s+(\d+(?:\.\d+)?)\s+min", head)
+    return (int(jobs.group(1)) if jobs else None), (float(mins.group(1)) if mins else None)
+
+
+def claims_of(study: str) -> str:
+    return dict(SUITE).get(study, "")
+
+
+def study_command(study: str, overrides: list[str], n_jobs: int) -> list[str]:
+    """The command that runs one study resumably (``python -m rlhf_lab.cli`` is ``rlhf-lab``)."""
+    return [sys.executable, "-m", "rlhf_lab.cli", "-m", f"sweep={study}", "hydra/launcher=parallel",
+            f"hydra.launcher.n_jobs={n_jobs}", "skip_finished=true", *overrides]
+
+
+def report_command(overrides: list[str], out: str) -> list[str]:
+    cmd = [sys.executable, "-m", "rlhf_lab.analysis.cli", "--claims", "--out", out]
+    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
+    return cmd + (["--uri", uri[-1]] if uri else [])
+
+
+def fmt_minutes(seconds: float) -> str:
+    m = int(round(seconds / 60))
+    return f"{m // 60}h {m % 60:02d}min" if m >= 60 else f"{seconds / 60:.1f} min"
+
+
+def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
+    """List the studies with their job counts (``rlhf_lab.sweeping.plan``) and expected wall times."""
+    from rlhf_lab.sweeping import plan
+
+    total_jobs, total_min = 0, 0.0
+    print(f"{'#':>2}  {'study':<32} {'claims':<8} {'jobs':>5} {'~min':>5}")
+    for i, study in enumerate(studies, 1):
+        jobs = plan([f"sweep={study}", *overrides], validate=validate)
+        _, mins = expected(study)
+        total_jobs += len(jobs)
+        total_min += mins or 0.0
+        print(f"{i:>2}  {study:<32} {claims_of(study):<8} {len(jobs):>5} {format(mins, 'g') if mins is not None else '?':>5}")
+    print(f"{len(studies)} studies, {total_jobs} jobs; expected wall time about {total_min:.0f} min with 2 jobs at "
+          f"a time on 2 cores and the upstream stages cached (about {UPSTREAM_MIN} min more on an empty cache)")
+    print("each study runs as: rlhf-lab " + " ".join(study_command("<study>", overrides, 2)[3:]))
+    print("then: rlhf-lab-report --claims")
+    return 0
+
+
+def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out: str) -> int:
+    t0 = time.time()
+    failed: list[str] = []
+    for i, study in enumerate(studies, 1):
+        _, mins = expected(study)
+        print(f"\n[rlhf-lab-suite] {i}/{len(studies)} {study} ({claims_of(study) or 'study'}; expected about "
+              f"{format(mins, 'g') if mins is not None else '?'} min)", flush=True)
+        t1 = time.time()
+        rc = subprocess.call(study_command(study, overrides, n_jobs))
+        status = "done" if rc == 0 else f"exit status {rc}"
+        print(f"[rlhf-lab-suite] {study}: {status} in {fmt_minutes(time.time() - t1)} "
+              f"(suite so far {fmt_minutes(time.time() - t0)})", flush=True)
+        if rc != 0:
+            failed.append(study)
+    if report:
+        print("\n[rlhf-lab-suite] rlhf-lab-report --claims", flush=True)
+        if subprocess.call(report_command(overrides, out)) != 0:
+            failed.append("rlhf-lab-report --claims")
+    print(f"\n[rlhf-lab-suite] total wall time {fmt_minutes(time.time() - t0)} for {len(studies)} studies"
+          + (f"; failed: {', '.join(failed)} (launch the same command again to re-run what is missing)"
+             if failed else ""), flush=True)
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="rlhf-lab-suite", description="Run every claims study (resumably: jobs with a FINISHED run are "
+        "skipped), then rlhf-lab-report --claims. Extra arguments are Hydra overrides for every job.")
+    p.add_argument("--dry-run", action="store_true", help="list the studies, their job counts and expected times")
+    p.add_argument("--studies", default=None,
+                   help=f"comma-separated studies to run instead of the suite (any of: {', '.join(study_names())})")
+    p.add_argument("--n-jobs", type=int, default=2, help="jobs at a time (hydra.launcher.n_jobs; default 2)")
+    p.add_argument("--no-report", action="store_true", help="do not write reports/claims.md at the end")
+    p.add_argument("--out", default="reports", help="folder of claims.md (default: reports)")
+    p.add_argument("--no-validate", action="store_true", help="with --dry-run: do not compose every job")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for every job, e.g. cache_dir=/shared/cache")
+    a = p.parse_args(argv)
+    studies = [s for s in a.studies.split(",") if s] if a.studies else [s for s, _ in SUITE]
+    unknown = sorted(set(studies) - set(study_names()))
+    if unknown:
+        p.error(f"unknown studies {', '.join(unknown)}; the studies are {', '.join(study_names())}")
+    if a.dry_run:
+        return dry_run(studies, a.overrides, validate=not a.no_validate)
+    return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,223 @@
+"""The claims suite: its studies' designs (5 paired seeds, enough evaluations, stated job counts and times),
+``skip_finished`` (a resumed sweep skips the jobs with a FINISHED run), and ``python -m rlhf_lab.suite --dry-run``.
+Nothing here trains: the runs in the tracking store are fake ones made with MlflowClient."""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+
+import pytest
+from hydra import compose, initialize_config_module
+from mlflow.tracking import MlflowClient
+
+from rlhf_lab import suite, sweeping
+from rlhf_lab.stages.common import parse_preset_ref
+from rlhf_lab.tracking import find_finished_run, job_overrides
+
+SUITE = [s for s, _ in suite.SUITE]
+SEEDS = {0, 1, 2, 3, 4}
+
+
+def compose_job(job: list[str]):
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        return compose("config", overrides=job)
+
+
+@pytest.fixture(scope="module")
+def plans():
+    """{study: [job overrides]} for every study of the suite."""
+    return {s: sweeping.plan([f"sweep={s}"], validate=False) for s in SUITE}
+
+
+@pytest.fixture(scope="module")
+def jobs(plans):
+    """{study: [(overrides, composed config)]} for the seed-0 job of every setting (a compose takes ~0.3 s;
+    test_sweeps.py composes every job)."""
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        return {s: [(j, compose("config", overrides=j)) for j in js if "seed=0" in j] for s, js in plans.items()}
+
+
+def n_evaluations(cfg) -> int:
+    """Evaluations of a PPO job: at step 0, every eval.every_n_steps PPO steps, and at the end."""
+    steps = cfg.trainer.max_steps if cfg.trainer.max_steps is not None else cfg.algo.steps
+    every = int(cfg.eval.every_n_steps)
+    return len({0, int(steps)} | ({k for k in range(every, int(steps) + 1, every)} if every > 0 else set()))
+
+
+def test_every_suite_study_exists_and_every_new_claim_has_one():
+    assert set(SUITE) <= set(suite.study_names())
+    claims = {c for _, cs in suite.SUITE for c in cs.split()}
+    assert {"C1", "C3", "C5", "C6", "C7", "C8", "C11", "C12", "C13", "C15", "C16", "C18", "C19", "C20"} <= claims
+
+
+def test_each_setting_runs_the_same_five_seeds(plans, jobs):
+    for study, js in plans.items():
+        seeds = defaultdict(set)
+        for job in js:
+            (seed,) = [int(o.split("=", 1)[1]) for o in job if o.startswith("seed=")]
+            seeds[" ".join(o for o in job if not o.startswith("seed="))].add(seed)
+        assert len(seeds) >= 2 and len(seeds) == len(jobs[study]), study
+        assert all(s == SEEDS for s in seeds.values()), (study, dict(seeds))
+        assert {c.study for _, c in jobs[study]} == {study} and {c.seed for _, c in jobs[study]} == {0}
+
+
+def test_ppo_studies_log_enough_evaluations_for_a_drop_from_peak(jobs):
+    for study, js in jobs.items():
+        for _, cfg in js:
+            if cfg.algo.name == "ppo":
+                assert n_evaluations(cfg) >= 6, (study, n_evaluations(cfg))
+
+
+def test_headers_state_the_job_counts_and_the_suite_fits_two_hours(plans):
+    total = 0.0
+    for study, js in plans.items():
+        n, minutes = suite.expected(study)
+        assert n == len(js), (study, n, len(js))
+        assert minutes is not None and minutes > 0, study
+        total += minutes
+    assert total + suite.UPSTREAM_MIN <= 120, total
+
+
+def _settings(js, *getters):
+    return {tuple(g(c) for g in getters) for _, c in js}
+
+
+def test_the_studies_sweep_what_their_claims_need(jobs):
+    assert _settings(jobs["ref_sync"], lambda c: c.algo.reference.sync_every) == {(1,), (10,), (0,)}
+    shared = jobs["ref_shared"]
+    assert _settings(shared, lambda c: c.algo.reference.kind) == {("copy",), ("lora_disabled",)}
+    assert _settings(shared, lambda c: c.algo.lora.r, lambda c: c.algo.critic) == {(16, "policy")}
+    kl = _settings(jobs["kl_estimators"], lambda c: c.algo.kl_estimator, lambda c: c.algo.kl_in)
+    assert kl == {("k1", "reward"), ("k2", "reward"), ("k3", "reward"), ("k2", "loss"), ("k3", "loss")}
+    refs = _settings(jobs["ref_small"], lambda c: c.algo.reference.path)
+    assert refs == {(None,), ("sft@a_tiny",)} and parse_preset_ref("sft@a_tiny") == ("sft", "a_tiny")
+    lp = jobs["length_penalty"]
+    assert {c.labeler.length_bonus > 0 for _, c in lp} == {True}
+    assert {float(c.algo.length_penalty) for _, c in lp} == {0.0, 0.01, 0.03, 0.1}
+    assert {float(c.algo.clip_eps) for _, c in jobs["clip_eps"]} == {0.05, 0.1, 0.2, 0.4}
+    assert _settings(jobs["critic_baseline"], lambda c: c.algo.critic, lambda c: c.algo.baseline) == {
+        ("policy", "mean"), ("none", "mean")}
+    rm = jobs["rm_lora"]
+    assert {c.algo.name for _, c in rm} == {"rm"} and {int(c.reward_model.lora.r) for _, c in rm} == {8, 64, 0}
+    assert {bool(c.reward_model.normalize) for _, c in jobs["rm_normalize"]} == {True, False}
+    grid = _settings(jobs["ppo_beta_grid_5seeds"], lambda c: c.kl.name,
+                     lambda c: float(c.kl.beta) if c.kl.name == "fixed" else float(c.kl.target))
+    assert grid == {("fixed", 0.0), ("adaptive", 1.0), ("adaptive", 4.0), ("adaptive", 16.0)}
+    sizes = jobs["rm_size_vs_policy_size_5seeds"]
+    assert {c.reward_model.arch.hidden for _, c in sizes} == {16, 32, 64}
+    assert {(c.policy.arch.hidden, c.reward_model.source) for _, c in sizes} == {(64, "same")}
+    ens = _settings(jobs["rm_ensemble"], lambda c: c.reward_model.arch.hidden, lambda c: c.reward_model.ensemble,
+                    lambda c: float(c.reward_model.conservative_lambda))
+    assert ens == {(32, 3, 0.0), (32, 3, 1.0), (64, 1, 0.0)}
+    src = jobs["rm_source_5seeds"]
+    assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
+        ("same", 0.0), ("different", 0.0)}
+
+
+def test_dry_run_lists_every_study_with_its_job_count(capsys):
+    assert suite.main(["--dry-run", "--no-validate"]) == 0
+    out = capsys.readouterr().out
+    for study in SUITE:
+        n, _ = suite.expected(study)
+        line = next(line for line in out.splitlines() if f" {study} " in line)
+        assert f" {n} " in line, line
+    assert f"{len(SUITE)} studies, {sum(suite.expected(s)[0] for s in SUITE)} jobs" in out
+    assert "skip_finished=true" in out and "hydra/launcher=parallel" in out and "rlhf-lab-report --claims" in out
+
+
+def test_suite_commands_resume_and_report_to_the_same_store():
+    cmd = suite.study_command("ref_sync", ["cache_dir=/c"], 2)
+    assert cmd[:3] == [sys.executable, "-m", "rlhf_lab.cli"]
+    assert cmd[3:] == ["-m", "sweep=ref_sync", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
+                       "skip_finished=true", "cache_dir=/c"]
+    rep = suite.report_command(["tracking.uri=sqlite:///x.db"], "reports")
+    assert rep[1:] == ["-m", "rlhf_lab.analysis.cli", "--claims", "--out", "reports", "--uri", "sqlite:///x.db"]
+    with pytest.raises(SystemExit):
+        suite.main(["--dry-run", "--studies", "no_such_study"])
+
+
+# -- skip_finished --------------------------------------------------------------------------------------------
+
+
+def fake_run(client, exp_id, stage, study, overrides, status="FINISHED", gold=None):
+    tags = {"rlhf_lab.stage": stage, "rlhf_lab.overrides": " ".join(overrides)}
+    if study:
+        tags["rlhf_lab.study"] = study
+    run = client.create_run(exp_id, tags=tags)
+    if gold is not None:
+        client.log_metric(run.info.run_id, "eval/gold_reward", gold, step=10)
+    client.set_terminated(run.info.run_id, status=status)
+    return run.info.run_id
+
+
+@pytest.fixture
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    return uri, client, client.create_experiment("rlhf-lab")
+
+
+def test_finished_run_of_the_same_study_and_overrides_is_found(store):
+    uri, client, exp = store
+    job = ["algo.reference.sync_every=1", "seed=0", "sweep=ref_sync"]
+    done = fake_run(client, exp, "ppo", "ref_sync", job + ["skip_finished=true"], gold=0.5)
+    fake_run(client, exp, "ppo", "ref_sync", ["algo.reference.sync_every=1", "seed=1", "sweep=ref_sync"], "FAILED")
+    fake_run(client, exp, "sft", "ref_sync", ["algo.reference.sync_every=1", "seed=2", "sweep=ref_sync"])
+    fake_run(client, exp, "ppo", "clip_eps", ["algo.reference.sync_every=1", "seed=3", "sweep=ref_sync"])
+    cfg = compose_job(["study=ref_sync", f"tracking.uri={uri}"])
+    assert find_finished_run(cfg, "ppo", job).info.run_id == done
+    assert find_finished_run(cfg, "ppo", job + ["skip_finished=true"]).info.run_id == done  # not part of a job
+    for seed in (1, 2, 3, 4):  # FAILED; only an upstream stage's run; another study; never run
+        assert find_finished_run(cfg, "ppo", ["algo.reference.sync_every=1", f"seed={seed}", "sweep=ref_sync"]) is None
+    assert find_finished_run(cfg, "ppo", ["algo.reference.sync_every=10", "seed=0", "sweep=ref_sync"]) is None
+    other = compose_job(["study=clip_eps", f"tracking.uri={uri}"])
+    assert find_finished_run(other, "ppo", job) is None
+    assert job_overrides("a=1 skip_finished=true b=2") == ["a=1", "b=2"]
+    # as a multirun renders them (the tags of its jobs) and as typed: one job
+    assert job_overrides(["tracking.uri=sqlite\\:///x.db", "skip_finished=True", "+k=v"]) == job_overrides(
+        "tracking.uri=sqlite:///x.db +k=v")
+
+
+def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(store, tmp_path, monkeypatch, capsys):
+    from rlhf_lab import cli, stages
+
+    uri, client, exp = store
+    calls = []
+
+    def fake_job(cfg, out_dir):
+        calls.append(int(cfg.seed))
+        return {"run_id": "new", "eval": {"eval/gold_reward": 0.25}}
+
+    monkeypatch.setattr(stages, "run_job", fake_job)
+    monkeypatch.chdir(tmp_path)
+
+    def launch(seed):
+        monkeypatch.setattr(sys, "argv", ["rlhf-lab", "study=unit", f"seed={seed}", f"tracking.uri={uri}",
+                                          "skip_finished=true", f"hydra.run.dir={tmp_path / 'out'}",
+                                          "hydra/job_logging=none", "hydra/hydra_logging=none"])
+        cli.main()
+        return capsys.readouterr().out
+
+    done = fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=7", f"tracking.uri={uri}"], gold=0.5)
+    fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=8", f"tracking.uri={uri}"], status="FAILED")
+    out = launch(7)
+    assert f"skipped (finished run {done})" in out and calls == []
+    out = launch(8)  # its run FAILED: run again
+    assert "skipped" not in out and calls == [8]
+
+
+def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp_path, monkeypatch, capsys):
+    from rlhf_lab import cli, stages
+
+    uri, client, exp = store
+    calls = []
+    monkeypatch.setattr(stages, "run_job", lambda cfg, out: calls.append(int(cfg.seed)) or {"eval": {}})
+    monkeypatch.chdir(tmp_path)
+    done = fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=1", f"tracking.uri={uri}"], gold=0.5)
+    monkeypatch.setattr(sys, "argv", ["rlhf-lab", "-m", "study=unit", "seed=0,1,2", f"tracking.uri={uri}",
+                                      "skip_finished=true", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+                                      "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    cli.main()  # the basic launcher: jobs one after the other, in this process
+    out = capsys.readouterr().out
+    assert calls == [0, 2] and out.count("skipped (finished run") == 1 and f"finished run {done}" in out
