@@ -479,6 +479,8 @@ def world() -> dict[str, list[RunData]]:
                              **{"eval/gold_reward_ood": line(0, g - 0.2, rng)})
                       for k in seeds for src, frac, ens, g in (("same", 0.0, 1, 0.8), ("different", 0.0, 1, 0.5),
                                                                ("different", 0.2, 1, 0.75), ("same", 0.0, 3, 0.85))]
+    s["rm_ensemble"] = [policy(k, {"sweep.reward_model.ensemble": ens, "sweep.reward_model.conservative_lambda": lam}, g,
+                               rng) for k in seeds for ens, lam, g in ((3, 1.0, 0.82), (3, 0.0, 0.8), (1, 0.0, 0.78))]
     s["rm_lora"] = [make_run(k, {"sweep.reward_model.lora.r": r, "seed": k}, stage="rm",
                              metrics={"rm/accuracy": acc + rng.normal(0, 0.003), "rm/accuracy_gold": acc - 0.1})
                     for k in seeds for r, acc in ((8, 0.78), (64, 0.81), (0, 0.82))]
@@ -500,3 +502,14 @@ def test_every_testable_claim_holds_on_a_world_built_for_it(tmp_path):
     assert parts(res["C6"])["a separate reference costs memory"].measured.effect.estimate == pytest.approx(100)
     text = C.write_claims_report(tmp_path, studies=studies).read_text()
     assert text.count("**holds**") >= 19 + 19  # summary table + the judged rows
+
+
+def test_claims_read_the_5_seed_rerun_of_a_study_when_it_has_runs(monkeypatch):
+    rng = np.random.default_rng(0)
+    stored = {"ppo_beta_grid": [policy(k, {"sweep.kl.beta": 0.1}, 0.5, rng) for k in range(3)],
+              "ppo_beta_grid_5seeds": [policy(k, {"sweep.kl.beta": 0.1}, 0.7, rng) for k in range(5)],
+              "rm_source": [policy(k, {"reward_model.source": "same"}, 0.6, rng) for k in range(2)]}
+    monkeypatch.setattr(C, "load_study", lambda name, uri=None, **kw: (stored.get(name, []), []))
+    studies, present, _ = C.load_claim_studies(None, ["ppo_beta_grid", "rm_source"])
+    assert len(studies["ppo_beta_grid"]) == 5 and present["ppo_beta_grid"] == 5  # the rerun, not a mix
+    assert len(studies["rm_source"]) == 2  # no rerun yet: the older study

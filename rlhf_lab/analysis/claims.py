@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence
 from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold_source, half_curves
-from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
+from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, SUITE_VERSIONS, Claim, Part
 from rlhf_lab.analysis.runs import RunData, load_study, store_uri
 from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, verdict
 
@@ -126,7 +126,11 @@ def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = Non
     """({study: runs that count}, {study: all its runs}, {study: the commands of its sweep parents})."""
     studies, present, commands = {}, {}, {}
     for name in names or study_names():
-        runs, parents = load_study(name, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
+        runs, parents = [], []
+        if name in SUITE_VERSIONS:  # the claims suite's 5-seed rerun, when it has runs
+            runs, parents = load_study(SUITE_VERSIONS[name], uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
+        if not any(counts(r) for r in runs):
+            runs, parents = load_study(name, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
         present[name] = len(runs)
         studies[name] = [r for r in runs if counts(r)]
         commands[name] = sorted({p.data.tags["rlhf_lab.command"] for p in parents
