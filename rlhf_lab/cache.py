@@ -22,7 +22,7 @@ from filelock import FileLock
 from rlhf_lab.distributed import is_rank_zero, rank
 
 # Bump when a change to the code changes what an artifact with the same config contains.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the prompt space grew (40 products, 20 openers, focus sentences) and splits
 SPEC_FILE = "rlhf_lab_spec.json"
 META_FILE = "rlhf_lab_meta.json"
 

@@ -14,18 +14,25 @@ class PeriodicEval(L.Callback):
     which returns (metrics, rows), and log the metrics with the global step as x-axis.
 
     `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and x-axis),
-    e.g. the PPO iteration when one training step makes several optimizer steps.
+    e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
+    is the held-out test evaluation (``test/*``): run once at the start (with `at_start`) and once at the
+    end of training, never in between, so no choice made during training can look at it.
     """
 
     def __init__(self, evaluate: Callable[[], tuple[dict, list]], every_n_steps: int, at_start: bool = True,
-                 step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None):
+                 step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None,
+                 test: Callable[[], tuple[dict, list]] | None = None):
         self.evaluate = evaluate
+        self.test = test
         self.every = int(every_n_steps)
         self.at_start = at_start
         self.step_fn = step_fn or (lambda trainer, pl_module: trainer.global_step)
         self.last: dict = {}
         self.first: dict = {}
+        self.test_first: dict = {}
+        self.test_last: dict = {}
         self._done_steps: set[int] = set()
+        self._test_steps: set[int] = set()
 
     def _run(self, trainer: L.Trainer, step: int):
         if step in self._done_steps or trainer.global_rank != 0:
@@ -38,9 +45,22 @@ class PeriodicEval(L.Callback):
             self.first = metrics
         self.last = metrics
 
+    def _run_test(self, trainer: L.Trainer, step: int):
+        if self.test is None or step in self._test_steps or trainer.global_rank != 0:
+            return
+        self._test_steps.add(step)
+        metrics, rows = self.test()
+        tracking.log_metrics(metrics, step=step)
+        log_samples_table([dict(r, step=step) for r in rows], f"samples/test_step_{step:06d}.json")
+        if not self.test_first:
+            self.test_first = metrics
+        self.test_last = metrics
+
     def on_train_start(self, trainer, pl_module):
         if self.at_start:
-            self._run(trainer, self.step_fn(trainer, pl_module))
+            step = self.step_fn(trainer, pl_module)
+            self._run(trainer, step)
+            self._run_test(trainer, step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = self.step_fn(trainer, pl_module)
@@ -48,7 +68,9 @@ class PeriodicEval(L.Callback):
             self._run(trainer, step)
 
     def on_train_end(self, trainer, pl_module):
-        self._run(trainer, self.step_fn(trainer, pl_module))
+        step = self.step_fn(trainer, pl_module)
+        self._run(trainer, step)
+        self._run_test(trainer, step)
 
 
 class RewardHackingMonitor(L.Callback):

@@ -40,11 +40,13 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     ]
     if meta.get("cache_path"):
         lines.append(f"  cached as  : {meta['cache_path']}")
-    ev = meta.get("eval") or {}
-    keys = [k for k in ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/length", "eval/filler_rate",
-                        "eval/distinct_2") if k in ev]
-    if keys:
-        lines.append("  final eval : " + ", ".join(f"{k.split('/')[1]}={ev[k]:.3f}" for k in keys))
+    for label, prefix in (("final test", "test/"), ("final eval", "eval/")):  # test prompts: the final figure
+        ev = meta.get(prefix.rstrip("/")) or {}
+        keys = [prefix + k for k in ("gold_reward", "proxy_reward", "kl", "length", "filler_rate", "distinct_2")
+                if prefix + k in ev]
+        if keys:
+            lines.append(f"  {label} : " + ", ".join(f"{k.split('/')[1]}={ev[k]:.3f}" + (
+                f" ± {ev[k + '_se']:.3f}" if k + "_se" in ev else "") for k in keys))
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")
     uri = tracking_uri(cfg)
@@ -83,7 +85,7 @@ def _app(cfg: DictConfig) -> float | None:
         t0 = time.time()
         meta = run_job(cfg, out_dir)
         print(summary(cfg, meta, time.time() - t0, threads))
-        return (meta.get("eval") or {}).get("eval/gold_reward")
+        return (meta.get("eval") or {}).get("eval/gold_reward")  # for a sweeper: selection on eval, never test
     except Exception as err:
         # A single run fails (non-zero exit); in a multirun the failing job is logged and recorded (its
         # MLflow run is already FAILED) and the other jobs go on (rlhf_lab/sweeping.py).

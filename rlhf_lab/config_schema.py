@@ -1,5 +1,5 @@
 """Structured-config schemas: dataclasses registered in Hydra's ConfigStore, so Hydra checks the types of
-the ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when it
+the ``world``, ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when it
 composes the config (``algo.lr=abc`` fails before anything runs).
 
 The values and their comments live in the YAML files under ``conf/``; these classes only type them
@@ -12,10 +12,42 @@ Value checks (ranges, choices, rules across keys) are the stages' ``check_config
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+
+@dataclass
+class GoldConfig:
+    sentiment: float = MISSING
+    fluency: float = MISSING
+    repetition: float = MISSING
+    filler: float = MISSING
+    eos: float = MISSING
+    length: float = MISSING
+    length_cap: int = MISSING
+
+
+@dataclass
+class SplitsConfig:
+    train: float = MISSING
+    eval: float = MISSING
+    test: float = MISSING
+
+
+@dataclass
+class WorldConfig:
+    name: str = MISSING
+    seed: int = MISSING
+    max_sentences: int = MISSING
+    mean_sentences: float = MISSING
+    filler_rate: float = MISSING
+    adverb_rate: float = MISSING
+    sentiment_noise: float = MISSING
+    splits: SplitsConfig = field(default_factory=SplitsConfig)
+    ood_products: List[str] = MISSING
+    gold: GoldConfig = field(default_factory=GoldConfig)
 
 
 @dataclass
@@ -155,7 +187,11 @@ class GenerationConfig:
 class EvalConfig:
     every_n_steps: int = MISSING
     n_prompts: int = MISSING
+    samples_per_prompt: int = MISSING
+    n_test_prompts: int = MISSING
+    n_ood_prompts: int = MISSING
     n_samples_logged: int = MISSING
+    batch_size: int = MISSING
 
 
 @dataclass
@@ -199,6 +235,7 @@ class HfDataConfig:
 
 
 SCHEMAS = {
+    ("world", "world_schema"): WorldConfig,
     ("algo", "job_schema"): JobConfig,
     ("algo", "ppo_schema"): PPOConfig,
     ("algo", "dpo_schema"): DPOConfig,

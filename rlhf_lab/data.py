@@ -1,8 +1,25 @@
-"""Datasets built from the world: corpora, SFT pairs, held-out prompts, and batching for causal LMs.
+"""Datasets built from the world: corpora, SFT pairs, prompt streams by split, and batching for causal LMs.
 
-Every stream has its own seed derived from ``world.seed`` and the stream's name, so that e.g. the
-evaluation prompts never overlap the training stream by construction of the RNG, and family ``b``
-pretrains on a different corpus sample than family ``a``.
+Every stream has its own seed derived from ``world.seed`` and the stream's name, and every stream draws
+from one **split** of the prompt space (:mod:`rlhf_lab.world.splits`: a sha1 hash of the prompt text puts
+it in train / eval / test, 80 / 10 / 10 by default; prompts about the held-out products
+``world.ood_products`` form the ``ood`` slice). What draws from where:
+
+======================================  =========================================================
+pretraining corpus (``pretrain_a|b``)   ``pretrain``: train ∪ the OOD products' train-hash prompts
+SFT reviews, preference pairs (train),  ``train`` only: no eval, test or OOD prompt, and no OOD
+RM training, PPO prompts, online DPO    product, ever reaches a stage after pretraining
+held-out preference pairs (RM, DPO)     ``eval``
+``eval/*`` during training              ``eval``: a fixed multiset of ``eval.n_prompts`` prompts
+``test/*`` at the start and end of      ``test``: ``eval.n_test_prompts`` prompts
+a policy job
+``eval/gold_reward_ood``                ``ood``: ``eval.n_ood_prompts`` prompts
+======================================  =========================================================
+
+So evaluation prompts are held out from every training stage by construction of the split, not only by
+the seed of the stream: a prompt's text decides its split. The evaluation sets (:func:`eval_prompts`)
+depend only on ``world.seed``, ``world.splits``, ``world.ood_products`` and their size, so they are the
+same at every evaluation of every run (common random numbers).
 """
 
 from __future__ import annotations
@@ -13,7 +30,7 @@ from typing import Sequence
 import torch
 from omegaconf import DictConfig
 
-from rlhf_lab.world import GoldWeights, Labeler, ReviewGenerator, WorldSpec
+from rlhf_lab.world import PRETRAIN, SPLITS, GoldWeights, Labeler, ReviewGenerator, Splits, WorldSpec, check_split
 
 
 def stream_seed(world_seed: int, stream: str) -> int:
@@ -35,23 +52,46 @@ def labeler(cfg: DictConfig) -> Labeler:
     return Labeler(temperature=lab.temperature, length_bonus=lab.length_bonus, filler_bonus=lab.filler_bonus)
 
 
+def splits(cfg: DictConfig) -> Splits:
+    sp = cfg.world.splits
+    return Splits(train=float(sp.train), eval=float(sp.eval), test=float(sp.test),
+                  ood_products=tuple(str(p) for p in cfg.world.ood_products))
+
+
 def world_generation_spec(cfg: DictConfig) -> dict:
-    """The part of the world config that determines generated text (not the reward)."""
-    return {k: cfg.world[k] for k in ("name", "seed", "max_sentences", "mean_sentences", "filler_rate",
+    """The part of the world config that determines generated text (not the reward), splits included."""
+    spec = {k: cfg.world[k] for k in ("name", "seed", "max_sentences", "mean_sentences", "filler_rate",
                                       "adverb_rate", "sentiment_noise")}
+    sp = splits(cfg)
+    spec["splits"] = {"train": sp.train, "eval": sp.eval, "test": sp.test, "ood_products": list(sp.ood_products)}
+    return spec
 
 
-def reviews(cfg: DictConfig, stream: str, n: int) -> list[tuple[str, str]]:
-    return ReviewGenerator(stream_seed(cfg.world.seed, stream), world_spec(cfg)).reviews(n)
+def generator(cfg: DictConfig, stream: str) -> ReviewGenerator:
+    return ReviewGenerator(stream_seed(cfg.world.seed, stream), world_spec(cfg), splits(cfg))
 
 
-def prompts(cfg: DictConfig, stream: str, n: int) -> list[str]:
-    g = ReviewGenerator(stream_seed(cfg.world.seed, stream), world_spec(cfg))
-    return [g.prompt() for _ in range(n)]
+def reviews(cfg: DictConfig, stream: str, n: int, split: str = "train") -> list[tuple[str, str]]:
+    """`n` (prompt, review) pairs of the seeded `stream`, prompts from `split` (or ``pretrain``)."""
+    check_split(split, SPLITS + (PRETRAIN,))
+    return generator(cfg, stream).reviews(n, split)
 
 
-def eval_prompts(cfg: DictConfig) -> list[str]:
-    return prompts(cfg, "eval", int(cfg.eval.n_prompts))
+def prompts(cfg: DictConfig, stream: str, n: int, split: str = "train") -> list[str]:
+    """`n` prompts of the seeded `stream` from `split` (train, eval, test or ood; repeats possible)."""
+    check_split(split)
+    g = generator(cfg, stream)
+    return [g.prompt(split) for _ in range(n)]
+
+
+EVAL_SIZE_KEYS = {"eval": "n_prompts", "test": "n_test_prompts", "ood": "n_ood_prompts"}
+
+
+def eval_prompts(cfg: DictConfig, split: str = "eval") -> list[str]:
+    """The fixed evaluation prompts of `split` (eval, test or ood): ``eval.<size key>`` draws of the stream
+    named after the split, the same in every run and at every step (a larger size extends the list)."""
+    check_split(split, tuple(EVAL_SIZE_KEYS))
+    return prompts(cfg, split, int(cfg.eval[EVAL_SIZE_KEYS[split]]), split)
 
 
 def encode_lm_examples(tokenizer, pairs: list[tuple[str, str]], max_len: int, loss_on_prompt: bool) -> list[dict]:

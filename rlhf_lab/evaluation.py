@@ -1,64 +1,106 @@
-"""Policy evaluation on held-out prompts: gold and proxy reward, KL to the reference, diversity.
+"""Policy evaluation on a fixed set of held-out prompts: gold and proxy reward with their standard errors,
+KL to the reference, diversity.
 
-The same function (and so the same metric names, docs/metrics.md) serves SFT, PPO and DPO.
-`eval/kl` is the sequence-level KL(π‖π_ref) in nats: the sum over response tokens of the k1 estimate
+The same function (and so the same metric names, docs/metrics.md) serves SFT, PPO and DPO; the caller
+picks the prompts (the eval, test or ood split, :func:`rlhf_lab.data.eval_prompts`) and the prefix.
+`<prefix>kl` is the sequence-level KL(π‖π_ref) in nats: the sum over response tokens of the k1 estimate
 log π(y_t) − log π_ref(y_t) on samples from π, averaged over samples (unbiased).
+
+Uncertainty: each prompt gets ``samples_per_prompt`` responses; `<prefix>gold_reward` is the mean of the
+per-prompt means and `<prefix>gold_reward_se` its standard error clustered by prompt (sd of the
+per-prompt means / √#prompts, :func:`rlhf_lab.metrics.cluster_mean_se`); the same for the proxy reward.
+``halves=True`` adds the two fixed halves of the prompts (:func:`rlhf_lab.metrics.half_a`) as
+`<prefix>gold_reward_a|_b` with their `_se`, for the split-half drop from the peak
+(:func:`rlhf_lab.analysis.stats.drop_from_peak`). ``seed`` samples with a fixed torch seed inside a forked
+RNG: every evaluation of a run (and of every run) draws the same random numbers, and the training's RNG
+stream does not depend on when or how often it evaluates.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
 
-from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
+from rlhf_lab.metrics import cluster_mean_se, distinct_n, filler_rate, half_a, unique_rate
 from rlhf_lab.models.sampling import Rollout, response_logprobs, sample
 from rlhf_lab.world import GoldWeights, count_fillers, gold_reward
 
 Scorer = Callable[[list[str], list[str], list[bool]], torch.Tensor]
 
 
+@contextlib.contextmanager
+def seeded_sampling(seed: int | None):
+    """Sample under torch seed `seed` and restore the global RNG state afterwards (no-op for None)."""
+    if seed is None:
+        yield
+        return
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []):
+        torch.manual_seed(int(seed))
+        yield
+
+
 @torch.no_grad()
 def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold_w: GoldWeights, reference=None,
-                    scorer: Scorer | None = None, batch_size: int = 64, n_rows: int = 16):
-    """Sample once per prompt; return ({metric: value}, rows of a samples table)."""
-    metrics: dict[str, float] = {}
-    gold, proxy, kls, ents, lengths, texts, ended_all, ps = [], [], [], [], [], [], [], []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        ro: Rollout = sample(policy, tokenizer, chunk, gen.max_new_tokens, gen.temperature, gen.top_k, gen.top_p,
-                             gen.get("max_prompt_len"))
-        logp, ent = response_logprobs(policy, ro.query_ids, ro.query_mask, ro.response_ids, ro.response_mask,
-                                      gen.temperature or 1.0, with_entropy=True)
-        n_tok = ro.response_mask.sum(-1).clamp(min=1)
-        ents += (ent.sum(-1) / n_tok).tolist()
-        if reference is not None:
-            ref_logp = response_logprobs(reference, ro.query_ids, ro.query_mask, ro.response_ids,
-                                         ro.response_mask, gen.temperature or 1.0)
-            kls += ((logp - ref_logp) * ro.response_mask).sum(-1).tolist()
-        if scorer is not None:
-            proxy += scorer(chunk, ro.responses, ro.ended).tolist()
-        gold += [gold_reward(p, r, e, gold_w) for p, r, e in zip(chunk, ro.responses, ro.ended)]
-        lengths += ro.lengths.tolist()
-        texts += ro.responses
-        ended_all += ro.ended
-        ps += chunk
+                    scorer: Scorer | None = None, batch_size: int = 64, n_rows: int = 16, samples_per_prompt: int = 1,
+                    prefix: str = "eval/", halves: bool = False, seed: int | None = None, details: bool = True):
+    """Sample `samples_per_prompt` responses per prompt; return ({metric: value}, rows of a samples table).
+
+    ``details=False`` skips the policy and reference forward passes (entropy, KL) and the text statistics:
+    only the rewards and their SEs, for a cheap extra slice."""
+    k = int(samples_per_prompt)
+    if k < 1:
+        raise ValueError(f"eval.samples_per_prompt must be >= 1, got {k}")
+    flat = [p for p in prompts for _ in range(k)]
+    groups = [i for i in range(len(prompts)) for _ in range(k)]
+    gold, proxy, kls, ents, lengths, texts, ended_all = [], [], [], [], [], [], []
+    with seeded_sampling(seed):
+        for i in range(0, len(flat), batch_size):
+            chunk = flat[i : i + batch_size]
+            ro: Rollout = sample(policy, tokenizer, chunk, gen.max_new_tokens, gen.temperature, gen.top_k, gen.top_p,
+                                 gen.get("max_prompt_len"))
+            if details:
+                logp, ent = response_logprobs(policy, ro.query_ids, ro.query_mask, ro.response_ids,
+                                              ro.response_mask, gen.temperature or 1.0, with_entropy=True)
+                n_tok = ro.response_mask.sum(-1).clamp(min=1)
+                ents += (ent.sum(-1) / n_tok).tolist()
+                if reference is not None:
+                    ref_logp = response_logprobs(reference, ro.query_ids, ro.query_mask, ro.response_ids,
+                                                 ro.response_mask, gen.temperature or 1.0)
+                    kls += ((logp - ref_logp) * ro.response_mask).sum(-1).tolist()
+            if scorer is not None:
+                proxy += scorer(chunk, ro.responses, ro.ended).tolist()
+            gold += [gold_reward(p, r, e, gold_w) for p, r, e in zip(chunk, ro.responses, ro.ended)]
+            lengths += ro.lengths.tolist()
+            texts += ro.responses
+            ended_all += ro.ended
     mean = lambda xs: float(sum(xs) / len(xs)) if xs else float("nan")  # noqa: E731
-    metrics["eval/gold_reward"] = mean(gold)
-    if proxy:
-        metrics["eval/proxy_reward"] = mean(proxy)
+    metrics: dict[str, float] = {}
+    rewards = {"gold_reward": gold, **({"proxy_reward": proxy} if proxy else {})}
+    for name, vals in rewards.items():
+        metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
+    if halves:
+        in_a = half_a(prompts)
+        for half, want in (("a", True), ("b", False)):
+            sel = [j for j, g in enumerate(groups) if in_a[g] == want]
+            m, se = cluster_mean_se([gold[j] for j in sel], [groups[j] for j in sel])
+            metrics[f"{prefix}gold_reward_{half}"], metrics[f"{prefix}gold_reward_{half}_se"] = m, se
+    if not details:
+        return metrics, []
     if kls:
-        metrics["eval/kl"] = mean(kls)
-    metrics["eval/length"] = mean(lengths)
-    metrics["eval/filler_rate"] = filler_rate(texts)
-    metrics["eval/distinct_1"] = distinct_n(texts, 1)
-    metrics["eval/distinct_2"] = distinct_n(texts, 2)
-    metrics["eval/unique_rate"] = unique_rate(texts)
-    metrics["eval/entropy"] = mean(ents)
-    metrics["eval/eos_rate"] = mean([float(e) for e in ended_all])
+        metrics[f"{prefix}kl"] = mean(kls)
+    metrics[f"{prefix}length"] = mean(lengths)
+    metrics[f"{prefix}filler_rate"] = filler_rate(texts)
+    metrics[f"{prefix}distinct_1"] = distinct_n(texts, 1)
+    metrics[f"{prefix}distinct_2"] = distinct_n(texts, 2)
+    metrics[f"{prefix}unique_rate"] = unique_rate(texts)
+    metrics[f"{prefix}entropy"] = mean(ents)
+    metrics[f"{prefix}eos_rate"] = mean([float(e) for e in ended_all])
     rows = []
     for j in range(min(n_rows, len(texts))):
-        row = {"prompt": ps[j], "response": texts[j], "gold": round(gold[j], 4), "ended": ended_all[j],
+        row = {"prompt": flat[j], "response": texts[j], "gold": round(gold[j], 4), "ended": ended_all[j],
                "fillers": count_fillers(texts[j])}
         if proxy:
             row["proxy"] = round(proxy[j], 4)

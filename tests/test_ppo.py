@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
 PPO_TINY = [
     "algo=ppo", "algo.reward=gold", "algo.steps=2", "algo.batch_size=8", "algo.num_minibatches=2",
     "algo.ppo_epochs=1", "eval.every_n_steps=0", "generation.max_new_tokens=12", "eval.n_prompts=8",
+    "eval.n_test_prompts=8",
     "trainer.threads=1",
 ]
 

@@ -20,6 +20,7 @@ STUDIES = sorted(p.stem for p in (ROOT / "sweeps" / "sweep").glob("*.yaml"))
 
 # smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job
 MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "eval.n_prompts=4",
+         "eval.n_test_prompts=4", "eval.n_ood_prompts=0",
          "eval.every_n_steps=0", "eval.n_samples_logged=2", "generation.max_new_tokens=8",
          "trainer.progress_bar=false", "trainer.log_every_n_steps=1", "trainer.max_steps=2"]
 

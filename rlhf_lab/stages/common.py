@@ -180,12 +180,35 @@ def strategy(t: DictConfig):
     return str(s)
 
 
-def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, prompts=None):
-    """``eval/*`` metrics and a samples table of `policy` on the evaluation prompts."""
+OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_ood_se",
+             "proxy_reward": "proxy_reward_ood", "proxy_reward_se": "proxy_reward_ood_se"}
+
+
+def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval"):
+    """Metrics and a samples table of `policy` on the fixed evaluation prompts of `split`.
+
+    ``eval``: ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with the SEs and the halves A/B, plus the
+    OOD slice (``eval/gold_reward_ood``, ``_se``, and the proxy's) on ``eval.n_ood_prompts`` prompts when
+    that is > 0. ``test``: ``test/*`` on ``eval.n_test_prompts`` test-split prompts. Each split samples
+    with its own fixed seed (common random numbers across evaluations and runs)."""
     from rlhf_lab.evaluation import evaluate_policy
 
-    return evaluate_policy(policy, tok, prompts or D.eval_prompts(cfg), cfg.generation, D.gold_weights(cfg),
-                           reference=reference, scorer=scorer, n_rows=cfg.eval.n_samples_logged)
+    e = cfg.eval
+    kw = dict(gen=cfg.generation, gold_w=D.gold_weights(cfg), scorer=scorer, batch_size=int(e.batch_size),
+              samples_per_prompt=int(e.samples_per_prompt))
+    seed = lambda s: D.stream_seed(cfg.world.seed, f"{s}/sampling")  # noqa: E731
+    if split == "test":
+        return evaluate_policy(policy, tok, D.eval_prompts(cfg, "test"), reference=reference,
+                               n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
+    if split != "eval":
+        raise ValueError(f"evaluate(split={split!r}): choose eval or test")
+    metrics, rows = evaluate_policy(policy, tok, D.eval_prompts(cfg, "eval"), reference=reference,
+                                    n_rows=e.n_samples_logged, prefix="eval/", halves=True, seed=seed("eval"), **kw)
+    if int(e.n_ood_prompts) > 0:
+        ood, _ = evaluate_policy(policy, tok, D.eval_prompts(cfg, "ood"), prefix="", seed=seed("ood"),
+                                 details=False, **kw)
+        metrics.update({f"eval/{OOD_NAMES[k]}": v for k, v in ood.items() if k in OOD_NAMES})
+    return metrics, rows
 
 
 def model_size(model, *also_trained) -> dict[str, float]:
@@ -219,7 +242,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
                                 warmup_steps=sc.warmup_steps, max_steps=steps)
         is_job = job_stage(cfg) == stage
         ev = PeriodicEval(lambda: evaluate(cfg, model, tok), every_n_steps=cfg.eval.every_n_steps if is_job else 0,
-                          at_start=is_job)
+                          at_start=is_job, test=(lambda: evaluate(cfg, model, tok, split="test")) if is_job else None)
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage), logger=tracking.lightning_logger(cfg),
                             callbacks=[ev])
         size = model_size(model)
@@ -233,7 +256,19 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         tok.save_pretrained(out_dir)
         model.save_pretrained(out_dir)
         tracking.log_metric("time/train_s", time.time() - t0)
-        return {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
+        meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
+        if ev.test_last:
+            meta.update(test=ev.test_last, test_start=ev.test_first,
+                        summary={"gold": test_gold_line(ev.test_first, ev.test_last, "start", stage.upper())})
+        return meta
+
+
+def test_gold_line(first: dict, last: dict, start: str, end: str) -> str:
+    """The job summary's gold figure: test-split gold (± its SE) at the start and at the end of the job."""
+    def fmt(m: dict) -> str:
+        return f"{m.get('test/gold_reward', float('nan')):.3f} ± {m.get('test/gold_reward_se', float('nan')):.3f}"
+
+    return f"{fmt(first)} -> {fmt(last)} ({start} -> {end}; test prompts, ± SE)"
 
 
 # ------------------------------------------------------------------------------------------------

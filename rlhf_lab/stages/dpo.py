@@ -39,7 +39,16 @@ from rlhf_lab.preferences import label_pairs, validate_pairs
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.common import ensure, evaluate, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
+from rlhf_lab.stages.common import (
+    ensure,
+    evaluate,
+    job_steps,
+    model_size,
+    stage_seed,
+    test_gold_line,
+    trainer_kwargs,
+    upstream_run,
+)
 
 WHAT = "DPO policy"
 REFERENCE_KINDS = ("copy", "lora_disabled", "precomputed")
@@ -84,7 +93,7 @@ def spec(cfg: DictConfig) -> dict:
 def online_refresh(cfg, module_ref, tok, max_len: int, seed: int) -> Callable[[], list[dict]]:
     """Sample two responses per prompt from the current policy, label them, attach reference log-probs."""
     n = cfg.algo.online_prompts
-    stream = D.prompts(cfg, "dpo_online", n * 50)
+    stream = D.prompts(cfg, "dpo_online", n * 50, split="train")
     rng = random.Random(seed)
     state = {"i": 0}
     g = cfg.generation
@@ -183,7 +192,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         g = torch.Generator().manual_seed(seed)
         loader = distributed.loader(train_ex, ac.batch_size, g, collate_dpo_pairs(tok.pad_token_id),
                                     drop_last=len(train_ex) >= ac.batch_size, key="algo.batch_size")
-        ev = PeriodicEval(evaluate_dpo, every_n_steps=cfg.eval.every_n_steps, at_start=True)
+        ev = PeriodicEval(evaluate_dpo, every_n_steps=cfg.eval.every_n_steps, at_start=True,
+                          test=lambda: evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer,
+                                                split="test"))
         kw = trainer_kwargs(cfg, out_dir, steps, "dpo")
         if ac.get("max_grad_norm") is not None:
             kw["gradient_clip_val"] = ac.max_grad_norm
@@ -204,9 +215,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         model.save_pretrained(out_dir)
         tracking.log_metric("time/train_s", train_s)
         start, last = ev.first, ev.last
-        summary = {}
+        summary = {"gold": test_gold_line(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")}
         if "eval/gold_reward" in start and "eval/gold_reward" in last:
-            summary["gold"] = f"{start['eval/gold_reward']:.3f} (SFT, step 0) -> {last['eval/gold_reward']:.3f} (DPO)"
+            summary["gold eval"] = f"{start['eval/gold_reward']:.3f} -> {last['eval/gold_reward']:.3f} (eval prompts)"
             tracking.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
         return {"run_id": run.info.run_id, "stage": "dpo", "eval": last, "eval_start": start, "train_s": train_s,
+                "test": ev.test_last, "test_start": ev.test_first,
                 "reference": kind, "summary": summary, **size}

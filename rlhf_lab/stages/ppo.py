@@ -2,7 +2,7 @@
 
 Wiring only; the algorithm is :class:`rlhf_lab.algorithms.ppo.PPOModule`. This module builds the four
 roles for the configured mode (:func:`build_models`), the reward (:func:`load_reward`), the prompt stream
-(train prompts, a fresh seeded draw per PPO step, each rank its share), the evaluation and reward-hacking
+(:func:`prompt_stream`: train-split prompts, a fresh seeded draw per PPO step, each rank its share), the evaluation and reward-hacking
 callbacks, runs the Lightning trainer as one MLflow run, saves the policy and returns the summary.
 
 Reference modes (``algo.reference``): ``kind: copy`` is a frozen copy of the SFT policy, or of the
@@ -36,8 +36,17 @@ from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.common import ensure, evaluate, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
-from rlhf_lab.stages.common import checkpoint_path
+from rlhf_lab.stages.common import (
+    checkpoint_path,
+    ensure,
+    evaluate,
+    job_steps,
+    model_size,
+    stage_seed,
+    test_gold_line,
+    trainer_kwargs,
+    upstream_run,
+)
 from rlhf_lab.world import GoldWeights, gold_reward
 
 WHAT = "PPO policy"
@@ -194,6 +203,15 @@ def load_reward(cfg: DictConfig):
 # the run
 
 
+def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, world: int = 1):
+    """PPO's prompts: `step -> prompts`, a fresh seeded draw of `n_prompts` **train-split** prompts per PPO
+    step (never an eval, test or OOD prompt); each of `world` ranks takes its share."""
+    def prompt_fn(step: int) -> list[str]:
+        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts, split="train")[rank::world]
+
+    return prompt_fn
+
+
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # intentional: no dropout in PPO
     a = cfg.algo
@@ -204,12 +222,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     L.seed_everything(seed, verbose=False)
     tok = F.load_tokenizer(sft_path, "policy.name_or_path")
     policy, reference, critic = build_models(a, sft_path, tok, scorer, resolved_reference=spec.get("reference"))
-    n_prompts = a.batch_size // a.samples_per_prompt
-    rank, world = distributed.rank(), distributed.world_size()
-
-    def prompt_fn(step: int) -> list[str]:  # a fresh, seeded prompt stream per PPO step; each rank its share
-        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts)[rank::world]
-
+    prompt_fn = prompt_stream(cfg, seed, a.batch_size // a.samples_per_prompt, distributed.rank(),
+                              distributed.world_size())
     module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation,
                        D.gold_weights(cfg), checkpoint_dir=out_dir)
     size = model_size(policy, critic)
@@ -230,7 +244,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         eval_scorer = scorer if a.reward == "rm" else None
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer),
                           every_n_steps=cfg.eval.every_n_steps, at_start=True,
-                          step_fn=lambda trainer, m: m.ppo_step)
+                          step_fn=lambda trainer, m: m.ppo_step,
+                          test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, split="test"))
         hm = a.hacking_monitor
         monitor = RewardHackingMonitor(
             lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
@@ -255,14 +270,20 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         first, last = ev.first, ev.last
         g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
         summary = {
-            "gold": f"{g0:.3f} -> {g1:.3f} (SFT -> PPO step {module.ppo_step})",
+            "gold": test_gold_line(ev.test_first, ev.test_last, "SFT", f"PPO step {module.ppo_step}"),
+            "gold eval": f"{g0:.3f} -> {g1:.3f} (eval prompts, SE {last.get('eval/gold_reward_se', float('nan')):.3f})",
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
         }
-        if "eval/proxy_reward" in last:
-            summary["proxy"] = f"{first.get('eval/proxy_reward', float('nan')):.3f} -> {last['eval/proxy_reward']:.3f}"
+        if "eval/gold_reward_ood" in last:
+            summary["gold ood"] = (f"{first['eval/gold_reward_ood']:.3f} -> {last['eval/gold_reward_ood']:.3f} "
+                                   f"(held-out products, SE {last['eval/gold_reward_ood_se']:.3f})")
+        if "test/proxy_reward" in ev.test_last:
+            summary["proxy"] = (f"{ev.test_first.get('test/proxy_reward', float('nan')):.3f} -> "
+                                f"{ev.test_last['test/proxy_reward']:.3f} (test prompts)")
         return {"run_id": run.info.run_id, "stage": "ppo", "eval": last, "eval_start": first, "summary": summary,
+                "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
                 "train_s": train_s, **mem, **size, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at}

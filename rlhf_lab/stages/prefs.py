@@ -1,6 +1,7 @@
 """Stage ``prefs``: preference pairs sampled from the SFT policy and labelled by the world's labeler.
 
-Two responses per prompt (``data.n_train`` training prompts, ``data.n_eval`` held-out ones), optionally a
+Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` held-out eval-split ones;
+:mod:`rlhf_lab.world.splits`), optionally a
 fraction of the training pairs from another policy checkpoint (``data.on_policy_path``,
 ``data.on_policy_fraction``). Each pair records both responses' gold rewards. The pairs are one cached
 artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
@@ -44,12 +45,12 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
               "generation": to_plain(cfg.generation), "world": to_plain(cfg.world), "sft": spec["sft"]}
     with tracking.start_run(cfg, "prefs", params=params, tags={"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"])}) as run:
         n_on = int(round(spec["n_train"] * spec["on_policy_fraction"]))
-        train_prompts = D.prompts(cfg, "prefs", spec["n_train"])
+        train_prompts = D.prompts(cfg, "prefs", spec["n_train"], split="train")
         seed = spec["seed"]
         train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft")
         if n_on:
             train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy")
-        held = sample_pairs(cfg, spec["sft"], D.prompts(cfg, "prefs_eval", spec["n_eval"]), seed + 2, "sft")
+        held = sample_pairs(cfg, spec["sft"], D.prompts(cfg, "prefs_eval", spec["n_eval"], split="eval"), seed + 2, "sft")
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
         save_pairs(held, Path(out_dir) / "eval.jsonl")

@@ -3,6 +3,9 @@
 The model is ``cfg.policy`` (family, ``arch``, ``vocab_size``); a reward-model backbone of another
 family or size is pretrained by passing a config whose ``policy`` is that backbone
 (:func:`rlhf_lab.stages.rm.backbone_path`). Family ``b`` draws a different corpus sample than ``a``.
+The corpus is "web text": reviews of the ``pretrain`` split (train-bucket prompts of every product, the
+held-out OOD products included, so the tokenizer and base LM know their names; no eval, test or ood
+prompt; :mod:`rlhf_lab.world.splits`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     m, pc = cfg.policy, cfg.pretrain
     family = str(m.family)
     L.seed_everything(spec["seed"], verbose=False)
-    corpus = D.reviews(cfg, f"pretrain_{family}", pc.n_texts)
+    corpus = D.reviews(cfg, f"pretrain_{family}", pc.n_texts, split="pretrain")  # "web text": OOD products too
     tok = F.train_tokenizer(family, [p + " " + r for p, r in corpus], m.vocab_size)
     model = F.build_model(family, m.arch, tok)
     examples = D.encode_lm_examples(tok, corpus, pc.max_len, loss_on_prompt=True)

@@ -1,4 +1,5 @@
-"""Stage ``sft``: supervised fine-tuning of the base model on (prompt -> response) reviews of the world;
+"""Stage ``sft``: supervised fine-tuning of the base model on (prompt -> response) reviews of the world
+(train-split prompts only: no OOD product);
 the loss is on the response and its EOS only. The SFT model is the policy's starting point and, by
 default, the reference and the reward model's backbone."""
 
@@ -30,7 +31,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     base = spec["base"]
     tok = F.load_tokenizer(base, "policy.name_or_path")
     model = F.load_causal_lm(base, tok, "policy.name_or_path")
-    pairs = D.reviews(cfg, "sft", sc.n_examples)
+    pairs = D.reviews(cfg, "sft", sc.n_examples, split="train")
     examples = D.encode_lm_examples(tok, pairs, sc.max_len, loss_on_prompt=False)
     return fit_lm(cfg, "sft", model, tok, examples, sc, spec["steps"], out_dir, params={"base": str(base)},
                   upstream={"pretrain": upstream_run(cfg, base)})

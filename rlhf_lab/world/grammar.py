@@ -5,8 +5,10 @@ Text is lower-case words and punctuation separated by single spaces, e.g.
     prompt:   "i bought this kettle last month and"
     response: "the price is really good . to be honest , the lid is poor ."
 
-A *prompt* is an opener naming a product. A *response* is a sequence of sentences, each produced by one
-of the productions below; every production has a known valence (sentiment in [-1.3, 1.3]). Filler
+A *prompt* is an opener naming a product, optionally after a focus sentence naming an aspect
+("i care about the battery . review of the kettle :"): 40 products × 20 openers × (1 + 3 focus templates ×
+16 aspects) = 39,200 distinct prompts (`prompt_space`). How prompts split into train / eval / test / ood:
+`rlhf_lab.world.splits`. A *response* is a sequence of sentences, each produced by one of the productions below; every production has a known valence (sentiment in [-1.3, 1.3]). Filler
 ("empathy") sentences carry no information and have valence 0. `parse_sentence` is the grammar's
 recogniser: it returns the valence of a sentence the grammar can produce, or None.
 """
@@ -18,6 +20,9 @@ from dataclasses import dataclass
 PRODUCTS = [
     "blender", "phone", "jacket", "lamp", "chair", "kettle", "camera", "backpack",
     "printer", "headphones", "mattress", "toaster", "keyboard", "tent", "watch", "speaker",
+    "drone", "scooter", "router", "monitor", "vacuum", "heater", "fan", "grill",
+    "mixer", "tablet", "laptop", "mouse", "umbrella", "wallet", "helmet", "bicycle",
+    "pillow", "sofa", "desk", "microwave", "projector", "charger", "thermos", "guitar",
 ]
 ASPECTS = [
     "battery", "price", "design", "quality", "sound", "size", "color", "handle",
@@ -49,8 +54,17 @@ FILLERS = [
 OPENERS = [
     "i bought this {p} last month and", "review of the {p} :", "my honest take on the {p} :",
     "we have used the {p} for a week and", "after a few days with the {p} ,",
-    "here is what i think of the {p} :",
+    "here is what i think of the {p} :", "thoughts on the {p} :", "i got the {p} for my birthday and",
+    "our family tried the {p} and", "a quick review of the {p} :", "so i finally tried the {p} and",
+    "my first week with the {p} :", "the {p} arrived yesterday and", "i have owned this {p} for a year and",
+    "two months with the {p} :", "my verdict on the {p} :", "is the {p} worth it ?",
+    "what i learned from the {p} :", "rating the {p} :", "i use the {p} at work and",
 ]
+# An optional focus sentence before the opener names an aspect the asker cares about, e.g.
+# "i care about the battery . review of the kettle :". It is cosmetic: the gold reward ignores it (a
+# response need not mention the aspect, and one that does scores as any other aspect sentence).
+FOCUS = ["focus on the {a} .", "mostly about the {a} .", "i care about the {a} ."]
+FOCUS_RATE = 0.5  # chance that a generated prompt has a focus sentence
 # Sentence prefixes that a filler of the "to be honest ," kind may precede.
 _PREFIX_FILLERS = [f for f in FILLERS if f.endswith(",")]
 
@@ -62,6 +76,29 @@ def opener_product(prompt: str) -> str | None:
         if p in words:
             return p
     return None
+
+
+def prompt_focus(prompt: str) -> str | None:
+    """The aspect named by a prompt's focus sentence (None without one). Cosmetic: gold ignores it."""
+    words = prompt.split()
+    if "." in words:
+        head = words[: words.index(".")]
+        if head and head[-1] in ASPECTS:
+            return head[-1]
+    return None
+
+
+def make_prompt(opener: str, product: str, focus: str | None = None, aspect: str | None = None) -> str:
+    """The prompt of an opener template and a product, after the focus sentence when one is given."""
+    body = opener.format(p=product)
+    return f"{focus.format(a=aspect)} {body}" if focus else body
+
+
+def prompt_space(products: list[str] | None = None) -> list[str]:
+    """Every distinct prompt of the world (of the given products), in a fixed order."""
+    focuses = [None] + [(f, a) for f in FOCUS for a in ASPECTS]
+    return [make_prompt(o, p, *(fa or (None, None))) for p in (products or PRODUCTS) for o in OPENERS
+            for fa in focuses]
 
 
 @dataclass(frozen=True)

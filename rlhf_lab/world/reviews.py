@@ -10,7 +10,9 @@ split into sentences s_1..s_n (fillers are their own units):
             − w_eos       · [y did not end with EOS]
             − w_length    · max(0, #words − length_cap) / length_cap
 
-A sentence about a product other than P is off-topic, hence not grammatical for p. An empty response
+A sentence about a product other than P is off-topic, hence not grammatical for p. The prompt's optional
+focus sentence ("i care about the battery .") is cosmetic: g ignores it, so a response that never
+mentions the battery loses nothing and a battery sentence counts as any other aspect sentence. An empty response
 has fluency 0 and scores −w_fluency. Words repeated outside the grammar ("great great great") are not
 fluent and carry no sentiment.
 
@@ -26,6 +28,7 @@ import random
 from dataclasses import dataclass
 
 from rlhf_lab.world import grammar as G
+from rlhf_lab.world.splits import Splits
 
 
 @dataclass(frozen=True)
@@ -119,15 +122,37 @@ class WorldSpec:
 
 
 class ReviewGenerator:
-    """Deterministic given its seed: the same seed gives the same reviews, in order."""
+    """Deterministic given its seed: the same seed gives the same reviews, in order.
 
-    def __init__(self, seed: int, spec: WorldSpec = WorldSpec()):
+    A prompt is an opener, a product and, with probability ``grammar.FOCUS_RATE``, a focus sentence
+    (template and aspect), each drawn uniformly. ``split`` restricts it to one split of ``splits``
+    (:mod:`rlhf_lab.world.splits`) by rejection: draws outside the split are skipped.
+    """
+
+    MAX_TRIES = 100_000  # draws per prompt before a split is declared empty
+
+    def __init__(self, seed: int, spec: WorldSpec = WorldSpec(), splits: Splits = Splits()):
         self.rng = random.Random(seed)
         self.spec = spec
+        self.splits = splits
 
-    def prompt(self) -> str:
+    def _draw_prompt(self, products: list[str]) -> str:
         r = self.rng
-        return r.choice(G.OPENERS).format(p=r.choice(G.PRODUCTS))
+        opener, product = r.choice(G.OPENERS), r.choice(products)
+        if r.random() < G.FOCUS_RATE:
+            return G.make_prompt(opener, product, r.choice(G.FOCUS), r.choice(G.ASPECTS))
+        return G.make_prompt(opener, product)
+
+    def prompt(self, split: str | None = None) -> str:
+        """A prompt of `split` (None: of the whole prompt space)."""
+        if split is None:
+            return self._draw_prompt(G.PRODUCTS)
+        products = self.splits.products(split)
+        for _ in range(self.MAX_TRIES):
+            p = self._draw_prompt(products)
+            if self.splits.accepts(split, p):
+                return p
+        raise ValueError(f"no prompt of split {split!r} in {self.MAX_TRIES} draws; check world.splits")
 
     def _adj(self, target: float) -> str:
         r = self.rng
@@ -175,9 +200,9 @@ class ReviewGenerator:
             n += 1
         return " ".join(self.sentence(product, sentiment) for _ in range(n))
 
-    def review(self) -> tuple[str, str]:
-        prompt = self.prompt()
+    def review(self, split: str | None = None) -> tuple[str, str]:
+        prompt = self.prompt(split)
         return prompt, self.response(prompt)
 
-    def reviews(self, n: int) -> list[tuple[str, str]]:
-        return [self.review() for _ in range(n)]
+    def reviews(self, n: int, split: str | None = None) -> list[tuple[str, str]]:
+        return [self.review(split) for _ in range(n)]
