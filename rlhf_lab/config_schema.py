@@ -58,6 +58,9 @@ class PPOConfig(JobConfig):
     lr: float = MISSING
     critic_lr: float = MISSING
     clip_eps: float = MISSING
+    clip_eps_high: Optional[float] = MISSING
+    loss_agg: str = MISSING
+    advantage_scale: str = MISSING
     value_clip_eps: float = MISSING
     vf_coef: float = MISSING
     entropy_coef: float = MISSING
