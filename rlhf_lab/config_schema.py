@@ -84,6 +84,12 @@ class PPOConfig(JobConfig):
 
 
 @dataclass
+class BoNConfig(JobConfig):
+    n_max: int = MISSING
+    batch_size: int = MISSING
+
+
+@dataclass
 class DPOConfig(JobConfig):
     beta: float = MISSING
     loss_type: str = MISSING
@@ -205,6 +211,7 @@ SCHEMAS = {
     ("algo", "job_schema"): JobConfig,
     ("algo", "ppo_schema"): PPOConfig,
     ("algo", "dpo_schema"): DPOConfig,
+    ("algo", "bon_schema"): BoNConfig,
     ("kl", "kl_schema"): KLConfig,
     ("reward_model", "reward_model_schema"): RewardModelConfig,
     ("generation", "generation_schema"): GenerationConfig,

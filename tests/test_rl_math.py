@@ -11,6 +11,8 @@ from rlhf_lab.algorithms.rl_math import (
     AdaptiveKLController,
     FixedKLController,
     aggregate_loss,
+    best_of_n_expectation,
+    best_of_n_kl,
     check_kl_in_loss,
     explained_variance,
     gae,
@@ -468,3 +470,32 @@ def test_asymmetric_clipping_by_hand():
     # aggregation: seq_mean_token_sum of −1.2 on two tokens of one sequence = −2.4
     loss, _ = ppo_policy_loss(logp, old, adv, m, 0.2, agg="seq_mean_token_sum")
     assert loss.item() == pytest.approx(-2.4)
+
+
+# ---------------------------------------------------------------------------
+# Best-of-n
+# ---------------------------------------------------------------------------
+def test_best_of_n_kl_by_hand():
+    assert best_of_n_kl(1) == 0.0
+    assert best_of_n_kl(2) == pytest.approx(math.log(2) - 0.5)  # 0.193147
+    assert best_of_n_kl(4) == pytest.approx(1.386294 - 0.75, abs=1e-6)
+    with pytest.raises(ValueError):
+        best_of_n_kl(0)
+
+
+def test_best_of_n_expectation_by_hand():
+    # one prompt, N = 3 samples: proxy 0.2, 0.9, 0.5 with gold 1, 3, 2
+    proxy, gold = t([0.2, 0.9, 0.5]), t([1.0, 3.0, 2.0])
+    # n = 1: the mean, 2
+    assert best_of_n_expectation(proxy, gold, 1).tolist() == pytest.approx([2.0])
+    # n = 2: subsets {a,b}->b (3), {a,c}->c (2), {b,c}->b (3): mean 8/3
+    assert best_of_n_expectation(proxy, gold, 2).tolist() == pytest.approx([8 / 3])
+    # n = 3: the proxy's argmax, gold 3
+    assert best_of_n_expectation(proxy, gold, 3).tolist() == pytest.approx([3.0])
+    # a brute-force check over all 4-subsets of 7 samples
+    import itertools
+    g = torch.Generator().manual_seed(0)
+    px, gd = torch.rand(1, 7, generator=g, dtype=torch.float64), torch.rand(1, 7, generator=g, dtype=torch.float64)
+    subsets = list(itertools.combinations(range(7), 4))
+    brute = sum(gd[0, max(s, key=lambda i: px[0, i])].item() for s in subsets) / len(subsets)
+    assert best_of_n_expectation(px, gd, 4).item() == pytest.approx(brute, abs=1e-12)

@@ -25,11 +25,15 @@ References
 - Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective" (Dr. GRPO: no std
   division, a constant loss normaliser).
 - Yu et al. 2025, "DAPO" (asymmetric clipping ε_low/ε_high, token-mean loss aggregation).
+- Stiennon et al. 2020 / Gao et al. 2022 (best-of-n: the analytic KL bound, the unbiased estimator of the
+  best-of-n expectation from N ≥ n samples).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import math
 
 import torch
 from torch import Tensor
@@ -422,3 +426,27 @@ class FixedKLController:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         _check_beta(state["beta"])
         self.beta = float(state["beta"])
+
+
+# ---------------------------------------------------------------------------
+# Best-of-n
+# ---------------------------------------------------------------------------
+def best_of_n_kl(n: int) -> float:
+    """KL(π_best-of-n ‖ π) ≤ log n − (n − 1)/n nats (Stiennon et al. 2020 app. G.3; exact without ties)."""
+    if n < 1:
+        raise ValueError(f"best-of-n needs n >= 1, got {n}")
+    return math.log(n) - (n - 1) / n
+
+
+def best_of_n_expectation(proxy: Tensor, values: Tensor, n: int) -> Tensor:
+    """Per prompt, the expected ``values`` of the response a best-of-n picks by ``proxy``, n drawn at random
+    without replacement from the N ≥ n samples of that prompt (rows of ``[P, N]``): the unbiased estimator of
+    Gao et al. 2022 (app.). With the samples ranked by proxy ascending (rank i = 0 … N−1), the one of rank i
+    is the subset's maximum with probability C(i, n−1) / C(N, n). n = 1: the row mean; n = N: the argmax's
+    value. Returns ``[P]``."""
+    N = proxy.shape[1]
+    if not 1 <= n <= N:
+        raise ValueError(f"best-of-n needs 1 <= n <= N = {N} samples per prompt, got n = {n}")
+    order = proxy.argsort(dim=1)
+    w = torch.tensor([math.comb(i, n - 1) / math.comb(N, n) for i in range(N)], dtype=torch.float64)
+    return (values.gather(1, order).double() * w).sum(1)
