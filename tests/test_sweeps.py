@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from rlhf_lab import sweeping, tracking
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDIES = ["ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds"]
+STUDIES = ["ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds", "algo_frontier"]
 
 # smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job
 MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "eval.n_prompts=4",
@@ -68,6 +68,22 @@ def test_other_studies_sweep_the_keys_they_name():
     src = [job_cfg(j) for j in sweeping.plan(["sweep=rm_source"], validate=False)]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for c in src} == {
         ("same", 0.0), ("same", 0.2), ("different", 0.0), ("different", 0.2)}
+
+
+@pytest.mark.slow
+def test_algo_frontier_has_a_beta_grid_per_algorithm_and_three_seeds():
+    cfgs = [job_cfg(j) for j in sweeping.plan(["sweep=algo_frontier"], validate=False)]
+    points: dict[str, set] = {}
+    for c in cfgs:
+        assert c.study == "algo_frontier"
+        beta = {"dpo": lambda: c.algo.beta, "bon": lambda: c.algo.n_max}.get(c.algo.name, lambda: c.kl.beta)()
+        if c.algo.name in ("ppo", "grpo", "rloo"):
+            assert c.kl.name == "fixed"
+        points.setdefault(c.algo.name, set()).add((float(beta), int(c.seed)))
+    assert set(points) == {"ppo", "grpo", "rloo", "dpo", "bon"}
+    for algo, pts in points.items():
+        assert {s for _, s in pts} == {0, 1, 2}, algo
+        assert len({b for b, _ in pts}) >= (1 if algo == "bon" else 3), algo
 
 
 @pytest.mark.slow

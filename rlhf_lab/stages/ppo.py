@@ -248,7 +248,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         first, last = ev.first, ev.last
         g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
         summary = {
-            "gold": f"{g0:.3f} -> {g1:.3f} (SFT -> PPO step {module.ppo_step})",
+            "gold": f"{g0:.3f} -> {g1:.3f} (SFT -> {stage.upper()} step {module.ppo_step})",
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
