@@ -90,6 +90,9 @@ class PPOConfig(JobConfig):
     lr: float = MISSING
     critic_lr: float = MISSING
     clip_eps: float = MISSING
+    clip_eps_high: Optional[float] = MISSING
+    loss_agg: str = MISSING
+    advantage_scale: str = MISSING
     value_clip_eps: float = MISSING
     vf_coef: float = MISSING
     entropy_coef: float = MISSING
@@ -110,6 +113,12 @@ class PPOConfig(JobConfig):
     checkpoint_every: int = MISSING
     resume_from: Optional[str] = MISSING
     hacking_monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
+
+
+@dataclass
+class BoNConfig(JobConfig):
+    n_max: int = MISSING
+    batch_size: int = MISSING
 
 
 @dataclass
@@ -239,6 +248,7 @@ SCHEMAS = {
     ("algo", "job_schema"): JobConfig,
     ("algo", "ppo_schema"): PPOConfig,
     ("algo", "dpo_schema"): DPOConfig,
+    ("algo", "bon_schema"): BoNConfig,
     ("kl", "kl_schema"): KLConfig,
     ("reward_model", "reward_model_schema"): RewardModelConfig,
     ("generation", "generation_schema"): GenerationConfig,

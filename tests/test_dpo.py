@@ -93,8 +93,13 @@ def test_module_loss_on_real_batch_matches_hand_and_dpo_formula(setup):
 
     # the other losses on the same batch, by hand: IPO, hinge, conservative DPO
     h = (pc - rc) - (pr - rr)
+    n = [len(tok(" " + y, add_special_tokens=False).input_ids) + int(e)
+         for p in pairs for y, e in ((p.chosen, p.chosen_ended), (p.rejected, p.rejected_ended))]
+    nc, nr = torch.tensor(n[0::2], dtype=torch.float64), torch.tensor(n[1::2], dtype=torch.float64)
+    h_avg = (pc - rc) / nc - (pr - rr) / nr  # IPO on length-averaged log-probs (TRL's loss_type="ipo")
     for kw, expected in [
-        (dict(loss_type="ipo"), torch.mean((h - 1 / (2 * beta)) ** 2)),
+        (dict(loss_type="ipo_sum"), torch.mean((h - 1 / (2 * beta)) ** 2)),
+        (dict(loss_type="ipo"), torch.mean((h_avg - 1 / (2 * beta)) ** 2)),
         (dict(loss_type="hinge"), torch.mean(torch.relu(1 - beta * h))),
         (dict(label_smoothing=0.2), torch.mean(0.8 * torch.log1p(torch.exp(-beta * h)) + 0.2 * torch.log1p(torch.exp(beta * h)))),
     ]:

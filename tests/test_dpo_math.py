@@ -52,10 +52,35 @@ def test_dpo_label_smoothing_by_hand():
     assert losses.tolist() == pytest.approx(expected, abs=1e-12)
 
 
-def test_ipo_by_hand():
-    losses, _, _ = preference_loss(PC, PR, RC, RR, beta=BETA, loss_type="ipo")
+def test_ipo_sum_by_hand():
+    losses, _, _ = preference_loss(PC, PR, RC, RR, beta=BETA, loss_type="ipo_sum")
     # 1 / (2 * 0.1) = 5 -> (1 - 5)^2 = 16, (-2 - 5)^2 = 49
     assert losses.tolist() == pytest.approx([16.0, 49.0])
+
+
+def test_ipo_averages_log_probs_over_tokens_by_hand():
+    # pair 0 with chosen 2 tokens, rejected 4 tokens: (-1/2 + 2/4) - (-1.5/2 + 1.5/4) = 0 + 0.375 = 0.375
+    #   -> (0.375 - 5)^2 = 21.390625
+    # pair 1 with 1 and 2 tokens: (-3 + 1/2) - (-2 + 2/2) = -2.5 + 1 = -1.5 -> (-1.5 - 5)^2 = 42.25
+    losses, cr, rr = preference_loss(PC, PR, RC, RR, beta=BETA, loss_type="ipo",
+                                     chosen_lengths=torch.tensor([2, 1]), rejected_lengths=torch.tensor([4, 2]))
+    assert losses.tolist() == pytest.approx([21.390625, 42.25])
+    assert cr.tolist() == pytest.approx([0.1 * (-0.5 + 0.75), 0.1 * (-3 + 2)])  # per-token implicit rewards
+    with pytest.raises(ValueError, match="chosen_lengths"):
+        preference_loss(PC, PR, RC, RR, beta=BETA, loss_type="ipo")
+
+
+@pytest.mark.parametrize("n", [5, 40])
+def test_ipo_is_length_invariant_ipo_sum_is_not(n):
+    # the same 0.1 nat/token advantage of the chosen response over the reference, on n-token responses
+    zero = torch.zeros(1, dtype=torch.float64)
+    pc = torch.full((1,), 0.1 * n, dtype=torch.float64)
+    lengths = torch.tensor([n])
+    ipo, _, _ = preference_loss(pc, zero, zero, zero, beta=0.1, loss_type="ipo",
+                                chosen_lengths=lengths, rejected_lengths=lengths)
+    assert ipo.item() == pytest.approx((0.1 - 5) ** 2)  # 24.01 at every length
+    summed, _, _ = preference_loss(pc, zero, zero, zero, beta=0.1, loss_type="ipo_sum")
+    assert summed.item() == pytest.approx({5: 20.25, 40: 1.0}[n])  # (0.5 - 5)^2, (4 - 5)^2
 
 
 def test_hinge_by_hand():
@@ -72,7 +97,7 @@ def test_preference_loss_errors():
         preference_loss(PC, PR, RC, RR, beta=0.0)
     with pytest.raises(ValueError, match=r"algo\.beta"):
         preference_loss(PC, PR, RC, RR, beta=-1.0)
-    with pytest.raises(ValueError, match=r"kto.*sigmoid, ipo, hinge"):
+    with pytest.raises(ValueError, match=r"kto.*sigmoid, ipo, ipo_sum, hinge"):
         preference_loss(PC, PR, RC, RR, beta=BETA, loss_type="kto")
     with pytest.raises(ValueError, match=r"label_smoothing.*\[0, 0\.5\)"):
         preference_loss(PC, PR, RC, RR, beta=BETA, label_smoothing=0.5)

@@ -10,8 +10,14 @@ import torch
 from rlhf_lab.algorithms.rl_math import (
     AdaptiveKLController,
     FixedKLController,
+    aggregate_loss,
+    best_of_n_expectation,
+    best_of_n_kl,
+    check_kl_in_loss,
     explained_variance,
     gae,
+    group_advantages,
+    group_stats,
     kl_estimators,
     leave_one_out_baseline,
     masked_mean,
@@ -23,6 +29,7 @@ from rlhf_lab.algorithms.rl_math import (
     ppo_policy_loss,
     ppo_value_loss,
     reinforce_advantages,
+    rlhf_reward_terms,
     shape_scores,
 )
 
@@ -360,3 +367,135 @@ def test_kl_controller_validation():
     with pytest.raises(ValueError, match=r"kl\.beta"):
         FixedKLController(-1.0)
     FixedKLController(0.0)  # beta = 0 (no KL penalty) is allowed
+
+
+# ---------------------------------------------------------------------------
+# KL in the loss: which estimators carry a KL gradient
+# ---------------------------------------------------------------------------
+def _expected_kl_loss_gradient(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exact E_{x~π}[∇_θ k(x)] on a 3-way categorical π = softmax(θ) (the samples' distribution held fixed,
+    as for a loss term on the policy's own samples), with ∇KL(π‖ref) and ∇KL(ref‖π) for comparison."""
+    theta = torch.tensor([0.2, -0.4, 0.9], dtype=torch.float64, requires_grad=True)
+    ref = torch.log(torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64))
+    logp = torch.log_softmax(theta, 0)
+    p = logp.exp().detach()
+    (g,) = torch.autograd.grad((p * kl_estimators(logp, ref, kind)).sum(), theta, retain_graph=True)
+    (g_fwd,) = torch.autograd.grad((logp.exp() * (logp - ref)).sum(), theta, retain_graph=True)
+    (g_rev,) = torch.autograd.grad((ref.exp() * (ref - logp)).sum(), theta)
+    return g, g_fwd, g_rev
+
+
+def test_k1_in_the_loss_has_zero_expected_gradient_k2_has_the_kl_gradient():
+    g1, g_fwd, g_rev = _expected_kl_loss_gradient("k1")
+    # E[∇k1] = Σ_x π(x) ∇log π(x) = ∇Σ_x π(x) = ∇1 = 0: the penalty does nothing
+    assert g1.tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-12)
+    assert g_fwd.abs().max() > 0.1  # while the KL itself has a gradient
+    g2, _, _ = _expected_kl_loss_gradient("k2")
+    # E[∇k2] = Σ π (log π − log ref) ∇log π = ∇KL(π‖ref) exactly
+    assert g2.tolist() == pytest.approx(g_fwd.tolist(), abs=1e-12)
+    g3, _, _ = _expected_kl_loss_gradient("k3")
+    # E[∇k3] = Σ (π − ref) ∇log π = −Σ ref ∇log π = ∇KL(ref‖π): the reverse KL (GRPO's term)
+    assert g3.tolist() == pytest.approx(g_rev.tolist(), abs=1e-12)
+
+
+def test_kl_in_loss_needs_k2_or_k3():
+    with pytest.raises(ValueError, match=r"algo\.kl_in=loss with algo\.kl_estimator=k1.*algo\.kl_estimator=k3"):
+        check_kl_in_loss("loss", "k1")
+    for ok in [("loss", "k2"), ("loss", "k3"), ("reward", "k1"), ("reward", "k3")]:
+        check_kl_in_loss(*ok)
+
+
+def test_rlhf_reward_terms_in_both_placements():
+    shaped, kl_seq = t(1.0, -0.5), t(2.0, 4.0)
+    # kl_in=reward: non-score = −β·KL = −0.2, −0.4; rlhf = R − β·KL = 0.8, −0.9
+    ns, rr = rlhf_reward_terms(shaped, kl_seq, 0.1, "reward")
+    assert ns.tolist() == pytest.approx([-0.2, -0.4]) and rr.tolist() == pytest.approx([0.8, -0.9])
+    # kl_in=loss: the KL is not in the reward: non-score 0, rlhf = R
+    ns, rr = rlhf_reward_terms(shaped, kl_seq, 0.1, "loss")
+    assert ns.tolist() == [0.0, 0.0] and rr.tolist() == [1.0, -0.5]
+
+
+# ---------------------------------------------------------------------------
+# GRPO / Dr. GRPO
+# ---------------------------------------------------------------------------
+def test_group_advantages_by_hand():
+    R = t(1.0, 3.0, 0.0, 0.0, 2.0, 4.0)  # groups of 3: (1, 3, 0) and (0, 2, 4)
+    # group 1: mean 4/3, std = sqrt(((−1/3)² + (5/3)² + (4/3)²) / 2) = sqrt(42/9 / 2) = sqrt(7/3) = 1.527525
+    # group 2: mean 2, std = sqrt((4 + 0 + 4) / 2) = 2
+    s1 = math.sqrt(7 / 3)
+    expected = [-1 / 3 / (s1 + 1e-4), 5 / 3 / (s1 + 1e-4), -4 / 3 / (s1 + 1e-4),
+                -2 / (2 + 1e-4), 0.0, 2 / (2 + 1e-4)]
+    assert group_advantages(R, 3).tolist() == pytest.approx(expected, abs=1e-12)
+    # Dr. GRPO: no std division
+    assert group_advantages(R, 3, scale=False).tolist() == pytest.approx([-1 / 3, 5 / 3, -4 / 3, -2, 0, 2])
+    # a group whose rewards all tie gets zero advantage (not 0/0)
+    assert group_advantages(t(0.5, 0.5), 2).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="group_size"):
+        group_advantages(t(1.0, 2.0, 3.0), 2)
+
+
+def test_group_stats_by_hand():
+    st = group_stats(t(1.0, 1.0, 0.0, 2.0, 3.0, 3.0), 2)  # groups (1, 1), (0, 2), (3, 3)
+    assert st["group/tie_frac"] == pytest.approx(2 / 3)
+    # stds 0, sqrt(2), 0 -> mean sqrt(2)/3; ranges 0, 2, 0 -> 2/3
+    assert st["group/reward_std"] == pytest.approx(math.sqrt(2) / 3)
+    assert st["group/reward_range"] == pytest.approx(2 / 3)
+
+
+def test_loss_aggregations_by_hand():
+    x = t([1.0, 2.0, 3.0, 9.0], [4.0, 0.0, 0.0, 0.0])
+    m = t([1, 1, 1, 0], [1, 0, 0, 0])
+    assert aggregate_loss(x, m, "token_mean").item() == pytest.approx(10 / 4)  # (1+2+3+4)/4
+    assert aggregate_loss(x, m, "seq_mean_token_mean").item() == pytest.approx((2 + 4) / 2)
+    assert aggregate_loss(x, m, "seq_mean_token_sum").item() == pytest.approx((6 + 4) / 2)
+    assert aggregate_loss(x, m, "seq_mean_token_sum_norm", norm=5).item() == pytest.approx(10 / (2 * 5))
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        aggregate_loss(x, m, "sum")
+
+
+def test_asymmetric_clipping_by_hand():
+    m = t([1, 1])
+    old = t([0.0, 0.0])
+    logp = torch.log(t([1.25, 1.25]))  # ratio 1.25 on both tokens
+    adv = t([1.0, 1.0])
+    # symmetric ε = 0.2: min(1.25, 1.2) -> loss −1.2, both tokens clipped
+    loss, st = ppo_policy_loss(logp, old, adv, m, 0.2)
+    assert loss.item() == pytest.approx(-1.2) and st["policy/clipfrac"].item() == 1.0
+    # clip-higher ε_high = 0.28: ratio 1.25 is inside -> loss −1.25, nothing clipped
+    loss, st = ppo_policy_loss(logp, old, adv, m, 0.2, clip_eps_high=0.28)
+    assert loss.item() == pytest.approx(-1.25) and st["policy/clipfrac"].item() == 0.0
+    # the lower bound is still ε_low: ratio 0.7 with A < 0 is clipped at 0.8
+    loss, _ = ppo_policy_loss(torch.log(t([0.7, 0.7])), old, -adv, m, 0.2, clip_eps_high=0.28)
+    assert loss.item() == pytest.approx(0.8)
+    # aggregation: seq_mean_token_sum of −1.2 on two tokens of one sequence = −2.4
+    loss, _ = ppo_policy_loss(logp, old, adv, m, 0.2, agg="seq_mean_token_sum")
+    assert loss.item() == pytest.approx(-2.4)
+
+
+# ---------------------------------------------------------------------------
+# Best-of-n
+# ---------------------------------------------------------------------------
+def test_best_of_n_kl_by_hand():
+    assert best_of_n_kl(1) == 0.0
+    assert best_of_n_kl(2) == pytest.approx(math.log(2) - 0.5)  # 0.193147
+    assert best_of_n_kl(4) == pytest.approx(1.386294 - 0.75, abs=1e-6)
+    with pytest.raises(ValueError):
+        best_of_n_kl(0)
+
+
+def test_best_of_n_expectation_by_hand():
+    # one prompt, N = 3 samples: proxy 0.2, 0.9, 0.5 with gold 1, 3, 2
+    proxy, gold = t([0.2, 0.9, 0.5]), t([1.0, 3.0, 2.0])
+    # n = 1: the mean, 2
+    assert best_of_n_expectation(proxy, gold, 1).tolist() == pytest.approx([2.0])
+    # n = 2: subsets {a,b}->b (3), {a,c}->c (2), {b,c}->b (3): mean 8/3
+    assert best_of_n_expectation(proxy, gold, 2).tolist() == pytest.approx([8 / 3])
+    # n = 3: the proxy's argmax, gold 3
+    assert best_of_n_expectation(proxy, gold, 3).tolist() == pytest.approx([3.0])
+    # a brute-force check over all 4-subsets of 7 samples
+    import itertools
+    g = torch.Generator().manual_seed(0)
+    px, gd = torch.rand(1, 7, generator=g, dtype=torch.float64), torch.rand(1, 7, generator=g, dtype=torch.float64)
+    subsets = list(itertools.combinations(range(7), 4))
+    brute = sum(gd[0, max(s, key=lambda i: px[0, i])].item() for s in subsets) / len(subsets)
+    assert best_of_n_expectation(px, gd, 4).item() == pytest.approx(brute, abs=1e-12)

@@ -80,6 +80,22 @@ def test_other_studies_sweep_the_keys_they_name():
 
 
 @pytest.mark.slow
+def test_algo_frontier_has_a_beta_grid_per_algorithm_and_three_seeds():
+    cfgs = [job_cfg(j) for j in sweeping.plan(["sweep=algo_frontier"], validate=False)]
+    points: dict[str, set] = {}
+    for c in cfgs:
+        assert c.study == "algo_frontier"
+        beta = {"dpo": lambda: c.algo.beta, "bon": lambda: c.algo.n_max}.get(c.algo.name, lambda: c.kl.beta)()
+        if c.algo.name in ("ppo", "grpo", "rloo"):
+            assert c.kl.name == "fixed"
+        points.setdefault(c.algo.name, set()).add((float(beta), int(c.seed)))
+    assert set(points) == {"ppo", "grpo", "rloo", "dpo", "bon"}
+    for algo, pts in points.items():
+        assert {s for _, s in pts} == {0, 1, 2}, algo
+        assert len({b for b, _ in pts}) >= (1 if algo == "bon" else 3), algo
+
+
+@pytest.mark.slow
 def test_inline_overrides_win_and_seeds_combine_with_a_study():
     jobs = sweeping.plan(["sweep=ppo_beta_grid", "+ppo_kl=fixed_0,fixed_0.1", "trainer.max_steps=7"], validate=False)
     assert len(jobs) == 2

@@ -136,7 +136,8 @@ class DPOModule(L.LightningModule):
                  lr: float = 3e-4, weight_decay: float = 0.0, warmup_steps: int = 20, max_steps: int = 1000,
                  online: tuple[Callable[[], list[dict]], int] | None = None, pad_id: int = 0, batch_size: int = 32):
         super().__init__()
-        preference_loss(*torch.zeros(4, 1), beta=beta, loss_type=loss_type, label_smoothing=label_smoothing)  # validate
+        preference_loss(*torch.zeros(4, 1), beta=beta, loss_type=loss_type, label_smoothing=label_smoothing,
+                        chosen_lengths=torch.ones(1), rejected_lengths=torch.ones(1))  # validate
         self.model = policy.train()
         disable_dropout(self.model)
         self.lora_disabled = reference == "lora_disabled"
@@ -180,8 +181,9 @@ class DPOModule(L.LightningModule):
     def loss_and_metrics(self, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         pc, pr = self.policy_logps(batch)
         rc, rr = self.reference_logps(batch)
+        n = batch["loss_mask"][:, 1:].sum(-1)  # response tokens per row (IPO averages its log-probs over them)
         losses, chosen_r, rejected_r = preference_loss(pc, pr, rc.to(pc), rr.to(pc), self.beta, self.loss_type,
-                                                       self.label_smoothing)
+                                                       self.label_smoothing, n[: pc.shape[0]], n[pc.shape[0]:])
         loss = losses.mean()
         metrics = {
             "loss/dpo": loss.detach(),

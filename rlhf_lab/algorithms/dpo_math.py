@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-PREFERENCE_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+PREFERENCE_LOSS_TYPES = ("sigmoid", "ipo", "ipo_sum", "hinge")
 
 
 def preference_loss(
@@ -31,6 +31,8 @@ def preference_loss(
     beta: float,
     loss_type: str = "sigmoid",
     label_smoothing: float = 0.0,
+    chosen_lengths: Tensor | None = None,
+    rejected_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per-example DPO-family losses from sequence log-probabilities (all shape ``[B]``).
 
@@ -39,7 +41,13 @@ def preference_loss(
     - ``sigmoid`` (DPO, Rafailov et al. 2023 eq. 7; conservative DPO with label
       smoothing ``eps``, Mitchell 2023):
       ``-(1 - eps) * logsigmoid(beta * logits) - eps * logsigmoid(-beta * logits)``
-    - ``ipo`` (Azar et al. 2023 eq. 17): ``(logits - 1 / (2 * beta))**2``
+    - ``ipo`` (Azar et al. 2023 eq. 17): ``(logits - 1 / (2 * beta))**2`` on **length-averaged**
+      log-probabilities: each of the four log-probs is divided by its response's token count
+      (``chosen_lengths``, ``rejected_lengths``, required). This is what the IPO authors' results use and what
+      TRL's ``DPOTrainer(loss_type="ipo")`` does (it averages the log-probs over the completion tokens), so the
+      target 1/(2β) is a per-token log-ratio margin and the loss does not depend on the response length.
+    - ``ipo_sum``: the same loss on summed sequence log-probs (the 1/(2β) target is per *sequence*: with β = 0.1
+      and a 0.1 nat/token margin, 20.25 at 5 tokens and 1.0 at 40).
     - ``hinge`` (SLiC-HF, Zhao et al. 2023): ``relu(1 - beta * logits)``
 
     Returns ``(losses, chosen_rewards, rejected_rewards)`` where the implicit rewards
@@ -54,10 +62,17 @@ def preference_loss(
     if label_smoothing > 0 and loss_type != "sigmoid":
         raise ValueError(f"algo.label_smoothing is only supported with loss_type='sigmoid', got {loss_type!r}")
 
+    if loss_type == "ipo":
+        if chosen_lengths is None or rejected_lengths is None:
+            raise ValueError("loss_type='ipo' averages the log-probs over the response tokens: pass chosen_lengths "
+                             "and rejected_lengths (or use loss_type='ipo_sum' for summed log-probs)")
+        nc, nr = chosen_lengths.to(policy_chosen_logps).clamp(min=1), rejected_lengths.to(policy_chosen_logps).clamp(min=1)
+        policy_chosen_logps, ref_chosen_logps = policy_chosen_logps / nc, ref_chosen_logps / nc
+        policy_rejected_logps, ref_rejected_logps = policy_rejected_logps / nr, ref_rejected_logps / nr
     logits = (policy_chosen_logps - policy_rejected_logps) - (ref_chosen_logps - ref_rejected_logps)
     if loss_type == "sigmoid":
         losses = -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
-    elif loss_type == "ipo":
+    elif loss_type in ("ipo", "ipo_sum"):
         losses = (logits - 1 / (2 * beta)) ** 2
     else:  # hinge
         losses = torch.relu(1 - beta * logits)

@@ -15,9 +15,10 @@ One PPO step (= one ``training_step``, one x-axis step of every ``objective/*`` 
 4. rewards   KL_t = k1|k2|k3(π_θ_old, π_ref) and r_t = −β·KL_t with r(x, y) added at the last token
              (``algo.kl_in=reward``; with ``kl_in=loss`` the β·KL term is in the loss instead, GRPO style);
 5. advantage GAE(γ, λ) with the critic, or (``algo.critic=none``) A = R − baseline (batch/group mean or
-             RLOO leave-one-out); whitened;
-6. update    ``ppo_epochs`` × ``num_minibatches`` AdamW steps on the clipped surrogate (ε), the clipped
-             value loss, an optional entropy bonus (and β·KL in the loss);
+             RLOO leave-one-out), or GRPO's (R − group mean) / group std (``algo.advantage_scale``); whitened;
+6. update    ``ppo_epochs`` × ``num_minibatches`` AdamW steps on the clipped surrogate (ε, or ε_low/ε_high),
+             the clipped value loss, an optional entropy bonus (and β·KL in the loss), the per-token terms
+             reduced by ``algo.loss_agg`` (token mean; GRPO, RLOO and Dr. GRPO's forms);
 7. adapt β   the KL controller (``kl=fixed|adaptive``) sees the measured KL in ``kl.unit``.
 
 The four roles (policy, reference, critic, reward) are built for the configured mode by the stage
@@ -46,8 +47,12 @@ from rlhf_lab import distributed, tracking
 from rlhf_lab.algorithms.rl_math import (
     AdaptiveKLController,
     FixedKLController,
+    aggregate_loss,
+    check_kl_in_loss,
     explained_variance,
     gae,
+    group_advantages,
+    group_stats,
     kl_estimators,
     leave_one_out_baseline,
     masked_mean,
@@ -59,6 +64,7 @@ from rlhf_lab.algorithms.rl_math import (
     ppo_policy_loss,
     ppo_value_loss,
     reinforce_advantages,
+    rlhf_reward_terms,
     shape_scores,
 )
 from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
@@ -191,10 +197,16 @@ class PPOModule(L.LightningModule):
         if self._B % algo.num_minibatches:
             raise ValueError(f"algo.batch_size={B} must be a multiple of algo.num_minibatches"
                              + (f" times the number of processes ({self._world})" if self._world > 1 else ""))
+        if str(algo.advantage_scale) not in ("none", "group_std"):
+            raise ValueError(f"algo.advantage_scale={algo.advantage_scale!r}; choose none or group_std (GRPO)")
+        if algo.advantage_scale == "group_std" and (critic is not None or self._k < 2 or algo.baseline != "mean"):
+            raise ValueError("algo.advantage_scale=group_std (GRPO) needs algo.critic=none, algo.baseline=mean and "
+                             "algo.samples_per_prompt >= 2")
         if critic is None and algo.baseline == "loo" and self._k < 2:
             raise ValueError("algo.critic=none with algo.baseline=loo (RLOO) needs algo.samples_per_prompt >= 2")
         if str(algo.kl_in) not in ("reward", "loss"):
             raise ValueError(f"algo.kl_in={algo.kl_in!r}; choose reward (classic PPO-RLHF) or loss (GRPO style)")
+        check_kl_in_loss(algo.kl_in, algo.kl_estimator)
         if str(kl.unit) not in ("sequence", "token"):
             raise ValueError(f"kl.unit={kl.unit!r}; choose sequence (sum over response tokens) or token (mean)")
 
@@ -320,8 +332,11 @@ class PPOModule(L.LightningModule):
             advantages, returns = gae(rewards, values, mask, a.gamma, a.lam)
         else:
             R = masked_sum(rewards, mask, dim=1)  # undiscounted return of the episode
-            b = leave_one_out_baseline(R, self._k) if a.baseline == "loo" else mean_baseline(R, self._k)
-            advantages = reinforce_advantages(R, b, mask)
+            if a.advantage_scale == "group_std":  # GRPO: (R − group mean) / (group std + ε)
+                advantages = group_advantages(R, self._k).unsqueeze(1) * mask
+            else:
+                b = leave_one_out_baseline(R, self._k) if a.baseline == "loo" else mean_baseline(R, self._k)
+                advantages = reinforce_advantages(R, b, mask)
             returns = torch.zeros_like(advantages)
         advantage_var = masked_var(advantages, mask).item()
         if a.whiten_advantages:
@@ -343,7 +358,8 @@ class PPOModule(L.LightningModule):
                 idx = perm[i * mb : (i + 1) * mb]
                 m = mask[idx]
                 logp, ent, values = self.policy_forward(q_ids[idx], q_mask[idx], r_ids[idx], m)
-                pg_loss, st = ppo_policy_loss(logp, old_logp[idx], advantages[idx], m, a.clip_eps)
+                pg_loss, st = ppo_policy_loss(logp, old_logp[idx], advantages[idx], m, a.clip_eps, a.clip_eps_high,
+                                              a.loss_agg, self.gen.max_new_tokens)
                 loss = pg_loss
                 if values is not None:
                     vf_loss, vst = ppo_value_loss(values, old_values[idx], returns[idx], m, a.value_clip_eps)
@@ -353,7 +369,8 @@ class PPOModule(L.LightningModule):
                 if a.entropy_coef:
                     loss = loss - a.entropy_coef * ent_mean
                 if a.kl_in == "loss":  # GRPO: β·KL(π_θ‖π_ref) on the current policy, per token
-                    kl_loss = masked_mean(kl_estimators(logp, ref_logp[idx], str(a.kl_estimator)), m)
+                    kl_loss = aggregate_loss(kl_estimators(logp, ref_logp[idx], str(a.kl_estimator)), m, a.loss_agg,
+                                             self.gen.max_new_tokens)
                     loss = loss + beta * kl_loss
                     st["loss/kl"] = kl_loss.detach()
                 self.assert_finite({"loss": loss.detach()})
@@ -388,6 +405,7 @@ class PPOModule(L.LightningModule):
         not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended], device=mask.device)
         kl_seq = masked_sum(kl_t, mask, dim=1)
         per_seq = {k: masked_sum(kl_estimators(old_logp, ref_logp, k), mask, dim=1).mean().item() for k in ("k1", "k2", "k3")}
+        non_score, rlhf_reward = rlhf_reward_terms(shaped, kl_seq, beta, str(self.a.kl_in))
         stats = {
             "objective/scores": scores.mean().item(),
             "objective/scores_shaped": shaped.mean().item(),
@@ -397,8 +415,8 @@ class PPOModule(L.LightningModule):
             **{f"objective/kl_{k}": v for k, v in per_seq.items()},
             "objective/kl_measured": measured_kl,
             "objective/beta": beta,
-            "objective/non_score_reward": (-beta * kl_seq).mean().item(),
-            "objective/rlhf_reward": (shaped - beta * kl_seq).mean().item(),
+            "objective/non_score_reward": non_score.mean().item(),
+            "objective/rlhf_reward": rlhf_reward.mean().item(),
             "objective/entropy": masked_mean(entropy, mask).item(),
             "objective/length": lengths.mean().item(),
             "objective/eos_rate": 1.0 - not_ended.mean().item(),
@@ -415,6 +433,8 @@ class PPOModule(L.LightningModule):
             "time/update_s": timer.seconds["update"],
             "time/tokens_per_s": lengths.sum().item() / max(dt, 1e-9),
         }
+        if self._k > 1:  # the groups of samples per prompt (GRPO, RLOO)
+            stats.update(group_stats(shaped, self._k))
         if self.critic is not None:
             stats["val/explained_variance"] = explained_variance(old_values, returns, mask)
             stats["val/mean"] = masked_mean(old_values, mask).item()

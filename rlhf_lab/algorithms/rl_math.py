@@ -21,16 +21,39 @@ References
   Reinforcement Learning" (REINFORCE with a baseline).
 - Huang et al. 2023, "The N Implementation Details of RLHF with PPO" (reward shaping:
   missing-EOS penalty, clipping).
+- Shao et al. 2024, "DeepSeekMath" (GRPO: group-normalised advantages, KL in the loss).
+- Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective" (Dr. GRPO: no std
+  division, a constant loss normaliser).
+- Yu et al. 2025, "DAPO" (asymmetric clipping ε_low/ε_high, token-mean loss aggregation).
+- Stiennon et al. 2020 / Gao et al. 2022 (best-of-n: the analytic KL bound, the unbiased estimator of the
+  best-of-n expectation from N ≥ n samples).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import torch
 from torch import Tensor
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
+# estimators whose gradient, as a loss term on the policy's own samples, is a KL gradient: k1's is
+# ∇log π, zero in expectation (see :func:`check_kl_in_loss`)
+KL_LOSS_ESTIMATORS = ("k2", "k3")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+
+
+def check_kl_in_loss(kl_in: str, kl_estimator: str) -> None:
+    """``kl_in=loss`` needs k2 or k3. As a loss term on samples y ~ π_θ, k1 = log π_θ(y) − log π_ref(y)
+    has the gradient ∇log π_θ(y), whose expectation Σ_y π ∇log π = ∇Σ_y π = 0: the penalty would do
+    nothing. E[∇k2] = ∇KL(π‖π_ref) exactly; E[∇k3] = ∇KL(π_ref‖π) (the reverse KL, GRPO's choice)."""
+    if str(kl_in) == "loss" and str(kl_estimator) not in KL_LOSS_ESTIMATORS:
+        raise ValueError(
+            f"algo.kl_in=loss with algo.kl_estimator={kl_estimator}: the k1 term's gradient on the policy's own "
+            "samples is ∇log π, zero in expectation, so the KL penalty would do nothing. Set "
+            "algo.kl_estimator=k3 (GRPO) or k2, or algo.kl_in=reward")
 
 
 # ---------------------------------------------------------------------------
@@ -142,6 +165,67 @@ def per_token_rewards(score: Tensor, kl: Tensor, mask: Tensor, beta: float) -> T
     return rewards.scatter_add(1, last.unsqueeze(1), score.unsqueeze(1))
 
 
+def rlhf_reward_terms(shaped: Tensor, kl_seq: Tensor, beta: float, kl_in: str) -> tuple[Tensor, Tensor]:
+    """(non-score reward, RLHF reward), both ``[B]``: the KL part of the reward the advantage is computed
+    from, and that whole reward. ``kl_in=reward``: ``−β·KL`` and ``R − β·KL`` (``kl_seq``: the per-response
+    KL); ``kl_in=loss``: the KL is a loss term, not part of the reward, so ``0`` and ``R``."""
+    if str(kl_in) == "reward":
+        non_score = -beta * kl_seq
+    elif str(kl_in) == "loss":
+        non_score = torch.zeros_like(shaped)
+    else:
+        raise ValueError(f"algo.kl_in={kl_in!r}; choose reward or loss")
+    return non_score, shaped + non_score
+
+
+def group_advantages(returns: Tensor, group_size: int, scale: bool = True, eps: float = 1e-4) -> Tensor:
+    """GRPO's outcome advantages (Shao et al. 2024 §4.1.2): ``Â_i = (R_i − mean_g) / (std_g + eps)`` over the
+    ``group_size`` = G consecutive samples of each prompt (``std`` Bessel-corrected, as in TRL); with
+    ``scale=False``, ``R_i − mean_g`` (Dr. GRPO, Liu et al. 2025). Returns ``[B]``."""
+    if group_size < 2 or returns.dim() != 1 or returns.shape[0] % group_size:
+        raise ValueError(f"group_advantages needs 1-D returns in groups of group_size >= 2, got group_size="
+                         f"{group_size} and shape {tuple(returns.shape)}")
+    g = returns.view(-1, group_size)
+    adv = g - g.mean(1, keepdim=True)
+    if scale:
+        adv = adv / (g.std(1, keepdim=True) + eps)
+    return adv.reshape(-1)
+
+
+@torch.no_grad()
+def group_stats(returns: Tensor, group_size: int) -> dict[str, float]:
+    """Statistics of the groups of ``group_size`` samples per prompt: ``group/tie_frac`` (fraction of groups
+    whose returns all tie: zero advantage, no learning signal), ``group/reward_std`` (mean within-group
+    std, Bessel-corrected) and ``group/reward_range`` (mean max − min)."""
+    g = returns.view(-1, group_size)
+    return {"group/tie_frac": (g.max(1).values == g.min(1).values).float().mean().item(),
+            "group/reward_std": g.std(1).mean().item(),
+            "group/reward_range": (g.max(1).values - g.min(1).values).mean().item()}
+
+
+def aggregate_loss(per_token: Tensor, mask: Tensor, mode: str = "token_mean", norm: float | None = None) -> Tensor:
+    """A ``[B, T]`` per-token loss reduced to a scalar, with the names of the papers (and verl):
+
+    - ``token_mean``: sum over all valid tokens of the batch ÷ their number (PPO here; DAPO, Yu et al. 2025);
+    - ``seq_mean_token_mean``: mean over sequences of each sequence's token mean (GRPO, Shao et al. 2024 eq. 3);
+    - ``seq_mean_token_sum``: mean over sequences of each sequence's token sum (REINFORCE on the sequence,
+      RLOO, Ahmadian et al. 2024);
+    - ``seq_mean_token_sum_norm``: sum over valid tokens ÷ (B · ``norm``), a constant normaliser (Dr. GRPO,
+      Liu et al. 2025: ``norm`` = the maximum generation length).
+    """
+    if mode == "token_mean":
+        return masked_mean(per_token, mask)
+    if mode == "seq_mean_token_mean":
+        return masked_mean(per_token, mask, dim=1).mean()
+    if mode == "seq_mean_token_sum":
+        return masked_sum(per_token, mask, dim=1).mean()
+    if mode == "seq_mean_token_sum_norm":
+        if not norm or norm <= 0:
+            raise ValueError("seq_mean_token_sum_norm needs a constant normaliser norm > 0")
+        return masked_sum(per_token, mask) / (per_token.shape[0] * float(norm))
+    raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {', '.join(LOSS_AGGREGATIONS)}")
+
+
 @torch.no_grad()
 def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
     """Generalized Advantage Estimation, Schulman et al. 2015 eq. (16).
@@ -219,12 +303,15 @@ def reinforce_advantages(returns: Tensor, baseline: Tensor, mask: Tensor) -> Ten
 # PPO losses
 # ---------------------------------------------------------------------------
 def ppo_policy_loss(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_eps: float
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, clip_eps: float,
+    clip_eps_high: float | None = None, agg: str = "token_mean", agg_norm: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate, Schulman et al. 2017 eq. (7), written as a loss.
 
     ``ratio = exp(logp - old_logp)``;
-    ``loss = masked_mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))``.
+    ``loss = masked_mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps_high)))``, with
+    ``eps_high = clip_eps_high`` if given, else ``eps`` (asymmetric "clip-higher", DAPO, Yu et al. 2025),
+    and the per-token terms reduced by :func:`aggregate_loss` (``agg``, ``agg_norm``; default: masked_mean).
 
     Stats (detached 0-dim tensors):
     - ``policy/clipfrac``: fraction of valid tokens where the clipped term was chosen
@@ -234,8 +321,9 @@ def ppo_policy_loss(
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     pg_losses = -advantages * ratio
-    pg_losses_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
-    loss = masked_mean(torch.max(pg_losses, pg_losses_clipped), mask)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    pg_losses_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
+    loss = aggregate_loss(torch.max(pg_losses, pg_losses_clipped), mask, agg, agg_norm)
     with torch.no_grad():
         stats = {
             "policy/clipfrac": masked_mean((pg_losses < pg_losses_clipped).to(logp.dtype), mask),
@@ -338,3 +426,27 @@ class FixedKLController:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         _check_beta(state["beta"])
         self.beta = float(state["beta"])
+
+
+# ---------------------------------------------------------------------------
+# Best-of-n
+# ---------------------------------------------------------------------------
+def best_of_n_kl(n: int) -> float:
+    """KL(π_best-of-n ‖ π) ≤ log n − (n − 1)/n nats (Stiennon et al. 2020 app. G.3; exact without ties)."""
+    if n < 1:
+        raise ValueError(f"best-of-n needs n >= 1, got {n}")
+    return math.log(n) - (n - 1) / n
+
+
+def best_of_n_expectation(proxy: Tensor, values: Tensor, n: int) -> Tensor:
+    """Per prompt, the expected ``values`` of the response a best-of-n picks by ``proxy``, n drawn at random
+    without replacement from the N ≥ n samples of that prompt (rows of ``[P, N]``): the unbiased estimator of
+    Gao et al. 2022 (app.). With the samples ranked by proxy ascending (rank i = 0 … N−1), the one of rank i
+    is the subset's maximum with probability C(i, n−1) / C(N, n). n = 1: the row mean; n = N: the argmax's
+    value. Returns ``[P]``."""
+    N = proxy.shape[1]
+    if not 1 <= n <= N:
+        raise ValueError(f"best-of-n needs 1 <= n <= N = {N} samples per prompt, got n = {n}")
+    order = proxy.argsort(dim=1)
+    w = torch.tensor([math.comb(i, n - 1) / math.comb(N, n) for i in range(N)], dtype=torch.float64)
+    return (values.gather(1, order).double() * w).sum(1)

@@ -23,8 +23,8 @@ from rlhf_lab import distributed, tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
 from rlhf_lab.runtime import to_plain
 
-STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo")
-JOBS = ("pretrain", "sft", "rm", "ppo", "dpo")  # the stages `algo` can name
+STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
+JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", "grpo", "rloo", "bon")  # the stages `algo` can name
 
 
 def stage_module(stage: str):

@@ -57,7 +57,7 @@ REFERENCE_KINDS = ("copy", "lora_disabled", "precomputed")
 def check_config(ac: DictConfig) -> None:
     """Fail fast, before any upstream stage is built, on keys that cannot work."""
     preference_loss(*torch.zeros(4, 1), beta=ac.beta, loss_type=str(ac.loss_type),
-                    label_smoothing=ac.label_smoothing)
+                    label_smoothing=ac.label_smoothing, chosen_lengths=torch.ones(1), rejected_lengths=torch.ones(1))
     kind = str(ac.reference.kind)
     if kind not in REFERENCE_KINDS:
         raise ValueError(f"algo.reference.kind={kind!r}; choose one of {', '.join(REFERENCE_KINDS)}")

@@ -31,6 +31,7 @@ from torch import nn
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule, ValueModel
+from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
 from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
@@ -55,11 +56,20 @@ CRITICS = ("rm", "policy", "none")
 REFERENCE_KINDS = ("copy", "lora_disabled")
 
 
-def spec(cfg: DictConfig) -> dict:
+def check_config(algo: DictConfig) -> None:
+    """Fail fast, before any model loads or upstream stage is built, on keys that cannot work together."""
+    check_kl_in_loss(algo.kl_in, algo.kl_estimator)
+    if str(algo.loss_agg) not in LOSS_AGGREGATIONS:
+        raise ValueError(f"algo.loss_agg={algo.loss_agg!r}; choose one of {', '.join(LOSS_AGGREGATIONS)}")
+
+
+def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
     """The SFT policy PPO starts from (built first, with every stage above it), and the reference checkpoint
-    ``algo.reference.path`` when set (``sft@<preset>`` resolved to that preset's SFT artifact, built if missing)."""
+    ``algo.reference.path`` when set (``sft@<preset>`` resolved to that preset's SFT artifact, built if missing).
+    ``stage``: the job's name (grpo and rloo are this stage with their own settings)."""
+    check_config(cfg.algo)
     sft = str(ensure("sft", cfg))
-    out = {"sft": sft, "seed": stage_seed(cfg, "ppo"), "steps": job_steps(cfg, "ppo", cfg.algo.steps)}
+    out = {"sft": sft, "seed": stage_seed(cfg, stage), "steps": job_steps(cfg, stage, cfg.algo.steps)}
     if cfg.algo.reference.get("path"):
         out["reference"] = reference_path(cfg, sft)
     return out
@@ -212,9 +222,10 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
     return prompt_fn
 
 
-def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
+def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dict:
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # intentional: no dropout in PPO
     a = cfg.algo
+    check_config(a)
     out_dir = Path(out_dir)
     sft_path, steps, seed = spec["sft"], spec["steps"], spec["seed"]
     check_reference(a)
@@ -228,7 +239,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                        D.gold_weights(cfg), checkpoint_dir=out_dir)
     size = model_size(policy, critic)
     mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or []))}
-    params = {"stage": "ppo", "algo": to_plain(a), "kl": to_plain(cfg.kl), "generation": to_plain(cfg.generation),
+    params = {"stage": stage, "algo": to_plain(a), "kl": to_plain(cfg.kl), "generation": to_plain(cfg.generation),
               "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": seed, "steps": steps,
               "sft": str(sft_path)}
     if spec.get("reference"):
@@ -240,7 +251,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         tags["rlhf_lab.upstream.rm"] = rm_run
     if spec.get("reference"):
         tags["rlhf_lab.upstream.reference"] = upstream_run(cfg, spec["reference"])
-    with tracking.start_run(cfg, "ppo", params=params, tags=tags) as run:
+    with tracking.start_run(cfg, stage, params=params, tags=tags) as run:
         eval_scorer = scorer if a.reward == "rm" else None
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer),
                           every_n_steps=cfg.eval.every_n_steps, at_start=True,
@@ -252,7 +263,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             if m.last_stats else None,
             gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
             enabled=hm.enabled and a.reward == "rm")
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps * module.updates_per_step, "ppo"),
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps * module.updates_per_step, stage),
                             logger=tracking.lightning_logger(cfg), callbacks=[ev, monitor])
         tracking.log_metrics({**mem, **size}, step=0)
         t0 = time.time()
@@ -261,7 +272,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))  # every rank: Lightning synchronises, rank 0 writes
         distributed.check_in_sync(module, "PPO policy and critic")
         if not distributed.is_rank_zero():  # rank 0 saves and logs
-            return {"stage": "ppo", "train_s": train_s}
+            return {"stage": stage, "train_s": train_s}
         final = unwrap(policy.merge_and_unload()) if hasattr(policy, "merge_and_unload") else policy
         tok.save_pretrained(out_dir)
         final.save_pretrained(out_dir)
@@ -270,7 +281,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         first, last = ev.first, ev.last
         g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
         summary = {
-            "gold": test_gold_line(ev.test_first, ev.test_last, "SFT", f"PPO step {module.ppo_step}"),
+            "gold": test_gold_line(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
             "gold eval": f"{g0:.3f} -> {g1:.3f} (eval prompts, SE {last.get('eval/gold_reward_se', float('nan')):.3f})",
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
@@ -283,7 +294,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         if "test/proxy_reward" in ev.test_last:
             summary["proxy"] = (f"{ev.test_first.get('test/proxy_reward', float('nan')):.3f} -> "
                                 f"{ev.test_last['test/proxy_reward']:.3f} (test prompts)")
-        return {"run_id": run.info.run_id, "stage": "ppo", "eval": last, "eval_start": first, "summary": summary,
+        return {"run_id": run.info.run_id, "stage": stage, "eval": last, "eval_start": first, "summary": summary,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
                 "train_s": train_s, **mem, **size, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at}

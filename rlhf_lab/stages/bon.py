@@ -1,0 +1,104 @@
+"""Stage ``bon``: best-of-n sampling from the SFT policy against the proxy reward model, for
+n = 1, 2, 4, …, ``algo.n_max`` in one job (no training).
+
+For each evaluation prompt (``rlhf_lab.data.eval_prompts``) N = ``algo.n_max`` responses are sampled from
+the SFT policy (``generation.*``) and scored by the RM (the proxy) and by the world's gold reward. For each n,
+the gold and proxy reward of the response best-of-n picks by proxy are estimated without bias from those N
+samples (:func:`rlhf_lab.algorithms.rl_math.best_of_n_expectation`: the average over all n-subsets, not one
+draw), and the KL to the SFT policy is the analytic bound log n − (n − 1)/n. One MLflow run, with n as the
+step: ``bon/gold_reward``, ``bon/proxy_reward``, ``bon/kl``, ``bon/length`` (docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from omegaconf import DictConfig
+
+from rlhf_lab import data as D
+from rlhf_lab import tracking
+from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
+from rlhf_lab.models import families as F
+from rlhf_lab.models.sampling import sample
+from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import rm as rm_stage
+from rlhf_lab.stages.common import ensure, stage_seed, upstream_run
+from rlhf_lab.world import gold_reward
+
+WHAT = "best-of-n samples"
+CACHED = False
+
+
+def n_grid(n_max: int) -> list[int]:
+    """1, 2, 4, …, up to n_max (a power of two)."""
+    if n_max < 1 or n_max & (n_max - 1):
+        raise ValueError(f"algo.n_max must be a power of two >= 1, got {n_max}")
+    return [2**i for i in range(n_max.bit_length())]
+
+
+def spec(cfg: DictConfig) -> dict:
+    a = cfg.algo
+    n_grid(int(a.n_max))
+    if int(a.batch_size) <= 0:
+        raise ValueError(f"algo.batch_size must be > 0, got {a.batch_size}")
+    return {"sft": str(ensure("sft", cfg)), "rm": str(ensure("rm", cfg)), "seed": stage_seed(cfg, "bon"),
+            "n_max": int(a.n_max)}
+
+
+@torch.no_grad()
+def sample_and_score(policy, tok, prompts: list[str], N: int, gen: DictConfig, scorer, gold_w, batch_size: int):
+    """(proxy [P, N], gold [P, N], length [P, N]): N samples per prompt, in batches of ``batch_size``."""
+    flat = [p for p in prompts for _ in range(N)]
+    proxy, gold, length = [], [], []
+    for i in range(0, len(flat), batch_size):
+        chunk = flat[i : i + batch_size]
+        ro = sample(policy, tok, chunk, int(gen.max_new_tokens), gen.temperature, gen.top_k, gen.top_p,
+                    gen.get("max_prompt_len"))
+        proxy += scorer(chunk, ro.responses, ro.ended).float().reshape(-1).tolist()
+        gold += [gold_reward(p, r, e, gold_w) for p, r, e in zip(chunk, ro.responses, ro.ended)]
+        length += ro.lengths.tolist()
+    shape = (len(prompts), N)
+    return (torch.tensor(proxy).reshape(shape), torch.tensor(gold).reshape(shape),
+            torch.tensor(length, dtype=torch.float64).reshape(shape))
+
+
+def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
+    a = cfg.algo
+    L.seed_everything(spec["seed"], verbose=False)
+    tok = F.load_tokenizer(spec["sft"], "policy.name_or_path")
+    policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path").eval()
+    scorer = rm_stage.load_scorer(cfg, spec["rm"])
+    prompts = D.eval_prompts(cfg)
+    params = {"stage": "bon", "algo": to_plain(a), "generation": to_plain(cfg.generation),
+              "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": spec["seed"],
+              "sft": spec["sft"], "n_prompts": len(prompts)}
+    if cfg.get("reward_model") is not None:
+        params["reward_model"] = to_plain(cfg.reward_model)
+    tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"]), "rlhf_lab.upstream.rm": upstream_run(cfg, spec["rm"])}
+    with tracking.start_run(cfg, "bon", params=params, tags=tags) as run:
+        t0 = time.time()
+        proxy, gold, length = sample_and_score(policy, tok, prompts, spec["n_max"], cfg.generation, scorer,
+                                               D.gold_weights(cfg), int(a.batch_size))
+        curve = {}
+        for n in n_grid(spec["n_max"]):
+            m = {"bon/gold_reward": best_of_n_expectation(proxy, gold, n).mean().item(),
+                 "bon/proxy_reward": best_of_n_expectation(proxy, proxy, n).mean().item(),
+                 "bon/kl": best_of_n_kl(n),
+                 "bon/length": best_of_n_expectation(proxy, length, n).mean().item()}
+            tracking.log_metrics(m, step=n)
+            curve[n] = m
+        train_s = time.time() - t0
+        tracking.log_metrics({"time/train_s": train_s}, step=spec["n_max"])
+        best = max(curve, key=lambda n: curve[n]["bon/gold_reward"])
+        c1, cN = curve[1], curve[spec["n_max"]]
+        summary = {
+            "gold": f"{c1['bon/gold_reward']:.3f} (n=1) -> {cN['bon/gold_reward']:.3f} (n={spec['n_max']}); "
+                    f"best {curve[best]['bon/gold_reward']:.3f} at n={best}",
+            "proxy": f"{c1['bon/proxy_reward']:.3f} -> {cN['bon/proxy_reward']:.3f}",
+            "kl": f"{cN['bon/kl']:.2f} nats at n={spec['n_max']} (analytic)",
+            "samples": f"{proxy.numel()} ({len(prompts)} prompts × {spec['n_max']}) in {train_s:.0f} s",
+        }
+        return {"run_id": run.info.run_id, "stage": "bon", "curve": curve, "summary": summary, "train_s": train_s}

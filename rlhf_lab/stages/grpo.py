@@ -1,0 +1,33 @@
+"""Stage ``grpo``: GRPO (Shao et al. 2024) of the SFT policy against the frozen reward model.
+
+Wiring only: the PPO stage (:mod:`rlhf_lab.stages.ppo`) and :class:`rlhf_lab.algorithms.ppo.PPOModule`
+with GRPO's settings from ``conf/algo/grpo.yaml`` (G samples per prompt, group-normalised advantages, no
+critic, k3 KL in the loss, fixed β = 0.04 via ``kl/grpo``). The run is tagged ``rlhf_lab.stage=grpo``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from rlhf_lab.stages import ppo
+
+WHAT = "GRPO policy"
+CACHED = False
+
+
+def check_config(algo: DictConfig) -> None:
+    """GRPO's defining settings: a group per prompt and no critic (any advantage_scale, loss_agg, KL)."""
+    if str(algo.critic) != "none" or int(algo.samples_per_prompt) < 2:
+        raise ValueError(f"algo=grpo needs algo.critic=none and algo.samples_per_prompt >= 2 (the group), got "
+                         f"critic={algo.critic}, samples_per_prompt={algo.samples_per_prompt}")
+
+
+def spec(cfg: DictConfig) -> dict:
+    check_config(cfg.algo)
+    return ppo.spec(cfg, "grpo")
+
+
+def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
+    return ppo.build(cfg, out_dir, spec, "grpo")
