@@ -22,7 +22,7 @@ from rlhf_lab.analysis.fits import GaoFit, fit_rl
 from rlhf_lab.runtime import DEFAULT_TRACKING_URI
 
 STUDY_TAG = "rlhf_lab.study"
-POLICY_STAGES = ("ppo", "dpo")
+POLICY_STAGES = ("ppo", "grpo", "rloo", "dpo")  # policy runs a study report reads
 HISTORY_KEYS = ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/entropy", "eval/distinct_2",
                 "eval/length", "eval/filler_rate")
 STUDIES = ("ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds")

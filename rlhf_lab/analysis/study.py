@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
-from rlhf_lab.analysis.runs import RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
+from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
 
 
 def run_summary(r: RunData) -> dict[str, Any]:
@@ -119,11 +119,11 @@ def write_study_report(study: str, out_dir: Path | str = "reports", uri: str | N
                             "proxy start", "proxy final", "KL final", "α", "β", "d* (√KL)", "RM accuracy",
                             "fit R²", "fit points"], rows), ""]
 
-    if any(r.stage in ("ppo", "dpo") for r in runs):
+    if any(r.stage in POLICY_STAGES for r in runs):
         plot_frontier(runs, out / "frontier.png")
         lines += ["## Gold reward – KL frontier", "", "![frontier](frontier.png)", ""]
         rows = []
-        for algo in ("ppo", "dpo"):
+        for algo in POLICY_STAGES:
             rs = [r for r in runs if r.stage == algo]
             f = frontier([(kl, g) for r in rs for (_, kl), (_, g) in kl_gold_pairs(r)])
             if f:
