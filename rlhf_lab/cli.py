@@ -10,6 +10,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from rlhf_lab.config_checks import exit_on_bad_config
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
 
 
@@ -57,6 +58,7 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
     try:
+        exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         quiet_libraries()
         from rlhf_lab.stages import run_job
 

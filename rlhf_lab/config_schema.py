@@ -6,7 +6,7 @@ The values and their comments live in the YAML files under ``conf/``; these clas
 (every field is MISSING here). A group's YAML file takes its schema through its defaults list, as in
 Hydra's own pattern (``defaults: [ppo_schema, _self_]``). :func:`register` is idempotent; it runs when
 ``rlhf_lab.conf`` is imported (every composition of this config imports it) and from the CLI.
-Value checks (ranges, choices, rules across keys) are the stages' ``check_config`` functions.
+Value checks (ranges, choices, rules across keys) are :mod:`rlhf_lab.config_checks`, run first by the CLI.
 """
 
 from __future__ import annotations

@@ -29,8 +29,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlhf_lab.runtime import tracking_uri
-from rlhf_lab.tracking import PARENT_ENV, SWEPT_ENV, git_commit, override_key
+from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +95,8 @@ class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return
+        from rlhf_lab.tracking import git_commit  # here: Hydra loads this callback in every run
+
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
         params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}

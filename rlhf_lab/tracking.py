@@ -21,7 +21,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.distributed import is_rank_zero
-from rlhf_lab.runtime import tracking_uri
+from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
 
 
 
@@ -41,15 +41,6 @@ def hydra_overrides() -> list[str]:
         return list(HydraConfig.get().overrides.task)
     except Exception:
         return []
-
-
-PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/sweeping.py) around every job
-SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
-
-
-def override_key(key: str) -> str:
-    """The config key of a command-line override (``+key`` / ``~key`` / ``key``)."""
-    return key.lstrip("+~")
 
 
 def job_sweep_params(overrides: list[str]) -> dict[str, str]:
