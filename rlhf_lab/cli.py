@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from rlhf_lab.config_checks import exit_on_bad_config
+from rlhf_lab.run_states import Interrupted, install_signal_handlers
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
 
 
@@ -59,6 +61,7 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 def _app(cfg: DictConfig) -> float | None:
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
+        install_signal_handlers()  # SIGTERM/SIGINT: runs end KILLED, exit 128 + signal (main())
         quiet_libraries()
         from rlhf_lab.stages import run_job
 
@@ -82,7 +85,11 @@ def _app(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    _app()
+    try:
+        _app()
+    except Interrupted as sig:
+        print(f"rlhf-lab: stopped by {sig}; the open MLflow runs are KILLED", file=sys.stderr)
+        raise SystemExit(sig.exit_code) from None
 
 
 if __name__ == "__main__":

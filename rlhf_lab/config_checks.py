@@ -156,6 +156,8 @@ def check_data(d: DictConfig) -> None:
             raise ConfigError("data.on_policy_path", None, "a policy checkpoint folder when data.on_policy_fraction > 0")
     elif source == "jsonl":
         required(d, "data", "path")
+        if not os.path.isfile(os.path.expanduser(str(d.path))):
+            raise ConfigError("data.path", str(d.path), "an existing JSON-lines file")
     else:
         required(d, "data", "name")
 

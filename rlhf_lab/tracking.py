@@ -4,7 +4,8 @@ The tracking URI is, in order: the ``MLFLOW_TRACKING_URI`` environment variable,
 config, ``sqlite:///mlflow.db`` in the working directory. Lightning's MLFlowLogger is pointed at the
 run that :func:`start_run` opened (otherwise it would fall back to a ``./mlruns`` file store, which
 MLflow >= 3.13 refuses), and leaves the run's status to us: a run that raises is marked FAILED with
-its error as the tag ``rlhf_lab.error``.
+its error as the tag ``rlhf_lab.error``; a run stopped by SIGTERM/SIGINT is marked KILLED, and a run
+left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.distributed import is_rank_zero
+from rlhf_lab.run_states import Interrupted, mark_dead_runs, process_tags
 from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
 
 
@@ -90,8 +92,11 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         return
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
+    exp = mlflow.set_experiment(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
+    with contextlib.suppress(Exception):  # runs left RUNNING by a dead process (kill -9): KILLED
+        mark_dead_runs(mlflow.MlflowClient(uri), exp.experiment_id)
     all_tags = {
+        **process_tags(),
         "rlhf_lab.stage": stage,
         "rlhf_lab.git_commit": git_commit(),
         "rlhf_lab.overrides": " ".join(hydra_overrides()),
@@ -119,7 +124,7 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         with contextlib.suppress(Exception):
             mlflow.flush_async_logging()
             mlflow.set_tag("rlhf_lab.error", msg[:5000])
-        mlflow.end_run(status="FAILED")
+        mlflow.end_run(status="KILLED" if isinstance(err, Interrupted) else "FAILED")
         raise
     else:
         mlflow.flush_async_logging()

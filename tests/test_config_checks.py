@@ -74,6 +74,7 @@ def test_cli_full_error_shows_the_traceback(tmp_path):
     (["data.on_policy_fraction=1.5"], "data.on_policy_fraction", 1.5),
     (["data.on_policy_fraction=0.2"], "data.on_policy_path", None),
     (["data=jsonl"], "data.path", "???"),
+    (["data=jsonl", "data.path=/no/such/pairs.jsonl"], "data.path", "/no/such/pairs.jsonl"),
     (["reward_model.ensemble=0"], "reward_model.ensemble", 0),
     (["reward_model.lora.dropout=1.0"], "reward_model.lora.dropout", 1.0),
     (["algo=dpo", "algo.beta=0"], "algo.beta", 0.0),
@@ -96,7 +97,7 @@ def test_shipped_configs_pass():
         C.validate(compose_cfg([f"algo={algo}"]))
         C.validate(compose_cfg(TINY + [f"algo={algo}"]))
     for extra in (["kl=fixed", "kl.beta=0"], ["reward_model=different_source"], ["trainer=ddp_cpu"],
-                  ["data=jsonl", "data.path=pairs.jsonl"], ["algo.reference.kind=lora_disabled", "algo.lora.r=16"]):
+                  ["data=jsonl", f"data.path={__file__}"], ["algo.reference.kind=lora_disabled", "algo.lora.r=16"]):
         C.validate(compose_cfg(extra))
 
 
