@@ -11,11 +11,12 @@ Value checks (ranges, choices, rules across keys) are :mod:`rlhf_lab.config_chec
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -214,6 +215,8 @@ SCHEMAS = {
 
 
 def register() -> None:
+    """The schemas, and the resolver ``${rlhf_lab.pid:}`` (this process's id: a unique ``hydra.run.dir``)."""
+    OmegaConf.register_new_resolver("rlhf_lab.pid", os.getpid, replace=True)
     cs = ConfigStore.instance()
     for (group, name), node in SCHEMAS.items():
         cs.store(group=group, name=name, node=node)

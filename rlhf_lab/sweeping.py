@@ -95,7 +95,7 @@ class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return
-        from rlhf_lab.tracking import git_commit  # here: Hydra loads this callback in every run
+        from rlhf_lab.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
@@ -104,9 +104,7 @@ class MlflowSweepCallback(Callback):
         study = config.get("study")
         command = sweep_command(overrides)
         client = _client(config)
-        name = str(config.tracking.experiment) if config.get("tracking") else "rlhf-lab"
-        exp = client.get_experiment_by_name(name)
-        exp_id = exp.experiment_id if exp is not None else client.create_experiment(name)
+        exp_id = experiment_id(config)
         tags = {"rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
                 "rlhf_lab.git_commit": git_commit(), "rlhf_lab.swept_keys": ",".join(keys)}
         if study:

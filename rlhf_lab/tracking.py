@@ -80,6 +80,37 @@ class RunLogger(MLFlowLogger):
         pass
 
 
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}  # the MLflow 3 UI opens on the runs
+
+
+def experiment_name(cfg: DictConfig) -> str:
+    return str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab"
+
+
+def store_lock(uri: str) -> contextlib.AbstractContextManager:
+    """A file lock next to a sqlite store (``mlflow.db.lock``); no lock for other stores."""
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    db = Path(uri[len("sqlite:///"):]).expanduser()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(db) + ".lock", timeout=600)
+
+
+def experiment_id(cfg: DictConfig) -> str:
+    """The id of the config's experiment. The store (a sqlite file: its tables, its schema migrations) and
+    the experiment (tagged :data:`EXPERIMENT_TAGS`) are created once, under :func:`store_lock`, so any
+    number of processes may start at the same moment in a fresh folder."""
+    uri, name = tracking_uri(cfg), experiment_name(cfg)
+    with store_lock(uri):
+        client = mlflow.MlflowClient(uri)
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        return client.create_experiment(name, tags=EXPERIMENT_TAGS)
+
+
 @contextlib.contextmanager
 def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: dict | None = None,
               tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
@@ -91,10 +122,11 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         yield _NoRun()
         return
     uri = tracking_uri(cfg)
+    exp_id = experiment_id(cfg)
     mlflow.set_tracking_uri(uri)
-    exp = mlflow.set_experiment(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
+    mlflow.set_experiment(experiment_id=exp_id)
     with contextlib.suppress(Exception):  # runs left RUNNING by a dead process (kill -9): KILLED
-        mark_dead_runs(mlflow.MlflowClient(uri), exp.experiment_id)
+        mark_dead_runs(mlflow.MlflowClient(uri), exp_id)
     all_tags = {
         **process_tags(),
         "rlhf_lab.stage": stage,
