@@ -79,6 +79,8 @@ class PPOConfig(JobConfig):
     checkpoint_every: int = MISSING
     resume_from: Optional[str] = MISSING
     hacking_monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
+    max_kl: Optional[float] = MISSING
+    min_entropy: Optional[float] = MISSING
 
 
 @dataclass

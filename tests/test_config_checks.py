@@ -59,6 +59,8 @@ def test_cli_full_error_shows_the_traceback(tmp_path):
     (["algo.reference.kind=lora_disabled", "algo.lora.r=8", "algo.critic=rm"], "algo.critic", "rm"),
     (["algo.lora.r=-1"], "algo.lora.r", -1),
     (["algo.lam=1.5"], "algo.lam", 1.5),
+    (["algo.max_kl=0"], "algo.max_kl", 0.0),
+    (["algo.min_entropy=-1"], "algo.min_entropy", -1.0),
     (["algo.gamma=-0.1"], "algo.gamma", -0.1),
     (["algo.batch_size=0"], "algo.batch_size", 0),
     (["algo.batch_size=10", "algo.num_minibatches=4"], "algo.batch_size", 10),
