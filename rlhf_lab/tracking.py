@@ -61,6 +61,14 @@ def job_sweep_params(overrides: list[str]) -> dict[str, str]:
 
 
 
+JOB_TAG = "rlhf_lab.job"  # "true" on the run of the job stage (not on the upstream stages it built)
+
+
+def sweep_run_name(name: str, swept: dict[str, str]) -> str:
+    """``ppo kl.beta=0.1 seed=1``: the stage and the job's values of the swept keys (``sweep.<key>``)."""
+    return " ".join([name, *(f"{k.removeprefix('sweep.')}={v}" for k, v in swept.items())])
+
+
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):
@@ -140,10 +148,14 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     if parent:
         all_tags["mlflow.parentRunId"] = parent
     all_tags.update(tags or {})
-    run = mlflow.start_run(run_name=run_name or stage, tags=all_tags)
+    is_job = cfg.get("algo") is not None and stage == str(cfg.algo.get("name"))
+    swept = job_sweep_params(hydra_overrides()) if parent and is_job else {}
+    if is_job:
+        all_tags[JOB_TAG] = "true"
+    run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     try:
-        if parent and cfg.get("algo") is not None and stage == str(cfg.algo.get("name")):
-            mlflow.log_params(job_sweep_params(hydra_overrides()))
+        if swept:
+            mlflow.log_params(swept)
         mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")  # the resolved config
         if params is not None:
             flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
