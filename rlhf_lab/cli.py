@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from rlhf_lab.config_checks import exit_on_bad_config
-from rlhf_lab.run_states import Interrupted, install_signal_handlers
+from rlhf_lab.run_states import Interrupted, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
 
 
@@ -61,7 +61,6 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 def _app(cfg: DictConfig) -> float | None:
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
-        install_signal_handlers()  # SIGTERM/SIGINT: runs end KILLED, exit 128 + signal (main())
         quiet_libraries()
         from rlhf_lab.stages import run_job
 
@@ -85,11 +84,14 @@ def _app(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
+    previous = install_signal_handlers()  # SIGTERM/SIGINT: the open runs end KILLED, exit 128 + signal
     try:
         _app()
     except Interrupted as sig:
         print(f"rlhf-lab: stopped by {sig}; the open MLflow runs are KILLED", file=sys.stderr)
         raise SystemExit(sig.exit_code) from None
+    finally:
+        restore_signal_handlers(previous)
 
 
 if __name__ == "__main__":

@@ -42,14 +42,23 @@ def raise_interrupted(signum: int, frame: Any) -> None:
     raise Interrupted(signum)
 
 
-def install_signal_handlers() -> None:
-    """SIGTERM and SIGINT raise :class:`Interrupted` (main thread only; elsewhere this does nothing)."""
+def install_signal_handlers() -> dict:
+    """SIGTERM and SIGINT raise :class:`Interrupted` (main thread only; elsewhere this does nothing).
+    Returns the handlers it replaced, for :func:`restore_signal_handlers`."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return
+        return {}
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
     for s in SIGNALS:
         signal.signal(s, raise_interrupted)
+    return previous
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    for s, handler in previous.items():
+        if handler is not None:
+            signal.signal(s, handler)
 
 
 def process_tags() -> dict[str, str]:

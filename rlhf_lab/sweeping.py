@@ -29,6 +29,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from rlhf_lab.run_states import process_tags
 from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class MlflowSweepCallback(Callback):
         command = sweep_command(overrides)
         client = _client(config)
         exp_id = experiment_id(config)
-        tags = {"rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
+        tags = {**process_tags(), "rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
                 "rlhf_lab.git_commit": git_commit(), "rlhf_lab.swept_keys": ",".join(keys)}
         if study:
             tags["rlhf_lab.study"] = str(study)
