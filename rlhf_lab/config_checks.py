@@ -11,8 +11,8 @@ Each group has a ``check_<group>(node)`` function; the stages keep their own gua
 (``stages.dpo.check_config``, ``stages.ppo.check_reference``; ``stages.rm`` calls
 :func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab, so the check costs
 milliseconds. The choice lists mirror the constants of the code that implements them
-(``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``, the stages' ``REFERENCE_KINDS``,
-``CRITICS``); ``tests/test_config_checks.py`` keeps them equal.
+(``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``, ``stages.ppo.REFERENCE_KINDS`` and
+``CRITICS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
 """
 
 from __future__ import annotations
