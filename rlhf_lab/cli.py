@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from rlhf_lab.config_checks import exit_on_bad_config
+from rlhf_lab.run_states import Interrupted, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
 
 
@@ -74,6 +77,7 @@ def skip_if_finished(cfg: DictConfig) -> tuple[bool, float | None]:
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
     try:
+        exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         quiet_libraries()
         skipped, gold = skip_if_finished(cfg)  # before any work: a resumed sweep re-runs only what is missing
         if skipped:
@@ -100,7 +104,14 @@ def _app(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    _app()
+    previous = install_signal_handlers()  # SIGTERM/SIGINT: the open runs end KILLED, exit 128 + signal
+    try:
+        _app()
+    except Interrupted as sig:
+        print(f"rlhf-lab: stopped by {sig}; the open MLflow runs are KILLED", file=sys.stderr)
+        raise SystemExit(sig.exit_code) from None
+    finally:
+        restore_signal_handlers(previous)
 
 
 if __name__ == "__main__":

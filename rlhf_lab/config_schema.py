@@ -6,16 +6,17 @@ The values and their comments live in the YAML files under ``conf/``; these clas
 (every field is MISSING here). A group's YAML file takes its schema through its defaults list, as in
 Hydra's own pattern (``defaults: [ppo_schema, _self_]``). :func:`register` is idempotent; it runs when
 ``rlhf_lab.conf`` is imported (every composition of this config imports it) and from the CLI.
-Value checks (ranges, choices, rules across keys) are the stages' ``check_config`` functions.
+Value checks (ranges, choices, rules across keys) are :mod:`rlhf_lab.config_checks`, run first by the CLI.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -113,6 +114,8 @@ class PPOConfig(JobConfig):
     checkpoint_every: int = MISSING
     resume_from: Optional[str] = MISSING
     hacking_monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
+    max_kl: Optional[float] = MISSING
+    min_entropy: Optional[float] = MISSING
 
 
 @dataclass
@@ -261,6 +264,8 @@ SCHEMAS = {
 
 
 def register() -> None:
+    """The schemas, and the resolver ``${rlhf_lab.pid:}`` (this process's id: a unique ``hydra.run.dir``)."""
+    OmegaConf.register_new_resolver("rlhf_lab.pid", os.getpid, replace=True)
     cs = ConfigStore.instance()
     for (group, name), node in SCHEMAS.items():
         cs.store(group=group, name=name, node=node)

@@ -8,8 +8,10 @@ Two sources, chosen by the `data` config group:
   responses' gold rewards, so held-out accuracy can be measured against the labeler *and* against gold.
   The pairs are a cached artifact, built by the stage ``prefs`` (:mod:`rlhf_lab.stages.prefs`).
 - ``data=jsonl`` / ``data=hf``: any JSON-lines file or Hugging Face ``datasets`` source with
-  ``prompt``, ``chosen``, ``rejected`` columns (loaded through ``datasets.load_dataset``). Gold
-  metrics are absent there.
+  ``prompt``, ``chosen``, ``rejected`` columns (a Hugging Face source through ``datasets.load_dataset``).
+  Gold metrics are absent there. Every row of a JSON-lines file is checked (:func:`read_jsonl`): one bad
+  row (not UTF-8, invalid JSON, a field missing, null, not a string or empty, chosen == rejected) fails
+  the job before anything trains, with the file and line of each bad row.
 """
 
 from __future__ import annotations
@@ -93,34 +95,91 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
 
 
 def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """(train, eval) pairs from a JSON-lines file or a Hugging Face dataset."""
-    import datasets
-
+    """(train, eval) pairs from a JSON-lines file (:func:`read_jsonl`) or a Hugging Face dataset."""
     dc = cfg.data
     if dc.source == "jsonl":
         if not dc.get("path"):
             raise ValueError("data=jsonl needs data.path=<file.jsonl> with prompt, chosen, rejected columns")
-        path = Path(str(dc.path)).expanduser()
-        if not path.exists():
-            raise FileNotFoundError(f"data.path={str(dc.path)!r}: no such file")
-        with open(path) as f:  # `datasets` fails obscurely (StopIteration) on an empty file
-            if not any(line.strip() for line in f):
-                raise ValueError(f"data.path={str(dc.path)!r}: the preference dataset is empty; nothing to train on")
-        ds = datasets.load_dataset("json", data_files=str(path), split="train")
+        pairs = read_jsonl(Path(str(dc.path)).expanduser())
     else:
+        import datasets
+
         ds = datasets.load_dataset(str(dc.name), split=str(dc.get("split", "train")))
-    missing = [c for c in COLUMNS if c not in ds.column_names]
-    if missing:
-        raise ValueError(
-            f"the preference data ({dc.get('path') or dc.get('name')}) lacks column(s) {missing}; "
-            f"it has {ds.column_names}. Each row needs prompt, chosen, rejected."
-        )
-    pairs = [PreferencePair(str(r["prompt"]), str(r["chosen"]), str(r["rejected"]), source="external") for r in ds]
+        missing = [c for c in COLUMNS if c not in ds.column_names]
+        if missing:
+            raise ValueError(f"the preference data ({dc.get('name')}) lacks column(s) {missing}; "
+                             f"it has {ds.column_names}. Each row needs prompt, chosen, rejected.")
+        pairs = [PreferencePair(str(r["prompt"]), str(r["chosen"]), str(r["rejected"]), source="external")
+                 for r in ds]
     validate_pairs(pairs, "data")
     rng = random.Random(int(dc.get("seed", 0)))
     rng.shuffle(pairs)
     n_eval = max(1, int(len(pairs) * float(dc.get("eval_fraction", 0.1)))) if len(pairs) > 1 else 0
     return pairs[n_eval:], pairs[:n_eval]
+
+
+MAX_LISTED_ERRORS = 10
+
+
+def row_error(row) -> str | None:
+    """What is wrong with one decoded JSONL row (None: a good row)."""
+    if not isinstance(row, dict):
+        return f"not a JSON object ({type(row).__name__})"
+    missing = [c for c in COLUMNS if c not in row]
+    if missing:
+        return f"lacks column(s) {missing}; it has {sorted(row)}"
+    for c in COLUMNS:
+        v = row[c]
+        if v is None:
+            return f"{c} is null"
+        if not isinstance(v, str):
+            return f"{c} is {type(v).__name__}, not a string"
+        if not v.strip():
+            return f"{c} is empty"
+    if row["chosen"] == row["rejected"]:
+        return "chosen == rejected (the row carries no preference)"
+    return None
+
+
+def read_jsonl(path: Path) -> list[PreferencePair]:
+    """Preference pairs of a JSON-lines file, every row checked; any bad row fails the job.
+
+    A row is bad when it is not UTF-8, not valid JSON, not an object, lacks prompt/chosen/rejected, has
+    one of them null, not a string or empty (blank), or has chosen == rejected. The error names the file
+    and line of each bad row (the first :data:`MAX_LISTED_ERRORS`) and how many there are. Blank lines
+    are skipped."""
+    if not path.exists():
+        raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
+    pairs, errors, n_rows = [], [], 0
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                errors.append(f"{path}:{i}: not UTF-8 ({err.reason} at byte {err.start})")
+                n_rows += 1
+                continue
+            if not line.strip():
+                continue
+            n_rows += 1
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                errors.append(f"{path}:{i}: invalid JSON ({err.msg} at column {err.colno})")
+                continue
+            problem = row_error(row)
+            if problem:
+                errors.append(f"{path}:{i}: {problem}")
+            else:
+                pairs.append(PreferencePair(row["prompt"], row["chosen"], row["rejected"], source="external"))
+    if errors:
+        shown = "\n  ".join(errors[:MAX_LISTED_ERRORS])
+        more = f"\n  ... and {len(errors) - MAX_LISTED_ERRORS} more" if len(errors) > MAX_LISTED_ERRORS else ""
+        raise ValueError(f"data.path={str(path)!r}: {len(errors)} bad row(s) of {n_rows}; fix or remove them:"
+                         f"\n  {shown}{more}")
+    if not pairs:
+        raise ValueError(f"data.path={str(path)!r}: the preference dataset is empty; nothing to train on")
+    return pairs
 
 
 def validate_pairs(pairs: list[PreferencePair], key: str) -> None:

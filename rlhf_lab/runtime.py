@@ -4,6 +4,9 @@
   and MLflow that would otherwise bury the lab's own output;
 - :func:`to_plain`: an OmegaConf node as plain Python containers (resolved), anything else unchanged,
   for cache keys and MLflow params;
+- :data:`PARENT_ENV`, :data:`SWEPT_ENV`, :func:`override_key`: what a sweep hands its jobs (here, not in
+  ``tracking``, so that the sweep callback, which Hydra loads in every run, imports neither Lightning nor
+  MLflow and a bad config fails in seconds);
 - :func:`tracking_uri`: where MLflow runs go: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else
   ``sqlite:///mlflow.db`` in the working directory.
 """
@@ -17,6 +20,13 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/sweeping.py) around every job
+SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
+
+
+def override_key(key: str) -> str:
+    """The config key of a command-line override (``+key`` / ``~key`` / ``key``)."""
+    return key.lstrip("+~")
 
 
 def quiet_libraries() -> None:

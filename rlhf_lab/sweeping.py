@@ -29,8 +29,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlhf_lab.runtime import tracking_uri
-from rlhf_lab.tracking import PARENT_ENV, SWEPT_ENV, git_commit, override_key
+from rlhf_lab.run_states import process_tags
+from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,8 @@ class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return
+        from rlhf_lab.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
+
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
         params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}
@@ -103,10 +105,8 @@ class MlflowSweepCallback(Callback):
         study = config.get("study")
         command = sweep_command(overrides)
         client = _client(config)
-        name = str(config.tracking.experiment) if config.get("tracking") else "rlhf-lab"
-        exp = client.get_experiment_by_name(name)
-        exp_id = exp.experiment_id if exp is not None else client.create_experiment(name)
-        tags = {"rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
+        exp_id = experiment_id(config)
+        tags = {**process_tags(), "rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
                 "rlhf_lab.git_commit": git_commit(), "rlhf_lab.swept_keys": ",".join(keys)}
         if study:
             tags["rlhf_lab.study"] = str(study)
@@ -157,11 +157,31 @@ class MlflowSweepCallback(Callback):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        print(jobs_table(children, failed))
         print(f"[rlhf-lab] sweep {config.get('study') or ''}: parent run {self.run_id} {status} "
               f"({len(children)} child runs" + (f"; failed: {', '.join(failed)})" if failed else ")"))
         if failed and self.exit_nonzero_on_failure:
             sys.stdout.flush()
             raise SystemExit(1)
+
+
+def jobs_table(children: list, failed: dict[str, str]) -> str:
+    """One table of the sweep's jobs: run name, status, final gold reward and KL (eval/*), wall time; then
+    the jobs that failed before opening a run."""
+    from rlhf_lab.tracking import JOB_TAG
+
+    jobs = sorted((r for r in children if r.data.tags.get(JOB_TAG) == "true"), key=lambda r: r.info.start_time or 0)
+    rows = [("job (run name)", "status", "gold", "KL", "time")]
+    for r in jobs:
+        m = r.data.metrics
+        secs = ((r.info.end_time or r.info.start_time or 0) - (r.info.start_time or 0)) / 1000
+        rows.append((r.info.run_name or r.info.run_id, r.info.status,
+                     *(f"{m[k]:.3f}" if k in m else "-" for k in ("eval/gold_reward", "eval/kl")), f"{secs:.0f}s"))
+    rows += [(f"{k} ({v})" if v else k, "FAILED", "-", "-", "-") for k, v in failed.items() if k.startswith("job")]
+    widths = [max(len(str(row[i])) for row in rows) for i in range(5)]
+    lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in rows]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
 
 
 def _quote(v: str) -> str:

@@ -4,7 +4,8 @@ The tracking URI is, in order: the ``MLFLOW_TRACKING_URI`` environment variable,
 config, ``sqlite:///mlflow.db`` in the working directory. Lightning's MLFlowLogger is pointed at the
 run that :func:`start_run` opened (otherwise it would fall back to a ``./mlruns`` file store, which
 MLflow >= 3.13 refuses), and leaves the run's status to us: a run that raises is marked FAILED with
-its error as the tag ``rlhf_lab.error``.
+its error as the tag ``rlhf_lab.error``; a run stopped by SIGTERM/SIGINT is marked KILLED, and a run
+left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from lightning.pytorch.loggers import MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.distributed import is_rank_zero
-from rlhf_lab.runtime import tracking_uri
+from rlhf_lab.run_states import Interrupted, mark_dead_runs, process_tags
+from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
 
 
 
@@ -41,15 +43,6 @@ def hydra_overrides() -> list[str]:
         return list(HydraConfig.get().overrides.task)
     except Exception:
         return []
-
-
-PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/sweeping.py) around every job
-SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
-
-
-def override_key(key: str) -> str:
-    """The config key of a command-line override (``+key`` / ``~key`` / ``key``)."""
-    return key.lstrip("+~")
 
 
 def job_sweep_params(overrides: list[str]) -> dict[str, str]:
@@ -117,6 +110,14 @@ def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
     return None
 
 
+JOB_TAG = "rlhf_lab.job"  # "true" on the run of the job stage (not on the upstream stages it built)
+
+
+def sweep_run_name(name: str, swept: dict[str, str]) -> str:
+    """``ppo kl.beta=0.1 seed=1``: the stage and the job's values of the swept keys (``sweep.<key>``)."""
+    return " ".join([name, *(f"{k.removeprefix('sweep.')}={v}" for k, v in swept.items())])
+
+
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     if isinstance(d, dict):
@@ -136,6 +137,37 @@ class RunLogger(MLFlowLogger):
         pass
 
 
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}  # the MLflow 3 UI opens on the runs
+
+
+def experiment_name(cfg: DictConfig) -> str:
+    return str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab"
+
+
+def store_lock(uri: str) -> contextlib.AbstractContextManager:
+    """A file lock next to a sqlite store (``mlflow.db.lock``); no lock for other stores."""
+    if not uri.startswith("sqlite:///"):
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    db = Path(uri[len("sqlite:///"):]).expanduser()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(db) + ".lock", timeout=600)
+
+
+def experiment_id(cfg: DictConfig) -> str:
+    """The id of the config's experiment. The store (a sqlite file: its tables, its schema migrations) and
+    the experiment (tagged :data:`EXPERIMENT_TAGS`) are created once, under :func:`store_lock`, so any
+    number of processes may start at the same moment in a fresh folder."""
+    uri, name = tracking_uri(cfg), experiment_name(cfg)
+    with store_lock(uri):
+        client = mlflow.MlflowClient(uri)
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            return exp.experiment_id
+        return client.create_experiment(name, tags=EXPERIMENT_TAGS)
+
+
 @contextlib.contextmanager
 def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: dict | None = None,
               tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
@@ -147,9 +179,13 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         yield _NoRun()
         return
     uri = tracking_uri(cfg)
+    exp_id = experiment_id(cfg)
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
+    mlflow.set_experiment(experiment_id=exp_id)
+    with contextlib.suppress(Exception):  # runs left RUNNING by a dead process (kill -9): KILLED
+        mark_dead_runs(mlflow.MlflowClient(uri), exp_id)
     all_tags = {
+        **process_tags(),
         "rlhf_lab.stage": stage,
         "rlhf_lab.git_commit": git_commit(),
         "rlhf_lab.overrides": " ".join(hydra_overrides()),
@@ -161,10 +197,14 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     if parent:
         all_tags["mlflow.parentRunId"] = parent
     all_tags.update(tags or {})
-    run = mlflow.start_run(run_name=run_name or stage, tags=all_tags)
+    is_job = cfg.get("algo") is not None and stage == str(cfg.algo.get("name"))
+    swept = job_sweep_params(hydra_overrides()) if parent and is_job else {}
+    if is_job:
+        all_tags[JOB_TAG] = "true"
+    run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     try:
-        if parent and cfg.get("algo") is not None and stage == str(cfg.algo.get("name")):
-            mlflow.log_params(job_sweep_params(hydra_overrides()))
+        if swept:
+            mlflow.log_params(swept)
         mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")  # the resolved config
         if params is not None:
             flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
@@ -177,7 +217,7 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         with contextlib.suppress(Exception):
             mlflow.flush_async_logging()
             mlflow.set_tag("rlhf_lab.error", msg[:5000])
-        mlflow.end_run(status="FAILED")
+        mlflow.end_run(status="KILLED" if isinstance(err, Interrupted) else "FAILED")
         raise
     else:
         mlflow.flush_async_logging()

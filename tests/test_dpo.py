@@ -215,9 +215,9 @@ def test_larger_beta_stays_closer_to_the_reference(tiny_cfg, tmp_path):
     (["algo.beta=-0.1"], "beta must be > 0"),
     (["algo.loss_type=nope"], "Unknown loss_type"),
     (["algo.label_smoothing=0.1", "algo.loss_type=ipo"], "label_smoothing is only supported"),
-    (["algo.reference.kind=lora_disabled"], "needs a LoRA policy"),
-    (["algo.reference.kind=nope"], "algo.reference.kind='nope'"),
-    (["algo.online=true", "algo.reference.kind=precomputed"], "cannot be precomputed"),
+    (["algo.reference.kind=lora_disabled"], r"algo.lora.r must be > 0 with algo.reference.kind=lora_disabled"),
+    (["algo.reference.kind=nope"], r"algo.reference.kind must be one of copy, lora_disabled, precomputed, got 'nope'"),
+    (["algo.online=true", "algo.reference.kind=precomputed"], "copy or lora_disabled with algo.online=true"),
     (["algo.max_len=3"], "algo.max_len=3"),
 ])
 def test_bad_config_is_a_clear_error(tiny_cfg, tmp_path, overrides, match):

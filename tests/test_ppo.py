@@ -246,3 +246,16 @@ def test_ppo_with_trained_reward_model_and_rm_critic(tiny_cfg, tmp_path):
     h = critic.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
     v_last = critic.head(h[:, -1])[0, 0]  # the value read where the RM reads: the last token
     assert v_last.item() == pytest.approx(scorer(["how was the lamp ?"], ["it is great ."], [True]).item(), abs=1e-4)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (["algo.lr=1e6", "algo.steps=4"], "algo.lr"),
+    (["algo.min_entropy=100"], r"policy entropy .* < algo.min_entropy=100.0 at PPO step 0"),
+    (["algo.max_kl=1e-9", "algo.lr=1e-2", "algo.steps=3"], r"> algo.max_kl=1e-09 at PPO step [12]"),
+])
+def test_divergence_stops_the_run_failed(tiny_cfg, tmp_path, overrides, match):
+    db = tmp_path / "mlflow.db"
+    with pytest.raises((ppo.Diverged, FloatingPointError), match=match):
+        stages.run_job(tiny_cfg(*PPO_TINY, *overrides, mlflow_db=db), tmp_path / "out")
+    row = _runs(db).iloc[0]
+    assert row["tags.rlhf_lab.stage"] == "ppo" and row["status"] == "FAILED" and "algo." in row["tags.rlhf_lab.error"]

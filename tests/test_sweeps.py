@@ -118,7 +118,7 @@ def test_swept_keys_and_job_params():
 
 
 def run_cli(*args, cwd, timeout=240):
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))  # this checkout's code
     for k in ("MLFLOW_TRACKING_URI", sweeping.PARENT_ENV, sweeping.SWEPT_ENV, sweeping.STATE_ENV):
         env.pop(k, None)
     return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
@@ -130,7 +130,10 @@ def test_parallel_multirun_is_one_parent_run_and_a_failing_job_does_not_stop_the
     # joblib launcher, 2 workers: the children (other processes) must see the parent run's id
     r = run_cli("-m", "hydra/launcher=parallel", "algo=sft", *MICRO, "study=smoke", "sft.lr=0.001,-1", cwd=tmp_path)
     assert r.returncode == 1, r.stderr[-3000:]  # the sweep ran to its end, and says that a job failed
-    assert "job 1 FAILED: ValueError" in r.stderr and "rlhf-lab sft: done" in r.stdout
+    # sft.lr=-1 fails the config check (rlhf_lab/config_checks.py) before the job opens a run
+    assert "job 1 FAILED: ConfigError: sft.lr must be > 0, got -1" in r.stderr and "rlhf-lab sft: done" in r.stdout
+    table = r.stdout[r.stdout.index("job (run name)"):]  # the sweep's table of jobs
+    assert "sft sft.lr=0.001" in table and "FINISHED" in table and "job 1 (" in table
     assert "(1 CPU threads)" in r.stdout  # 2 cores shared by 2 jobs
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
@@ -141,12 +144,12 @@ def test_parallel_multirun_is_one_parent_run_and_a_failing_job_does_not_stop_the
     assert parent["tags.rlhf_lab.command"].startswith("rlhf-lab -m ") and "sft.lr=0.001,-1" in parent["tags.rlhf_lab.command"]
     assert "job 1" in parent["tags.rlhf_lab.error"]
     jobs = runs[runs["tags.rlhf_lab.stage"] == "sft"]
-    assert len(jobs) == 2
+    assert len(jobs) == 1
     assert set(jobs["tags.mlflow.parentRunId"]) == {parent["run_id"]}
     assert set(jobs["tags.rlhf_lab.study"]) == {"smoke"}
-    by_lr = {row["params.sweep.sft.lr"]: row for _, row in jobs.iterrows()}
-    assert by_lr["0.001"]["status"] == "FINISHED"
-    assert by_lr["-1"]["status"] == "FAILED" and "Invalid learning rate" in by_lr["-1"]["tags.rlhf_lab.error"]
+    job = jobs.iloc[0]
+    assert job["params.sweep.sft.lr"] == "0.001" and job["status"] == "FINISHED"
+    assert job["tags.mlflow.runName"] == "sft sft.lr=0.001"
     # the upstream base model was trained once, as a child too
     pre = runs[runs["tags.rlhf_lab.stage"] == "pretrain"]
     assert len(pre) == 1 and pre.iloc[0]["tags.mlflow.parentRunId"] == parent["run_id"]

@@ -136,6 +136,23 @@ def check_finite(name: str, x: torch.Tensor, step: int, mask: torch.Tensor | Non
             "scores and the KL coefficient, or enable algo.reward_clip")
 
 
+class Diverged(RuntimeError):
+    """The policy left the region where PPO's numbers mean anything (``algo.max_kl``, ``algo.min_entropy``)."""
+
+
+def check_divergence(stats: dict[str, float], max_kl: float | None, min_entropy: float | None, step: int) -> None:
+    """Stops the run when the step's KL to the reference (``objective/kl``, nats per response) exceeds
+    ``max_kl`` or the policy's mean entropy (``objective/entropy``, nats per token) falls below
+    ``min_entropy``; None turns a bound off."""
+    kl, ent = stats.get("objective/kl"), stats.get("objective/entropy")
+    if max_kl is not None and kl is not None and kl > max_kl:
+        raise Diverged(f"KL to the reference {kl:.4g} nats per response > algo.max_kl={max_kl} at PPO step {step}; "
+                       "the policy diverged: lower algo.lr or raise kl.beta (or raise algo.max_kl)")
+    if min_entropy is not None and ent is not None and ent < min_entropy:
+        raise Diverged(f"policy entropy {ent:.4g} nats per token < algo.min_entropy={min_entropy} at PPO step {step}; "
+                       "the policy collapsed: lower algo.lr or raise kl.beta (or lower algo.min_entropy)")
+
+
 class _Forever(torch.utils.data.IterableDataset):
     """The PPO loop draws its own prompts; Lightning only needs a clock."""
 
@@ -287,6 +304,9 @@ class PPOModule(L.LightningModule):
         # 6. update: ppo_epochs × num_minibatches AdamW steps on the PPO losses
         with timer("update"):
             losses = self.update(qr, old_logp, ref_logp, old_values, advantages, returns, beta)
+        for name, w in self.policy.named_parameters():  # a blown-up update (algo.lr too high) stops here,
+            if w.requires_grad:                           # not in the next rollout's sampler
+                check_finite(f"policy weight {name} after the update", w.detach(), step)
 
         # 7. adapt β from the KL measured in the controller's unit
         measured_kl = self.adapt_beta(kl_t, mask)
@@ -298,6 +318,7 @@ class PPOModule(L.LightningModule):
             beta=beta, measured_kl=measured_kl, timer=timer)
         finite = {k: v for k, v in self.last_stats.items() if math.isfinite(v)}
         tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
+        check_divergence(self.last_stats, a.get("max_kl"), a.get("min_entropy"), step)
 
     # -- the steps ---------------------------------------------------------------------------------
     def restore_rng(self):

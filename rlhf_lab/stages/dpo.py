@@ -32,6 +32,7 @@ from rlhf_lab.algorithms.dpo import (
 )
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.callbacks import PeriodicEval
+from rlhf_lab.config_checks import check_dpo
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
@@ -51,33 +52,14 @@ from rlhf_lab.stages.common import (
 )
 
 WHAT = "DPO policy"
-REFERENCE_KINDS = ("copy", "lora_disabled", "precomputed")
 
 
 def check_config(ac: DictConfig) -> None:
-    """Fail fast, before any upstream stage is built, on keys that cannot work."""
+    """Fail fast, before any upstream stage is built, on keys that cannot work (the CLI has run the same
+    :func:`rlhf_lab.config_checks.check_dpo` already; this covers direct calls of the stage)."""
     preference_loss(*torch.zeros(4, 1), beta=ac.beta, loss_type=str(ac.loss_type),
                     label_smoothing=ac.label_smoothing, chosen_lengths=torch.ones(1), rejected_lengths=torch.ones(1))
-    kind = str(ac.reference.kind)
-    if kind not in REFERENCE_KINDS:
-        raise ValueError(f"algo.reference.kind={kind!r}; choose one of {', '.join(REFERENCE_KINDS)}")
-    if int(ac.reference.get("sync_every") or 0):
-        raise ValueError("algo.reference.sync_every is a PPO option; DPO's reference stays fixed (set it to 0)")
-    if int(ac.lora.r) < 0:
-        raise ValueError(f"algo.lora.r must be >= 0, got {ac.lora.r}")
-    if kind == "lora_disabled" and int(ac.lora.r) == 0:
-        raise ValueError("algo.reference.kind=lora_disabled needs a LoRA policy: set algo.lora.r > 0 (e.g. 8)")
-    if kind == "lora_disabled" and ac.reference.get("path"):
-        raise ValueError("algo.reference.kind=lora_disabled uses the policy's own base; drop algo.reference.path")
-    for k in ("steps", "batch_size", "max_len"):
-        if int(ac[k]) <= 0:
-            raise ValueError(f"algo.{k} must be > 0, got {ac[k]}")
-    if ac.online:
-        if kind == "precomputed":
-            raise ValueError("algo.online=true samples new pairs, whose reference log-probs cannot be precomputed; "
-                             "use algo.reference.kind=copy or lora_disabled")
-        if ac.online_every <= 0 or ac.online_prompts <= 0:
-            raise ValueError("algo.online_every and algo.online_prompts must be > 0")
+    check_dpo(ac)
 
 
 def spec(cfg: DictConfig) -> dict:

@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab import distributed, tracking
+from rlhf_lab.config_checks import check_reward_model
 from rlhf_lab.algorithms.rm import (
     MEMBER_SEED_STRIDE,
     RewardModelModule,
@@ -112,21 +113,10 @@ def load_scorer(cfg: DictConfig, path=None) -> RewardScorer:
                                   conservative_lambda=float(rc.get("conservative_lambda") or 0.0))
 
 
-def check_config(rc: DictConfig) -> None:
-    if rc.ensemble < 1:
-        raise ValueError(f"reward_model.ensemble must be >= 1, got {rc.ensemble}")
-    if int(rc.lora.r) < 0:
-        raise ValueError(f"reward_model.lora.r must be >= 0 (0 = full fine-tuning), got {rc.lora.r}")
-    if rc.conservative_lambda < 0:
-        raise ValueError(f"reward_model.conservative_lambda must be >= 0, got {rc.conservative_lambda}")
-    if rc.max_len < 2:
-        raise ValueError(f"reward_model.max_len must be >= 2, got {rc.max_len}")
-
-
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     """Train the RM (all ensemble members) into out_dir as one MLflow run; returns metadata."""
     rc = cfg.reward_model
-    check_config(rc)
+    check_reward_model(rc)  # also run by the CLI before anything loads
     out_dir = Path(out_dir)
     train, held = prefs.load(cfg)
     validate_pairs(train, "data")

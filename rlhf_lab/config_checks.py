@@ -1,0 +1,289 @@
+"""Value checks on the composed config (ranges, choices, rules across keys), run first thing by the CLI.
+
+The types are Hydra's job (the dataclasses of :mod:`rlhf_lab.config_schema`, checked at composition);
+the values are checked here, before any model, data or MLflow store is touched. :func:`validate` raises
+:class:`ConfigError` on the first bad key, with a message of one line: the key, the value given and what
+is allowed (``algo.clip_eps must be > 0, got -1.0``). :func:`exit_on_bad_config` (the CLI) prints that
+line to stderr and exits with status 2; ``HYDRA_FULL_ERROR=1`` raises instead (traceback). In a
+multirun the job is recorded as failed and the other jobs go on (:mod:`rlhf_lab.sweeping`).
+
+Each group has a ``check_<group>(node)`` function; the stages keep their own guards for direct calls
+(``stages.dpo.check_config``, ``stages.ppo.check_reference``; ``stages.rm`` calls
+:func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab, so the check costs
+milliseconds. The choice lists mirror the constants of the code that implements them
+(``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``, ``stages.ppo.REFERENCE_KINDS`` and
+``CRITICS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_IN = ("reward", "loss")
+PPO_REWARDS = ("rm", "gold")
+PPO_CRITICS = ("rm", "policy", "none")
+PPO_BASELINES = ("mean", "loo")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+ADVANTAGE_SCALES = ("none", "group_std")
+KL_LOSS_ESTIMATORS = ("k2", "k3")
+PPO_FAMILY = ("ppo", "grpo", "rloo")  # the jobs that run the PPO stage with their own settings
+PPO_REFERENCE_KINDS = ("copy", "lora_disabled")
+DPO_REFERENCE_KINDS = ("copy", "lora_disabled", "precomputed")
+DPO_LOSS_TYPES = ("sigmoid", "ipo", "ipo_sum", "hinge")
+KL_CONTROLLERS = ("adaptive", "fixed")
+KL_UNITS = ("sequence", "token")
+DATA_SOURCES = ("world", "jsonl", "hf")
+RM_SOURCES = ("same", "different")
+RM_INITS = ("sft", "pretrain")
+
+
+class ConfigError(ValueError):
+    """A config value outside what is allowed; ``str(err)`` is one line naming the key."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"{key} must be {allowed}, got {value!r}")
+
+
+# -- rules -----------------------------------------------------------------------------------------------
+
+Rule = Callable[[Any], bool]
+
+
+def positive(v: Any) -> bool:
+    return v is not None and v > 0
+
+
+def non_negative(v: Any) -> bool:
+    return v is not None and v >= 0
+
+
+def at_least(n: float) -> Rule:
+    return lambda v: v is not None and v >= n
+
+
+def unit_interval(v: Any) -> bool:
+    return v is not None and 0 <= v <= 1
+
+
+def fraction_below_one(v: Any) -> bool:
+    return v is not None and 0 <= v < 1
+
+
+def optional(rule: Rule) -> Rule:
+    return lambda v: v is None or rule(v)
+
+
+RULE_TEXT: dict[Any, str] = {positive: "> 0", non_negative: ">= 0", unit_interval: "in [0, 1]",
+                             fraction_below_one: "in [0, 1)"}
+
+
+def get(node: DictConfig, key: str) -> Any:
+    """The (resolved) value of ``key`` under ``node``; None when absent or null."""
+    return OmegaConf.select(node, key, default=None, throw_on_missing=False)
+
+
+ABSENT = object()
+
+
+def need(node: DictConfig, prefix: str, key: str, rule: Rule, allowed: str | None = None) -> None:
+    v = get(node, key)
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not (rule(v) if v is None else number and rule(v)):
+        raise ConfigError(f"{prefix}.{key}", v, allowed or RULE_TEXT.get(rule, "valid"))
+
+
+def need_all(node: DictConfig, prefix: str, rules: dict[str, Rule | tuple[Rule, str]]) -> None:
+    """Check each key that the node has (a key it lacks belongs to another variant of the group)."""
+    for key, rule in rules.items():
+        if OmegaConf.select(node, key, default=ABSENT, throw_on_missing=False) is ABSENT:
+            continue
+        rule, allowed = rule if isinstance(rule, tuple) else (rule, None)
+        need(node, prefix, key, rule, allowed)
+
+
+def choice(node: DictConfig, prefix: str, key: str, options: tuple[str, ...]) -> str:
+    v = get(node, key)
+    if str(v) not in options:
+        raise ConfigError(f"{prefix}.{key}", v, "one of " + ", ".join(options))
+    return str(v)
+
+
+def required(node: DictConfig, prefix: str, key: str) -> None:
+    missing = OmegaConf.is_missing(node, key) if key in node.keys() else False
+    if missing or get(node, key) in (None, ""):
+        raise ConfigError(f"{prefix}.{key}", "???" if missing else get(node, key), "set (it is required)")
+
+
+TRAINING = {"steps": (at_least(1), ">= 1"), "batch_size": (at_least(1), ">= 1"), "lr": positive,
+            "weight_decay": non_negative, "warmup_steps": non_negative, "max_len": (at_least(2), ">= 2")}
+LORA = {"lora.r": non_negative, "lora.dropout": fraction_below_one, "lora.alpha": (optional(positive), "> 0 or null")}
+
+
+# -- groups ----------------------------------------------------------------------------------------------
+
+
+def check_generation(g: DictConfig) -> None:
+    need_all(g, "generation", {"max_new_tokens": (at_least(1), ">= 1"), "temperature": positive,
+                               "top_k": non_negative, "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
+                               "max_prompt_len": (optional(at_least(1)), ">= 1 or null")})
+
+
+def check_eval(e: DictConfig) -> None:
+    need_all(e, "eval", {"every_n_steps": non_negative, "n_prompts": (at_least(1), ">= 1"),
+                         "n_samples_logged": non_negative})
+
+
+def check_trainer(t: DictConfig) -> None:
+    need_all(t, "trainer", {"max_steps": (optional(at_least(1)), ">= 1 or null"),
+                            "log_every_n_steps": (at_least(1), ">= 1"), "threads": (optional(at_least(1)), ">= 1 or null"),
+                            "num_nodes": (at_least(1), ">= 1")})
+
+
+def check_upstream(node: DictConfig, prefix: str) -> None:
+    """``pretrain`` and ``sft``: steps, batch size, learning rate, ..."""
+    need_all(node, prefix, {**TRAINING, "n_texts": (at_least(1), ">= 1"), "n_examples": (at_least(1), ">= 1")})
+
+
+def check_data(d: DictConfig) -> None:
+    source = choice(d, "data", "source", DATA_SOURCES)
+    need_all(d, "data", {"eval_fraction": fraction_below_one})
+    if source == "world":
+        need_all(d, "data", {"n_train": (at_least(1), ">= 1"), "n_eval": non_negative,
+                             "on_policy_fraction": unit_interval})
+        if (get(d, "on_policy_fraction") or 0) > 0 and not get(d, "on_policy_path"):
+            raise ConfigError("data.on_policy_path", None, "a policy checkpoint folder when data.on_policy_fraction > 0")
+    elif source == "jsonl":
+        required(d, "data", "path")
+        if not os.path.isfile(os.path.expanduser(str(d.path))):
+            raise ConfigError("data.path", str(d.path), "an existing JSON-lines file")
+    else:
+        required(d, "data", "name")
+
+
+def check_reward_model(rc: DictConfig) -> None:
+    if "source" in rc:
+        choice(rc, "reward_model", "source", RM_SOURCES)
+    if "init" in rc:
+        choice(rc, "reward_model", "init", RM_INITS)
+    need_all(rc, "reward_model", {**TRAINING, **LORA, "ensemble": (at_least(1), ">= 1"),
+                                  "conservative_lambda": non_negative, "center_coef": non_negative,
+                                  "norm_samples": (at_least(1), ">= 1")})
+
+
+def check_kl(kl: DictConfig) -> None:
+    name = choice(kl, "kl", "name", KL_CONTROLLERS)
+    need_all(kl, "kl", {"beta": non_negative})
+    choice(kl, "kl", "unit", KL_UNITS)
+    if name == "adaptive":
+        need_all(kl, "kl", {"target": positive, "horizon": positive})
+
+
+def check_ppo(a: DictConfig) -> None:
+    need_all(a, "algo", {
+        "steps": (at_least(1), ">= 1"), "batch_size": (at_least(1), ">= 1"),
+        "samples_per_prompt": (at_least(1), ">= 1"), "ppo_epochs": (at_least(1), ">= 1"),
+        "num_minibatches": (at_least(1), ">= 1"), "lr": positive, "critic_lr": positive, "clip_eps": positive,
+        "value_clip_eps": positive, "vf_coef": non_negative, "entropy_coef": non_negative, "gamma": unit_interval,
+        "lam": unit_interval, "max_grad_norm": (optional(positive), "> 0 or null"), "length_penalty": non_negative,
+        "missing_eos_penalty": non_negative, "reward_clip": (optional(positive), "> 0 or null"),
+        "checkpoint_every": non_negative, "reference.sync_every": non_negative, **LORA,
+        "hacking_monitor.gold_drop": non_negative, "hacking_monitor.window": (at_least(1), ">= 1"),
+        "hacking_monitor.warmup": non_negative,
+        "max_kl": (optional(positive), "> 0 or null"), "min_entropy": (optional(non_negative), ">= 0 or null"),
+        "clip_eps_high": (optional(positive), "> 0 or null")})
+    for key, options in (("kl_estimator", KL_ESTIMATORS), ("kl_in", KL_IN), ("reward", PPO_REWARDS),
+                         ("critic", PPO_CRITICS), ("baseline", PPO_BASELINES), ("loss_agg", LOSS_AGGREGATIONS),
+                         ("advantage_scale", ADVANTAGE_SCALES)):
+        choice(a, "algo", key, options)
+    if str(a.kl_in) == "loss" and str(a.kl_estimator) not in KL_LOSS_ESTIMATORS:
+        raise ConfigError("algo.kl_estimator", str(a.kl_estimator),
+                          "k2 or k3 with algo.kl_in=loss (k1's gradient there is zero in expectation)")
+    if a.batch_size % a.num_minibatches:
+        raise ConfigError("algo.batch_size", a.batch_size, f"a multiple of algo.num_minibatches={a.num_minibatches}")
+    if a.batch_size % a.samples_per_prompt:
+        raise ConfigError("algo.batch_size", a.batch_size,
+                          f"a multiple of algo.samples_per_prompt={a.samples_per_prompt}")
+    if str(a.critic) == "none" and str(a.baseline) == "loo" and a.samples_per_prompt < 2:
+        raise ConfigError("algo.samples_per_prompt", a.samples_per_prompt,
+                          ">= 2 with algo.critic=none algo.baseline=loo (RLOO)")
+    kind = choice(a, "algo", "reference.kind", PPO_REFERENCE_KINDS)
+    path, sync = get(a, "reference.path"), get(a, "reference.sync_every") or 0
+    if path and sync:
+        raise ConfigError("algo.reference.sync_every", sync,
+                          "0 when algo.reference.path is set (a re-synced reference is the policy itself)")
+    if kind == "lora_disabled":
+        if path:
+            raise ConfigError("algo.reference.path", path, "null with algo.reference.kind=lora_disabled")
+        if sync:
+            raise ConfigError("algo.reference.sync_every", sync, "0 with algo.reference.kind=lora_disabled")
+        if str(a.critic) == "rm":
+            raise ConfigError("algo.critic", "rm", "policy or none with algo.reference.kind=lora_disabled")
+        if get(a, "lora.r") == 0:
+            raise ConfigError("algo.lora.r", 0, "> 0 with algo.reference.kind=lora_disabled (e.g. 16)")
+
+
+def check_dpo(a: DictConfig) -> None:
+    need_all(a, "algo", {**TRAINING, **LORA, "beta": positive,
+                         "label_smoothing": ((lambda v: 0 <= v < 0.5), "in [0, 0.5)"),
+                         "max_grad_norm": (optional(positive), "> 0 or null"), "online_every": (at_least(1), ">= 1"),
+                         "online_prompts": (at_least(1), ">= 1"), "eval_pairs": (at_least(1), ">= 1")})
+    loss = choice(a, "algo", "loss_type", DPO_LOSS_TYPES)
+    if a.label_smoothing and loss != "sigmoid":
+        raise ConfigError("algo.label_smoothing", a.label_smoothing, "0 unless algo.loss_type=sigmoid")
+    kind = choice(a, "algo", "reference.kind", DPO_REFERENCE_KINDS)
+    if get(a, "reference.sync_every"):
+        raise ConfigError("algo.reference.sync_every", get(a, "reference.sync_every"),
+                          "0 for DPO (a PPO option: DPO's reference stays fixed)")
+    if kind == "lora_disabled" and get(a, "lora.r") == 0:
+        raise ConfigError("algo.lora.r", 0, "> 0 with algo.reference.kind=lora_disabled (e.g. 8)")
+    if kind == "lora_disabled" and get(a, "reference.path"):
+        raise ConfigError("algo.reference.path", get(a, "reference.path"), "null with algo.reference.kind=lora_disabled")
+    if a.online and kind == "precomputed":
+        raise ConfigError("algo.reference.kind", kind, "copy or lora_disabled with algo.online=true")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check every group of a composed config; raise :class:`ConfigError` on the first bad value."""
+    for group, check in (("generation", check_generation), ("eval", check_eval), ("trainer", check_trainer),
+                         ("data", check_data), ("reward_model", check_reward_model), ("kl", check_kl)):
+        if isinstance(cfg.get(group), DictConfig):
+            check(cfg[group])
+    for group in ("pretrain", "sft"):
+        if isinstance(cfg.get(group), DictConfig):
+            check_upstream(cfg[group], group)
+    algo = cfg.get("algo")
+    name = str(algo.get("name")) if isinstance(algo, DictConfig) else None
+    if name in PPO_FAMILY:
+        check_ppo(algo)
+    elif name == "dpo":
+        check_dpo(algo)
+
+
+def exit_on_bad_config(cfg: DictConfig) -> None:
+    """The CLI's check: one line on stderr and exit status 2 on a bad value (``HYDRA_FULL_ERROR=1``: raise).
+
+    In a multirun the :class:`ConfigError` is raised (the job is recorded as failed, the others go on)."""
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or is_multirun():
+            raise
+        print(f"rlhf-lab: config error: {err}", file=sys.stderr)
+        sys.stderr.flush()
+        raise SystemExit(2) from None
+
+
+def is_multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except Exception:
+        return False

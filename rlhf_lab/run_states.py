@@ -1,0 +1,95 @@
+"""How a run ends when its process is stopped: signals, exit codes, runs left RUNNING by a dead process.
+
+- SIGTERM and SIGINT (the CLI installs :func:`install_signal_handlers`) raise :class:`Interrupted` in the
+  main thread, wherever it is; :func:`rlhf_lab.tracking.start_run` ends every open run as KILLED with
+  ``rlhf_lab.error = "Interrupted: SIGTERM"`` and the CLI exits with ``128 + signal`` (143, 130).
+  :class:`Interrupted` is not an ``Exception`` (nor a ``KeyboardInterrupt``, which Lightning turns into
+  exit status 1), so nothing on the way swallows it.
+- ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
+  ``rlhf_lab.host`` (:func:`process_tags`), and at the next start of a run in the same experiment
+  :func:`mark_dead_runs` ends as KILLED the RUNNING runs of this host whose process no longer exists.
+
+A leaf module (nothing from rlhf_lab, no MLflow at import).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from typing import Any
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+PID_TAG = "rlhf_lab.pid"
+HOST_TAG = "rlhf_lab.host"
+
+
+class Interrupted(BaseException):
+    """The process received a stop signal (SIGTERM, SIGINT)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(signal.Signals(self.signum).name)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def raise_interrupted(signum: int, frame: Any) -> None:
+    for s in SIGNALS:  # a second signal while the runs are being ended does not cut that short
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def install_signal_handlers() -> dict:
+    """SIGTERM and SIGINT raise :class:`Interrupted` (main thread only; elsewhere this does nothing).
+    Returns the handlers it replaced, for :func:`restore_signal_handlers`."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        signal.signal(s, raise_interrupted)
+    return previous
+
+
+def restore_signal_handlers(previous: dict) -> None:
+    for s, handler in previous.items():
+        if handler is not None:
+            signal.signal(s, handler)
+
+
+def process_tags() -> dict[str, str]:
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def mark_dead_runs(client, experiment_id: str) -> list[str]:
+    """End as KILLED the RUNNING runs of this host whose process (tag ``rlhf_lab.pid``) is gone; their ids."""
+    host = socket.gethostname()
+    runs = client.search_runs([experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'",
+                              max_results=1000)
+    marked = []
+    for r in runs:
+        pid = r.data.tags.get(PID_TAG, "")
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
+            continue
+        client.set_tag(r.info.run_id, "rlhf_lab.error",
+                       f"process {pid} on {host} ended without ending the run (kill -9, power loss, OOM killer?); "
+                       "marked KILLED at the next start")
+        client.set_terminated(r.info.run_id, status="KILLED")
+        marked.append(r.info.run_id)
+    if marked:
+        print(f"[rlhf-lab] marked {len(marked)} run(s) of dead processes KILLED: {', '.join(marked)}")
+    return marked

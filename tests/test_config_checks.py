@@ -1,0 +1,116 @@
+"""Value checks on the composed config (rlhf_lab/config_checks.py): the CLI exits 2 with one line, fast."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlhf_lab import config_checks as C
+from tests.conftest import TINY, compose_cfg
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, cwd, env_extra=None, timeout=120):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("HYDRA_FULL_ERROR", None)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("override, key", [
+    ("algo.clip_eps=-1", "algo.clip_eps"),
+    ("generation.max_new_tokens=0", "generation.max_new_tokens"),
+    ("algo.kl_estimator=k4", "algo.kl_estimator"),
+])
+def test_cli_bad_value_exits_2_with_one_line(tmp_path, override, key):
+    t0 = time.time()
+    r = cli(*TINY, override, cwd=tmp_path)
+    took = time.time() - t0
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert key in lines[0] and "must be" in lines[0] and "Traceback" not in r.stderr
+    assert took < 30, took  # no model, data or store was touched (a few seconds on an idle machine)
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / ".rlhf_lab_cache").exists()
+
+
+@pytest.mark.slow
+def test_cli_full_error_shows_the_traceback(tmp_path):
+    r = cli("kl.beta=-1", *TINY, cwd=tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
+    assert r.returncode != 0 and "Traceback" in r.stderr and "ConfigError" in r.stderr and "kl.beta" in r.stderr
+
+
+@pytest.mark.parametrize("overrides, key, value", [
+    (["algo.clip_eps=0"], "algo.clip_eps", 0.0),
+    (["kl.beta=-0.5"], "kl.beta", -0.5),
+    (["kl=adaptive", "kl.target=0"], "kl.target", 0.0),
+    (["kl.unit=word"], "kl.unit", "word"),
+    (["algo.reference.path=/x", "algo.reference.sync_every=5"], "algo.reference.sync_every", 5),
+    (["algo.reference.kind=lora_disabled"], "algo.lora.r", 0),
+    (["algo.reference.kind=lora_disabled", "algo.lora.r=8", "algo.critic=rm"], "algo.critic", "rm"),
+    (["algo.lora.r=-1"], "algo.lora.r", -1),
+    (["algo.lam=1.5"], "algo.lam", 1.5),
+    (["algo.max_kl=0"], "algo.max_kl", 0.0),
+    (["algo.min_entropy=-1"], "algo.min_entropy", -1.0),
+    (["algo.gamma=-0.1"], "algo.gamma", -0.1),
+    (["algo.batch_size=0"], "algo.batch_size", 0),
+    (["algo.batch_size=10", "algo.num_minibatches=4"], "algo.batch_size", 10),
+    (["algo.critic=none", "algo.baseline=loo"], "algo.samples_per_prompt", 1),
+    (["algo.critic=nope"], "algo.critic", "nope"),
+    (["generation.top_p=0"], "generation.top_p", 0.0),
+    (["generation.temperature=0"], "generation.temperature", 0.0),
+    (["trainer.max_steps=0"], "trainer.max_steps", 0),
+    (["trainer.threads=0"], "trainer.threads", 0),
+    (["eval.n_prompts=0"], "eval.n_prompts", 0),
+    (["sft.lr=0"], "sft.lr", 0.0),
+    (["pretrain.batch_size=-2"], "pretrain.batch_size", -2),
+    (["data.on_policy_fraction=1.5"], "data.on_policy_fraction", 1.5),
+    (["data.on_policy_fraction=0.2"], "data.on_policy_path", None),
+    (["data=jsonl"], "data.path", "???"),
+    (["data=jsonl", "data.path=/no/such/pairs.jsonl"], "data.path", "/no/such/pairs.jsonl"),
+    (["reward_model.ensemble=0"], "reward_model.ensemble", 0),
+    (["reward_model.lora.dropout=1.0"], "reward_model.lora.dropout", 1.0),
+    (["algo=dpo", "algo.beta=0"], "algo.beta", 0.0),
+    (["algo=dpo", "algo.loss_type=kto"], "algo.loss_type", "kto"),
+    (["algo=dpo", "algo.label_smoothing=0.5"], "algo.label_smoothing", 0.5),
+    (["algo=dpo", "algo.label_smoothing=0.1", "algo.loss_type=ipo"], "algo.label_smoothing", 0.1),
+    (["algo=dpo", "algo.reference.sync_every=3"], "algo.reference.sync_every", 3),
+    (["algo=dpo", "algo.online=true", "algo.reference.kind=precomputed"], "algo.reference.kind", "precomputed"),
+    (["algo.kl_in=loss", "algo.kl_estimator=k1"], "algo.kl_estimator", "k1"),
+    (["algo=grpo", "algo.loss_agg=sum"], "algo.loss_agg", "sum"),
+    (["algo=rloo", "algo.clip_eps_high=-0.1"], "algo.clip_eps_high", -0.1),
+])
+def test_validate_names_key_value_and_what_is_allowed(overrides, key, value):
+    with pytest.raises(C.ConfigError) as exc:
+        C.validate(compose_cfg(overrides))
+    err = exc.value
+    assert (err.key, err.value) == (key, value)
+    assert "\n" not in str(err) and str(err).startswith(f"{key} must be ") and err.allowed in str(err)
+
+
+def test_shipped_configs_pass():
+    for algo in ("pretrain", "sft", "rm", "ppo", "grpo", "rloo", "bon", "dpo"):
+        C.validate(compose_cfg([f"algo={algo}"]))
+        C.validate(compose_cfg(TINY + [f"algo={algo}"]))
+    for extra in (["kl=fixed", "kl.beta=0"], ["reward_model=different_source"], ["trainer=ddp_cpu"],
+                  ["data=jsonl", f"data.path={__file__}"], ["algo.reference.kind=lora_disabled", "algo.lora.r=16"]):
+        C.validate(compose_cfg(extra))
+
+
+def test_choice_lists_match_the_code():
+    from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
+    from rlhf_lab.algorithms.rl_math import KL_ESTIMATORS, KL_LOSS_ESTIMATORS, LOSS_AGGREGATIONS
+    from rlhf_lab.stages import ppo
+
+    assert C.KL_ESTIMATORS == KL_ESTIMATORS and C.DPO_LOSS_TYPES == PREFERENCE_LOSS_TYPES
+    assert C.LOSS_AGGREGATIONS == LOSS_AGGREGATIONS and C.KL_LOSS_ESTIMATORS == KL_LOSS_ESTIMATORS
+    assert C.PPO_REFERENCE_KINDS == ppo.REFERENCE_KINDS and C.PPO_CRITICS == ppo.CRITICS

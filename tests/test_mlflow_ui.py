@@ -1,0 +1,34 @@
+"""What the MLflow UI shows: run names with the stage and the swept values; a multirun's table of jobs."""
+
+from __future__ import annotations
+
+import mlflow
+
+from rlhf_lab import sweeping, tracking
+
+
+def test_run_name_carries_stage_and_swept_values():
+    assert tracking.sweep_run_name("ppo", {"sweep.kl.beta": "0.1", "sweep.seed": "1"}) == "ppo kl.beta=0.1 seed=1"
+    assert tracking.sweep_run_name("sft", {}) == "sft"
+
+
+def test_jobs_table_lists_every_job(tmp_path):
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("t")
+    children = []
+    for name, status, gold in (("ppo kl.beta=0.1", "FINISHED", 0.5), ("ppo kl.beta=0", "FAILED", None)):
+        run = client.create_run(exp, run_name=name, tags={tracking.JOB_TAG: "true"})
+        if gold is not None:
+            client.log_metric(run.info.run_id, "eval/gold_reward", gold)
+            client.log_metric(run.info.run_id, "eval/kl", 4.0)
+        client.set_terminated(run.info.run_id, status=status)
+        children.append(client.get_run(run.info.run_id))
+    upstream = client.create_run(exp, run_name="sft")  # an upstream stage built by a job: not a row
+    children.append(client.get_run(upstream.info.run_id))
+    table = sweeping.jobs_table(children, {"job 2": "kl.beta=5 seed=x", "run abc": "ignored"})
+    lines = table.splitlines()
+    assert lines[0].split() == ["job", "(run", "name)", "status", "gold", "KL", "time"]
+    assert len(lines) == 5 and "sft" not in table
+    assert "ppo kl.beta=0.1" in lines[2] and "FINISHED" in lines[2] and "0.500" in lines[2] and "4.000" in lines[2]
+    assert "ppo kl.beta=0 " in lines[3] and "FAILED" in lines[3]
+    assert lines[4].startswith("job 2 (kl.beta=5 seed=x)") and "FAILED" in lines[4]

@@ -1,0 +1,88 @@
+"""Run states when a job is stopped: SIGTERM/SIGINT end the run KILLED and exit 128 + signal; a run left
+RUNNING by a process killed with -9 is marked KILLED at the next start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from rlhf_lab import run_states
+
+ROOT = Path(__file__).resolve().parents[1]
+# a pretrain job long enough to be stopped while its MLflow run is open
+LONG_JOB = ["algo=pretrain", "policy=a_tiny", "pretrain.n_texts=300", "trainer.max_steps=100000",
+            "eval.every_n_steps=0", "eval.n_prompts=4", "trainer.progress_bar=false", "trainer.threads=1"]
+
+
+def start_job(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *LONG_JOB], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_running(tmp_path, proc, timeout=240):
+    db, t0 = tmp_path / "mlflow.db", time.time()
+    while time.time() - t0 < timeout:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        if db.exists():
+            try:
+                with sqlite3.connect(db) as con:
+                    if con.execute("select count(*) from runs where status = 'RUNNING'").fetchone()[0]:
+                        time.sleep(2)  # into the run's body
+                        return
+            except sqlite3.Error:
+                pass
+        time.sleep(0.5)
+    proc.kill()
+    raise AssertionError("no RUNNING run appeared")
+
+
+def runs(tmp_path):
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=["rlhf-lab"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_ends_the_run_killed_with_128_plus_signal(tmp_path, sig):
+    proc = start_job(tmp_path)
+    wait_running(tmp_path, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err[-3000:]
+    assert f"stopped by {signal.Signals(sig).name}" in err
+    row = runs(tmp_path).iloc[0]
+    assert row["status"] == "KILLED"
+    assert row["tags.rlhf_lab.error"] == f"Interrupted: {signal.Signals(sig).name}"
+
+
+@pytest.mark.slow
+def test_run_of_a_dead_process_is_marked_killed_at_the_next_start(tmp_path):
+    proc = start_job(tmp_path)
+    wait_running(tmp_path, proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    row = runs(tmp_path).iloc[0]
+    assert row["status"] == "RUNNING" and row["tags.rlhf_lab.pid"] == str(proc.pid)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    marked = run_states.mark_dead_runs(client, row["experiment_id"])
+    assert marked == [row["run_id"]]
+    row = runs(tmp_path).iloc[0]
+    assert row["status"] == "KILLED" and "marked KILLED at the next start" in row["tags.rlhf_lab.error"]
+    assert run_states.mark_dead_runs(client, row["experiment_id"]) == []
+
+
+def test_interrupted_is_not_an_exception():
+    err = run_states.Interrupted(signal.SIGTERM)
+    assert not isinstance(err, Exception) and not isinstance(err, KeyboardInterrupt)
+    assert str(err) == "SIGTERM" and err.exit_code == 143
+    assert run_states.process_alive(os.getpid())
