@@ -233,8 +233,8 @@ def test_ppo_with_trained_reward_model_and_rm_critic(tiny_cfg, tmp_path):
     meta = stages.run_job(cfg, tmp_path / "out")
     runs = _runs(db)
     row = runs[runs["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
-    rm_run = runs[runs["tags.rlhf_lab.stage"] == "rm"]
-    assert row["status"] == "FINISHED" and row["tags.rlhf_lab.upstream.rm"] == rm_run.iloc[0]["run_id"]
+    rm_run_id = cache_for(cfg).meta(stages.ensure("rm", cfg))["run_id"]  # the run that built the RM (maybe another test's)
+    assert row["status"] == "FINISHED" and row["tags.rlhf_lab.upstream.rm"] == rm_run_id
     assert "eval/proxy_reward" in meta["eval"] and "proxy" in meta["summary"]
     # the critic starts as the RM (InstructGPT): its head is the RM's, folded with the normalisation
 
