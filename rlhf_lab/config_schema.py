@@ -4,7 +4,7 @@ composes the config (``algo.lr=abc`` fails before anything runs).
 
 The values and their comments live in the YAML files under ``conf/``; these classes only type them
 (every field is MISSING here). A group's YAML file takes its schema through its defaults list, as in
-Hydra's own pattern (``defaults: [ppo_schema, _self_]``). :func:`register` is idempotent; it runs when
+Hydra's schema pattern, stored out of the user-facing groups under ``schema/<group>`` (``defaults: [/schema/algo@_here_: ppo, _self_]``). :func:`register` is idempotent; it runs when
 ``rlhf_lab.conf`` is imported (every composition of this config imports it) and from the CLI.
 Value checks (ranges, choices, rules across keys) are :mod:`rlhf_lab.config_checks`, run first by the CLI.
 """
@@ -267,5 +267,5 @@ def register() -> None:
     """The schemas, and the resolver ``${rlhf_lab.pid:}`` (this process's id: a unique ``hydra.run.dir``)."""
     OmegaConf.register_new_resolver("rlhf_lab.pid", os.getpid, replace=True)
     cs = ConfigStore.instance()
-    for (group, name), node in SCHEMAS.items():
-        cs.store(group=group, name=name, node=node)
+    for (group, name), node in SCHEMAS.items():  # group schema/<group>: out of the groups users choose from
+        cs.store(group=f"schema/{group}", name=name.removesuffix("_schema"), node=node)
