@@ -57,6 +57,7 @@ def test_bad_config_fails_before_any_model_loads(tiny_cfg, tmp_path, monkeypatch
         stages.run_job(tiny_cfg(f"algo={algo}", *overrides), tmp_path)
 
 
+@pytest.mark.slow
 def test_grpo_job_kl_in_the_loss_and_group_metrics(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     cfg = tiny_cfg("algo=grpo", *TINY_RL, "algo.samples_per_prompt=4", mlflow_db=db)
@@ -75,6 +76,7 @@ def test_grpo_job_kl_in_the_loss_and_group_metrics(tiny_cfg, tmp_path):
     assert _history(db, run, "val/explained_variance") == {}  # no critic
 
 
+@pytest.mark.slow
 def test_rloo_job_kl_in_the_reward(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     meta = stages.run_job(tiny_cfg("algo=rloo", *TINY_RL, "algo.samples_per_prompt=2", "kl=fixed", "kl.beta=0.5",
@@ -89,6 +91,7 @@ def test_rloo_job_kl_in_the_reward(tiny_cfg, tmp_path):
     assert _history(db, run, "loss/kl") == {}
 
 
+@pytest.mark.slow
 def test_bon_job_curve(tiny_cfg, tmp_path):
     db = tmp_path / "mlflow.db"
     cfg = tiny_cfg("algo=bon", "algo.n_max=4", "algo.batch_size=16", "eval.n_prompts=4", "generation.max_new_tokens=12",

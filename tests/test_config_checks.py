@@ -97,6 +97,7 @@ def test_validate_names_key_value_and_what_is_allowed(overrides, key, value):
     assert "\n" not in str(err) and str(err).startswith(f"{key} must be ") and err.allowed in str(err)
 
 
+@pytest.mark.slow
 def test_shipped_configs_pass():
     for algo in ("pretrain", "sft", "rm", "ppo", "grpo", "rloo", "bon", "dpo"):
         C.validate(compose_cfg([f"algo={algo}"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mlflow
+import pytest
 
 from rlhf_lab import sweeping, tracking
 
@@ -12,6 +13,7 @@ def test_run_name_carries_stage_and_swept_values():
     assert tracking.sweep_run_name("sft", {}) == "sft"
 
 
+@pytest.mark.slow
 def test_jobs_table_lists_every_job(tmp_path):
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.create_experiment("t")

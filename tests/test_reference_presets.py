@@ -33,6 +33,7 @@ def test_parse_preset_ref():
         assert parse_preset_ref(value) is None, value
 
 
+@pytest.mark.slow
 def test_preset_is_composed_as_the_policy_group_composes_it():
     assert set(policy_presets()) >= {"a_tiny", "a_small", "a_medium", "a_large", "b_tiny", "b_small"}
     for name in ("a_tiny", "b_small"):
@@ -54,6 +55,7 @@ def test_presets_of_another_tokenizer_or_unknown_are_refused_before_any_training
     assert checkpoint_path(cfg, "/some/folder", KEY) == "/some/folder"  # any other value is taken as it is
 
 
+@pytest.mark.slow
 def test_sft_at_preset_builds_or_reuses_that_presets_sft_and_shares_the_tokenizer(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the store's artifacts (./mlruns) stay out of the repository
     common = [*FAST, f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",

@@ -131,6 +131,7 @@ def store(tmp_path_factory):
     return uri
 
 
+@pytest.mark.slow
 def test_study_report_has_plots_tables_fits_and_the_command(store, tmp_path):
     path = write_study_report("ppo_beta_grid", tmp_path / "reports", uri=store)
     text = path.read_text()
@@ -149,6 +150,7 @@ def test_study_report_has_plots_tables_fits_and_the_command(store, tmp_path):
     assert cells[12].startswith("beyond the data") and "20." not in cells[12]
 
 
+@pytest.mark.slow
 def test_rm_size_table_and_not_run_study(store, tmp_path):
     text = write_study_report("rm_size_vs_policy_size", tmp_path / "r", uri=store).read_text()
     assert "## RM size × policy size" in text
@@ -159,6 +161,7 @@ def test_rm_size_table_and_not_run_study(store, tmp_path):
     assert "Not run yet" in text and "rlhf-lab -m sweep=rm_source" in text
 
 
+@pytest.mark.slow
 def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     assert cli.main(["--claims", "--uri", store, "--out", str(tmp_path / "reports")]) == 0
     text = (tmp_path / "reports" / "claims.md").read_text()

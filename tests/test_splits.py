@@ -47,6 +47,7 @@ def draws(cfg):
     return {s: D.prompts(cfg, f"draws/{s}", k, split=s) for s, k in n.items()}
 
 
+@pytest.mark.slow
 def test_prompt_space_has_tens_of_thousands_of_distinct_prompts(cfg, draws):
     space = prompt_space()
     assert len(space) == len(set(space)) == 40 * 20 * (1 + 3 * 16) == 39200
@@ -77,6 +78,7 @@ def test_splits_are_disjoint_and_each_draw_is_in_its_split(cfg, draws):
     assert frac["train"] == pytest.approx(0.8, abs=0.01) and frac["eval"] == pytest.approx(0.1, abs=0.01)
 
 
+@pytest.mark.slow
 def test_ood_products_never_reach_training_after_pretraining(cfg, draws):
     ood = set(cfg.world.ood_products)
     assert ood and ood <= set(G.PRODUCTS)
@@ -110,6 +112,7 @@ def test_split_of_a_prompt_is_stable():
         assert prompt_hash(q) == pytest.approx(u, abs=1e-6) and sp.split_of(q) == split
 
 
+@pytest.mark.slow
 def test_eval_prompts_are_fixed_across_calls_runs_and_seeds(cfg):
     a = D.eval_prompts(cfg, "eval")
     assert len(a) == cfg.eval.n_prompts and a == D.eval_prompts(cfg, "eval")
@@ -168,6 +171,7 @@ def test_clustered_se_against_hand_computation():
     assert math.isnan(cluster_mean_se([1.0, 2.0], [0, 0])[1])
 
 
+@pytest.mark.slow
 def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     from rlhf_lab import stages
     from rlhf_lab.evaluation import evaluate_policy

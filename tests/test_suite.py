@@ -51,6 +51,7 @@ def test_every_suite_study_exists_and_every_new_claim_has_one():
     assert {"C1", "C3", "C5", "C6", "C7", "C8", "C11", "C12", "C13", "C15", "C16", "C18", "C19", "C20"} <= claims
 
 
+@pytest.mark.slow
 def test_each_setting_runs_the_same_five_seeds(plans, jobs):
     for study, js in plans.items():
         seeds = defaultdict(set)
@@ -62,6 +63,7 @@ def test_each_setting_runs_the_same_five_seeds(plans, jobs):
         assert {c.study for _, c in jobs[study]} == {study} and {c.seed for _, c in jobs[study]} == {0}
 
 
+@pytest.mark.slow  # composes every job of every suite study (module fixture)
 def test_ppo_studies_log_enough_evaluations_for_a_drop_from_peak(jobs):
     for study, js in jobs.items():
         for _, cfg in js:
@@ -69,6 +71,7 @@ def test_ppo_studies_log_enough_evaluations_for_a_drop_from_peak(jobs):
                 assert n_evaluations(cfg) >= 6, (study, n_evaluations(cfg))
 
 
+@pytest.mark.slow  # composes every job of every suite study (module fixture)
 def test_headers_state_the_job_counts_and_the_suite_fits_two_hours(plans):
     total = 0.0
     for study, js in plans.items():
@@ -83,6 +86,7 @@ def _settings(js, *getters):
     return {tuple(g(c) for g in getters) for _, c in js}
 
 
+@pytest.mark.slow  # composes every job of every suite study (module fixture)
 def test_the_studies_sweep_what_their_claims_need(jobs):
     assert _settings(jobs["ref_sync"], lambda c: c.algo.reference.sync_every) == {(1,), (10,), (0,)}
     shared = jobs["ref_shared"]
@@ -115,6 +119,7 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
         ("same", 0.0), ("different", 0.0)}
 
 
+@pytest.mark.slow
 def test_dry_run_lists_every_study_with_its_job_count(capsys):
     assert suite.main(["--dry-run", "--no-validate"]) == 0
     out = capsys.readouterr().out
@@ -158,6 +163,7 @@ def store(tmp_path):
     return uri, client, client.create_experiment("rlhf-lab")
 
 
+@pytest.mark.slow
 def test_finished_run_of_the_same_study_and_overrides_is_found(store):
     uri, client, exp = store
     job = ["algo.reference.sync_every=1", "seed=0", "sweep=ref_sync"]
@@ -179,6 +185,7 @@ def test_finished_run_of_the_same_study_and_overrides_is_found(store):
         "tracking.uri=sqlite:///x.db +k=v")
 
 
+@pytest.mark.slow
 def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(store, tmp_path, monkeypatch, capsys):
     from rlhf_lab import cli, stages
 
@@ -207,6 +214,7 @@ def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(sto
     assert "skipped" not in out and calls == [8]
 
 
+@pytest.mark.slow
 def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp_path, monkeypatch, capsys):
     from rlhf_lab import cli, stages
 
