@@ -259,12 +259,13 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
         }
-        if "eval/gold_reward_ood" in last:
-            summary["gold ood"] = (f"{first['eval/gold_reward_ood']:.3f} -> {last['eval/gold_reward_ood']:.3f} "
-                                   f"(held-out products, SE {last['eval/gold_reward_ood_se']:.3f})")
-        if "test/proxy_reward" in ev.test_last:
-            summary["proxy"] = (f"{ev.test_first.get('test/proxy_reward', float('nan')):.3f} -> "
-                                f"{ev.test_last['test/proxy_reward']:.3f} (test prompts)")
+        t0, t1 = ev.test_first, ev.test_last
+        if "eval/gold_reward_ood" in t1:
+            summary["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
+                                   f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
+                                   "(held-out products)")
+        if "test/proxy_reward" in t1:
+            summary["proxy"] = f"{t0.get('test/proxy_reward', float('nan')):.3f} -> {t1['test/proxy_reward']:.3f} (test prompts)"
         return {"run_id": run.info.run_id, "stage": "ppo", "eval": last, "eval_start": first, "summary": summary,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
