@@ -179,11 +179,11 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
         if ev.test_last:
             meta.update(test=ev.test_last, test_start=ev.test_first,
-                        summary={"gold": test_gold_line(ev.test_first, ev.test_last, "start", stage.upper())})
+                        summary={"gold": gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")})
         return meta
 
 
-def test_gold_line(first: dict, last: dict, start: str, end: str) -> str:
+def gold_summary(first: dict, last: dict, start: str, end: str) -> str:
     """The job summary's gold figure: test-split gold (± its SE) at the start and at the end of the job."""
     def fmt(m: dict) -> str:
         return f"{m.get('test/gold_reward', float('nan')):.3f} ± {m.get('test/gold_reward_se', float('nan')):.3f}"
