@@ -15,8 +15,8 @@ class PeriodicEval(L.Callback):
 
     `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and x-axis),
     e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
-    is the held-out test evaluation (``test/*``): run once at the start (with `at_start`) and once at the
-    end of training, never in between, so no choice made during training can look at it.
+    is the held-out evaluation (``test/*`` and the OOD slice): run once at the start (with `at_start`) and
+    once at the end of training, never in between, so no choice made during training can look at it.
     """
 
     def __init__(self, evaluate: Callable[[], tuple[dict, list]], every_n_steps: int, at_start: bool = True,

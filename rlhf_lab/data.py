@@ -13,7 +13,7 @@ held-out preference pairs (RM, DPO)     ``eval``
 ``eval/*`` during training              ``eval``: a fixed multiset of ``eval.n_prompts`` prompts
 ``test/*`` at the start and end of      ``test``: ``eval.n_test_prompts`` prompts
 a policy job
-``eval/gold_reward_ood``                ``ood``: ``eval.n_ood_prompts`` prompts
+``eval/gold_reward_ood`` (with test/*)  ``ood``: ``eval.n_ood_prompts`` prompts
 ======================================  =========================================================
 
 So evaluation prompts are held out from every training stage by construction of the split, not only by

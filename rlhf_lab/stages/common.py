@@ -185,25 +185,26 @@ OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_oo
 
 
 def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval"):
-    """Metrics and a samples table of `policy` on the fixed evaluation prompts of `split`.
+    """Metrics and a samples table of `policy` on fixed evaluation prompts.
 
-    ``eval``: ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with the SEs and the halves A/B, plus the
-    OOD slice (``eval/gold_reward_ood``, ``_se``, and the proxy's) on ``eval.n_ood_prompts`` prompts when
-    that is > 0. ``test``: ``test/*`` on ``eval.n_test_prompts`` test-split prompts. Each split samples
-    with its own fixed seed (common random numbers across evaluations and runs)."""
+    ``eval`` (every evaluation during training): ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with
+    the SEs and the halves A/B. ``test`` (the start and the end of a policy job only): ``test/*`` on
+    ``eval.n_test_prompts`` test-split prompts, plus the OOD slice (``eval/gold_reward_ood``, ``_se``, and
+    the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 (rewards only, no forward passes).
+    Each prompt list samples with its own fixed seed (common random numbers across evaluations and runs)."""
     from rlhf_lab.evaluation import evaluate_policy
 
     e = cfg.eval
     kw = dict(gen=cfg.generation, gold_w=D.gold_weights(cfg), scorer=scorer, batch_size=int(e.batch_size),
               samples_per_prompt=int(e.samples_per_prompt))
     seed = lambda s: D.stream_seed(cfg.world.seed, f"{s}/sampling")  # noqa: E731
-    if split == "test":
-        return evaluate_policy(policy, tok, D.eval_prompts(cfg, "test"), reference=reference,
-                               n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
-    if split != "eval":
+    if split == "eval":
+        return evaluate_policy(policy, tok, D.eval_prompts(cfg, "eval"), reference=reference,
+                               n_rows=e.n_samples_logged, prefix="eval/", halves=True, seed=seed("eval"), **kw)
+    if split != "test":
         raise ValueError(f"evaluate(split={split!r}): choose eval or test")
-    metrics, rows = evaluate_policy(policy, tok, D.eval_prompts(cfg, "eval"), reference=reference,
-                                    n_rows=e.n_samples_logged, prefix="eval/", halves=True, seed=seed("eval"), **kw)
+    metrics, rows = evaluate_policy(policy, tok, D.eval_prompts(cfg, "test"), reference=reference,
+                                    n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
     if int(e.n_ood_prompts) > 0:
         ood, _ = evaluate_policy(policy, tok, D.eval_prompts(cfg, "ood"), prefix="", seed=seed("ood"),
                                  details=False, **kw)
@@ -259,11 +260,11 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
         if ev.test_last:
             meta.update(test=ev.test_last, test_start=ev.test_first,
-                        summary={"gold": test_gold_line(ev.test_first, ev.test_last, "start", stage.upper())})
+                        summary={"gold": gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")})
         return meta
 
 
-def test_gold_line(first: dict, last: dict, start: str, end: str) -> str:
+def gold_summary(first: dict, last: dict, start: str, end: str) -> str:
     """The job summary's gold figure: test-split gold (± its SE) at the start and at the end of the job."""
     def fmt(m: dict) -> str:
         return f"{m.get('test/gold_reward', float('nan')):.3f} ± {m.get('test/gold_reward_se', float('nan')):.3f}"

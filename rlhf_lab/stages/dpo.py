@@ -46,7 +46,7 @@ from rlhf_lab.stages.common import (
     job_steps,
     model_size,
     stage_seed,
-    test_gold_line,
+    gold_summary,
     trainer_kwargs,
     upstream_run,
 )
@@ -197,7 +197,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         model.save_pretrained(out_dir)
         tracking.log_metric("time/train_s", train_s)
         start, last = ev.first, ev.last
-        summary = {"gold": test_gold_line(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")}
+        summary = {"gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")}
         if "eval/gold_reward" in start and "eval/gold_reward" in last:
             summary["gold eval"] = f"{start['eval/gold_reward']:.3f} -> {last['eval/gold_reward']:.3f} (eval prompts)"
             tracking.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])

@@ -2,8 +2,9 @@
 
 Wiring only; the algorithm is :class:`rlhf_lab.algorithms.ppo.PPOModule`. This module builds the four
 roles for the configured mode (:func:`build_models`), the reward (:func:`load_reward`), the prompt stream
-(:func:`prompt_stream`: train-split prompts, a fresh seeded draw per PPO step, each rank its share), the evaluation and reward-hacking
-callbacks, runs the Lightning trainer as one MLflow run, saves the policy and returns the summary.
+(:func:`prompt_stream`: train-split prompts, a fresh seeded draw per PPO step, each rank its share), the
+evaluation and reward-hacking callbacks, runs the Lightning trainer as one MLflow run, saves the policy and
+returns the summary.
 
 Reference modes (``algo.reference``): ``kind: copy`` is a frozen copy of the SFT policy, or of the
 checkpoint ``reference.path`` (same tokenizer; ``sft@<policy preset>`` names that preset's SFT artifact, e.g. a
@@ -44,7 +45,7 @@ from rlhf_lab.stages.common import (
     job_steps,
     model_size,
     stage_seed,
-    test_gold_line,
+    gold_summary,
     trainer_kwargs,
     upstream_run,
 )
@@ -256,7 +257,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer),
                           every_n_steps=cfg.eval.every_n_steps, at_start=True,
                           step_fn=lambda trainer, m: m.ppo_step,
-                          test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, split="test"))
+                          test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer,
+                                                split="test"))
         hm = a.hacking_monitor
         monitor = RewardHackingMonitor(
             lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
@@ -281,19 +283,21 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         first, last = ev.first, ev.last
         g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
         summary = {
-            "gold": test_gold_line(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
+            "gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
             "gold eval": f"{g0:.3f} -> {g1:.3f} (eval prompts, SE {last.get('eval/gold_reward_se', float('nan')):.3f})",
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
         }
-        if "eval/gold_reward_ood" in last:
-            summary["gold ood"] = (f"{first['eval/gold_reward_ood']:.3f} -> {last['eval/gold_reward_ood']:.3f} "
-                                   f"(held-out products, SE {last['eval/gold_reward_ood_se']:.3f})")
-        if "test/proxy_reward" in ev.test_last:
-            summary["proxy"] = (f"{ev.test_first.get('test/proxy_reward', float('nan')):.3f} -> "
-                                f"{ev.test_last['test/proxy_reward']:.3f} (test prompts)")
+        t0, t1 = ev.test_first, ev.test_last
+        if "eval/gold_reward_ood" in t1:
+            summary["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
+                                   f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
+                                   "(held-out products)")
+        if "test/proxy_reward" in t1:
+            summary["proxy"] = (f"{t0.get('test/proxy_reward', float('nan')):.3f} -> "
+                                f"{t1['test/proxy_reward']:.3f} (test prompts)")
         return {"run_id": run.info.run_id, "stage": stage, "eval": last, "eval_start": first, "summary": summary,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,

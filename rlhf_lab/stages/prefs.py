@@ -50,7 +50,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft")
         if n_on:
             train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy")
-        held = sample_pairs(cfg, spec["sft"], D.prompts(cfg, "prefs_eval", spec["n_eval"], split="eval"), seed + 2, "sft")
+        held_prompts = D.prompts(cfg, "prefs_eval", spec["n_eval"], split="eval")
+        held = sample_pairs(cfg, spec["sft"], held_prompts, seed + 2, "sft")
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
         save_pairs(held, Path(out_dir) / "eval.jsonl")

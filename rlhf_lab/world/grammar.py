@@ -8,7 +8,8 @@ Text is lower-case words and punctuation separated by single spaces, e.g.
 A *prompt* is an opener naming a product, optionally after a focus sentence naming an aspect
 ("i care about the battery . review of the kettle :"): 40 products × 20 openers × (1 + 3 focus templates ×
 16 aspects) = 39,200 distinct prompts (`prompt_space`). How prompts split into train / eval / test / ood:
-`rlhf_lab.world.splits`. A *response* is a sequence of sentences, each produced by one of the productions below; every production has a known valence (sentiment in [-1.3, 1.3]). Filler
+`rlhf_lab.world.splits`. A *response* is a sequence of sentences, each produced by one of the productions
+below; every production has a known valence (sentiment in [-1.3, 1.3]). Filler
 ("empathy") sentences carry no information and have valence 0. `parse_sentence` is the grammar's
 recogniser: it returns the valence of a sentence the grammar can produce, or None.
 """
