@@ -4,6 +4,14 @@ An artifact lives in ``<root>/<stage>/<key>/`` where ``key`` hashes the config t
 (and the keys of its upstream artifacts, which are part of that config). Writers build into a
 temporary folder beside it and rename it into place, so a reader never sees a half-written artifact;
 a file lock per key makes two processes of a parallel sweep that need the same artifact build it once.
+
+Integrity: every artifact carries a manifest (``rlhf_lab_manifest.json``: size and SHA-256 of each file),
+written before the spec file that marks it complete. The first look-up of an artifact in a process checks
+it against the manifest; an artifact that fails (a truncated or overwritten weight file, a missing file) is
+never used: it is moved to ``<root>/<stage>/.quarantine/`` with a one-line message naming it and the file,
+and built again. Artifacts from before manifests existed get one at their first use. Build folders
+(``.tmp-<key>-*``) left by a killed build are removed by the next build of any key in that stage whose lock
+is free.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from rlhf_lab.distributed import is_rank_zero, rank
 
@@ -25,6 +33,8 @@ from rlhf_lab.distributed import is_rank_zero, rank
 CACHE_VERSION = 2  # 2: the prompt space grew (40 products, 20 openers, focus sentences) and splits
 SPEC_FILE = "rlhf_lab_spec.json"
 META_FILE = "rlhf_lab_meta.json"
+MANIFEST_FILE = "rlhf_lab_manifest.json"
+QUARANTINE_DIR = ".quarantine"
 
 
 def artifact_key(stage: str, spec: dict[str, Any]) -> str:
@@ -38,7 +48,49 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def manifest(folder: Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", "sha256"}}`` of every file under `folder` but the manifest and spec files."""
+    out = {}
+    for f in sorted(Path(folder).rglob("*")):
+        rel = f.relative_to(folder).as_posix()
+        if f.is_file() and rel not in (MANIFEST_FILE, SPEC_FILE):
+            with open(f, "rb") as fh:
+                out[rel] = {"bytes": f.stat().st_size, "sha256": hashlib.file_digest(fh, "sha256").hexdigest()}
+    return out
+
+
+def manifest_problem(folder: Path) -> str | None:
+    """What is wrong with `folder` against its manifest (None: it matches). Without a manifest (an artifact
+    written before manifests existed) one is written now and the folder is taken as it is."""
+    mf = Path(folder) / MANIFEST_FILE
+    if not mf.exists():
+        write_json_atomic(mf, manifest(folder))
+        return None
+    try:
+        expected = json.loads(mf.read_text())
+    except (OSError, ValueError) as err:
+        return f"unreadable {MANIFEST_FILE} ({err})"
+    for rel, want in expected.items():
+        f = Path(folder) / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        if f.stat().st_size != want["bytes"]:
+            return f"{rel} has {f.stat().st_size} bytes, {want['bytes']} expected (truncated or replaced)"
+        with open(f, "rb") as fh:
+            if hashlib.file_digest(fh, "sha256").hexdigest() != want["sha256"]:
+                return f"{rel} does not match its SHA-256 (modified after it was written)"
+    return None
+
+
 _announced: set[str] = set()
+_verified: set[str] = set()
+
+
+def forget_checks() -> None:
+    """Forget which artifacts this process has checked and announced: the next look-ups check again (a
+    long-lived process such as a notebook, or a test playing a new process)."""
+    _verified.clear()
+    _announced.clear()
 
 
 def announce_reuse(stage: str, what: str, path: Path) -> None:
@@ -53,11 +105,61 @@ class ArtifactCache:
         self.root = Path(root).expanduser().resolve()
 
     def path(self, stage: str, spec: dict[str, Any]) -> Path:
-        return self.root / stage / artifact_key(stage, spec)
+        """Where the artifact of (stage, spec) lives. Upstream artifacts appear in a spec as paths under this
+        root; the key sees them relative to it, so a cache folder that is moved or copied keeps its keys."""
+        return self.root / stage / artifact_key(stage, self.portable(spec))
+
+    def portable(self, spec: Any) -> Any:
+        """`spec` with this cache's root in every string replaced by ``$CACHE``."""
+        if isinstance(spec, dict):
+            return {k: self.portable(v) for k, v in spec.items()}
+        if isinstance(spec, (list, tuple)):
+            return [self.portable(v) for v in spec]
+        return spec.replace(str(self.root), "$CACHE") if isinstance(spec, str) else spec
 
     def get(self, stage: str, spec: dict[str, Any]) -> Path | None:
+        """The complete, intact artifact for this key, else None (a corrupt one is quarantined)."""
         p = self.path(stage, spec)
-        return p if (p / SPEC_FILE).exists() else None
+        return p if self._usable(p, stage) else None
+
+    def _usable(self, final: Path, stage: str) -> bool:
+        """Complete (spec file present) and matching its manifest (checked once per process)."""
+        if not (final / SPEC_FILE).exists():
+            return False
+        if str(final) in _verified:
+            return True
+        problem = manifest_problem(final)
+        if problem is None:
+            _verified.add(str(final))
+            return True
+        self.quarantine(final, stage, problem)
+        return False
+
+    def quarantine(self, final: Path, stage: str, problem: str) -> Path:
+        """Move a corrupt artifact out of the way (kept for inspection) so that it is built again."""
+        q = final.parent / QUARANTINE_DIR / f"{final.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        q.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(final, q)
+        except FileNotFoundError:  # another process moved it first
+            return q
+        print(f"[rlhf-lab] cache: the {stage} artifact {final} is corrupt: {problem}. Moved to {q} (delete it "
+              "when done inspecting); building it again.", flush=True)
+        return q
+
+    def remove_stale_builds(self, stage: str) -> None:
+        """Remove ``.tmp-<key>-*`` build folders whose key's lock is free: builds that were killed."""
+        for tmp in (self.root / stage).glob(".tmp-*"):
+            key = tmp.name[len(".tmp-"):].rsplit("-", 1)[0]
+            lock = FileLock(str(self.root / stage / f"{key}.lock"))
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue  # its build is running
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+            finally:
+                lock.release()
 
     def meta(self, path: Path) -> dict[str, Any]:
         f = Path(path) / META_FILE
@@ -76,26 +178,39 @@ class ArtifactCache:
         multi-process job only rank 0 builds; the other ranks wait until the artifact is there.
         """
         final = self.path(stage, spec)
-        if (final / SPEC_FILE).exists():
+        if self._usable(final, stage):
             return final, False
         if not is_rank_zero():
             return self._wait_for(final, stage), False
-        with self._lock(final):
-            if (final / SPEC_FILE).exists():
+        lock = self._lock(final)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            print(f"[rlhf-lab] {stage}: another process is building {final}; waiting for it", flush=True)
+            lock.acquire()
+        try:
+            if self._usable(final, stage):
                 return final, False
+            for stale in final.parent.glob(f".tmp-{final.name}-*"):  # we hold the key's lock: killed builds
+                shutil.rmtree(stale, ignore_errors=True)
             tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
             tmp.mkdir(parents=True)
             try:
                 meta = build(tmp) or {}
                 write_json_atomic(tmp / META_FILE, meta)
+                write_json_atomic(tmp / MANIFEST_FILE, manifest(tmp))
                 write_json_atomic(tmp / SPEC_FILE, {"stage": stage, "spec": spec})
                 if final.exists():  # a leftover without a spec file: never completed
                     shutil.rmtree(final)
                 os.replace(tmp, final)
                 _announced.add(str(final))  # built here: later look-ups in this process are no news
+                _verified.add(str(final))
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+        finally:
+            lock.release()
+        self.remove_stale_builds(stage)
         return final, True
 
     def _wait_for(self, final: Path, stage: str, poll_s: float = 1.0) -> Path:

@@ -13,6 +13,7 @@ import importlib
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,20 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
         p = str(cfg.policy.name_or_path)
         return Path(p) if Path(p).exists() else p
     spec = mod.spec(cfg)
-    path, built = cache_for(cfg).get_or_build(stage, spec, lambda tmp: mod.build(cfg, tmp, spec))
+    cache = cache_for(cfg)
+    t0 = time.time()
+
+    def build(tmp: Path):
+        if job_stage(cfg) != stage:  # an upstream stage: say why this job is doing something else first
+            print(f"[rlhf-lab] {stage}: building the {mod.WHAT} that this {job_stage(cfg)} job needs (no cached "
+                  f"artifact for its config yet) -> {cache.path(stage, spec)}", flush=True)
+        return mod.build(cfg, tmp, spec)
+
+    path, built = cache.get_or_build(stage, spec, build)
     if not built:
         announce_reuse(stage, mod.WHAT, path)
+    elif job_stage(cfg) != stage:
+        print(f"[rlhf-lab] {stage}: built and cached in {time.time() - t0:.0f} s", flush=True)
     return path
 
 
@@ -152,21 +164,30 @@ def checkpoint_path(cfg: DictConfig, value: Any, key: str, tokenizer_of=None) ->
     return path
 
 
-def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str) -> dict:
-    """Lightning Trainer arguments for `stage`. Only the job stage runs on ``trainer.devices`` processes
-    with ``trainer.strategy``; upstream stages are built by one process (rlhf_lab/distributed.py)."""
+def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callbacks: list | tuple = (),
+                   steps_per_unit: int = 1, label: str | None = None) -> dict:
+    """Lightning Trainer arguments for `stage`: `steps` units of `steps_per_unit` optimizer steps each (a PPO
+    step is several), its `callbacks` and, when ``trainer.progress_bar``, a bar named `label` (default: the
+    stage) that counts units (:class:`rlhf_lab.progress.StageBar`). Only the job stage runs on
+    ``trainer.devices`` processes with ``trainer.strategy``; upstream stages are built by one process
+    (rlhf_lab/distributed.py)."""
+    from rlhf_lab.progress import StageBar
+
     t = cfg.trainer
+    show_bar = bool(t.progress_bar)
     kw = dict(
-        max_steps=int(steps), accelerator=t.accelerator, devices=1, precision=t.precision,
+        max_steps=int(steps) * int(steps_per_unit), accelerator=t.accelerator, devices=1, precision=t.precision,
         log_every_n_steps=t.log_every_n_steps, enable_checkpointing=False, enable_model_summary=False,
-        default_root_dir=str(out_dir), num_sanity_val_steps=0, enable_progress_bar=t.progress_bar,
+        default_root_dir=str(out_dir), num_sanity_val_steps=0,
     )
     if job_stage(cfg) == stage and distributed.n_processes(cfg) > 1:
         kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=strategy(t),
                   use_distributed_sampler=False)  # the loaders slice each global batch (GlobalBatchSampler)
-        kw["enable_progress_bar"] = kw["enable_progress_bar"] and distributed.is_rank_zero()
+        show_bar = show_bar and distributed.is_rank_zero()
     elif job_stage(cfg) == stage and t.get("strategy") not in (None, "auto"):
         kw["strategy"] = strategy(t)
+    bar = [StageBar(label or stage, int(steps), steps_per_unit)] if show_bar else []
+    kw.update(enable_progress_bar=show_bar, callbacks=[*bar, *callbacks])
     return kw
 
 
@@ -244,8 +265,8 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         is_job = job_stage(cfg) == stage
         ev = PeriodicEval(lambda: evaluate(cfg, model, tok), every_n_steps=cfg.eval.every_n_steps if is_job else 0,
                           at_start=is_job, test=(lambda: evaluate(cfg, model, tok, split="test")) if is_job else None)
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage), logger=tracking.lightning_logger(cfg),
-                            callbacks=[ev])
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev]),
+                            logger=tracking.lightning_logger(cfg))
         size = model_size(model)
         tracking.log_metrics(size, step=0)
         t0 = time.time()

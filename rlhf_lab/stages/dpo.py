@@ -177,10 +177,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         ev = PeriodicEval(evaluate_dpo, every_n_steps=cfg.eval.every_n_steps, at_start=True,
                           test=lambda: evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer,
                                                 split="test"))
-        kw = trainer_kwargs(cfg, out_dir, steps, "dpo")
+        kw = trainer_kwargs(cfg, out_dir, steps, "dpo", callbacks=[ev])
         if ac.get("max_grad_norm") is not None:
             kw["gradient_clip_val"] = ac.max_grad_norm
-        trainer = L.Trainer(**kw, logger=tracking.lightning_logger(cfg), callbacks=[ev])
+        trainer = L.Trainer(**kw, logger=tracking.lightning_logger(cfg))
         size = model_size(policy)
         tracking.log_metrics({**size, "time/reference_precompute_s": t_pre}, step=0)
         t0 = time.time()

@@ -265,8 +265,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             if m.last_stats else None,
             gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
             enabled=hm.enabled and a.reward == "rm")
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps * module.updates_per_step, stage),
-                            logger=tracking.lightning_logger(cfg), callbacks=[ev, monitor])
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor],
+                                             steps_per_unit=module.updates_per_step),
+                            logger=tracking.lightning_logger(cfg))
         tracking.log_metrics({**mem, **size}, step=0)
         t0 = time.time()
         trainer.fit(module, ckpt_path=a.get("resume_from") or None)

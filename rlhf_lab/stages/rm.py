@@ -159,7 +159,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             module = RewardModelModule(model, lr=rc.lr, weight_decay=rc.weight_decay,
                                        warmup_steps=rc.warmup_steps, max_steps=steps, use_margin=rc.margin,
                                        center_coef=rc.center_coef, prefix="" if i == 0 else f"member_{i}/")
-            trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, "rm"), logger=tracking.lightning_logger(cfg))
+            label = "rm" if k == 1 else f"rm member {i + 1}/{k}"
+            trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, "rm", label=label),
+                                logger=tracking.lightning_logger(cfg))
             trainer.fit(module, loader)
             distributed.check_in_sync(model, f"reward model member {i}")
             if int(rc.lora.r) > 0:
