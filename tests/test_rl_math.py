@@ -499,3 +499,24 @@ def test_best_of_n_expectation_by_hand():
     subsets = list(itertools.combinations(range(7), 4))
     brute = sum(gd[0, max(s, key=lambda i: px[0, i])].item() for s in subsets) / len(subsets)
     assert best_of_n_expectation(px, gd, 4).item() == pytest.approx(brute, abs=1e-12)
+
+
+def test_k3_is_finite_with_a_finite_gradient_at_an_extreme_masked_position():
+    """A padding position whose log-ratio is huge must not turn the masked loss or its gradient into NaN
+    (exp overflows to inf, and inf × the mask's 0 is NaN in the backward pass)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        logp = torch.tensor([[-1.0, -0.5, -200.0]], dtype=dtype, requires_grad=True)
+        ref_logp = torch.tensor([[-1.2, -0.4, 0.0]], dtype=dtype)
+        mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=dtype)
+        k3 = kl_estimators(logp, ref_logp, "k3")
+        assert torch.isfinite(k3).all()
+        loss = masked_mean(k3, mask)
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and logp.grad[0, 2] == 0
+        # the unmasked positions are the formula itself: (r − 1) − log r with log r = ref − logp
+        lr = (ref_logp - logp.detach())[0, :2].double()
+        want = (torch.exp(lr) - 1 - lr).mean()
+        assert float(loss) == pytest.approx(float(want), rel=2e-2 if dtype == torch.bfloat16 else 1e-5)
+    # inside ±20 the clamp changes nothing
+    x = torch.tensor([-19.5, 19.5], dtype=torch.float64)
+    assert torch.equal(kl_estimators(torch.zeros(2, dtype=torch.float64), x, "k3"), torch.expm1(x) - x)

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
+K3_LOG_RATIO_CLAMP = 20.0  # k3 exponentiates the log-ratio: beyond this it only overflows (kl_estimators)
 # estimators whose gradient, as a loss term on the policy's own samples, is a KL gradient: k1's is
 # ∇log π, zero in expectation (see :func:`check_kl_in_loss`)
 KL_LOSS_ESTIMATORS = ("k2", "k3")
@@ -70,6 +71,13 @@ def kl_estimators(logp: Tensor, ref_logp: Tensor, kind: str) -> Tensor:
     - ``k3 = (r - 1) - logr``           unbiased, always >= 0, low variance
 
     Returns a tensor with the same shape as ``logp``.
+
+    k3 exponentiates the log-ratio, so it is computed on ``logr`` clamped to ±``K3_LOG_RATIO_CLAMP`` (20): a
+    token whose log-ratio is beyond that (a ratio above 5·10⁸, e.g. a padding position, or a bf16 rounding of
+    a near-impossible token) would give ``inf``, and ``inf`` times the zero of a mask is NaN in the backward
+    pass even where the forward pass masks it. OpenRLHF clamps at ±10 and verl clamps the k3 value to ±10;
+    TRL's GRPO does not clamp. ±20 leaves every value a PPO or GRPO run here produces unchanged and only
+    removes the overflow.
     """
     logr = ref_logp - logp
     if kind == "k1":
@@ -77,6 +85,7 @@ def kl_estimators(logp: Tensor, ref_logp: Tensor, kind: str) -> Tensor:
     if kind == "k2":
         return 0.5 * logr**2
     if kind == "k3":
+        logr = logr.clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
         return torch.expm1(logr) - logr
     raise ValueError(f"Unknown KL estimator kind {kind!r}; allowed values: {', '.join(KL_ESTIMATORS)}")
 
