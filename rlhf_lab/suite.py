@@ -32,6 +32,7 @@ SUITE: list[tuple[str, str]] = [
     ("kl_estimators", "C7"),
     ("clip_eps", "C12"),
     ("ref_shared", "C6"),
+    ("grpo_kl", "C14"),
     ("critic_baseline", "C15"),
     ("rm_normalize", "C20"),
     ("ref_small", "C8"),

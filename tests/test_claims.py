@@ -302,10 +302,9 @@ def test_c19_ppo_runs_sharing_one_rm_per_rank_give_one_pair():
 
 def test_claims_without_runs_say_not_run_yet_with_the_command():
     res = verdicts({})
-    for cid in ("C1", "C3", "C6", "C7", "C8", "C11", "C12", "C15", "C19", "C20"):
+    for cid in ("C1", "C3", "C6", "C7", "C8", "C11", "C12", "C14", "C15", "C19", "C20"):
         assert res[cid].verdict == "not run yet"
         assert f"rlhf-lab -m sweep={registry.BY_ID[cid].studies[0]}" in res[cid].reason
-    assert res["C14"].verdict == "not testable" and "critic" in res["C14"].reason
     assert res["C21"].verdict == "not testable"
 
 
@@ -486,14 +485,20 @@ def world() -> dict[str, list[RunData]]:
                     for k in seeds for r, acc in ((8, 0.78), (64, 0.81), (0, 0.82))]
     s["rm_normalize"] = [policy(k, {"sweep.reward_model.normalize": n}, g, rng)
                          for k in seeds for n, g in (("true", 0.8), ("false", 0.5))]
+    s["grpo_kl"] = grpo_kl_runs(rng, {0.0: 0.9, 0.04: 0.7})
     return s
+
+
+def grpo_kl_runs(rng: np.random.Generator, gold_end: dict[float, float]) -> list[RunData]:
+    return [policy(k, {"sweep.kl.beta": b}, g, rng, stage="grpo", **{"eval/kl": line(0.0, 30.0 if b == 0 else 6.0, rng)})
+            for k in range(5) for b, g in gold_end.items()]
 
 
 def test_every_testable_claim_holds_on_a_world_built_for_it(tmp_path):
     studies = world()
     res = verdicts(studies)
     assert {cid: r.verdict for cid, r in res.items() if r.verdict != "holds"} == {
-        "C14": "not testable", "C21": "not testable"}, {cid: r.reason for cid, r in res.items()}
+        "C21": "not testable"}, {cid: r.reason for cid, r in res.items()}
     for r in res.values():  # shown parts computed too
         for p in r.parts:
             assert p.measured.effect is not None and p.measured.effect.n >= 3, (r.claim.id, p.part.says)
@@ -513,3 +518,13 @@ def test_claims_read_the_5_seed_rerun_of_a_study_when_it_has_runs(monkeypatch):
     studies, present, _ = C.load_claim_studies(None, ["ppo_beta_grid", "rm_source"])
     assert len(studies["ppo_beta_grid"]) == 5 and present["ppo_beta_grid"] == 5  # the rerun, not a mix
     assert len(studies["rm_source"]) == 2  # no rerun yet: the older study
+
+
+def test_c14_does_not_hold_when_the_kl_term_gives_more_gold_and_is_inconclusive_when_it_ties():
+    rng = np.random.default_rng(14)
+    res = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.3, 0.04: 0.7})})["C14"]
+    assert res.verdict == "does not hold", res.reason
+    drift = parts(res)["without the KL term GRPO drifts further from the reference"].measured.effect
+    assert drift.n == 5 and drift.lo > 1.0  # ln(30 / 6) ≈ 1.6
+    tie = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.7, 0.04: 0.7})})["C14"]
+    assert tie.verdict == "inconclusive", tie.reason  # no margin: a negligible effect does not count against it

@@ -48,7 +48,7 @@ def n_evaluations(cfg) -> int:
 def test_every_suite_study_exists_and_every_new_claim_has_one():
     assert set(SUITE) <= set(suite.study_names())
     claims = {c for _, cs in suite.SUITE for c in cs.split()}
-    assert {"C1", "C3", "C5", "C6", "C7", "C8", "C11", "C12", "C13", "C15", "C16", "C18", "C19", "C20"} <= claims
+    assert {"C1", "C3", "C5", "C6", "C7", "C8", "C11", "C12", "C13", "C14", "C15", "C16", "C18", "C19", "C20"} <= claims
 
 
 @pytest.mark.slow
@@ -72,14 +72,12 @@ def test_ppo_studies_log_enough_evaluations_for_a_drop_from_peak(jobs):
 
 
 @pytest.mark.slow  # composes every job of every suite study (module fixture)
-def test_headers_state_the_job_counts_and_the_suite_fits_two_hours(plans):
-    total = 0.0
+def test_headers_state_the_job_counts_and_each_study_fits_a_session(plans):
+    """Each study is one resumable command: it must fit a 3-hour working session with room to spare."""
     for study, js in plans.items():
         n, minutes = suite.expected(study)
         assert n == len(js), (study, n, len(js))
-        assert minutes is not None and minutes > 0, study
-        total += minutes
-    assert total + suite.UPSTREAM_MIN <= 120, total
+        assert minutes is not None and 0 < minutes <= 120, (study, minutes)
 
 
 def _settings(js, *getters):
@@ -93,13 +91,13 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert _settings(shared, lambda c: c.algo.reference.kind) == {("copy",), ("lora_disabled",)}
     assert _settings(shared, lambda c: c.algo.lora.r, lambda c: c.algo.critic) == {(16, "policy")}
     kl = _settings(jobs["kl_estimators"], lambda c: c.algo.kl_estimator, lambda c: c.algo.kl_in)
-    assert kl == {("k1", "reward"), ("k2", "reward"), ("k3", "reward"), ("k2", "loss"), ("k3", "loss")}
+    assert kl == {("k1", "reward"), ("k3", "reward"), ("k3", "loss")}
     refs = _settings(jobs["ref_small"], lambda c: c.algo.reference.path)
     assert refs == {(None,), ("sft@a_tiny",)} and parse_preset_ref("sft@a_tiny") == ("sft", "a_tiny")
     lp = jobs["length_penalty"]
     assert {c.labeler.length_bonus > 0 for _, c in lp} == {True}
-    assert {float(c.algo.length_penalty) for _, c in lp} == {0.0, 0.01, 0.03, 0.1}
-    assert {float(c.algo.clip_eps) for _, c in jobs["clip_eps"]} == {0.05, 0.1, 0.2, 0.4}
+    assert {float(c.algo.length_penalty) for _, c in lp} == {0.0, 0.1}
+    assert {float(c.algo.clip_eps) for _, c in jobs["clip_eps"]} == {0.2, 0.4}
     assert _settings(jobs["critic_baseline"], lambda c: c.algo.critic, lambda c: c.algo.baseline) == {
         ("policy", "mean"), ("none", "mean")}
     rm = jobs["rm_lora"]
@@ -107,13 +105,17 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert {bool(c.reward_model.normalize) for _, c in jobs["rm_normalize"]} == {True, False}
     grid = _settings(jobs["ppo_beta_grid_5seeds"], lambda c: c.kl.name,
                      lambda c: float(c.kl.beta) if c.kl.name == "fixed" else float(c.kl.target))
-    assert grid == {("fixed", 0.0), ("adaptive", 1.0), ("adaptive", 4.0), ("adaptive", 16.0)}
+    assert grid == {("fixed", 0.0), ("fixed", 0.1), ("adaptive", 1.0), ("adaptive", 4.0)}
     sizes = jobs["rm_size_vs_policy_size_5seeds"]
     assert {c.reward_model.arch.hidden for _, c in sizes} == {16, 32, 64}
     assert {(c.policy.arch.hidden, c.reward_model.source) for _, c in sizes} == {(64, "same")}
     ens = _settings(jobs["rm_ensemble"], lambda c: c.reward_model.arch.hidden, lambda c: c.reward_model.ensemble,
                     lambda c: float(c.reward_model.conservative_lambda))
     assert ens == {(32, 3, 0.0), (32, 3, 1.0), (64, 1, 0.0)}
+    grpo = jobs["grpo_kl"]
+    assert _settings(grpo, lambda c: c.algo.name, lambda c: c.kl.name, lambda c: float(c.kl.beta),
+                     lambda c: c.algo.kl_in, lambda c: c.algo.kl_estimator) == {
+        ("grpo", "fixed", 0.04, "loss", "k3"), ("grpo", "fixed", 0.0, "loss", "k3")}
     src = jobs["rm_source_5seeds"]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
         ("same", 0.0), ("different", 0.0)}
