@@ -176,6 +176,16 @@ def test_c10_holds_with_a_real_preference_and_length_growth():
     assert res.verdict == "holds", res.reason
 
 
+def test_c10_reads_the_five_full_fine_tuning_rms_of_rm_lora_over_one_shared_upstream_rm():
+    rm_lora = [make_run(k, {"sweep.reward_model.lora.r": r, "seed": k}, stage="rm",
+                        metrics={"rm/length_preference": pref + 0.01 * k, "rm/accuracy": 0.8})
+               for k in range(5) for r, pref in ((0, 0.15), (8, 0.5))]
+    res = verdicts({"ppo_beta_grid": _c10_runs([0.001] * 5, shared_rm=True), "rm_lora": rm_lora})["C10"]
+    m = parts(res)["the RM learns the length bias"].measured
+    assert m.effect.n == 5 and m.effect.estimate == pytest.approx(0.17)  # the r = 0 runs only, not the shared RM
+    assert res.verdict == "holds", res.reason
+
+
 def test_c10_unbiased_labeler_fails_the_precondition():
     runs = _c10_runs([0.15, 0.18, 0.16, 0.2, 0.17], shared_rm=False)
     for r in runs:

@@ -203,6 +203,18 @@ GRPO_BETA0 = Arm("GRPO β = 0", {"kl.beta": 0.0}, stage="grpo")
 GRPO_BETA004 = Arm("GRPO β = 0.04", {"kl.beta": 0.04}, stage="grpo")
 
 
+def first_of(*computes: Callable[[Studies], Measured]) -> Callable[[Studies], Measured]:
+    """The first measurement with an interval (n ≥ 2), else the first with a value, else the first's reason."""
+    def compute(studies: Studies) -> Measured:
+        ms = [c(studies) for c in computes]
+        for ok in (lambda m: m.effect is not None and m.effect.n >= 2, lambda m: m.effect is not None):
+            for m in ms:
+                if ok(m):
+                    return m
+        return ms[0]
+    return compute
+
+
 # -- the claims -------------------------------------------------------------------------------------------------
 
 CLAIMS: tuple[Claim, ...] = (
@@ -295,12 +307,16 @@ CLAIMS: tuple[Claim, ...] = (
           (PPO_GRID,), (
         Part("the labeler is length-biased", "labeler.length_bonus of the runs (exact)", "utility per 10 words",
              +1, None, config_value(PPO_GRID, FIXED, "labeler.length_bonus"), PRECONDITION),
-        Part("the RM learns the length bias", "rm/length_preference of each distinct upstream RM: P(RM prefers the "
-             "longer response) − P(gold does), held-out pairs; one value per RM seed", FRACTION, +1, 0.02,
-             within(PPO_GRID, FIXED, rm_metric("rm/length_preference"), unit=rm_seed)),
+        Part("the RM learns the length bias", "rm/length_preference: P(RM prefers the longer response) − P(gold "
+             "does), held-out pairs, one value per RM seed: the fully fine-tuned RMs of rm_lora (5 seeds, the "
+             "default RM's config) when that study has run, else the PPO runs' upstream RMs", FRACTION, +1, 0.02,
+             first_of(within(RM_LORA, Arm("full fine-tuning", {"reward_model.lora.r": 0}, stage="rm"),
+                             rm_metric("rm/length_preference"), unit=rm_seed),
+                      within(PPO_GRID, FIXED, rm_metric("rm/length_preference"), unit=rm_seed))),
         Part("PPO exploits it", "last − first eval/length of each β = 0 run", TOKENS, +1, 1.0,
              within(PPO_GRID, BETA0, change("eval/length"))),
-    ), note="Tested on length (the study's length-biased labeler); empathy phrases need a filler-biased labeler."),
+    ), note="Tested on length (the study's length-biased labeler); empathy phrases need a filler-biased labeler.",
+        also=(RM_LORA,)),
     Claim("C11", "A length penalty R = R_RM − α·len mitigates length hacking.", (LEN_PEN,), (
         Part("without a penalty responses grow", "last − first eval/length of each α = 0 run", TOKENS, +1, 1.0,
              within(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), change("eval/length")), PRECONDITION),
