@@ -69,7 +69,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     a = cfg.algo
     L.seed_everything(spec["seed"], verbose=False)
     tok = F.load_tokenizer(spec["sft"], "policy.name_or_path")
-    policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path").eval()
+    policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path", **F.load_options(cfg.policy)).eval()
     scorer = rm_stage.load_scorer(cfg, spec["rm"])
     prompts = D.eval_prompts(cfg)
     params = {"stage": "bon", "algo": to_plain(a), "generation": to_plain(cfg.generation),
