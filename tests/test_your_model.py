@@ -97,3 +97,70 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
         saved = F.load_causal_lm(tmp_path / "out" / "artifact")
         assert saved.config.model_type == arch
         assert meta["summary"]["gold"].startswith("no gold reward")
+
+
+# ------------------------------------------------------------------------------------------------
+# reward_model=minilm: a pretrained encoder (BERT) as a different-source RM
+
+
+def tiny_bert(tmp_path):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return BertForSequenceClassification(cfg).eval()
+
+
+def test_an_encoder_rm_reads_the_mean_embedding_and_ignores_padding(tmp_path):
+    from rlhf_lab.data import pad_right
+    from rlhf_lab.models.reward import is_encoder, rm_forward
+
+    model = tiny_bert(tmp_path)
+    assert is_encoder(model)
+    ids, mask = pad_right([[2, 7, 9, 3], [2, 5, 3]], 0)
+    with torch.no_grad():
+        r = rm_forward(model, ids, mask)
+        h = model.bert(input_ids=ids[1:, :3]).last_hidden_state.mean(1)
+        assert torch.allclose(r[1], model.classifier(h)[0, 0], atol=1e-5)  # mean over the attended tokens only
+        assert torch.allclose(rm_forward(model, *pad_right([[2, 5, 3]], 0))[0], r[1], atol=1e-5)
+    peft = with_lora(model, lora("attention"), "SEQ_CLS", key="reward_model.lora")
+    assert is_encoder(peft.get_base_model()) and rm_forward(peft, ids, mask).shape == (2,)
+    assert {n.split(".lora_A")[0].split(".")[-1] for n, p in peft.named_parameters() if "lora_A" in n} == {
+        "query", "key", "value", "dense"}
+
+
+def test_minilm_without_its_extra_is_one_clear_line(monkeypatch):
+    import importlib.util
+
+    from rlhf_lab.config_checks import ConfigError, check_reward_model
+    from tests.conftest import compose_cfg
+
+    rc = compose_cfg(["reward_model=minilm"]).reward_model
+    assert str(rc.source) == "pretrained" and F.pretrained_path("minilm").endswith("model")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == F.MINILM_PACKAGE else real(n, *a))
+    with pytest.raises(ConfigError, match=r"pip install 'rlhf-lab\[minilm\]'"):
+        check_reward_model(rc)
+    with pytest.raises(ModuleNotFoundError, match=r"reward_model.name_or_path=minilm needs .*rlhf-lab\[minilm\]"):
+        F.pretrained_path("minilm")
+
+
+@pytest.mark.slow
+def test_minilm_rm_trains_offline_and_beats_chance(tiny_cfg, tmp_path):
+    """The pretrained encoder learns world preferences (gold-labelled pairs) in 30 steps of 8 pairs."""
+    import json
+
+    f = tmp_path / "pairs.jsonl"
+    f.write_text("".join(json.dumps({"prompt": p, "chosen": c, "rejected": r}) + "\n" for p, c, r in world_pairs(300, 3)))
+    cfg = tiny_cfg("algo=rm", "reward_model=minilm", "data=jsonl", f"data.path={f}", "data.eval_fraction=0.2",
+                   "trainer.max_steps=30", "reward_model.batch_size=8", "reward_model.norm_samples=32",
+                   mlflow_db=tmp_path / "mlflow.db")
+    meta = stages.run_job(cfg, tmp_path / "out")
+    ev = meta["eval"]
+    assert ev["rm/n_eval_pairs"] == 60 and ev["rm/accuracy"] > 0.65  # chance is 0.5 (SE ≈ 0.065)
+    from rlhf_lab.models.reward import RewardScorer
+
+    scorer = RewardScorer.from_path(tmp_path / "out" / "artifact")
+    assert type(scorer.members[0]).__name__ == "BertForSequenceClassification"
+    assert scorer.tokenizer.vocab_size == 30522  # MiniLM's own WordPiece vocabulary: policy text is re-encoded
