@@ -147,15 +147,18 @@ def test_minilm_without_its_extra_is_one_clear_line(monkeypatch):
 
 
 @pytest.mark.slow
-def test_minilm_rm_trains_offline_and_beats_chance(tiny_cfg, tmp_path):
+def test_minilm_rm_trains_offline_and_beats_chance(session_dir, tmp_path):
     """The pretrained encoder learns world preferences (gold-labelled pairs) in 30 steps of 8 pairs."""
     import json
 
+    from tests.conftest import TINY, compose_cfg
+
     f = tmp_path / "pairs.jsonl"
     f.write_text("".join(json.dumps({"prompt": p, "chosen": c, "rejected": r}) + "\n" for p, c, r in world_pairs(300, 3)))
-    cfg = tiny_cfg("algo=rm", "reward_model=minilm", "data=jsonl", f"data.path={f}", "data.eval_fraction=0.2",
-                   "trainer.max_steps=30", "reward_model.batch_size=8", "reward_model.norm_samples=32",
-                   mlflow_db=tmp_path / "mlflow.db")
+    cfg = compose_cfg([o for o in TINY if not o.startswith("data.")] + [
+        "algo=rm", "reward_model=minilm", "data=jsonl", f"data.path={f}", "data.eval_fraction=0.2",
+        "trainer.max_steps=30", "reward_model.batch_size=8", "reward_model.norm_samples=32",
+        f"cache_dir={session_dir / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
     assert ev["rm/n_eval_pairs"] == 60 and ev["rm/accuracy"] > 0.65  # chance is 0.5 (SE ≈ 0.065)
