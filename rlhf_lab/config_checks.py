@@ -187,6 +187,10 @@ def check_data(d: DictConfig) -> None:
 
 def check_reward_model(rc: DictConfig) -> None:
     check_loading(rc, "reward_model")
+    path = get(rc, "path")
+    if path and not os.path.isfile(os.path.join(os.path.expanduser(str(path)), "rm_norm.json")):
+        raise ConfigError("reward_model.path", str(path), "a reward-model artifact folder (with rm_norm.json), e.g. the "
+                          "artifact folder of an algo=rm job, or null")
     if get(rc, "name_or_path") == "minilm":  # models.families.MINILM: the weights come with an extra
         import importlib.util
 

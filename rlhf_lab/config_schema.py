@@ -183,6 +183,7 @@ class RewardModelConfig:
     conservative_lambda: float = MISSING
     normalize: bool = MISSING
     norm_samples: int = MISSING
+    path: Optional[str] = MISSING
     dtype: Optional[str] = MISSING
     attn_implementation: Optional[str] = MISSING
     seed: int = MISSING

@@ -167,3 +167,31 @@ def test_minilm_rm_trains_offline_and_beats_chance(session_dir, tmp_path):
     scorer = RewardScorer.from_path(tmp_path / "out" / "artifact")
     assert type(scorer.members[0]).__name__ == "BertForSequenceClassification"
     assert scorer.tokenizer.vocab_size == 30522  # MiniLM's own WordPiece vocabulary: policy text is re-encoded
+
+
+@pytest.mark.slow
+def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints, chat_data, session_dir, tmp_path):
+    """An RM trained on pairs (algo=rm), then RLOO on a prompt-only conversational file with reward_model.path."""
+    import json
+
+    from rlhf_lab.config_checks import validate
+    from tests.conftest import compose_cfg
+
+    common = SMALL + [f"policy.name_or_path={arch_checkpoints['gpt2']}", f"cache_dir={session_dir / 'cache'}",
+                      f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+    rm = stages.run_job(compose_cfg(common + JOB["rm"] + chat_data["jsonl"]), tmp_path / "rm")
+    f = tmp_path / "prompts.jsonl"
+    f.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": p}]}) + "\n" for p, _, _ in world_pairs(12)))
+    cfg = compose_cfg(common + ["algo=rloo", "algo.batch_size=4", "algo.samples_per_prompt=2", "data=jsonl",
+                                f"data.path={f}", f"reward_model.path={tmp_path / 'rm' / 'artifact'}"])
+    validate(cfg)
+    meta = stages.run_job(cfg, tmp_path / "ppo")
+    assert "eval/proxy_reward" in meta["eval"] and meta["summary"]["gold"].startswith("no gold reward")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
+    rloo = runs[runs["run_id"] == meta["run_id"]].iloc[0]
+    assert rloo["tags.rlhf_lab.upstream.rm"] in (rm["run_id"], str(tmp_path / "rm" / "artifact"))
+    assert rloo["metrics.objective/scores"] == rloo["metrics.objective/scores"]  # logged, not NaN
+    assert len(runs[runs["tags.rlhf_lab.stage"] == "rm"]) == 1  # the RM was not trained again
+    with pytest.raises(Exception, match="reward_model.path must be a reward-model artifact folder"):
+        validate(compose_cfg(common + ["algo=rloo", "data=jsonl", f"data.path={f}", f"reward_model.path={tmp_path}"]))

@@ -44,7 +44,7 @@ def spec(cfg: DictConfig) -> dict:
     n_grid(int(a.n_max))
     if int(a.batch_size) <= 0:
         raise ValueError(f"algo.batch_size must be > 0, got {a.batch_size}")
-    return {"sft": str(ensure("sft", cfg)), "rm": str(ensure("rm", cfg)), "seed": stage_seed(cfg, "bon"),
+    return {"sft": str(ensure("sft", cfg)), "rm": str(rm_stage.rm_path(cfg)), "seed": stage_seed(cfg, "bon"),
             "n_max": int(a.n_max)}
 
 

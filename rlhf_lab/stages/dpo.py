@@ -112,7 +112,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         raise ValueError("algo.online=true labels new pairs with the world's labeler: it needs data=world")
     scorer, tags = None, {}
     if ac.get("proxy_rm"):  # DPO needs no reward model; this only adds eval/proxy_reward
-        rm_path = ensure("rm", cfg)
+        rm_path = rm_stage.rm_path(cfg)
         scorer = rm_stage.load_scorer(cfg, rm_path)
         tags["rlhf_lab.upstream.rm"] = upstream_run(cfg, rm_path)
 

@@ -206,7 +206,7 @@ def load_reward(cfg: DictConfig):
         return gold, None
     if kind != "rm":
         raise ValueError(f"algo.reward={kind!r}; choose rm (the trained reward model) or gold (oracle)")
-    path = ensure("rm", cfg)
+    path = rm_stage.rm_path(cfg)
     return rm_stage.load_scorer(cfg, path), upstream_run(cfg, path)
 
 

@@ -43,7 +43,7 @@ WHAT = "reward model"
 SOURCES = ("same", "different", "pretrained")
 INITS = ("sft", "pretrain")
 USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")  # keys that act when the RM is used, not trained
-LOADING_KEYS = ("dtype", "attn_implementation")  # in the key only when set (null keeps the older keys valid)
+LOADING_KEYS = ("dtype", "attn_implementation", "path")  # in the key only when set (null keeps older keys valid)
 
 
 def backbone_cfg(cfg: DictConfig) -> DictConfig:
@@ -134,6 +134,19 @@ def spec(cfg: DictConfig) -> dict:
                          if k not in USE_TIME_KEYS and not (k in LOADING_KEYS and v is None)},
         "seed": stage_seed(cfg, "rm", "reward_model"), "steps": job_steps(cfg, "rm", cfg.reward_model.steps),
     }
+
+
+def rm_path(cfg: DictConfig):
+    """The reward model the other stages use: ``reward_model.path`` (a trained RM artifact folder, e.g. the
+    ``artifact`` folder of an ``algo=rm`` job, used as it is) or the cached RM of this config (built if missing)."""
+    given = cfg.reward_model.get("path")
+    if given:
+        p = Path(str(given)).expanduser()
+        if not (p / "rm_norm.json").exists():
+            raise FileNotFoundError(f"reward_model.path={str(given)!r} is not a reward-model artifact folder (no "
+                                    "rm_norm.json); give the artifact folder of an algo=rm job")
+        return p
+    return ensure("rm", cfg)
 
 
 def load_scorer(cfg: DictConfig, path=None) -> RewardScorer:
