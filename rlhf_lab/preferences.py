@@ -7,11 +7,13 @@ Two sources, chosen by the `data` config group:
   ``data.on_policy_fraction``), labelled by the configured labeler. Each pair also records both
   responses' gold rewards, so held-out accuracy can be measured against the labeler *and* against gold.
   The pairs are a cached artifact, built by the stage ``prefs`` (:mod:`rlhf_lab.stages.prefs`).
-- ``data=jsonl`` / ``data=hf``: any JSON-lines file or Hugging Face ``datasets`` source with
-  ``prompt``, ``chosen``, ``rejected`` columns (a Hugging Face source through ``datasets.load_dataset``).
-  Gold metrics are absent there. Every row of a JSON-lines file is checked (:func:`read_jsonl`): one bad
-  row (not UTF-8, invalid JSON, a field missing, null, not a string or empty, chosen == rejected) fails
-  the job before anything trains, with the file and line of each bad row.
+- ``data=jsonl`` / ``data=hf``: a JSON-lines file, or a ``save_to_disk`` folder, parquet file or hub dataset,
+  in TRL's standard (strings) or conversational (chat messages, rendered with the chat template) format,
+  columns mapped by ``data.columns`` (:mod:`rlhf_lab.external_data`). Gold metrics are absent there. Every
+  row is checked (:func:`load_examples`): one bad row (not UTF-8, invalid JSON, a field missing, null, of
+  the wrong type or empty, chosen == rejected) fails the job before anything trains, with the place of each
+  bad row (``file:line`` or ``name[split] row i``). :func:`external_prompts` reads the prompts only (a
+  prompt-only dataset will do) for PPO, GRPO and RLOO.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import torch
 from omegaconf import DictConfig
 
 from rlhf_lab import data as D
+from rlhf_lab import external_data as X
+from rlhf_lab.external_data import MAX_LISTED_ERRORS, ChatRenderer
+from rlhf_lab.runtime import to_plain
 
 COLUMNS = ("prompt", "chosen", "rejected")
 
@@ -77,11 +82,11 @@ def label_pairs(cfg: DictConfig, prompts: list[str], a: list[str], b: list[str],
 @torch.no_grad()
 def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, source: str,
                  batch_size: int = 256) -> list[PreferencePair]:
-    from rlhf_lab.models.families import load_causal_lm, load_tokenizer
+    from rlhf_lab.models.families import load_causal_lm, load_options, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
     tok = load_tokenizer(policy_path, "data.policy")
-    model = load_causal_lm(policy_path, tok, "data.policy")
+    model = load_causal_lm(policy_path, tok, "data.policy", **load_options(cfg.policy))
     torch.manual_seed(seed)
     rng = random.Random(seed)
     g = cfg.generation
@@ -94,92 +99,95 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
     return pairs
 
 
-def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """(train, eval) pairs from a JSON-lines file (:func:`read_jsonl`) or a Hugging Face dataset."""
-    dc = cfg.data
+def chat_renderer(cfg: DictConfig) -> ChatRenderer:
+    """The chat template for conversational data: ``data.chat_template``, else the template of the policy
+    checkpoint's tokenizer (``policy.name_or_path``), else :data:`rlhf_lab.external_data.DEFAULT_CHAT_TEMPLATE`;
+    with that tokenizer's BOS and EOS texts (a leading BOS is dropped when the tokenizer adds one itself)."""
+    template = cfg.data.get("chat_template")
+    policy = cfg.get("policy")
+    src = policy.get("name_or_path") if policy is not None else None
+    if not src:
+        return ChatRenderer(template)
+    from rlhf_lab.models.families import load_tokenizer
+
+    tok = load_tokenizer(src, "policy.name_or_path")
+    own = tok.chat_template
+    if isinstance(own, dict):  # several named templates: the default one
+        own = own.get("default")
+    adds_bos = tok.bos_token_id is not None and tok("x").input_ids[:1] == [tok.bos_token_id]
+    return ChatRenderer(template or own, tok.bos_token, tok.eos_token, strip_bos=adds_bos)
+
+
+def external_rows(dc: DictConfig):
+    """(rows, key) of the configured external source: (where, row) pairs and the key that names the source."""
     if dc.source == "jsonl":
         if not dc.get("path"):
             raise ValueError("data=jsonl needs data.path=<file.jsonl> with prompt, chosen, rejected columns")
-        pairs = read_jsonl(Path(str(dc.path)).expanduser())
-    else:
-        import datasets
+        path = Path(str(dc.path)).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
+        return X.jsonl_rows(path), f"data.path={str(path)!r}"
+    if not dc.get("name"):
+        raise ValueError("data=hf needs data.name=<save_to_disk folder, .parquet/.jsonl file or hub name>")
+    name, split = str(dc.name), str(dc.get("split", "train"))
+    return X.dataset_rows(X.load_hf_dataset(name, split), f"{name}[{split}]"), f"data.name={name!r}"
 
-        ds = datasets.load_dataset(str(dc.name), split=str(dc.get("split", "train")))
-        missing = [c for c in COLUMNS if c not in ds.column_names]
-        if missing:
-            raise ValueError(f"the preference data ({dc.get('name')}) lacks column(s) {missing}; "
-                             f"it has {ds.column_names}. Each row needs prompt, chosen, rejected.")
-        pairs = [PreferencePair(str(r["prompt"]), str(r["chosen"]), str(r["rejected"]), source="external")
-                 for r in ds]
-    validate_pairs(pairs, "data")
+
+def load_examples(cfg: DictConfig, prompt_only: bool = False) -> tuple[list[X.Example], list[X.Example]]:
+    """(train, eval) rows of ``data=jsonl|hf`` as text, every row checked (:func:`rlhf_lab.external_data.read_examples`),
+    shuffled with ``data.seed``; the first ``data.eval_fraction`` are held out (at least one row of two or more)."""
+    dc = cfg.data
+    rows, key = external_rows(dc)
+    ex = X.read_examples(rows, X.columns_of(dc), str(dc.get("format", "auto")), lambda: chat_renderer(cfg),
+                         prompt_only=prompt_only, key=key)
     rng = random.Random(int(dc.get("seed", 0)))
-    rng.shuffle(pairs)
-    n_eval = max(1, int(len(pairs) * float(dc.get("eval_fraction", 0.1)))) if len(pairs) > 1 else 0
-    return pairs[n_eval:], pairs[:n_eval]
+    rng.shuffle(ex)
+    n_eval = max(1, int(len(ex) * float(dc.get("eval_fraction", 0.1)))) if len(ex) > 1 else 0
+    return ex[n_eval:], ex[:n_eval]
 
 
-MAX_LISTED_ERRORS = 10
+def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, eval) preference pairs of ``data=jsonl|hf`` (:func:`load_examples`), in either format."""
+    train, held = load_examples(cfg)
+    to_pairs = lambda xs: [PreferencePair(e.prompt, e.chosen, e.rejected, source="external") for e in xs]  # noqa: E731
+    pairs = to_pairs(train)
+    validate_pairs(pairs, "data")
+    return pairs, to_pairs(held)
+
+
+PROMPTS_MEMO: dict[str, tuple[list[str], list[str]]] = {}
+
+
+def external_prompts(cfg: DictConfig) -> tuple[list[str], list[str]]:
+    """(train, eval) distinct prompts of ``data=jsonl|hf`` (a prompt-only dataset will do), in row order;
+    read once per process and configuration."""
+    policy = cfg.get("policy")
+    memo_key = json.dumps([to_plain(cfg.data), str(policy.get("name_or_path")) if policy is not None else None],
+                          sort_keys=True, default=str)
+    if memo_key not in PROMPTS_MEMO:
+        train, held = load_examples(cfg, prompt_only=True)
+        distinct = lambda xs: list(dict.fromkeys(e.prompt for e in xs))  # noqa: E731
+        PROMPTS_MEMO[memo_key] = distinct(train), distinct(held) or distinct(train)
+    return PROMPTS_MEMO[memo_key]
 
 
 def row_error(row) -> str | None:
-    """What is wrong with one decoded JSONL row (None: a good row)."""
-    if not isinstance(row, dict):
-        return f"not a JSON object ({type(row).__name__})"
-    missing = [c for c in COLUMNS if c not in row]
-    if missing:
-        return f"lacks column(s) {missing}; it has {sorted(row)}"
-    for c in COLUMNS:
-        v = row[c]
-        if v is None:
-            return f"{c} is null"
-        if not isinstance(v, str):
-            return f"{c} is {type(v).__name__}, not a string"
-        if not v.strip():
-            return f"{c} is empty"
-    if row["chosen"] == row["rejected"]:
-        return "chosen == rejected (the row carries no preference)"
-    return None
+    """What is wrong with one decoded JSONL row of prompt/chosen/rejected strings (None: a good row)."""
+    return X.row_error(row, X.DEFAULT_COLUMNS, "standard")
 
 
-def read_jsonl(path: Path) -> list[PreferencePair]:
+def read_jsonl(path: Path, columns: dict | None = None, fmt: str = "auto", renderer_fn=None) -> list[PreferencePair]:
     """Preference pairs of a JSON-lines file, every row checked; any bad row fails the job.
 
     A row is bad when it is not UTF-8, not valid JSON, not an object, lacks prompt/chosen/rejected, has
-    one of them null, not a string or empty (blank), or has chosen == rejected. The error names the file
-    and line of each bad row (the first :data:`MAX_LISTED_ERRORS`) and how many there are. Blank lines
-    are skipped."""
+    one of them null, of the wrong type for the format or empty (blank), or has chosen == rejected. The
+    error names the file and line of each bad row (the first :data:`MAX_LISTED_ERRORS`) and how many there
+    are. Blank lines are skipped. Both formats (:mod:`rlhf_lab.external_data`)."""
     if not path.exists():
         raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
-    pairs, errors, n_rows = [], [], 0
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                errors.append(f"{path}:{i}: not UTF-8 ({err.reason} at byte {err.start})")
-                n_rows += 1
-                continue
-            if not line.strip():
-                continue
-            n_rows += 1
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                errors.append(f"{path}:{i}: invalid JSON ({err.msg} at column {err.colno})")
-                continue
-            problem = row_error(row)
-            if problem:
-                errors.append(f"{path}:{i}: {problem}")
-            else:
-                pairs.append(PreferencePair(row["prompt"], row["chosen"], row["rejected"], source="external"))
-    if errors:
-        shown = "\n  ".join(errors[:MAX_LISTED_ERRORS])
-        more = f"\n  ... and {len(errors) - MAX_LISTED_ERRORS} more" if len(errors) > MAX_LISTED_ERRORS else ""
-        raise ValueError(f"data.path={str(path)!r}: {len(errors)} bad row(s) of {n_rows}; fix or remove them:"
-                         f"\n  {shown}{more}")
-    if not pairs:
-        raise ValueError(f"data.path={str(path)!r}: the preference dataset is empty; nothing to train on")
-    return pairs
+    ex = X.read_examples(X.jsonl_rows(path), columns or X.DEFAULT_COLUMNS, fmt, renderer_fn,
+                         key=f"data.path={str(path)!r}")
+    return [PreferencePair(e.prompt, e.chosen, e.rejected, source="external") for e in ex]
 
 
 def validate_pairs(pairs: list[PreferencePair], key: str) -> None:

@@ -60,6 +60,16 @@ def tiny_cfg(session_dir):
     return make
 
 
+@pytest.fixture(scope="session")
+def arch_checkpoints(tmp_path_factory):
+    """Tiny GPT-NeoX, Qwen2, Llama and GPT-2 checkpoints with a ChatML tokenizer, built once per session
+    (tests/tiny_archs.py): {arch: folder}."""
+    from tests.tiny_archs import build_checkpoints, world_pairs
+
+    texts = [f"{p} {c} {r}" for p, c, r in world_pairs(300, seed=1)]
+    return build_checkpoints(tmp_path_factory.mktemp("archs"), texts)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _quiet():
     import torch

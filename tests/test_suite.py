@@ -118,7 +118,7 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
         ("grpo", "fixed", 0.04, "loss", "k3"), ("grpo", "fixed", 0.0, "loss", "k3")}
     src = jobs["rm_source_5seeds"]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
-        ("same", 0.0), ("different", 0.0)}
+        ("same", 0.0), ("different", 0.0), ("pretrained", 0.0)}
 
 
 @pytest.mark.slow

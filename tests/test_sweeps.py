@@ -76,7 +76,8 @@ def test_other_studies_sweep_the_keys_they_name():
     assert len(pairs) == len(grid) >= 9 and {c.reward_model.source for c in grid} == {"same"}
     src = [job_cfg(j) for j in sweeping.plan(["sweep=rm_source"], validate=False)]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for c in src} == {
-        ("same", 0.0), ("same", 0.2), ("different", 0.0), ("different", 0.2)}
+        ("same", 0.0), ("same", 0.2), ("different", 0.0), ("different", 0.2), ("pretrained", 0.0), ("pretrained", 0.2)}
+    assert {c.reward_model.name_or_path for c in src if c.reward_model.source == "pretrained"} == {"minilm"}
 
 
 @pytest.mark.slow

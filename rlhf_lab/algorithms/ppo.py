@@ -70,9 +70,8 @@ from rlhf_lab.algorithms.rl_math import (
 from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models.adapters import unwrap
 from rlhf_lab.models.sampling import positions, response_logprobs, sample, token_logprobs
-from rlhf_lab.world import GoldWeights, gold_reward
-
-Scorer = Callable[[list[str], list[str], list[bool]], torch.Tensor]
+from rlhf_lab.evaluation import Scorer, as_gold_scorer
+from rlhf_lab.world import GoldWeights
 
 
 # ------------------------------------------------------------------------------------------------
@@ -186,7 +185,8 @@ class StepTimer:
 
 class PPOModule(L.LightningModule):
     def __init__(self, policy, reference, critic, tokenizer, scorer: Scorer, prompt_fn: Callable[[int], list[str]],
-                 algo: DictConfig, kl: DictConfig, gen: DictConfig, gold_w: GoldWeights, checkpoint_dir=None):
+                 algo: DictConfig, kl: DictConfig, gen: DictConfig, gold: GoldWeights | Scorer | None,
+                 checkpoint_dir=None):
         super().__init__()
         self.automatic_optimization = False
         self.policy = policy
@@ -198,7 +198,8 @@ class PPOModule(L.LightningModule):
         object.__setattr__(self, "_reference", reference)
         object.__setattr__(self, "scorer", scorer)
         self.tok, self.prompt_fn = tokenizer, prompt_fn
-        self.a, self.kl_cfg, self.gen, self.gold_w = algo, kl, gen, gold_w
+        self.a, self.kl_cfg, self.gen = algo, kl, gen
+        self.gold = as_gold_scorer(gold)  # None: no objective/gold (external data)
         self.kl_ctl = make_kl_controller(kl)
         self.checkpoint_dir = checkpoint_dir
         self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
@@ -422,7 +423,6 @@ class PPOModule(L.LightningModule):
         dt = timer.elapsed()
         mask, texts = ro.response_mask, ro.responses
         lengths = mask.sum(1).float()
-        gold = torch.tensor([gold_reward(p, r, e, self.gold_w) for p, r, e in zip(ro.prompts, texts, ro.ended)])
         not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended], device=mask.device)
         kl_seq = masked_sum(kl_t, mask, dim=1)
         per_seq = {k: masked_sum(kl_estimators(old_logp, ref_logp, k), mask, dim=1).mean().item() for k in ("k1", "k2", "k3")}
@@ -430,7 +430,6 @@ class PPOModule(L.LightningModule):
         stats = {
             "objective/scores": scores.mean().item(),
             "objective/scores_shaped": shaped.mean().item(),
-            "objective/gold": gold.mean().item(),
             "objective/kl": kl_seq.mean().item(),
             "objective/kl_token": masked_mean(kl_t, mask).item(),
             **{f"objective/kl_{k}": v for k, v in per_seq.items()},
@@ -454,6 +453,8 @@ class PPOModule(L.LightningModule):
             "time/update_s": timer.seconds["update"],
             "time/tokens_per_s": lengths.sum().item() / max(dt, 1e-9),
         }
+        if self.gold is not None:
+            stats["objective/gold"] = float(self.gold(ro.prompts, texts, ro.ended).float().mean())
         if self._k > 1:  # the groups of samples per prompt (GRPO, RLOO)
             stats.update(group_stats(shaped, self._k))
         if self.critic is not None:

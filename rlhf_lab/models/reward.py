@@ -49,7 +49,7 @@ def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str], en
         )
     texts = [f"{p} {r}" for p, r in zip(prompts, responses)]
     enc = tokenizer(texts).input_ids if texts else []
-    eos = tokenizer.eos_token_id
+    eos = end_token_id(tokenizer)
     out = []
     for ids, e in zip(enc, ended):
         ids = list(ids) + ([eos] if e else [])
@@ -57,8 +57,28 @@ def encode_texts(tokenizer, prompts: Sequence[str], responses: Sequence[str], en
     return out
 
 
+def end_token_id(tokenizer) -> int:
+    """The token that marks an ended response: EOS, or SEP for an encoder's tokenizer without one (BERT)."""
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+    if eos is None:
+        raise ValueError("the reward model's tokenizer has neither an EOS nor a SEP token to mark an ended response")
+    return eos
+
+
+MEAN_POOLED_TYPES = ("bert",)  # encoders whose RM head reads the mean embedding (MiniLM is a BERT)
+
+
+def is_encoder(hf) -> bool:
+    """A bidirectional encoder classifier (BERT, MiniLM: ``model_type`` in :data:`MEAN_POOLED_TYPES`) with its
+    linear ``classifier`` head (possibly wrapped by peft), not a decoder's ``score``."""
+    return (getattr(hf.config, "model_type", None) in MEAN_POOLED_TYPES and getattr(hf, "score", None) is None
+            and getattr(hf, "classifier", None) is not None)
+
+
 def rm_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Scalar reward [B] read at the last attended token of right-padded inputs.
+    """Scalar reward [B] of right-padded inputs: a decoder's head reads the last attended token; an encoder's
+    (:func:`is_encoder`) reads the mean of its last hidden states over the attended tokens (sentence-transformers'
+    pooled embedding).
 
     Reads the backbone and the scalar head directly (not the classifier's own pooling, which finds the
     last token by comparing ids with pad_token_id and so would skip an EOS when pad == EOS).
@@ -67,12 +87,17 @@ def rm_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> 
 
     hf = unwrap(model)
     backbone = getattr(hf, hf.base_model_prefix, None)
-    head = getattr(hf, "score", None)
-    last = attention_mask.long().sum(-1) - 1
+    encoder = is_encoder(hf)
+    head = hf.classifier if encoder else getattr(hf, "score", None)
     if backbone is None or head is None:  # an architecture without the usual layout: its own pooling
         return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
     h = backbone(input_ids=input_ids, attention_mask=attention_mask,
                  position_ids=positions(attention_mask)).last_hidden_state
+    if encoder:
+        m = attention_mask.to(h.dtype).unsqueeze(-1)
+        pooled = (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+        return head(pooled)[:, 0].float()
+    last = attention_mask.long().sum(-1) - 1
     h_last = h[torch.arange(h.shape[0], device=h.device), last]
     return head(h_last)[:, 0].float()
 
@@ -131,7 +156,10 @@ class RewardScorer:
         self.max_len, self.batch_size = int(max_len), int(batch_size)
 
     @classmethod
-    def from_path(cls, path, normalize: bool = True, conservative_lambda: float = 0.0) -> "RewardScorer":
+    def from_path(cls, path, normalize: bool = True, conservative_lambda: float = 0.0,
+                  options: dict | None = None) -> "RewardScorer":
+        """The RM artifact at `path`; `options`: dtype and attention implementation of its members
+        (:func:`rlhf_lab.models.families.load_options`)."""
         from rlhf_lab.models.families import load_sequence_scorer, load_tokenizer
 
         path = Path(path)
@@ -140,7 +168,7 @@ class RewardScorer:
             raise FileNotFoundError(f"{path} is not a reward-model folder (no {NORM_FILE}); train one with algo=rm")
         info = json.loads(norm_file.read_text())
         tok = load_tokenizer(path, "reward model")
-        members = [load_sequence_scorer(path / MEMBER_DIR.format(i), tok, "reward model").eval()
+        members = [load_sequence_scorer(path / MEMBER_DIR.format(i), tok, "reward model", **(options or {})).eval()
                    for i in range(int(info["n_members"]))]
         return cls(members, tok, info["gain"], info["bias"], info.get("member_gain"), info.get("member_bias"),
                    normalize=normalize, conservative_lambda=conservative_lambda, max_len=int(info.get("max_len", 128)))

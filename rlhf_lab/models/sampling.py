@@ -35,7 +35,7 @@ def encode_prompts(tokenizer, prompts: list[str], max_prompt_len: int | None = N
         longest = max(prompts, key=len)
         raise ValueError(
             f"a prompt is {enc.input_ids.shape[1]} tokens long, over the limit {max_prompt_len} "
-            f"(e.g. {longest[:80]!r}); raise the max prompt length key or shorten the prompts"
+            f"(e.g. {longest[:80]!r}); raise generation.max_prompt_len (null: no limit) or shorten the prompts"
         )
     return enc.input_ids, enc.attention_mask
 

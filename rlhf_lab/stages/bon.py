@@ -44,7 +44,7 @@ def spec(cfg: DictConfig) -> dict:
     n_grid(int(a.n_max))
     if int(a.batch_size) <= 0:
         raise ValueError(f"algo.batch_size must be > 0, got {a.batch_size}")
-    return {"sft": str(ensure("sft", cfg)), "rm": str(ensure("rm", cfg)), "seed": stage_seed(cfg, "bon"),
+    return {"sft": str(ensure("sft", cfg)), "rm": str(rm_stage.rm_path(cfg)), "seed": stage_seed(cfg, "bon"),
             "n_max": int(a.n_max)}
 
 
@@ -69,7 +69,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     a = cfg.algo
     L.seed_everything(spec["seed"], verbose=False)
     tok = F.load_tokenizer(spec["sft"], "policy.name_or_path")
-    policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path").eval()
+    policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path", **F.load_options(cfg.policy)).eval()
     scorer = rm_stage.load_scorer(cfg, spec["rm"])
     prompts = D.eval_prompts(cfg)
     params = {"stage": "bon", "algo": to_plain(a), "generation": to_plain(cfg.generation),

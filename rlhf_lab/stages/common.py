@@ -62,11 +62,14 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
     """The cached artifact of `stage` for this config; built first (as its own MLflow run) when missing.
 
     ``pretrain`` builds the base model of ``cfg.policy`` (a reward-model backbone passes a config whose
-    ``policy`` is the backbone); a ``policy.name_or_path`` checkpoint is used as it is."""
+    ``policy`` is the backbone); a ``policy.name_or_path`` checkpoint is used as it is. ``sft.steps=0``: no
+    SFT stage, the base model (that checkpoint) is the SFT policy."""
     mod = stage_module(stage)
     if stage == "pretrain" and cfg.policy.get("name_or_path"):
         p = str(cfg.policy.name_or_path)
         return Path(p) if Path(p).exists() else p
+    if stage == "sft" and job_stage(cfg) != "sft" and int(cfg.sft.steps) == 0:  # no SFT: the base is the policy
+        return ensure("pretrain", cfg)
     spec = mod.spec(cfg)
     cache = cache_for(cfg)
     t0 = time.time()
@@ -205,6 +208,29 @@ OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_oo
              "proxy_reward": "proxy_reward_ood", "proxy_reward_se": "proxy_reward_ood_se"}
 
 
+def world_gold(cfg: DictConfig):
+    """The gold reward of evaluations and ``algo.reward=gold``: the world's formula
+    (:class:`rlhf_lab.evaluation.GoldScorer`) with ``data=world``; None with external data (no gold metric)."""
+    from rlhf_lab.evaluation import GoldScorer
+
+    return GoldScorer(D.gold_weights(cfg)) if cfg.data.source == "world" else None
+
+
+def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
+    """The fixed prompts of an evaluation split. World data: :func:`rlhf_lab.data.eval_prompts`. External data
+    (``data=jsonl|hf``): the held-out rows' distinct prompts, ``eval`` the first ``eval.n_prompts``, ``test``
+    the last ``eval.n_test_prompts`` (they overlap when there are fewer held-out prompts than both), no ``ood``."""
+    if cfg.data.source == "world":
+        return D.eval_prompts(cfg, split)
+    from rlhf_lab.preferences import external_prompts
+
+    if split == "ood":
+        return []
+    _, held = external_prompts(cfg)
+    n = int(cfg.eval[D.EVAL_SIZE_KEYS[split]])
+    return held[:n] if split == "eval" else held[-n:]
+
+
 def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval"):
     """Metrics and a samples table of `policy` on fixed evaluation prompts.
 
@@ -216,18 +242,19 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     from rlhf_lab.evaluation import evaluate_policy
 
     e = cfg.eval
-    kw = dict(gen=cfg.generation, gold_w=D.gold_weights(cfg), scorer=scorer, batch_size=int(e.batch_size),
+    kw = dict(gen=cfg.generation, gold=world_gold(cfg), scorer=scorer, batch_size=int(e.batch_size),
               samples_per_prompt=int(e.samples_per_prompt))
     seed = lambda s: D.stream_seed(cfg.world.seed, f"{s}/sampling")  # noqa: E731
     if split == "eval":
-        return evaluate_policy(policy, tok, D.eval_prompts(cfg, "eval"), reference=reference,
+        return evaluate_policy(policy, tok, evaluation_prompts(cfg, "eval"), reference=reference,
                                n_rows=e.n_samples_logged, prefix="eval/", halves=True, seed=seed("eval"), **kw)
     if split != "test":
         raise ValueError(f"evaluate(split={split!r}): choose eval or test")
-    metrics, rows = evaluate_policy(policy, tok, D.eval_prompts(cfg, "test"), reference=reference,
+    metrics, rows = evaluate_policy(policy, tok, evaluation_prompts(cfg, "test"), reference=reference,
                                     n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
-    if int(e.n_ood_prompts) > 0:
-        ood, _ = evaluate_policy(policy, tok, D.eval_prompts(cfg, "ood"), prefix="", seed=seed("ood"),
+    ood_prompts = evaluation_prompts(cfg, "ood") if int(e.n_ood_prompts) > 0 else []
+    if ood_prompts:
+        ood, _ = evaluate_policy(policy, tok, ood_prompts, prefix="", seed=seed("ood"),
                                  details=False, **kw)
         metrics.update({f"eval/{OOD_NAMES[k]}": v for k, v in ood.items() if k in OOD_NAMES})
     return metrics, rows
@@ -290,6 +317,8 @@ def gold_summary(first: dict, last: dict, start: str, end: str) -> str:
     def fmt(m: dict) -> str:
         return f"{m.get('test/gold_reward', float('nan')):.3f} ± {m.get('test/gold_reward_se', float('nan')):.3f}"
 
+    if "test/gold_reward" not in (last or {}):
+        return "no gold reward (external data: data=jsonl|hf)"
     return f"{fmt(first)} -> {fmt(last)} ({start} -> {end}; test prompts, ± SE)"
 
 

@@ -112,7 +112,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         raise ValueError("algo.online=true labels new pairs with the world's labeler: it needs data=world")
     scorer, tags = None, {}
     if ac.get("proxy_rm"):  # DPO needs no reward model; this only adds eval/proxy_reward
-        rm_path = ensure("rm", cfg)
+        rm_path = rm_stage.rm_path(cfg)
         scorer = rm_stage.load_scorer(cfg, rm_path)
         tags["rlhf_lab.upstream.rm"] = upstream_run(cfg, rm_path)
 
@@ -123,7 +123,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     L.seed_everything(seed, verbose=False)
 
     tok = F.load_tokenizer(sft_path, "policy.name_or_path")
-    policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path")
+    policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path", **F.load_options(cfg.policy))
     train_ex = encode_dpo_pairs(tok, train_pairs, max_len)
     eval_ex = encode_dpo_pairs(tok, eval_pairs[: int(ac.get("eval_pairs", 256))], max_len)
 
@@ -132,7 +132,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     if ac.reference.get("path") and not F.same_tokenizer(F.load_tokenizer(ref_path, "algo.reference.path"), tok):
         raise ValueError(f"algo.reference.path={ref_path!r} has a different tokenizer than the policy; "
                          "DPO's log-ratios need the same tokenizer (same model family)")
-    load_ref = lambda: F.load_causal_lm(ref_path, tok, "algo.reference.path").eval()  # noqa: E731
+    load_ref = lambda: F.load_causal_lm(ref_path, tok, "algo.reference.path", **F.load_options(cfg.policy)).eval()  # noqa: E731
     t_pre = time.time()
     if kind == "precomputed":  # reference log-probs once; the reference model is freed before training
         ref = load_ref()
@@ -144,7 +144,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         reference = load_ref() if kind == "copy" else "lora_disabled"
         precompute_reference(reference if kind == "copy" else policy, eval_ex, tok.pad_token_id)
     t_pre = time.time() - t_pre
-    policy = with_lora(policy, ac.lora, "CAUSAL_LM")
+    policy = with_lora(policy, ac.lora, "CAUSAL_LM", key="algo.lora")
 
     holder: dict = {}
     online = None

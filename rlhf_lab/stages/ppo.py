@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import random
 import resource
 import time
 import warnings
@@ -48,8 +49,10 @@ from rlhf_lab.stages.common import (
     gold_summary,
     trainer_kwargs,
     upstream_run,
+    world_gold,
 )
-from rlhf_lab.world import GoldWeights, gold_reward
+from rlhf_lab.evaluation import GoldScorer  # noqa: F401  (algo.reward=gold; re-exported for callers)
+from rlhf_lab.preferences import external_prompts
 
 WHAT = "PPO policy"
 CACHED = False  # a PPO run is the end of the line: its artifact stays in the Hydra output folder
@@ -107,18 +110,20 @@ def check_reference(algo: DictConfig) -> None:
                              "set algo.lora.r > 0 (e.g. 16)")
 
 
-def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_reference=None):
+def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_reference=None, options: dict | None = None):
     """(policy, reference, critic) for the configured mode; the reference is an nn.Module or a callable.
-    `resolved_reference`: ``algo.reference.path`` as a folder (:func:`reference_path`); default: the path as given."""
+    `resolved_reference`: ``algo.reference.path`` as a folder (:func:`reference_path`); default: the path as given.
+    `options`: dtype and attention implementation of the policy and reference (``policy.dtype``, ...)."""
+    options = options or {}
     critic_kind = str(algo.critic)
     if critic_kind not in CRITICS:
         raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy or none")
     check_reference(algo)
-    policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path")
+    policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path", **options)
     hidden_size = int(policy.config.hidden_size)
     ref_cfg = algo.reference
     if str(ref_cfg.kind) == "lora_disabled":
-        policy = with_lora(policy, algo.lora, "CAUSAL_LM")
+        policy = with_lora(policy, algo.lora, "CAUSAL_LM", key="algo.lora")
         critic = ValueModel(None, hidden_size) if critic_kind == "policy" else None
         return policy, AdapterDisabled(policy), critic
     if ref_cfg.get("path"):
@@ -127,7 +132,7 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_referenc
         if not F.same_tokenizer(ref_tok, tok):
             raise ValueError(f"algo.reference.path={ref_cfg.path!r} has a different tokenizer than the policy; "
                              "the per-token KL needs the same tokenizer (same model family)")
-        reference = F.load_causal_lm(ref_path, tok, "algo.reference.path")
+        reference = F.load_causal_lm(ref_path, tok, "algo.reference.path", **options)
     else:
         reference = copy.deepcopy(policy)
     reference.requires_grad_(False).eval()
@@ -137,7 +142,8 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_referenc
         critic = ValueModel(copy.deepcopy(getattr(policy, policy.base_model_prefix)), hidden_size)
     else:
         critic = critic_from_rm(scorer, tok)
-    return with_lora(policy, algo.lora, "CAUSAL_LM"), reference, critic  # lora.r = 0: the policy itself
+    policy = with_lora(policy, algo.lora, "CAUSAL_LM", key="algo.lora")  # lora.r = 0: the policy itself
+    return policy, reference, critic
 
 
 def critic_from_rm(scorer, tok) -> ValueModel:
@@ -189,24 +195,18 @@ def model_bytes(*objs) -> int:
 # rewards: the frozen RM or the world's gold reward
 
 
-class GoldScorer:
-    """Oracle reward: the world's gold g(x, y) (``algo.reward=gold``)."""
-
-    def __init__(self, w: GoldWeights):
-        self.w = w
-
-    def __call__(self, prompts, responses, ended) -> torch.Tensor:
-        return torch.tensor([gold_reward(p, r, e, self.w) for p, r, e in zip(prompts, responses, ended)])
-
-
 def load_reward(cfg: DictConfig):
     """(scorer, upstream RM run id or None) for ``algo.reward``."""
     kind = str(cfg.algo.reward)
     if kind == "gold":
-        return GoldScorer(D.gold_weights(cfg)), None
+        gold = world_gold(cfg)
+        if gold is None:
+            raise ValueError("algo.reward=gold is the world's gold reward, which external data (data=jsonl|hf) "
+                             "does not have; use algo.reward=rm")
+        return gold, None
     if kind != "rm":
         raise ValueError(f"algo.reward={kind!r}; choose rm (the trained reward model) or gold (oracle)")
-    path = ensure("rm", cfg)
+    path = rm_stage.rm_path(cfg)
     return rm_stage.load_scorer(cfg, path), upstream_run(cfg, path)
 
 
@@ -216,7 +216,19 @@ def load_reward(cfg: DictConfig):
 
 def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, world: int = 1):
     """PPO's prompts: `step -> prompts`, a fresh seeded draw of `n_prompts` **train-split** prompts per PPO
-    step (never an eval, test or OOD prompt); each of `world` ranks takes its share."""
+    step (never an eval, test or OOD prompt); each of `world` ranks takes its share. With ``data=jsonl|hf``
+    the draw is from the dataset's training prompts (:func:`rlhf_lab.preferences.external_prompts`; a
+    prompt-only dataset will do), without replacement within a step when there are enough."""
+    if cfg.data.source != "world":
+        pool, _ = external_prompts(cfg)
+
+        def external_fn(step: int) -> list[str]:
+            rng = random.Random(f"ppo/{seed}/{step}")
+            draw = rng.sample(pool, n_prompts) if n_prompts <= len(pool) else rng.choices(pool, k=n_prompts)
+            return draw[rank::world]
+
+        return external_fn
+
     def prompt_fn(step: int) -> list[str]:
         return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts, split="train")[rank::world]
 
@@ -233,11 +245,13 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
     scorer, rm_run = load_reward(cfg)
     L.seed_everything(seed, verbose=False)
     tok = F.load_tokenizer(sft_path, "policy.name_or_path")
-    policy, reference, critic = build_models(a, sft_path, tok, scorer, resolved_reference=spec.get("reference"))
+    policy, reference, critic = build_models(a, sft_path, tok, scorer, resolved_reference=spec.get("reference"),
+                                            options=F.load_options(cfg.policy))
     prompt_fn = prompt_stream(cfg, seed, a.batch_size // a.samples_per_prompt, distributed.rank(),
                               distributed.world_size())
-    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation,
-                       D.gold_weights(cfg), checkpoint_dir=out_dir)
+    gold = world_gold(cfg)
+    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation, gold,
+                       checkpoint_dir=out_dir)
     size = model_size(policy, critic)
     mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or []))}
     params = {"stage": stage, "algo": to_plain(a), "kl": to_plain(cfg.kl), "generation": to_plain(cfg.generation),
@@ -262,9 +276,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         hm = a.hacking_monitor
         monitor = RewardHackingMonitor(
             lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
-            if m.last_stats else None,
+            if "objective/gold" in m.last_stats else None,
             gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
-            enabled=hm.enabled and a.reward == "rm")
+            enabled=hm.enabled and a.reward == "rm" and gold is not None)
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor],
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(cfg))
@@ -285,12 +299,14 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
         summary = {
             "gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
-            "gold eval": f"{g0:.3f} -> {g1:.3f} (eval prompts, SE {last.get('eval/gold_reward_se', float('nan')):.3f})",
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
         }
+        if "eval/gold_reward" in last:
+            summary["gold eval"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
+                                    f"{last.get('eval/gold_reward_se', float('nan')):.3f})")
         t0, t1 = ev.test_first, ev.test_last
         if "eval/gold_reward_ood" in t1:
             summary["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "

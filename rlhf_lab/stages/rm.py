@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab import distributed, tracking
 from rlhf_lab.config_checks import check_reward_model
+from rlhf_lab.external_data import DEFAULT_COLUMNS, columns_of
 from rlhf_lab.algorithms.rm import (
     MEMBER_SEED_STRIDE,
     RewardModelModule,
@@ -39,15 +40,18 @@ from rlhf_lab.stages import prefs
 from rlhf_lab.stages.common import cache_for, ensure, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
 
 WHAT = "reward model"
-SOURCES = ("same", "different")
+SOURCES = ("same", "different", "pretrained")
 INITS = ("sft", "pretrain")
 USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")  # keys that act when the RM is used, not trained
+LOADING_KEYS = ("dtype", "attn_implementation", "path")  # in the key only when set (null keeps older keys valid)
 
 
 def backbone_cfg(cfg: DictConfig) -> DictConfig:
     """The RM backbone as a model config (family, arch, vocab_size, name_or_path), validated."""
     rc = cfg.reward_model
     source, init = str(rc.source), str(rc.init)
+    if source == "pretrained":
+        raise ValueError("reward_model.source=pretrained has no world backbone to build: see backbone_path")
     if source not in SOURCES:
         raise ValueError(f"reward_model.source={source!r}; choose one of {SOURCES}")
     if init not in INITS:
@@ -67,7 +71,15 @@ def backbone_path(cfg: DictConfig):
     """The checkpoint the RM starts from: the backbone family's SFT or pretrained model (built if missing).
 
     With ``init: sft`` and the policy's own family and size this is the policy's SFT checkpoint (the
-    InstructGPT recipe); another size or family gets its own SFT run on the same world data."""
+    InstructGPT recipe); another size or family gets its own SFT run on the same world data. With
+    ``source: pretrained`` it is ``reward_model.name_or_path`` as it is (``minilm``: the installed MiniLM,
+    :func:`rlhf_lab.models.families.pretrained_path`), with no world stage."""
+    rc = cfg.reward_model
+    if str(rc.source) == "pretrained":
+        if not rc.get("name_or_path"):
+            raise ValueError("reward_model.source=pretrained needs reward_model.name_or_path (a folder, a hub name "
+                             "or minilm)")
+        return F.pretrained_path(str(rc.name_or_path))
     c = copy.deepcopy(cfg)
     with open_dict(c):
         c.policy = backbone_cfg(cfg)
@@ -88,21 +100,53 @@ def data_identity(cfg: DictConfig) -> dict:
     if dc.source == "world":
         return {"source": "world", "prefs": str(cache_for(cfg).path("prefs", prefs.spec(cfg)))}
     ident = {"source": str(dc.source), "eval_fraction": float(dc.get("eval_fraction", 0.1)), "seed": int(dc.get("seed", 0))}
+    cols = columns_of(dc)
+    if dc.get("format", "auto") != "auto" or cols != DEFAULT_COLUMNS or dc.get("chat_template"):
+        ident.update(format=str(dc.get("format", "auto")), columns=cols, chat_template=dc.get("chat_template"))
     if dc.source == "jsonl":
         p = Path(str(dc.path)).expanduser() if dc.get("path") else None
         ident.update(path=str(p.resolve()) if p else None, digest=file_digest(p) if p and p.is_file() else None)
     else:
-        ident.update(name=str(dc.get("name")), split=str(dc.get("split", "train")))
+        name = str(dc.get("name"))
+        p = Path(name).expanduser()
+        ident.update(name=str(p.resolve()) if p.exists() else name, split=str(dc.get("split", "train")))
+        if p.exists():
+            ident["digest"] = path_digest(p)
+    if cfg.policy.get("name_or_path"):  # conversational rows are rendered with the policy's chat template
+        ident["template_of"] = str(cfg.policy.name_or_path)
     return ident
+
+
+def path_digest(path: Path) -> str:
+    """A digest of a local file or folder: the SHA-256 of each file (a dataset saved with save_to_disk)."""
+    files = [path] if path.is_file() else sorted(q for q in path.rglob("*") if q.is_file())
+    h = hashlib.sha256()
+    for q in files:
+        h.update(f"{q.relative_to(path) if q != path else q.name}:{file_digest(q)}".encode())
+    return h.hexdigest()[:16]
 
 
 def spec(cfg: DictConfig) -> dict:
     rc = to_plain(cfg.reward_model)
     return {
         "backbone": str(backbone_path(cfg)), "data": data_identity(cfg),
-        "reward_model": {k: v for k, v in rc.items() if k not in USE_TIME_KEYS},
+        "reward_model": {k: v for k, v in rc.items()
+                         if k not in USE_TIME_KEYS and not (k in LOADING_KEYS and v is None)},
         "seed": stage_seed(cfg, "rm", "reward_model"), "steps": job_steps(cfg, "rm", cfg.reward_model.steps),
     }
+
+
+def rm_path(cfg: DictConfig):
+    """The reward model the other stages use: ``reward_model.path`` (a trained RM artifact folder, e.g. the
+    ``artifact`` folder of an ``algo=rm`` job, used as it is) or the cached RM of this config (built if missing)."""
+    given = cfg.reward_model.get("path")
+    if given:
+        p = Path(str(given)).expanduser()
+        if not (p / "rm_norm.json").exists():
+            raise FileNotFoundError(f"reward_model.path={str(given)!r} is not a reward-model artifact folder (no "
+                                    "rm_norm.json); give the artifact folder of an algo=rm job")
+        return p
+    return ensure("rm", cfg)
 
 
 def load_scorer(cfg: DictConfig, path=None) -> RewardScorer:
@@ -110,7 +154,8 @@ def load_scorer(cfg: DictConfig, path=None) -> RewardScorer:
     its use-time settings."""
     rc = cfg.reward_model
     return RewardScorer.from_path(path or ensure("rm", cfg), normalize=rc.normalize,
-                                  conservative_lambda=float(rc.get("conservative_lambda") or 0.0))
+                                  conservative_lambda=float(rc.get("conservative_lambda") or 0.0),
+                                  options=F.load_options(rc))
 
 
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
@@ -135,7 +180,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         upstream["sft"] = upstream_run(cfg, ps["sft"])
         upstream["prefs"] = upstream_run(cfg, cache_for(cfg).path("prefs", ps))
     upstream["rm_backbone"] = upstream_run(cfg, backbone)
-    if str(rc.init) == "pretrain":
+    if str(rc.init) == "pretrain" and str(rc.source) != "pretrained":
         upstream["pretrain"] = upstream["rm_backbone"]
     n_on = sum(p.source == "on_policy" for p in train)
     params = {"stage": "rm", "reward_model": to_plain(rc), "data": to_plain(cfg.data), "seed": seed,
@@ -149,7 +194,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         for i in range(k):
             mseed = seed + MEMBER_SEED_STRIDE * i
             L.seed_everything(mseed, verbose=False)
-            model = with_lora(F.load_sequence_scorer(backbone, tok, "reward_model backbone"), rc.lora, "SEQ_CLS")
+            model = with_lora(F.load_sequence_scorer(backbone, tok, "reward_model backbone", **F.load_options(rc)), rc.lora,
+                              "SEQ_CLS", key="reward_model.lora")
             size = model_size(model)
             if i == 0:
                 tracking.log_metrics(size, step=0)

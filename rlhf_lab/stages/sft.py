@@ -30,7 +30,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     L.seed_everything(spec["seed"], verbose=False)
     base = spec["base"]
     tok = F.load_tokenizer(base, "policy.name_or_path")
-    model = F.load_causal_lm(base, tok, "policy.name_or_path")
+    model = F.load_causal_lm(base, tok, "policy.name_or_path", **F.load_options(cfg.policy))
     pairs = D.reviews(cfg, "sft", sc.n_examples, split="train")
     examples = D.encode_lm_examples(tok, pairs, sc.max_len, loss_on_prompt=False)
     return fit_lm(cfg, "sft", model, tok, examples, sc, spec["steps"], out_dir, params={"base": str(base)},
