@@ -119,7 +119,8 @@ def log_cost(uri: str, points: int) -> tuple[float, float]:
 
 def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], str]:
     """Rows: store, URI, ms per point (single), ms per point (batches of 10); and a note on the server."""
-    rows = [["sqlite file", f"sqlite:///{work / 'track.db'}", *log_cost(f"sqlite:///{work / 'track.db'}", points)]]
+    rows = [["sqlite file (the default store)", "sqlite:///<tmp>/track.db",
+             *log_cost(f"sqlite:///{work / 'track.db'}", points)]]
     note = ""
     if not with_server:
         return rows, "server not measured (--no-server)"
@@ -156,11 +157,21 @@ def section(args, argv: list[str], started: datetime.datetime, load: tuple, secs
              "run, the jobs, the study report into the parent run). Speed-up: wall time with 1 job at a time ÷ this "
              f"wall time. A local Ray instance (2 CPUs, no dashboard) alone takes {ray_s:.1f} s to start.", "",
              table(["launcher", "wall s", "jobs finished", "sum of job run times s", "wall s per job", "speed-up"],
-                   sweep_rows), "",
+                   sweep_rows), "", launch_note(sweep_rows), "",
              f"Tracking cost per metric point, {args.points} points each way, from one process: one synchronous "
-             "`mlflow.log_metric` per point, and `mlflow.log_metrics` with 10 keys per step. " + note + ".", "",
+             "`mlflow.log_metric` per point, and `mlflow.log_metrics` with 10 keys per step. " + note[:1].upper() + note[1:] + ".", "",
              table(["store", "URI", "ms per point (log_metric)", "ms per point (batches of 10)"], track_rows), "", END]
     return "\n".join(lines)
+
+
+def launch_note(rows: list[list]) -> str:
+    """What the sweep table shows, from its own figures: where the time goes besides the jobs' runs."""
+    one = rows[0]
+    return (f"How to read it: with 1 job at a time joblib starts no worker and runs the jobs one after the other in "
+            f"the launching process; with 2 it starts 2 worker processes, and Ray an instance and 2 workers, each "
+            f"importing torch, Lightning and MLflow again. The jobs here are tiny ({one[3] / one[2]:.1f} s of run "
+            f"time each, one at a time), so those start-ups and the cores' other load decide the wall time; jobs "
+            f"of minutes (the studies) gain from running 2 at a time (README, `ppo_beta_grid`).")
 
 
 def write_section(text: str, path: Path = RESULTS) -> None:

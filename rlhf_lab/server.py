@@ -22,6 +22,7 @@ authentication of its own, so anyone logged in on this machine can use them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -308,7 +309,8 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
         raise ServerError(f"port {port} on {host} is in use: pick another with --port")
     account = pg_account()
     folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o755)
+    if account is not None:  # the PostgreSQL user enters the folder (x), nothing more
+        folder.chmod(folder.stat().st_mode | 0o001)
     check_reachable(layout.data, account)
     if init_cluster(layout, account):
         say(f"initialised a PostgreSQL cluster in {layout.data}")
@@ -337,7 +339,8 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
             stop_process_group(proc.pid)
             raise
     except BaseException:
-        stop_postgres(layout, account)
+        with contextlib.suppress(ServerError):  # the first error is the one to report
+            stop_postgres(layout, account)
         layout.state.unlink(missing_ok=True)
         raise
     say(f"MLflow server on {url} after {secs:.0f} s (backend store {backend_uri(pg_port)}, artifacts "
@@ -367,6 +370,7 @@ def stop(folder: Path) -> bool:
 
 
 def status(folder: Path) -> bool:
+    """Say what runs in ``folder`` (and print the export line when MLflow does); True when both run."""
     layout = Layout(folder)
     state = read_state(layout)
     mlflow_up = pid_alive(state.get("mlflow_pid"), "mlflow")

@@ -9,6 +9,7 @@ executor. Run as root (CI), PostgreSQL runs as an unprivileged user (rlhf_lab/se
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -73,16 +74,19 @@ def test_start_refuses_a_busy_port_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "team").exists()  # nothing was initialised
 
 
-def test_a_folder_the_postgres_user_cannot_enter_is_named(tmp_path):
-    if os.geteuid() != 0:
-        assert server.pg_account() is None
-        server.check_reachable(tmp_path / "team", None)  # no other user: nothing to check
-        return
-    private = tmp_path / "private"
+def test_a_folder_the_postgres_user_cannot_enter_is_named():
+    account = pwd.getpwnam("nobody")  # stands for the PostgreSQL user (only its uid and name are read)
+    base = Path(tempfile.mkdtemp(prefix="rlhf_lab_reach_"))  # under /tmp, which every user enters (pytest's is 0700)
+    base.chmod(0o755)
+    private = base / "private"
     private.mkdir(mode=0o700)
-    account = server.pg_account()
-    with pytest.raises(server.ServerError, match=f"{account.pw_name} cannot enter {private}.*chmod o\\+x"):
+    with pytest.raises(server.ServerError, match=f"nobody cannot enter {private}.*chmod o\\+x"):
         server.check_reachable(private / "team" / "postgres", account)
+    private.chmod(0o701)  # others may enter, not list: enough
+    server.check_reachable(private / "team" / "postgres", account)
+    server.check_reachable(private / "team", None)  # not root: PostgreSQL runs as this user, nothing to check
+    assert os.geteuid() == 0 or server.pg_account() is None
+    shutil.rmtree(base)
 
 
 def test_a_job_takes_its_share_of_the_cores_under_each_launcher():
