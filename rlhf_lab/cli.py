@@ -17,9 +17,9 @@ from rlhf_lab.runtime import quiet_libraries, tracking_uri
 
 
 def launcher_threads(launcher: dict, cores: int) -> int:
-    """A job's share of the cores under its launcher: ``cores // n_jobs`` with joblib (``hydra/launcher=parallel``;
-    ``n_jobs`` ≤ 0: all cores busy, 1), the CPUs it holds with Ray (``ray.remote.num_cpus``, Ray's default 1) or
-    submitit (``cpus_per_task``, when set), all the cores otherwise (one job at a time)."""
+    """A job's torch threads under its launcher: ``cores // n_jobs`` with joblib (``hydra/launcher=parallel``; 1
+    when ``n_jobs`` ≤ 0, joblib's one job per core), the CPUs the job holds with Ray (``ray.remote.num_cpus``,
+    Ray's default 1) or submitit (``cpus_per_task``, when set), else all the cores (one job at a time)."""
     if launcher.get("n_jobs") is not None:
         n_jobs = int(launcher["n_jobs"])
         return max(1, cores // n_jobs) if n_jobs > 0 else 1
