@@ -144,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     text = header(args, argv, started, load_start, os.getloadavg(), time.time() - t0) + "\n" + summary(sections)
     text += "\n" + "\n".join(sections[b].markdown() for b in BENCHMARKS if b in sections)
     out = Path(args.out)
+    from benchmarks.team import kept_section
+
+    kept = kept_section(out.read_text()) if out.exists() else ""  # python -m benchmarks.team's section stays
+    text += ("\n" + kept + "\n") if kept else ""
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".results.", suffix=".md")
     with os.fdopen(fd, "w") as f:
         f.write(text)

@@ -9,11 +9,25 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.config_checks import exit_on_bad_config
 from rlhf_lab.run_states import Interrupted, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
+
+
+def launcher_threads(launcher: dict, cores: int) -> int:
+    """A job's torch threads under its launcher: ``cores // n_jobs`` with joblib (``hydra/launcher=parallel``; 1
+    when ``n_jobs`` ≤ 0, joblib's one job per core), the CPUs the job holds with Ray (``ray.remote.num_cpus``,
+    Ray's default 1) or submitit (``cpus_per_task``, when set), else all the cores (one job at a time)."""
+    if launcher.get("n_jobs") is not None:
+        n_jobs = int(launcher["n_jobs"])
+        return max(1, cores // n_jobs) if n_jobs > 0 else 1
+    if isinstance(launcher.get("ray"), dict):
+        return max(1, int((launcher["ray"].get("remote") or {}).get("num_cpus") or 1))
+    if launcher.get("cpus_per_task"):
+        return max(1, int(launcher["cpus_per_task"]))
+    return max(1, cores)
 
 
 def set_threads(cfg: DictConfig) -> int:
@@ -22,9 +36,9 @@ def set_threads(cfg: DictConfig) -> int:
     n = cfg.trainer.get("threads")
     if n is None:
         n = os.cpu_count() or 1
-        try:  # under a parallel launcher, share the cores among the jobs
-            n_jobs = int(HydraConfig.get().launcher.get("n_jobs") or 1)
-            n = max(1, n // max(1, n_jobs if n_jobs > 0 else n))
+        try:  # under a launcher that runs several jobs at a time, share the cores among them
+            launcher = HydraConfig.get().launcher
+            n = launcher_threads(OmegaConf.to_container(launcher, resolve=False) if launcher else {}, n)
         except Exception:
             pass
         from rlhf_lab.distributed import n_processes

@@ -12,8 +12,14 @@
 * the task function (``rlhf_lab.cli``) catches a job's exception in MULTIRUN mode, logs it and records it
   (:func:`record_failure`), so one failing job does not stop the others; its MLflow run is already marked
   FAILED with the error by ``tracking.start_run``.
-* ``on_multirun_end`` ends the parent run FINISHED, or FAILED when a job failed (its failure record, or a
-  FAILED child run), prints which, and exits with status 1 in that case.
+* ``on_multirun_end`` attaches the study report of the sweep's jobs to the parent run (artifacts
+  ``study_report/``: README.md and its PNGs; metric ``study/best_final_gold``, tag ``rlhf_lab.best_setting``;
+  :mod:`rlhf_lab.analysis.parent_run`; ``hydra.callbacks.mlflow_sweep.report=false`` turns it off), then ends
+  the parent run FINISHED, or FAILED when a job failed (its failure record, or a FAILED child run), prints which,
+  and exits with status 1 in that case.
+
+The jobs may run in other processes or on other machines (joblib, Ray, submitit, SLURM): they reach the parent
+run through the environment (``hydra.job.env_set``) and the tracking store through ``MLFLOW_TRACKING_URI``.
 """
 
 from __future__ import annotations
@@ -85,8 +91,9 @@ def _client(cfg: DictConfig):
 class MlflowSweepCallback(Callback):
     """Parent MLflow run per multirun; jobs are its children (see the module docstring)."""
 
-    def __init__(self, enabled: bool = True, exit_nonzero_on_failure: bool = True) -> None:
+    def __init__(self, enabled: bool = True, exit_nonzero_on_failure: bool = True, report: bool = True) -> None:
         self.enabled = enabled
+        self.report = report
         self.exit_nonzero_on_failure = exit_nonzero_on_failure
         self.run_id: str | None = None
         self.state_dir: Path | None = None
@@ -122,6 +129,8 @@ class MlflowSweepCallback(Callback):
         client.log_batch(self.run_id, params=[_param(k, v) for k, v in flat.items()])
         self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
         env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir)}
+        if os.environ.get("MLFLOW_TRACKING_URI"):  # a worker on another machine logs where the parent run is
+            env["MLFLOW_TRACKING_URI"] = os.environ["MLFLOW_TRACKING_URI"]
         for k, v in env.items():
             self._saved_env[k] = os.environ.get(k)
             os.environ[k] = v
@@ -148,6 +157,8 @@ class MlflowSweepCallback(Callback):
         n_failed_jobs = len([k for k in failed if k.startswith("job")]) or len(failed)
         client.log_batch(self.run_id, metrics=[_metric("sweep/n_child_runs", len(children)),
                                                _metric("sweep/n_failed", n_failed_jobs)])
+        if self.report:
+            attach_study_report(client, self.run_id, config.get("study"), tracking_uri(config), children)
         status = "FAILED" if failed else "FINISHED"
         if failed:
             client.set_tag(self.run_id, "rlhf_lab.error", "; ".join(f"{k}: {v}" for k, v in failed.items())[:5000])
@@ -163,6 +174,28 @@ class MlflowSweepCallback(Callback):
         if failed and self.exit_nonzero_on_failure:
             sys.stdout.flush()
             raise SystemExit(1)
+
+
+def attach_study_report(client, run_id: str, study: str | None, uri: str, children: list) -> dict | None:
+    """The study report of the sweep's jobs into its parent run (:mod:`rlhf_lab.analysis.parent_run`), with one
+    line saying so; a failure to write it is reported and never fails the sweep."""
+    from rlhf_lab.tracking import JOB_TAG
+
+    stages = sorted({r.data.tags.get("rlhf_lab.stage", "") for r in children if r.data.tags.get(JOB_TAG) == "true"})
+    if not stages:
+        return None
+    try:
+        from rlhf_lab.analysis.parent_run import ARTIFACT_DIR, publish_study_report
+
+        out = publish_study_report(client, run_id, study, uri, stages)
+    except Exception as err:  # the jobs' results are in the store whatever happens here
+        print(f"[rlhf-lab] sweep: no study report in the parent run ({type(err).__name__}: {err}); "
+              f"rlhf-lab-report {study or '<study>'} writes it from the store", file=sys.stderr)
+        return None
+    best = out["best"]
+    print(f"[rlhf-lab] sweep: study report in the parent run's artifacts ({ARTIFACT_DIR}/: {', '.join(out['files'])})"
+          + (f"; best final gold {best[1]:.3f} at {best[0]}" if best else ""))
+    return out
 
 
 def jobs_table(children: list, failed: dict[str, str]) -> str:

@@ -43,8 +43,10 @@ def plot_reward_vs_sqrt_kl(runs: Sequence[RunData], path: Path) -> None:
         ax.set_xlabel("√KL  (KL in nats per response)")
         ax.axhline(0, color="grey", lw=0.5)
     axes[0].set_ylabel("reward − reward at start")
-    if g:
-        axes[1].legend(fontsize=6, loc="best")
+    for ax in (axes[1], axes[0]):  # the legend where there are points (no proxy reward: DPO without an RM)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, loc="best")
+            break
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

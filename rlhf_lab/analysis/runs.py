@@ -147,12 +147,23 @@ def rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) ->
     return None
 
 
-def load_study(study: str, uri: str | None = None, client=None, stages: Sequence[str] = POLICY_STAGES,
-               history_keys: Sequence[str] = HISTORY_KEYS) -> tuple[list[RunData], list[Any]]:
+def study_filter(study: str | None, parent: str | None = None) -> str:
+    """The MLflow search filter for a study's runs (tag ``rlhf_lab.study``), or only the children of one sweep
+    parent run (tag ``mlflow.parentRunId``), or both."""
+    parts = ([f"tags.`{STUDY_TAG}` = '{study}'"] if study else []) + (
+        [f"tags.`mlflow.parentRunId` = '{parent}'"] if parent else [])
+    if not parts:
+        raise ValueError("load_study needs a study name or a parent run id")
+    return " and ".join(parts)
+
+
+def load_study(study: str | None, uri: str | None = None, client=None, stages: Sequence[str] = POLICY_STAGES,
+               history_keys: Sequence[str] = HISTORY_KEYS, parent: str | None = None) -> tuple[list[RunData], list[Any]]:
     """(the study's runs of the given stages, its sweep parent runs) from MLflow; all statuses.
 
     Each run comes with the histories of those `history_keys` it logged. The claims also load ``rm`` runs (an RM
-    trained as the job of a study); an RM built upstream inside a sweep carries the study tag too.
+    trained as the job of a study); an RM built upstream inside a sweep carries the study tag too. With
+    `parent` (a sweep's parent run id) only that sweep's runs are read, and the parent is the one parent run.
     """
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -160,9 +171,10 @@ def load_study(study: str, uri: str | None = None, client=None, stages: Sequence
     uri = store_uri(uri)
     client = client or MlflowClient(tracking_uri=uri)
     mlflow.set_tracking_uri(uri)
-    found = mlflow.search_runs(search_all_experiments=True, filter_string=f"tags.`{STUDY_TAG}` = '{study}'",
+    found = mlflow.search_runs(search_all_experiments=True, filter_string=study_filter(study, parent),
                                output_format="list", max_results=50000)
-    parents = [r for r in found if r.data.tags.get("rlhf_lab.stage") == "sweep"]
+    parents = ([client.get_run(parent)] if parent else
+               [r for r in found if r.data.tags.get("rlhf_lab.stage") == "sweep"])
     rm_cache: dict[str, dict] = {}
     runs: list[RunData] = []
     for r in found:

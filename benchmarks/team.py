@@ -1,0 +1,218 @@
+"""Team scale: ``python -m benchmarks.team [--jobs 8] [--points 300] [--no-server]``.
+
+Two measurements (see benchmarks/README.md):
+
+1. **Sweep wall time.** One tiny sweep of ``--jobs`` jobs (``algo=sft`` at the sizes of tests/test_sweeps.py
+   MICRO, one job per seed, ``trainer.threads=1``), launched as ``rlhf-lab -m`` three ways: joblib with 1 and
+   with 2 jobs at a time (``hydra/launcher=parallel hydra.launcher.n_jobs=1|2``) and through a local Ray
+   instance with 2 CPUs (``hydra/launcher=ray``). The upstream base model is built first by a warm-up job, so
+   every sweep reuses it from the shared cache and times only its own jobs; each sweep pays its own process
+   start-up (and Ray its instance's).
+2. **Tracking cost per metric point**, in this process: ``--points`` synchronous ``mlflow.log_metric`` calls
+   (one point each), then as many points as ``log_metrics`` batches of 10 keys per step (how Lightning's logger
+   and the PPO loop log), against a sqlite store (the default, ``sqlite:///mlflow.db``) and against the team
+   server (``rlhf-lab-server``: MLflow on PostgreSQL, over HTTP on the loopback), started and stopped here.
+
+The results go to the section "Team scale" of benchmarks/results.md (replaced in place; ``python -m
+benchmarks.run`` keeps it), with the date, the load average and the exact command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results.md"
+BEGIN, END = "<!-- team-scale: python -m benchmarks.team -->", "<!-- /team-scale -->"
+MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "eval.n_prompts=4",
+         "eval.n_test_prompts=4", "eval.n_ood_prompts=0", "eval.every_n_steps=0", "eval.n_samples_logged=2",
+         "generation.max_new_tokens=8", "trainer.progress_bar=false", "trainer.log_every_n_steps=1",
+         "trainer.max_steps=2", "trainer.threads=1", "algo=sft"]
+LAUNCHERS = {
+    "joblib, 1 job at a time": ["hydra/launcher=parallel", "hydra.launcher.n_jobs=1"],
+    "joblib, 2 jobs at a time": ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"],
+    "Ray, local instance with 2 CPUs": ["hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+                                        "+hydra.launcher.ray.init.include_dashboard=false"],
+}
+
+
+def rlhf_lab(args: list[str], cwd: Path, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """Run ``rlhf-lab ARGS`` in `cwd`; (wall seconds, the finished process). Raises on a non-zero exit."""
+    full = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **(env or {}))
+    full.pop("MLFLOW_TRACKING_URI", None)
+    cwd.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
+                       env=full, timeout=900)
+    secs = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"rlhf-lab {shlex.join(args)} exited {r.returncode}:\n{r.stderr[-3000:]}")
+    return secs, r
+
+
+def job_seconds(db: Path, study: str) -> list[float]:
+    """Run times (start to end) of the FINISHED job runs of `study` in the sqlite store `db`."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    runs = client.search_runs([client.get_experiment_by_name("rlhf-lab").experiment_id],
+                              f"tags.`rlhf_lab.study` = '{study}' and tags.`rlhf_lab.job` = 'true'", max_results=1000)
+    return [(r.info.end_time - r.info.start_time) / 1000 for r in runs if r.info.status == "FINISHED"]
+
+
+def sweeps(work: Path, n_jobs: int) -> list[list]:
+    """Rows: launcher, wall s, jobs finished, summed job run time s, wall per job s, speed-up over 1 at a time."""
+    common = [*MICRO, f"cache_dir={work / 'cache'}", f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
+    secs, _ = rlhf_lab([*common, "study=warmup"], work / "warmup")  # builds the base model once
+    print(f"[team] warm-up job (builds the base model): {secs:.0f} s", flush=True)
+    rows, base = [], None
+    for i, (name, launcher) in enumerate(LAUNCHERS.items()):
+        study = f"bench{i}"
+        secs, r = rlhf_lab(["-m", *launcher, *common, f"study={study}",
+                            "seed=" + ",".join(str(s) for s in range(n_jobs))], work / study)
+        done = job_seconds(work / "mlflow.db", study)
+        if len(done) != n_jobs or "reusing cached base model" not in r.stdout + r.stderr:
+            raise RuntimeError(f"{name}: {len(done)} of {n_jobs} jobs finished, or the base model was not reused")
+        base = base or secs
+        rows.append([name, secs, len(done), sum(done), secs / n_jobs, base / secs])
+        print(f"[team] {name}: {secs:.0f} s for {n_jobs} jobs", flush=True)
+    return rows
+
+
+def ray_start_seconds() -> float:
+    """Start and stop a local Ray instance with 2 CPUs (what hydra/launcher=ray pays before its first job)."""
+    code = ("import time, ray; t = time.perf_counter(); ray.init(num_cpus=2, include_dashboard=False, "
+            "object_store_memory=78643200); print(time.perf_counter() - t); ray.shutdown()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+def log_cost(uri: str, points: int) -> tuple[float, float]:
+    """(ms per point with one synchronous log_metric per point, ms per point in log_metrics batches of 10)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.set_experiment("bench-tracking")
+    with mlflow.start_run(experiment_id=exp.experiment_id):
+        mlflow.log_metric("warmup", 0.0, step=0)
+        t0 = time.perf_counter()
+        for i in range(points):
+            mlflow.log_metric("bench/one", float(i), step=i)
+        single = (time.perf_counter() - t0) * 1000 / points
+        steps = max(1, points // 10)
+        t0 = time.perf_counter()
+        for i in range(steps):
+            mlflow.log_metrics({f"bench/k{j}": float(i * j) for j in range(10)}, step=i)
+        batched = (time.perf_counter() - t0) * 1000 / (steps * 10)
+    return single, batched
+
+
+def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], str]:
+    """Rows: store, URI, ms per point (single), ms per point (batches of 10); and a note on the server."""
+    rows = [["sqlite file (the default store)", "sqlite:///<tmp>/track.db",
+             *log_cost(f"sqlite:///{work / 'track.db'}", points)]]
+    note = ""
+    if not with_server:
+        return rows, "server not measured (--no-server)"
+    from rlhf_lab import server
+
+    folder = Path(tempfile.mkdtemp(prefix="rlhf_lab_team_bench_"))  # under /tmp: the postgres user must reach it
+    folder.chmod(0o755)
+    try:
+        t0 = time.perf_counter()
+        url = server.start(folder / "team", port=server.free_port())
+        note = f"server start-up (a fresh PostgreSQL cluster, then MLflow): {time.perf_counter() - t0:.0f} s"
+        rows.append(["team server (rlhf-lab-server: MLflow over HTTP, PostgreSQL 15)", url, *log_cost(url, points)])
+    except server.ServerError as err:
+        note = f"server not measured: {err}"
+    finally:
+        server.stop(folder / "team")
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows, note
+
+
+def section(args, argv: list[str], started: datetime.datetime, load: tuple, secs: float, sweep_rows, ray_s: float,
+            track_rows, note: str) -> str:
+    from benchmarks.common import table
+
+    cmd = "python -m benchmarks.team" + (" " + shlex.join(argv) if argv else "")
+    busy = load[0] > 0.5
+    lines = [BEGIN, "## Team scale: sweeps through the launchers, tracking on the team server", "",
+             f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
+             f"- machine: {os.cpu_count()} CPU cores, load average {load[0]:.2f} at the start, {load[1]:.2f} at the end"
+             + (" — **other jobs shared the cores during the measurement**: the wall times are upper bounds and "
+                "the ratios noisy" if busy else ""), "",
+             f"A sweep of {args.jobs} `algo=sft` jobs at the tests' MICRO sizes (1 torch thread each), the base model "
+             "cached by a warm-up job; wall time of `rlhf-lab -m …` from start to exit (process start-up, the parent "
+             "run, the jobs, the study report into the parent run). Speed-up: wall time with 1 job at a time ÷ this "
+             f"wall time. A local Ray instance (2 CPUs, no dashboard) alone takes {ray_s:.1f} s to start.", "",
+             table(["launcher", "wall s", "jobs finished", "sum of job run times s", "wall s per job", "speed-up"],
+                   sweep_rows), "", launch_note(sweep_rows), "",
+             f"Tracking cost per metric point, {args.points} points each way, from one process: one synchronous "
+             "`mlflow.log_metric` per point, and `mlflow.log_metrics` with 10 keys per step. " + note[:1].upper() + note[1:] + ".", "",
+             table(["store", "URI", "ms per point (log_metric)", "ms per point (batches of 10)"], track_rows), "", END]
+    return "\n".join(lines)
+
+
+def launch_note(rows: list[list]) -> str:
+    """What the sweep table shows, from its own figures: where the time goes besides the jobs' runs."""
+    one = rows[0]
+    return (f"How to read it: with 1 job at a time joblib starts no worker and runs the jobs one after the other in "
+            f"the launching process; with 2 it starts 2 worker processes, and Ray an instance and 2 workers, each "
+            f"importing torch, Lightning and MLflow again. The jobs here are tiny ({one[3] / one[2]:.1f} s of run "
+            f"time each, one at a time), so those start-ups and the cores' other load decide the wall time; jobs "
+            f"of minutes (the studies) gain from running 2 at a time (README, `ppo_beta_grid`).")
+
+
+def write_section(text: str, path: Path = RESULTS) -> None:
+    """Replace the team-scale section of `path` (or append it), atomically."""
+    old = path.read_text() if path.exists() else ""
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    new = pattern.sub(lambda _: text, old) if BEGIN in old else old.rstrip("\n") + "\n\n" + text + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results.", suffix=".md")
+    with os.fdopen(fd, "w") as f:
+        f.write(new)
+    os.replace(tmp, path)
+
+
+def kept_section(text: str) -> str:
+    """The team-scale section of a results file (for ``benchmarks.run``, which rewrites the rest), or ''."""
+    m = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), text, re.S)
+    return m.group(0) if m else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.team", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=8, help="jobs per sweep (default 8)")
+    ap.add_argument("--points", type=int, default=300, help="metric points per store and way (default 300)")
+    ap.add_argument("--no-server", action="store_true", help="measure sqlite only")
+    ap.add_argument("--out", default=str(RESULTS), help="the results file")
+    args = ap.parse_args(argv)
+    started, t0, load0 = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="rlhf_bench_team_"))
+    try:
+        sweep_rows = sweeps(work, args.jobs)
+        ray_s = ray_start_seconds()
+        track_rows, note = tracking(work, args.points, not args.no_server)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = section(args, argv, started, (load0[0], os.getloadavg()[0]), time.time() - t0, sweep_rows, ray_s,
+                   track_rows, note)
+    write_section(text, Path(args.out))
+    print("\n" + text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

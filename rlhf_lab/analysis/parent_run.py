@@ -1,0 +1,49 @@
+"""The study report inside a sweep's parent MLflow run, so that the MLflow UI shows the study.
+
+Called by the sweep callback (:mod:`rlhf_lab.sweeping`) at the end of a multirun, in the launching process:
+the report of the sweep's own jobs (:func:`rlhf_lab.analysis.study.write_report` on the parent's children:
+README.md and its PNGs) goes into the parent run's artifacts under ``study_report/``; the best setting's
+mean final gold becomes the metric ``study/best_final_gold``, the setting the tag ``rlhf_lab.best_setting``,
+and a one-paragraph summary the run's description (tag ``mlflow.note.content``, shown on the run's page).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from rlhf_lab.analysis.runs import load_study
+from rlhf_lab.analysis.study import best_setting, write_report
+
+ARTIFACT_DIR = "study_report"
+BEST_GOLD = "study/best_final_gold"
+BEST_SETTING_TAG = "rlhf_lab.best_setting"
+
+
+def summary_note(study: str | None, best: tuple[str, float, int] | None, n_finished: int, n_jobs: int) -> str:
+    """The parent run's description: the headline figure and where the report is."""
+    head = f"Study `{study}`" if study else "Sweep"
+    if best is None:
+        figure = "no finished job logged `eval/gold_reward`"
+    else:
+        figure = (f"best final gold (`eval/gold_reward`, mean over {best[2]} run{'s' if best[2] > 1 else ''}) "
+                  f"**{best[1]:.3f}** at `{best[0]}`")
+    return (f"{head}: {figure}; {n_finished} of {n_jobs} jobs finished. "
+            f"Report with plots: artifacts `{ARTIFACT_DIR}/README.md`.")
+
+
+def publish_study_report(client, run_id: str, study: str | None, uri: str, job_stages: list[str]) -> dict:
+    """Write the report of the sweep `run_id`'s jobs of `job_stages` and log it, its headline metric and tags
+    into that run (through `client`, an ``MlflowClient`` on `uri`); returns what was logged."""
+    runs, parents = load_study(study, uri, client=client, stages=job_stages, parent=run_id)
+    best = best_setting(runs)
+    with tempfile.TemporaryDirectory(prefix="rlhf_lab_report_") as tmp:
+        path = write_report(study, runs, parents, Path(tmp) / ARTIFACT_DIR, uri, parent=run_id)
+        client.log_artifacts(run_id, str(path.parent), artifact_path=ARTIFACT_DIR)
+        files = sorted(p.name for p in path.parent.iterdir())
+    n_finished = sum(r.status == "FINISHED" for r in runs)
+    if best is not None:
+        client.log_metric(run_id, BEST_GOLD, best[1])
+        client.set_tag(run_id, BEST_SETTING_TAG, best[0])
+    client.set_tag(run_id, "mlflow.note.content", summary_note(study, best, n_finished, len(runs)))
+    return {"files": files, "best": best, "n_runs": len(runs)}
