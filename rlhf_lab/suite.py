@@ -43,7 +43,7 @@ SUITE: list[tuple[str, str]] = [
     ("rm_size_vs_policy_size_5seeds", "C13 C18"),
     ("rm_ensemble", "C18"),
 ]
-UPSTREAM_MIN = 12  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs), 2 cores
+UPSTREAM_MIN = 30  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs incl. MiniLM), 2 cores
 
 
 def study_names() -> list[str]:
