@@ -67,8 +67,14 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")
     uri = tracking_uri(cfg)
-    if uri.startswith("sqlite"):
-        lines.append(f"  open the UI: mlflow ui --backend-store-uri {uri}")
+    exp = meta.get("experiment_id")
+    from rlhf_lab.tracking import ui_link
+
+    if uri.startswith("http") and exp:
+        lines.append(f"  in the UI  : {ui_link(uri, exp, meta.get('run_id'))}")
+    elif uri.startswith("sqlite"):
+        page = f", then {ui_link('http://127.0.0.1:5000', exp, meta.get('run_id'))}" if exp else ""
+        lines.append(f"  open the UI: mlflow ui --backend-store-uri {uri}{page}")
     lines.append("=" * 72)
     return "\n".join(lines)
 
@@ -102,6 +108,10 @@ def _app(cfg: DictConfig) -> float | None:
         out_dir = Path(HydraConfig.get().runtime.output_dir)
         t0 = time.time()
         meta = run_job(cfg, out_dir)
+        if meta.get("run_id") and "experiment_id" not in meta:
+            from rlhf_lab import tracking
+
+            meta["experiment_id"] = tracking.experiment_id(cfg)
         print(summary(cfg, meta, time.time() - t0, threads))
         return (meta.get("eval") or {}).get("eval/gold_reward")  # for a sweeper: selection on eval, never test
     except Exception as err:

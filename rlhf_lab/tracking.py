@@ -144,6 +144,19 @@ def experiment_name(cfg: DictConfig) -> str:
     return str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab"
 
 
+UI_WORKFLOW = "workflowType=machine_learning"  # MLflow 3's UI opens in its GenAI view (traces) without it
+
+
+def ui_link(base: str, experiment_id: str, run_id: str | None = None) -> str:
+    """The MLflow UI page of an experiment's runs (or of one run), in the UI's model-training view.
+
+    MLflow 3.x chooses between its GenAI view (traces, evaluations) and its model-training view (runs) from the
+    ``workflowType`` query parameter, else the browser's last choice, else GenAI; the experiment tag
+    ``mlflow.experimentKind`` does not override it, so a first visit shows no runs without the parameter."""
+    page = f"runs/{run_id}" if run_id else "runs"
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_WORKFLOW}"
+
+
 def store_lock(uri: str) -> contextlib.AbstractContextManager:
     """A file lock next to a sqlite store (``mlflow.db.lock``); no lock for other stores."""
     if not uri.startswith("sqlite:///"):

@@ -34,3 +34,11 @@ def test_jobs_table_lists_every_job(tmp_path):
     assert "ppo kl.beta=0.1" in lines[2] and "FINISHED" in lines[2] and "0.500" in lines[2] and "4.000" in lines[2]
     assert "ppo kl.beta=0 " in lines[3] and "FAILED" in lines[3]
     assert lines[4].startswith("job 2 (kl.beta=5 seed=x)") and "FAILED" in lines[4]
+
+
+def test_ui_link_opens_the_model_training_view():
+    """MLflow 3.17's UI shows runs only in its model-training view, chosen by the workflowType query parameter
+    (checked in headless Chromium: without it a first visit lands on the GenAI overview, with no runs)."""
+    assert tracking.ui_link("http://127.0.0.1:5000/", "3") == (
+        "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning")
+    assert tracking.ui_link("http://h:1", "3", "abc").endswith("#/experiments/3/runs/abc?workflowType=machine_learning")
