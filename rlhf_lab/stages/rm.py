@@ -47,7 +47,8 @@ LOADING_KEYS = ("dtype", "attn_implementation", "path")  # in the key only when 
 
 
 def backbone_cfg(cfg: DictConfig) -> DictConfig:
-    """The RM backbone as a model config (family, arch, vocab_size, name_or_path), validated."""
+    """The RM backbone as a model config (family, arch, vocab_size, name_or_path, dtype, attn_implementation), validated:
+    the `policy` of the config that builds its base model and SFT (which the RM group's interpolations read)."""
     rc = cfg.reward_model
     source, init = str(rc.source), str(rc.init)
     if source == "pretrained":
@@ -64,7 +65,8 @@ def backbone_cfg(cfg: DictConfig) -> DictConfig:
         raise ValueError(f"reward_model.source=different but reward_model.family={fam!r} is the policy's family; "
                          "set reward_model.family to the other family")
     return OmegaConf.create({"family": fam, "vocab_size": rc.vocab_size, "arch": to_plain(rc.arch),
-                             "name_or_path": rc.get("name_or_path")})
+                             "name_or_path": rc.get("name_or_path"), "dtype": rc.get("dtype"),
+                             "attn_implementation": rc.get("attn_implementation")})
 
 
 def backbone_path(cfg: DictConfig):
