@@ -47,8 +47,9 @@ LOADING_KEYS = ("dtype", "attn_implementation", "path")  # in the key only when 
 
 
 def backbone_cfg(cfg: DictConfig) -> DictConfig:
-    """The RM backbone as a model config (family, arch, vocab_size, name_or_path, dtype, attn_implementation), validated:
-    the `policy` of the config that builds its base model and SFT (which the RM group's interpolations read)."""
+    """The RM backbone as a model config (family, arch, vocab_size, name_or_path, dtype, attn_implementation),
+    validated: the `policy` of the config that builds its base model and SFT, which the RM group's
+    interpolations (``${policy.dtype}``, ...) then read."""
     rc = cfg.reward_model
     source, init = str(rc.source), str(rc.init)
     if source == "pretrained":
