@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab import data as D
 from rlhf_lab import external_data as X
-from rlhf_lab.external_data import MAX_LISTED_ERRORS, ChatRenderer
+from rlhf_lab.external_data import ChatRenderer
 from rlhf_lab.runtime import to_plain
 
 COLUMNS = ("prompt", "chosen", "rejected")
