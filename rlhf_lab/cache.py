@@ -191,8 +191,6 @@ class ArtifactCache:
         try:
             if self._usable(final, stage):
                 return final, False
-            for stale in final.parent.glob(f".tmp-{final.name}-*"):  # we hold the key's lock: killed builds
-                shutil.rmtree(stale, ignore_errors=True)
             tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
             tmp.mkdir(parents=True)
             try:

@@ -67,14 +67,11 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")
     uri = tracking_uri(cfg)
-    exp = meta.get("experiment_id")
-    from rlhf_lab.tracking import ui_link
+    from rlhf_lab.tracking import ui_hint
 
-    if uri.startswith("http") and exp:
-        lines.append(f"  in the UI  : {ui_link(uri, exp, meta.get('run_id'))}")
-    elif uri.startswith("sqlite"):
-        page = f", then {ui_link('http://127.0.0.1:5000', exp, meta.get('run_id'))}" if exp else ""
-        lines.append(f"  open the UI: mlflow ui --backend-store-uri {uri}{page}")
+    hint = ui_hint(uri, meta.get("experiment_id"), meta.get("run_id"))
+    if hint:
+        lines.append(f"  open the UI: {hint}")
     lines.append("=" * 72)
     return "\n".join(lines)
 

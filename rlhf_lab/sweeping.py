@@ -171,12 +171,11 @@ class MlflowSweepCallback(Callback):
         print(jobs_table(children, failed))
         print(f"[rlhf-lab] sweep {config.get('study') or ''}: parent run {self.run_id} {status} "
               f"({len(children)} child runs" + (f"; failed: {', '.join(failed)})" if failed else ")"))
-        from rlhf_lab.tracking import ui_link
+        from rlhf_lab.tracking import ui_hint
 
-        uri = tracking_uri(config)
-        base = uri if uri.startswith("http") else "http://127.0.0.1:5000"
-        how = "" if uri.startswith("http") else f"mlflow ui --backend-store-uri {uri}, then "
-        print(f"[rlhf-lab] in the UI: {how}{ui_link(base, exp_id, self.run_id)}")
+        hint = ui_hint(tracking_uri(config), exp_id, self.run_id)
+        if hint:
+            print(f"[rlhf-lab] in the UI: {hint}")
         if failed and self.exit_nonzero_on_failure:
             sys.stdout.flush()
             raise SystemExit(1)

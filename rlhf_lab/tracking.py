@@ -157,6 +157,17 @@ def ui_link(base: str, experiment_id: str, run_id: str | None = None) -> str:
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_WORKFLOW}"
 
 
+def ui_hint(uri: str, experiment_id: str | None, run_id: str | None = None) -> str | None:
+    """How to see a run in the UI: its page on a tracking server, or the ``mlflow ui`` command for a sqlite
+    store and the page it will serve (default port); None for other stores."""
+    if uri.startswith("http") and experiment_id:
+        return ui_link(uri, experiment_id, run_id)
+    if uri.startswith("sqlite"):
+        page = f", then {ui_link('http://127.0.0.1:5000', experiment_id, run_id)}" if experiment_id else ""
+        return f"mlflow ui --backend-store-uri {uri}{page}"
+    return None
+
+
 def store_lock(uri: str) -> contextlib.AbstractContextManager:
     """A file lock next to a sqlite store (``mlflow.db.lock``); no lock for other stores."""
     if not uri.startswith("sqlite:///"):

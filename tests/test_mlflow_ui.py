@@ -42,3 +42,12 @@ def test_ui_link_opens_the_model_training_view():
     assert tracking.ui_link("http://127.0.0.1:5000/", "3") == (
         "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning")
     assert tracking.ui_link("http://h:1", "3", "abc").endswith("#/experiments/3/runs/abc?workflowType=machine_learning")
+
+
+def test_ui_hint_per_store():
+    assert tracking.ui_hint("http://h:1", "3", "r") == "http://h:1/#/experiments/3/runs/r?workflowType=machine_learning"
+    assert tracking.ui_hint("sqlite:///mlflow.db", "3") == (
+        "mlflow ui --backend-store-uri sqlite:///mlflow.db, then "
+        "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning")
+    assert tracking.ui_hint("sqlite:///mlflow.db", None) == "mlflow ui --backend-store-uri sqlite:///mlflow.db"
+    assert tracking.ui_hint("file:///tmp/mlruns", "3") is None
