@@ -28,13 +28,14 @@ from importlib.resources import files
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
 SUITE: list[tuple[str, str]] = [
-    ("ppo_beta_grid_5seeds", "C1 C2 C5 C10"),
+    ("ppo_beta_grid_5seeds", "C1 C2 C4 C5 C9 C10"),
     ("kl_estimators", "C7"),
     ("rm_lora", "C10 C19"),
     ("clip_eps", "C12"),
     ("ref_shared", "C6"),
     ("critic_baseline", "C15"),
     ("grpo_kl", "C14"),
+    ("dpo_beta_grid_5seeds", "C9"),
     ("rm_normalize", "C20"),
     ("ref_small", "C8"),
     ("length_penalty", "C11"),

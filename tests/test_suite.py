@@ -105,7 +105,10 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert {bool(c.reward_model.normalize) for _, c in jobs["rm_normalize"]} == {True, False}
     grid = _settings(jobs["ppo_beta_grid_5seeds"], lambda c: c.kl.name,
                      lambda c: float(c.kl.beta) if c.kl.name == "fixed" else float(c.kl.target))
-    assert grid == {("fixed", 0.0), ("fixed", 0.1), ("adaptive", 1.0), ("adaptive", 4.0)}
+    assert grid == {("fixed", 0.0), ("fixed", 0.01), ("fixed", 0.1), ("fixed", 1.0), ("adaptive", 1.0),
+                    ("adaptive", 4.0)}
+    dpo = jobs["dpo_beta_grid_5seeds"]  # C9 ranks the βs of each seed: ≥ 3 per seed on both sides
+    assert {c.algo.name for _, c in dpo} == {"dpo"} and {float(c.algo.beta) for _, c in dpo} == {0.01, 0.1, 1.0}
     sizes = jobs["rm_size_vs_policy_size_5seeds"]
     assert {c.reward_model.arch.hidden for _, c in sizes} == {16, 32, 64}
     assert {(c.policy.arch.hidden, c.reward_model.source) for _, c in sizes} == {(64, "same")}

@@ -88,7 +88,7 @@ def test_algo_frontier_has_a_beta_grid_per_algorithm_and_three_seeds():
         assert c.study == "algo_frontier"
         beta = {"dpo": lambda: c.algo.beta, "bon": lambda: c.algo.n_max}.get(c.algo.name, lambda: c.kl.beta)()
         if c.algo.name in ("ppo", "grpo", "rloo"):
-            assert c.kl.name == "fixed"
+            assert c.kl.name == "fixed" and c.algo.steps == 60 and c.eval.every_n_steps == 10
         points.setdefault(c.algo.name, set()).add((float(beta), int(c.seed)))
     assert set(points) == {"ppo", "grpo", "rloo", "dpo", "bon"}
     for algo, pts in points.items():

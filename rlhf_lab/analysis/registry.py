@@ -88,10 +88,10 @@ PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_s
 REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
 LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
 RM_ENS, GRPO_KL = "rm_ensemble", "grpo_kl"
-# The claims suite (rlhf-lab-suite) reruns three older studies with 5 paired seeds under their own names; a claim
+# The claims suite (rlhf-lab-suite) reruns four older studies with 5 paired seeds under their own names; a claim
 # reads the 5-seed study when it has runs, else the older one (never a mix of the two designs).
-SUITE_VERSIONS = {PPO_GRID: "ppo_beta_grid_5seeds", RM_SIZE: "rm_size_vs_policy_size_5seeds",
-                  RM_SOURCE: "rm_source_5seeds"}
+SUITE_VERSIONS = {PPO_GRID: "ppo_beta_grid_5seeds", DPO_GRID: "dpo_beta_grid_5seeds",
+                  RM_SIZE: "rm_size_vs_policy_size_5seeds", RM_SOURCE: "rm_source_5seeds"}
 
 
 def fixed(beta: float) -> Arm:
