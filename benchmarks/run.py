@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,ppo,memory,scaling] [--threads N]``.
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,grpo,ppo,memory,scaling] [--threads N]``.
 
 Prints each benchmark's tables as it finishes and writes them, with the date, the machine and the exact
 command, to ``benchmarks/results.md`` (written to a temporary file, then renamed). The file is merged section by
@@ -21,14 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCHMARKS = ("dpo", "rm", "ppo", "memory", "scaling")
-AGREEMENT_CHECKED = ("dpo", "rm")  # benchmarks whose loss-agreement check sets the exit status
+BENCHMARKS = ("dpo", "rm", "grpo", "ppo", "memory", "scaling")
+AGREEMENT_CHECKED = ("dpo", "rm", "grpo")  # benchmarks whose loss-agreement check sets the exit status
 
 # steps per run / warm-up steps (not timed) / rounds alternating the two sides
 SIZES = {
     "full": {
         "dpo": dict(steps=80, warmup=5, rounds=4),
         "rm": dict(steps=80, warmup=5, rounds=4),
+        "grpo": dict(steps=10, warmup=2, rounds=4),
         "ppo": dict(steps=8, warmup=2, rounds=3),
         "memory": dict(preset="a_large", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 32, 64, 128], batches=[8, 16, 32, 64], steps=4, warmup=1),
@@ -36,6 +37,7 @@ SIZES = {
     "quick": {
         "dpo": dict(steps=12, warmup=3, rounds=1),
         "rm": dict(steps=12, warmup=3, rounds=1),
+        "grpo": dict(steps=3, warmup=1, rounds=1),
         "ppo": dict(steps=3, warmup=1, rounds=1),
         "memory": dict(preset="a_medium", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 64], batches=[8, 32], steps=2, warmup=1),
@@ -119,6 +121,10 @@ def summary_rows(sections: dict) -> dict[str, list[str]]:
     if "rm" in sections:
         d = sections["rm"].data
         rows["rm"] = ["RM throughput, ours/TRL (pairs/s)", f"{d['ratio']:.2f}×", agreement(d)]
+    if "grpo" in sections:
+        d = sections["grpo"].data
+        rows["grpo"] = ["GRPO throughput, ours/TRL (completions/s)", f"{d['ratio']:.2f}×",
+                        f"{agreement(d)}; target ≥ {d['target']}×: " + ("met" if d["ratio"] >= d["target"] else "NOT met")]
     if "ppo" in sections:
         d = sections["ppo"].data
         rows["ppo"] = ["PPO step, ours/bare − 1", f"{100 * d['overhead']:+.0f}%",
@@ -253,6 +259,10 @@ def run_all(args, sizes: dict, work: Path) -> dict:
         rcfg = C.compose(["algo=rm"])
         pairs = C.make_pairs(rcfg, sizes["rm"]["steps"] * int(rcfg.reward_model.batch_size))
         done("rm", rm.run(rcfg, wm, pairs, tol=AGREEMENT_TOL, **sizes["rm"]))
+    if "grpo" in args.only:
+        from benchmarks import grpo
+
+        done("grpo", grpo.run(C.compose(["algo=grpo"]), wm, tol=AGREEMENT_TOL, **sizes["grpo"]))
     if "ppo" in args.only:
         from benchmarks import ppo
 
