@@ -270,6 +270,7 @@ class Section:
     findings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     data: dict = field(default_factory=dict)  # headline numbers for the summary
+    run: str = ""  # the run that wrote it (its date), set when the results file is written
 
     def markdown(self) -> str:
         out = [f"## {self.title}", ""]
@@ -281,5 +282,5 @@ class Section:
             out.append(f"- {f}")
         if self.findings:
             out.append("")
-        out.append(f"_({self.seconds:.0f} s)_")
+        out.append(f"_({self.seconds:.0f} s" + (f"; run of {self.run}" if self.run else "") + ")_")
         return "\n".join(out) + "\n"

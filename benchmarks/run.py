@@ -1,8 +1,10 @@
-"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,ppo,memory,scaling] [--threads N]``.
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,grpo,ppo,memory,scaling] [--threads N]``.
 
 Prints each benchmark's tables as it finishes and writes them, with the date, the machine and the exact
-command, to ``benchmarks/results.md`` (written to a temporary file, then renamed). Exit status 1 when a
-loss-agreement check fails. See benchmarks/README.md for what each benchmark measures and matches.
+command, to ``benchmarks/results.md`` (written to a temporary file, then renamed). The file is merged section by
+section: a run replaces the sections (and summary rows) of the benchmarks it ran and keeps the others, each
+section naming the run that wrote it. Exit status 1 when a loss-agreement check fails. See benchmarks/README.md
+for what each benchmark measures and matches.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import shlex
 import shutil
 import sys
@@ -18,13 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCHMARKS = ("dpo", "rm", "ppo", "memory", "scaling")
+BENCHMARKS = ("dpo", "rm", "grpo", "ppo", "memory", "scaling")
+AGREEMENT_CHECKED = ("dpo", "rm", "grpo")  # benchmarks whose loss-agreement check sets the exit status
 
 # steps per run / warm-up steps (not timed) / rounds alternating the two sides
 SIZES = {
     "full": {
         "dpo": dict(steps=80, warmup=5, rounds=4),
         "rm": dict(steps=80, warmup=5, rounds=4),
+        "grpo": dict(steps=10, warmup=2, rounds=4),
         "ppo": dict(steps=8, warmup=2, rounds=3),
         "memory": dict(preset="a_large", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 32, 64, 128], batches=[8, 16, 32, 64], steps=4, warmup=1),
@@ -32,6 +37,7 @@ SIZES = {
     "quick": {
         "dpo": dict(steps=12, warmup=3, rounds=1),
         "rm": dict(steps=12, warmup=3, rounds=1),
+        "grpo": dict(steps=3, warmup=1, rounds=1),
         "ppo": dict(steps=3, warmup=1, rounds=1),
         "memory": dict(preset="a_medium", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 64], batches=[8, 32], steps=2, warmup=1),
@@ -67,58 +73,128 @@ def versions() -> dict[str, str]:
     return out
 
 
-def header(args, argv: list[str], started: datetime.datetime, load_start, load_end, seconds: float) -> str:
+TITLE = "# Benchmarks: rlhf-lab vs Hugging Face TRL"
+INTRO = ("Absolute times drift with the machine's load; the ratios compare the two sides measured in the same "
+         "invocation, alternating, on the same weights, data and shapes. Each section names the run that wrote it: "
+         "`python -m benchmarks.run --only …` rewrites the sections (and summary rows) of the benchmarks it runs and "
+         "keeps the others. See benchmarks/README.md.")
+RUN_RE = re.compile(r"<!-- run: (.+?) -->\n(.*?)\n<!-- /run -->", re.S)
+SECTION_RE = re.compile(r"<!-- section: (\w+); run: (.+?) -->\n(.*?)\n<!-- /section: \1 -->", re.S)
+ROW_RE = re.compile(r"^\| `(\w+)` \|.*$", re.M)
+
+
+def run_key(started: datetime.datetime) -> str:
+    return started.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def run_block(args, argv: list[str], started: datetime.datetime, load_start, load_end, seconds: float) -> str:
+    """This run's entry of the runs list: date, command, machine, versions (the sections it wrote are added when
+    the file is written)."""
     v = versions()
     cmd = "python -m benchmarks.run" + ("" if not argv else " " + shlex.join(argv))
     lines = [
-        "# Benchmarks: rlhf-lab vs Hugging Face TRL",
-        "",
-        f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({seconds:.0f} s)",
-        f"- command: `{cmd}`" + (" (quick: smoke-check sizes, noisy)" if args.quick else ""),
-        f"- machine: {os.cpu_count()} CPU cores ({platform.machine()}, {platform.system()} {platform.release()}), "
+        f"- **{run_key(started)}** ({seconds:.0f} s): `{cmd}`" + (" (quick: smoke-check sizes, noisy)" if args.quick
+                                                                  else ""),
+        f"  - machine: {os.cpu_count()} CPU cores ({platform.machine()}, {platform.system()} {platform.release()}), "
         f"load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end; torch threads {args.threads} "
         "on both sides",
-        "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+        "  - versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
     ]
     busy = load_start[0] + args.threads > (os.cpu_count() or 1) + 0.5
     if busy:
-        lines.append(f"- **warning**: the cores were busy (load average {load_start[0]:.1f} on {os.cpu_count()} cores "
-                     f"before this run's {args.threads} thread(s)); expect noisy ratios, and do not trust "
+        lines.append(f"  - **warning**: the cores were busy (load average {load_start[0]:.1f} on {os.cpu_count()} "
+                     f"cores before this run's {args.threads} thread(s)); expect noisy ratios, and do not trust "
                      "multi-threaded ones")
-    lines += [
-        "",
-        "Absolute times drift with the machine's load; the ratios compare the two sides measured in the same "
-        "invocation, alternating, on the same weights, data and shapes. See benchmarks/README.md.",
-        "",
-    ]
     return "\n".join(lines)
 
 
-def summary(sections: dict) -> str:
-    from benchmarks.common import table
+def summary_rows(sections: dict) -> dict[str, list[str]]:
+    """{benchmark: its row of the summary table} for the benchmarks that ran."""
+    rows = {}
 
-    rows = []
+    def agreement(d) -> str:
+        return "loss agrees" if d["agree_ok"] else "LOSS DIFFERS"
+
     if "dpo" in sections:
         d = sections["dpo"].data
-        rows.append(["DPO throughput, ours/TRL (pairs/s)", f"{d['ratio']:.2f}×",
-                     "loss agrees" if d["agree_ok"] else "LOSS DIFFERS"])
+        rows["dpo"] = ["DPO throughput, ours/TRL (pairs/s)", f"{d['ratio']:.2f}×", agreement(d)]
     if "rm" in sections:
         d = sections["rm"].data
-        rows.append(["RM throughput, ours/TRL (pairs/s)", f"{d['ratio']:.2f}×",
-                     "loss agrees" if d["agree_ok"] else "LOSS DIFFERS"])
+        rows["rm"] = ["RM throughput, ours/TRL (pairs/s)", f"{d['ratio']:.2f}×", agreement(d)]
+    if "grpo" in sections:
+        d = sections["grpo"].data
+        rows["grpo"] = ["GRPO throughput, ours/TRL (completions/s)", f"{d['ratio']:.2f}×",
+                        f"{agreement(d)}; target ≥ {d['target']}×: " + ("met" if d["ratio"] >= d["target"] else "NOT met")]
     if "ppo" in sections:
         d = sections["ppo"].data
-        rows.append(["PPO step, ours/bare − 1", f"{100 * d['overhead']:+.0f}%",
-                     "target ≤ +30%: " + ("met" if d["overhead"] <= 0.30 else "NOT met")])
+        rows["ppo"] = ["PPO step, ours/bare − 1", f"{100 * d['overhead']:+.0f}%",
+                       "target ≤ +30%: " + ("met" if d["overhead"] <= 0.30 else "NOT met")]
     if "memory" in sections:
         d = sections["memory"].data
-        rows.append(["PPO peak RSS, separate/shared_base", f"{d['ratio_rss']:.2f}×",
-                     f"model_bytes {d['ratio_model_bytes']:.2f}×"])
+        rows["memory"] = ["PPO peak RSS, separate/shared_base", f"{d['ratio_rss']:.2f}×",
+                          f"model_bytes {d['ratio_model_bytes']:.2f}×"]
     if "scaling" in sections:
         d = sections["scaling"].data
-        rows.append(["generation time per decoding step, longest/shortest response", f"{d['gen_step_growth']:.2f}",
-                     "super-linear" if d["gen_step_growth"] > 1.3 else "at most linear"])
-    return "## Summary\n\n" + table(["benchmark", "value", "check"], rows) + "\n"
+        rows["scaling"] = ["generation time per decoding step, longest/shortest response", f"{d['gen_step_growth']:.2f}",
+                           "super-linear" if d["gen_step_growth"] > 1.3 else "at most linear"]
+    return {name: [f"`{name}`", *row] for name, row in rows.items()}
+
+
+def summary(rows: dict[str, list[str]]) -> str:
+    from benchmarks.common import table
+
+    return "## Summary\n\n" + table(["benchmark", "what", "value", "check"], list(rows.values())) + "\n"
+
+
+def parse_results(text: str) -> tuple[dict[str, str], dict[str, str], dict[str, tuple[str, str]]]:
+    """A results file's runs {key: block}, summary rows {benchmark: markdown line} and sections
+    {benchmark: (run key, markdown)}; what is not inside the markers is not kept (the team-scale section is kept
+    separately, see :func:`benchmarks.team.kept_section`)."""
+    runs = {m.group(1): m.group(2) for m in RUN_RE.finditer(text)}
+    summary_text = text.split("## Summary", 1)[1].split("<!--", 1)[0] if "## Summary" in text else ""
+    rows = {m.group(1): m.group(0) for m in ROW_RE.finditer(summary_text)}
+    sections = {m.group(1): (m.group(2), m.group(3)) for m in SECTION_RE.finditer(text)}
+    return runs, rows, sections
+
+
+def results_text(old: str, key: str, block: str, sections: dict[str, str], rows: dict[str, list[str]]) -> str:
+    """The results file: `old`'s runs, summary rows and sections merged with this run's (`key`, `block`, the
+    `sections` markdown and summary `rows` of the benchmarks it ran), in ``BENCHMARKS`` order; runs no section
+    refers to any more are dropped; the team-scale section stays at the end."""
+    from benchmarks.team import kept_section
+
+    old_runs, old_rows, old_sections = parse_results(old)
+    merged = {name: old_sections[name] for name in old_sections if name not in sections}
+    merged.update({name: (key, md) for name, md in sections.items()})
+    runs = {**old_runs, key: block}
+    row_lines = {name: line for name, line in old_rows.items() if name not in rows}
+    row_lines.update({name: "| " + " | ".join(r) + " |" for name, r in rows.items()})
+    order = [b for b in BENCHMARKS if b in merged]
+    used = {}
+    for name in order:
+        used.setdefault(merged[name][0], []).append(name)
+    out = [TITLE, "", INTRO, "", "## Runs", ""]
+    for k in sorted(used):
+        head, *rest = runs[k].split("\n")
+        head = re.sub(r"; sections: [\w, ]+$", "", head) + "; sections: " + ", ".join(used[k])
+        out += [f"<!-- run: {k} -->", "\n".join([head, *rest]), "<!-- /run -->"]
+    out += ["", "## Summary", "", "| benchmark | what | value | check |", "|---|---|---|---|"]
+    out += [row_lines[b] for b in BENCHMARKS if b in row_lines]
+    for name in order:
+        k, md = merged[name]
+        out += ["", f"<!-- section: {name}; run: {k} -->", md.rstrip("\n"), f"<!-- /section: {name} -->"]
+    kept = kept_section(old)
+    if kept:
+        out += ["", kept]
+    return "\n".join(out) + "\n"
+
+
+def write_results(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results.", suffix=".md")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,20 +217,18 @@ def main(argv: list[str] | None = None) -> int:
         for d in ppo._MLFLOW_DIR:
             shutil.rmtree(d, ignore_errors=True)
 
-    text = header(args, argv, started, load_start, os.getloadavg(), time.time() - t0) + "\n" + summary(sections)
-    text += "\n" + "\n".join(sections[b].markdown() for b in BENCHMARKS if b in sections)
+    key = run_key(started)
+    block = run_block(args, argv, started, load_start, os.getloadavg(), time.time() - t0)
+    for sec in sections.values():
+        sec.run = key
+    rows = summary_rows(sections)
     out = Path(args.out)
-    from benchmarks.team import kept_section
-
-    kept = kept_section(out.read_text()) if out.exists() else ""  # python -m benchmarks.team's section stays
-    text += ("\n" + kept + "\n") if kept else ""
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".results.", suffix=".md")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, out)
-    print("\n" + summary(sections), flush=True)
-    print(f"[benchmarks] {time.time() - t0:.0f} s; wrote {out}", flush=True)
-    ok = all(sections[b].data.get("agree_ok", True) for b in ("dpo", "rm") if b in sections)
+    old = out.read_text() if out.exists() else ""
+    write_results(out, results_text(old, key, block, {b: s.markdown() for b, s in sections.items()}, rows))
+    print("\n" + summary(rows), flush=True)
+    print(f"[benchmarks] {time.time() - t0:.0f} s; wrote {out} (sections {', '.join(sections)}; others kept)",
+          flush=True)
+    ok = all(sections[b].data.get("agree_ok", True) for b in AGREEMENT_CHECKED if b in sections)
     return 0 if ok else 1
 
 
@@ -185,6 +259,10 @@ def run_all(args, sizes: dict, work: Path) -> dict:
         rcfg = C.compose(["algo=rm"])
         pairs = C.make_pairs(rcfg, sizes["rm"]["steps"] * int(rcfg.reward_model.batch_size))
         done("rm", rm.run(rcfg, wm, pairs, tol=AGREEMENT_TOL, **sizes["rm"]))
+    if "grpo" in args.only:
+        from benchmarks import grpo
+
+        done("grpo", grpo.run(C.compose(["algo=grpo"]), wm, tol=AGREEMENT_TOL, **sizes["grpo"]))
     if "ppo" in args.only:
         from benchmarks import ppo
 

@@ -1,0 +1,82 @@
+"""The benchmark runner's results file (merged section by section) and the GRPO benchmark's settings mapping;
+one slow smoke run of ``python -m benchmarks.run --only grpo --quick`` (needs TRL: ``pip install -e ".[bench]"``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import run as R
+from benchmarks.team import BEGIN, END
+from tests.conftest import compose_cfg
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _section(name: str) -> str:
+    return f"## {name.upper()} benchmark\n\nsome table\n\n_(1 s)_\n"
+
+
+def _block(key: str) -> str:
+    return f"- **{key}** (1 s): `python -m benchmarks.run`\n  - machine: test"
+
+
+def _row(name: str, value: str) -> list[str]:
+    return [f"`{name}`", f"{name} ratio", value, "ok"]
+
+
+def test_partial_run_replaces_only_its_sections_and_keeps_the_others():
+    team = f"{BEGIN}\n## Team scale\n\nkept\n{END}"
+    first = R.results_text("", "run-1", _block("run-1"), {"dpo": _section("dpo"), "rm": _section("rm")},
+                           {"dpo": _row("dpo", "1.5×"), "rm": _row("rm", "1.1×")}) + "\n" + team + "\n"
+    second = R.results_text(first, "run-2", _block("run-2"), {"grpo": _section("grpo")}, {"grpo": _row("grpo", "1.2×")})
+    runs, rows, sections = R.parse_results(second)
+    assert list(sections) == ["dpo", "rm", "grpo"]  # BENCHMARKS order
+    assert sections["dpo"][0] == sections["rm"][0] == "run-1" and sections["grpo"][0] == "run-2"
+    assert list(rows) == ["dpo", "rm", "grpo"] and "1.5×" in rows["dpo"] and "1.2×" in rows["grpo"]
+    assert set(runs) == {"run-1", "run-2"}
+    assert "; sections: dpo, rm" in runs["run-1"] and "; sections: grpo" in runs["run-2"]
+    assert second.count(BEGIN) == 1 and second.rstrip().endswith(END)  # the team-scale section stays, at the end
+
+    # rerunning dpo and rm: run-1 no longer wrote any section and leaves the runs list
+    third = R.results_text(second, "run-3", _block("run-3"), {"dpo": _section("dpo"), "rm": _section("rm")},
+                           {"dpo": _row("dpo", "1.7×"), "rm": _row("rm", "1.0×")})
+    runs, rows, sections = R.parse_results(third)
+    assert set(runs) == {"run-2", "run-3"} and sections["dpo"][0] == "run-3" and "1.7×" in rows["dpo"]
+    assert R.results_text(third, "run-3", runs["run-3"], {}, {}) == third  # nothing new: the same file
+
+
+def test_results_file_has_every_section_marked():
+    """The committed results file parses: every summary row has its section (the runner merges into it)."""
+    runs, rows, sections = R.parse_results((ROOT / "benchmarks" / "results.md").read_text())
+    assert set(rows) == set(sections) and set(sections) <= set(R.BENCHMARKS)
+    assert {k for k, _ in sections.values()} == set(runs)
+
+
+def test_grpo_settings_map_ours_to_trl():
+    from benchmarks.grpo import trl_settings
+
+    cfg = compose_cfg(["algo=grpo"])
+    s = trl_settings(cfg)
+    assert s["loss_type"] == "grpo" and s["scale_rewards"] == "group" and s["beta"] == pytest.approx(0.04)
+    assert s["num_generations"] == 8 and s["max_completion_length"] == int(cfg.generation.max_new_tokens)
+    assert s["steps_per_generation"] * s["per_device_train_batch_size"] == int(cfg.algo.batch_size)
+    assert s["use_bias_correction_kl"] is False and s["mask_truncated_completions"] is False
+    dr = trl_settings(compose_cfg(["algo=grpo", "algo.advantage_scale=none", "algo.loss_agg=seq_mean_token_sum_norm"]))
+    assert dr["loss_type"] == "dr_grpo" and dr["scale_rewards"] == "none"
+    with pytest.raises(ValueError, match="kl_estimator"):
+        trl_settings(compose_cfg(["algo=grpo", "algo.kl_estimator=k2"]))
+
+
+@pytest.mark.slow
+def test_grpo_benchmark_quick_run(tmp_path):
+    pytest.importorskip("trl")
+    out = tmp_path / "results.md"
+    p = subprocess.run([sys.executable, "-m", "benchmarks.run", "--only", "grpo", "--quick", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    _, rows, sections = R.parse_results(out.read_text())
+    assert list(sections) == ["grpo"] and "loss agrees" in rows["grpo"]
