@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhf_lab.config_checks import exit_on_bad_config
 from rlhf_lab.run_states import Interrupted, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
+from rlhf_lab.sweeping import mark_job
 
 
 def launcher_threads(launcher: dict, cores: int) -> int:
@@ -97,6 +98,7 @@ def _app(cfg: DictConfig) -> float | None:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         quiet_libraries()
         skipped, gold = skip_if_finished(cfg)  # before any work: a resumed sweep re-runs only what is missing
+        mark_job("skipped" if skipped else "ran")
         if skipped:
             return gold
         from rlhf_lab.stages import run_job

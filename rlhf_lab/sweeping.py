@@ -82,6 +82,22 @@ def record_failure(cfg: DictConfig, err: BaseException) -> None:
             pass
 
 
+def mark_job(kind: str) -> None:
+    """In a sweep's job: leave ``<kind>_<job number>.txt`` (kind ``ran`` or ``skipped``) in the sweep's state
+    folder, so the launching process knows whether any job ran (outside a sweep: nothing)."""
+    state = os.environ.get(STATE_ENV)
+    if not state:
+        return
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        num = HydraConfig.get().job.num
+        Path(state).mkdir(parents=True, exist_ok=True)
+        (Path(state) / f"{kind}_{num}.txt").write_text("")
+    except Exception:  # no Hydra context or an unwritable folder: the parent run is then kept, as before
+        pass
+
+
 def _client(cfg: DictConfig):
     from mlflow.tracking import MlflowClient
 
@@ -98,6 +114,13 @@ class MlflowSweepCallback(Callback):
         self.run_id: str | None = None
         self.state_dir: Path | None = None
         self._saved_env: dict[str, str | None] = {}
+
+    def _restore_env(self) -> None:
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
     # -- launching process --------------------------------------------------------------------------------
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -154,6 +177,13 @@ class MlflowSweepCallback(Callback):
         for r in children:
             if r.info.status == "FAILED":
                 failed.setdefault(f"run {r.info.run_id}", r.data.tags.get("rlhf_lab.overrides", ""))
+        marks = [f.name.split("_")[0] for f in self.state_dir.glob("*_*.txt")] if self.state_dir else []
+        if not children and not failed and "skipped" in marks and "ran" not in marks:  # resumed, nothing left to run
+            client.delete_run(self.run_id)  # an empty parent per relaunch would only clutter the run list
+            self._restore_env()
+            print(f"[rlhf-lab] sweep {config.get('study') or ''}: every job has a finished run; nothing ran "
+                  f"(no new parent run)")
+            return
         n_failed_jobs = len([k for k in failed if k.startswith("job")]) or len(failed)
         client.log_batch(self.run_id, metrics=[_metric("sweep/n_child_runs", len(children)),
                                                _metric("sweep/n_failed", n_failed_jobs)])
@@ -163,11 +193,7 @@ class MlflowSweepCallback(Callback):
         if failed:
             client.set_tag(self.run_id, "rlhf_lab.error", "; ".join(f"{k}: {v}" for k, v in failed.items())[:5000])
         client.set_terminated(self.run_id, status=status)
-        for k, v in self._saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        self._restore_env()
         print(jobs_table(children, failed))
         print(f"[rlhf-lab] sweep {config.get('study') or ''}: parent run {self.run_id} {status} "
               f"({len(children)} child runs" + (f"; failed: {', '.join(failed)})" if failed else ")"))

@@ -234,3 +234,10 @@ def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp
     cli.main()  # the basic launcher: jobs one after the other, in this process
     out = capsys.readouterr().out
     assert calls == [0, 2] and out.count("skipped (finished run") == 1 and f"finished run {done}" in out
+    sweeps = lambda: client.search_runs([exp], "tags.`rlhf_lab.stage` = 'sweep'")  # noqa: E731
+    n_parents = len(sweeps())
+    calls.clear()
+    monkeypatch.setattr(sys, "argv", [a if not a.startswith("seed=") else "seed=1" for a in sys.argv])  # finished
+    cli.main()  # relaunched with nothing left to run: no new (empty) parent run
+    assert calls == [] and "nothing ran (no new parent run)" in capsys.readouterr().out
+    assert len(sweeps()) == n_parents
