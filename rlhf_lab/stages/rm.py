@@ -11,7 +11,6 @@ and the scorer: :mod:`rlhf_lab.models.reward`.
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab import distributed, tracking
+from rlhf_lab.cache import file_digest, path_digest
 from rlhf_lab.config_checks import check_reward_model
 from rlhf_lab.external_data import DEFAULT_COLUMNS, columns_of
 from rlhf_lab.algorithms.rm import (
@@ -89,14 +89,6 @@ def backbone_path(cfg: DictConfig):
     return ensure("pretrain" if str(cfg.reward_model.init) == "pretrain" else "sft", c)
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def data_identity(cfg: DictConfig) -> dict:
     """What determines the preference pairs the RM trains on (part of the RM's cache key)."""
     dc = cfg.data
@@ -118,15 +110,6 @@ def data_identity(cfg: DictConfig) -> dict:
     if cfg.policy.get("name_or_path"):  # conversational rows are rendered with the policy's chat template
         ident["template_of"] = str(cfg.policy.name_or_path)
     return ident
-
-
-def path_digest(path: Path) -> str:
-    """A digest of a local file or folder: the SHA-256 of each file (a dataset saved with save_to_disk)."""
-    files = [path] if path.is_file() else sorted(q for q in path.rglob("*") if q.is_file())
-    h = hashlib.sha256()
-    for q in files:
-        h.update(f"{q.relative_to(path) if q != path else q.name}:{file_digest(q)}".encode())
-    return h.hexdigest()[:16]
 
 
 def spec(cfg: DictConfig) -> dict:
