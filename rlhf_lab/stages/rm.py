@@ -36,6 +36,7 @@ from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer
 from rlhf_lab.preferences import validate_pairs
 from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages.common import cache_for, ensure, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
 
@@ -109,6 +110,8 @@ def data_identity(cfg: DictConfig) -> dict:
             ident["digest"] = path_digest(p)
     if cfg.policy.get("name_or_path"):  # conversational rows are rendered with the policy's chat template
         ident["template_of"] = str(cfg.policy.name_or_path)
+    if G.is_rm(cfg):  # the gold RM relabels the pairs through the labeler (prefs.load)
+        ident.update(gold_rm=G.identity(cfg), labeler=to_plain(cfg.labeler))
     return ident
 
 
@@ -169,9 +172,12 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     if str(rc.init) == "pretrain" and str(rc.source) != "pretrained":
         upstream["pretrain"] = upstream["rm_backbone"]
     n_on = sum(p.source == "on_policy" for p in train)
+    if G.is_rm(cfg):
+        upstream["gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     params = {"stage": "rm", "reward_model": to_plain(rc), "data": to_plain(cfg.data), "seed": seed,
               "steps": steps, "backbone": str(backbone), "n_train_pairs": len(train), "n_eval_pairs": len(held),
-              "n_on_policy_pairs": n_on}
+              "n_on_policy_pairs": n_on,
+              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
     k = rc.ensemble
     with tracking.start_run(cfg, "rm", params=params,
                             tags={f"rlhf_lab.upstream.{a}": str(b) for a, b in upstream.items()}) as run:
