@@ -276,3 +276,28 @@ def test_ppo_in_gold_rm_mode_logs_both_golds_and_trains_its_rm_on_gold_rm_labels
     q = train[:5]
     s = scorer([x.prompt for x in q], [x.chosen for x in q], [x.chosen_ended for x in q]).tolist()
     assert [x.gold_chosen for x in q] == pytest.approx(s, abs=1e-4)
+
+
+def test_external_pairs_are_relabelled_by_the_gold_rm(gold_rms, tmp_path):
+    import json
+
+    from rlhf_lab.stages import prefs
+
+    g = ReviewGenerator(8)
+    rows = []
+    for _ in range(30):
+        p = g.prompt("train")
+        a, b = g.response(p), g.response(p)
+        if a != b:
+            rows.append({"prompt": p, "chosen": a, "rejected": b})
+    f = tmp_path / "pairs.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ext = ["data=jsonl", f"data.path={f}", *SHARP]
+    plain, _ = prefs.load(compose_cfg(ext))
+    assert all(q.gold_chosen is None for q in plain)  # no formula, no gold RM: the dataset's labels as they are
+    chosen = {}
+    for name in ("along", "against"):
+        train, held = prefs.load(compose_cfg([*ext, "gold=rm", f"gold.path={gold_rms[name]}"]))
+        assert len(train) == len(plain) and all(q.gold_chosen > q.gold_rejected for q in train + held)
+        chosen[name] = [q.chosen for q in train]
+    assert all(x != y for x, y in zip(chosen["along"], chosen["against"]))  # the gold RM decides each label
