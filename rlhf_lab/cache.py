@@ -42,6 +42,25 @@ def artifact_key(stage: str, spec: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def file_digest(path: Path) -> str:
+    """The first 16 hex digits of a file's SHA-256."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def path_digest(path: Path, exclude: tuple[str, ...] = ()) -> str:
+    """A digest of a local file or folder: the SHA-256 of each file (a dataset saved with save_to_disk, a model
+    folder), by relative path; files named in `exclude` are left out (e.g. the cache's bookkeeping files)."""
+    files = [path] if path.is_file() else sorted(q for q in path.rglob("*") if q.is_file() and q.name not in exclude)
+    h = hashlib.sha256()
+    for q in files:
+        h.update(f"{q.relative_to(path) if q != path else q.name}:{file_digest(q)}".encode())
+    return h.hexdigest()[:16]
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))

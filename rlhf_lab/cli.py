@@ -60,8 +60,8 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
         lines.append(f"  cached as  : {meta['cache_path']}")
     for label, prefix in (("final test", "test/"), ("final eval", "eval/")):  # test prompts: the final figure
         ev = meta.get(prefix.rstrip("/")) or {}
-        keys = [prefix + k for k in ("gold_reward", "proxy_reward", "kl", "length", "filler_rate", "distinct_2")
-                if prefix + k in ev]
+        keys = [prefix + k for k in ("gold_reward", "formula_gold_reward", "proxy_reward", "kl", "length",
+                                     "filler_rate", "distinct_2") if prefix + k in ev]
         if keys:
             lines.append(f"  {label} : " + ", ".join(f"{k.split('/')[1]}={ev[k]:.3f}" + (
                 f" ± {ev[k + '_se']:.3f}" if k + "_se" in ev else "") for k in keys))

@@ -43,6 +43,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # models.families.DTYPES (n
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # (null: transformers' default)
 RM_SOURCES = ("same", "different", "pretrained")
 RM_INITS = ("sft", "pretrain")
+GOLD_SOURCES = ("formula", "rm")  # stages.gold.SOURCES
+RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
 
 
 class ConfigError(ValueError):
@@ -206,6 +208,23 @@ def check_reward_model(rc: DictConfig) -> None:
                                   "norm_samples": (at_least(1), ">= 1")})
 
 
+def check_gold(cfg: DictConfig) -> None:
+    """``gold``: the formula, or a gold RM given as a folder (``gold.path``) or built on the world (``gold.build``)."""
+    g = cfg.gold
+    if choice(g, "gold", "source", GOLD_SOURCES) == "formula":
+        return
+    missing = "path" in g.keys() and OmegaConf.is_missing(g, "path")
+    path = None if missing else get(g, "path")
+    world = get(cfg, "data.source") in (None, "world")
+    if path:
+        if not os.path.isfile(os.path.join(os.path.expanduser(str(path)), "rm_norm.json")):
+            raise ConfigError("gold.path", str(path), RM_FOLDER)
+    elif get(g, "build") is None or not world:
+        why = "" if world else f" (gold=rm_world builds its RM on the world; data={get(cfg, 'data.source')} has no formula)"
+        raise ConfigError("gold.path", "???" if missing else path,
+                          f"set with gold=rm: {RM_FOLDER}" + (why or "; or gold=rm_world to build one on the world"))
+
+
 def check_kl(kl: DictConfig) -> None:
     name = choice(kl, "kl", "name", KL_CONTROLLERS)
     need_all(kl, "kl", {"beta": non_negative})
@@ -289,6 +308,8 @@ def validate(cfg: DictConfig) -> None:
     for group in ("pretrain", "sft"):
         if isinstance(cfg.get(group), DictConfig):
             check_upstream(cfg[group], group)
+    if isinstance(cfg.get("gold"), DictConfig):
+        check_gold(cfg)
     check_external_data(cfg)
     algo = cfg.get("algo")
     name = str(algo.get("name")) if isinstance(algo, DictConfig) else None
@@ -300,15 +321,16 @@ def validate(cfg: DictConfig) -> None:
 
 def check_external_data(cfg: DictConfig) -> None:
     """Rules across groups for ``data=jsonl|hf``: a checkpoint policy is not fine-tuned on the world's reviews
-    (``sft.steps=0``), and there is no world gold to use as the reward."""
+    (``sft.steps=0``), and there is no world formula to use as the reward (a gold RM, ``gold=rm``, will do)."""
     source = get(cfg, "data.source")
     if source in (None, "world"):
         return
     if get(cfg, "policy.name_or_path") and (get(cfg, "sft.steps") or 0) > 0 and get(cfg, "algo.name") != "sft":
         raise ConfigError("sft.steps", get(cfg, "sft.steps"), f"0 with policy.name_or_path and data={source} (the "
                           "checkpoint is the policy; the SFT stage would fine-tune it on the world's reviews)")
-    if get(cfg, "algo.name") in PPO_FAMILY and get(cfg, "algo.reward") == "gold":
-        raise ConfigError("algo.reward", "gold", f"rm with data={source} (external data has no gold reward)")
+    if get(cfg, "algo.name") in PPO_FAMILY and get(cfg, "algo.reward") == "gold" and get(cfg, "gold.source") != "rm":
+        raise ConfigError("algo.reward", "gold", f"rm with data={source} (external data has no formula: its gold "
+                          "reward is a gold RM, gold=rm gold.path=<folder>)")
 
 
 def exit_on_bad_config(cfg: DictConfig) -> None:

@@ -1,5 +1,5 @@
 """Structured-config schemas: dataclasses registered in Hydra's ConfigStore, so Hydra checks the types of
-the ``world``, ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when it
+the ``world``, ``gold``, ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when it
 composes the config (``algo.lr=abc`` fails before anything runs).
 
 The values and their comments live in the YAML files under ``conf/``; these classes only type them
@@ -49,6 +49,24 @@ class WorldConfig:
     splits: SplitsConfig = field(default_factory=SplitsConfig)
     ood_products: List[str] = MISSING
     gold: GoldConfig = field(default_factory=GoldConfig)
+
+
+@dataclass
+class GoldBuildConfig:
+    """``gold.build``: the gold RM trained on the world when ``gold.path`` is null (``gold=rm_world``)."""
+
+    labeler: str = MISSING  # a preset of conf/labeler/
+    reward_model: Any = MISSING  # set over the job's reward_model group
+    data: Any = MISSING  # set over the job's data group
+
+
+@dataclass
+class GoldSourceConfig:
+    """The ``gold`` group: the gold reward every run is measured against (the world's formula or a frozen RM)."""
+
+    source: str = MISSING
+    path: Optional[str] = MISSING
+    build: Optional[GoldBuildConfig] = MISSING
 
 
 @dataclass
@@ -266,6 +284,7 @@ class HfDataConfig:
 
 SCHEMAS = {
     ("world", "world_schema"): WorldConfig,
+    ("gold", "gold_schema"): GoldSourceConfig,
     ("algo", "job_schema"): JobConfig,
     ("algo", "ppo_schema"): PPOConfig,
     ("algo", "dpo_schema"): DPOConfig,

@@ -11,7 +11,8 @@ per-prompt means and `<prefix>gold_reward_se` its standard error clustered by pr
 per-prompt means / √#prompts, :func:`rlhf_lab.metrics.cluster_mean_se`); the same for the proxy reward.
 ``halves=True`` adds the two fixed halves of the prompts (:func:`rlhf_lab.metrics.half_a`) as
 `<prefix>gold_reward_a|_b` with their `_se`, for the split-half drop from the peak
-(:func:`rlhf_lab.analysis.stats.drop_from_peak`). ``seed`` samples with a fixed torch seed inside a forked
+(:func:`rlhf_lab.analysis.stats.drop_from_peak`). With a gold reward model (``gold=rm``) the gold is its score and
+the world's formula is measured on the same samples as `<prefix>formula_gold_reward` (SE and halves likewise). ``seed`` samples with a fixed torch seed inside a forked
 RNG: every evaluation of a run (and of every run) draws the same random numbers, and the training's RNG
 stream does not depend on when or how often it evaluates.
 """
@@ -19,6 +20,7 @@ stream does not depend on when or how often it evaluates.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -46,6 +48,19 @@ def as_gold_scorer(gold: GoldWeights | Scorer | None) -> Scorer | None:
     return GoldScorer(gold) if isinstance(gold, GoldWeights) else gold
 
 
+@dataclass(frozen=True)
+class Gold:
+    """The gold reward of a run (config group ``gold``; :func:`rlhf_lab.stages.gold.load_gold`).
+
+    ``scorer``: the configured gold, behind every ``*/gold_reward*`` metric and the labels (the world's formula, a
+    gold reward model, or None: no gold). ``formula``: the world's formula logged beside a gold RM under the
+    ``formula_gold_reward`` names (None when the gold is the formula itself, or the data has no formula)."""
+
+    scorer: Scorer | None
+    formula: Scorer | None = None
+    source: str = "formula"
+
+
 @contextlib.contextmanager
 def seeded_sampling(seed: int | None):
     """Sample under torch seed `seed` and restore the global RNG state afterwards (no-op for None)."""
@@ -61,19 +76,21 @@ def seeded_sampling(seed: int | None):
 @torch.no_grad()
 def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeights | Scorer | None, reference=None,
                     scorer: Scorer | None = None, batch_size: int = 64, n_rows: int = 16, samples_per_prompt: int = 1,
-                    prefix: str = "eval/", halves: bool = False, seed: int | None = None, details: bool = True):
+                    prefix: str = "eval/", halves: bool = False, seed: int | None = None, details: bool = True,
+                    formula_gold: Scorer | None = None):
     """Sample `samples_per_prompt` responses per prompt; return ({metric: value}, rows of a samples table).
 
     ``details=False`` skips the policy and reference forward passes (entropy, KL) and the text statistics:
     only the rewards and their SEs, for a cheap extra slice. ``gold``: the world's gold weights or a gold
-    scorer; None logs no gold metric (external data)."""
+    scorer (a gold RM); None logs no gold metric (external data). ``formula_gold``: the world's formula beside a
+    gold RM, logged as `<prefix>formula_gold_reward` (with its SE and halves) on the same samples."""
     gold_fn = as_gold_scorer(gold)
     k = int(samples_per_prompt)
     if k < 1:
         raise ValueError(f"eval.samples_per_prompt must be >= 1, got {k}")
     flat = [p for p in prompts for _ in range(k)]
     groups = [i for i in range(len(prompts)) for _ in range(k)]
-    golds, proxy, kls, ents, lengths, texts, ended_all = [], [], [], [], [], [], []
+    golds, formula, proxy, kls, ents, lengths, texts, ended_all = [], [], [], [], [], [], [], []
     with seeded_sampling(seed):
         for i in range(0, len(flat), batch_size):
             chunk = flat[i : i + batch_size]
@@ -92,20 +109,24 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeight
                 proxy += scorer(chunk, ro.responses, ro.ended).tolist()
             if gold_fn is not None:
                 golds += [float(x) for x in gold_fn(chunk, ro.responses, ro.ended)]
+            if formula_gold is not None:
+                formula += [float(x) for x in formula_gold(chunk, ro.responses, ro.ended)]
             lengths += ro.lengths.tolist()
             texts += ro.responses
             ended_all += ro.ended
     mean = lambda xs: float(sum(xs) / len(xs)) if xs else float("nan")  # noqa: E731
     metrics: dict[str, float] = {}
-    rewards = {**({"gold_reward": golds} if golds else {}), **({"proxy_reward": proxy} if proxy else {})}
+    gold_measures = {name: vals for name, vals in (("gold_reward", golds), ("formula_gold_reward", formula)) if vals}
+    rewards = {**gold_measures, **({"proxy_reward": proxy} if proxy else {})}
     for name, vals in rewards.items():
         metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
-    if halves and golds:
+    if halves and gold_measures:
         in_a = half_a(prompts)
         for half, want in (("a", True), ("b", False)):
             sel = [j for j, g in enumerate(groups) if in_a[g] == want]
-            m, se = cluster_mean_se([golds[j] for j in sel], [groups[j] for j in sel])
-            metrics[f"{prefix}gold_reward_{half}"], metrics[f"{prefix}gold_reward_{half}_se"] = m, se
+            for name, vals in gold_measures.items():
+                m, se = cluster_mean_se([vals[j] for j in sel], [groups[j] for j in sel])
+                metrics[f"{prefix}{name}_{half}"], metrics[f"{prefix}{name}_{half}_se"] = m, se
     if not details:
         return metrics, []
     if kls:
@@ -122,6 +143,8 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeight
         row = {"prompt": flat[j], "response": texts[j], "ended": ended_all[j], "fillers": count_fillers(texts[j])}
         if golds:
             row["gold"] = round(golds[j], 4)
+        if formula:
+            row["formula_gold"] = round(formula[j], 4)
         if proxy:
             row["proxy"] = round(proxy[j], 4)
         rows.append(row)

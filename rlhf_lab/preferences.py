@@ -5,15 +5,19 @@ Two sources, chosen by the `data` config group:
 - ``data=world`` (default): prompts from the world, two responses per prompt sampled from the SFT
   policy (optionally a fraction of pairs from another policy checkpoint, ``data.on_policy_path`` and
   ``data.on_policy_fraction``), labelled by the configured labeler. Each pair also records both
-  responses' gold rewards, so held-out accuracy can be measured against the labeler *and* against gold.
+  responses' gold rewards, so held-out accuracy can be measured against the labeler *and* against gold. The
+  gold is the world's formula, or a frozen gold reward model (``gold=rm``: the labeler's biases on top of its
+  score, :func:`label_pairs`).
   The pairs are a cached artifact, built by the stage ``prefs`` (:mod:`rlhf_lab.stages.prefs`).
 - ``data=jsonl`` / ``data=hf``: a JSON-lines file, or a ``save_to_disk`` folder, parquet file or hub dataset,
   in TRL's standard (strings) or conversational (chat messages, rendered with the chat template) format,
-  columns mapped by ``data.columns`` (:mod:`rlhf_lab.external_data`). Gold metrics are absent there. Every
-  row is checked (:func:`load_examples`): one bad row (not UTF-8, invalid JSON, a field missing, null, of
-  the wrong type or empty, chosen == rejected) fails the job before anything trains, with the place of each
-  bad row (``file:line`` or ``name[split] row i``). :func:`external_prompts` reads the prompts only (a
-  prompt-only dataset will do) for PPO, GRPO and RLOO.
+  columns mapped by ``data.columns`` (:mod:`rlhf_lab.external_data`). Gold metrics are absent there unless
+  the gold is a reward model (``gold=rm``). Every row is checked (:func:`load_examples`): one bad row (not
+  UTF-8, invalid JSON, a field missing, null, of the wrong type or empty, chosen == rejected) fails the job
+  before anything trains, with the place of each bad row (``file:line`` or ``name[split] row i``).
+  :func:`external_prompts` reads the prompts only (a prompt-only dataset will do) for PPO, GRPO and RLOO. With a
+  gold RM (``gold=rm``) the labeler labels the pairs again on its scores (:func:`relabel_pairs`), and they
+  carry gold.
 """
 
 from __future__ import annotations
@@ -64,24 +68,53 @@ def load_pairs(path: Path) -> list[PreferencePair]:
 
 
 def label_pairs(cfg: DictConfig, prompts: list[str], a: list[str], b: list[str], ended_a: list[bool],
-                ended_b: list[bool], rng: random.Random, source: str) -> list[PreferencePair]:
-    """Label (a, b) with the configured labeler; ties in text are dropped (they carry no preference)."""
-    lab, w = D.labeler(cfg), D.gold_weights(cfg)
-    from rlhf_lab.world import gold_reward
+                ended_b: list[bool], rng: random.Random, source: str, gold=None) -> list[PreferencePair]:
+    """Label (a, b) with the configured labeler; ties in text are dropped (they carry no preference).
 
+    `gold`: the gold reward the labeler's utility starts from, a scorer ``(prompts, responses, ended) -> scores``
+    (a gold reward model, ``gold=rm``); None is the world's formula (``world.gold`` weights). Each pair records both
+    responses' gold rewards; the labeler's biases are added on top (:meth:`rlhf_lab.world.Labeler.utility_from_gold`)."""
+    lab = D.labeler(cfg)
+    keep = [i for i, (ya, yb, ea, eb) in enumerate(zip(a, b, ended_a, ended_b)) if not (ya == yb and ea == eb)]
+    ga, gb = gold_scores(cfg, gold, [prompts[i] for i in keep], [a[i] for i in keep], [ended_a[i] for i in keep],
+                         [b[i] for i in keep], [ended_b[i] for i in keep])
     out = []
-    for p, ya, yb, ea, eb in zip(prompts, a, b, ended_a, ended_b):
-        if ya == yb and ea == eb:
-            continue
-        first = lab.prefers_first(rng, p, ya, yb, ea, eb, w)
-        (c, ec), (r, er) = ((ya, ea), (yb, eb)) if first else ((yb, eb), (ya, ea))
-        out.append(PreferencePair(p, c, r, ec, er, gold_reward(p, c, ec, w), gold_reward(p, r, er, w), source))
+    for j, i in enumerate(keep):
+        p, ya, yb, ea, eb = prompts[i], a[i], b[i], ended_a[i], ended_b[i]
+        first = lab.prefers_first_given(rng, ga[j], gb[j], ya, yb)
+        (c, ec, gc), (r, er, gr) = ((ya, ea, ga[j]), (yb, eb, gb[j])) if first else ((yb, eb, gb[j]), (ya, ea, ga[j]))
+        out.append(PreferencePair(p, c, r, ec, er, gc, gr, source))
     return out
+
+
+def gold_scores(cfg: DictConfig, gold, prompts: list[str], a: list[str], ended_a: list[bool], b: list[str],
+                ended_b: list[bool]) -> tuple[list[float], list[float]]:
+    """The gold rewards of the responses a and b (one scorer call for both): the formula's exact values when
+    `gold` is None, else the scorer's."""
+    if gold is None:
+        from rlhf_lab.world import gold_reward
+
+        w = D.gold_weights(cfg)
+        return ([gold_reward(p, y, e, w) for p, y, e in zip(prompts, a, ended_a)],
+                [gold_reward(p, y, e, w) for p, y, e in zip(prompts, b, ended_b)])
+    if not prompts:
+        return [], []
+    s = [float(x) for x in gold(prompts + prompts, list(a) + list(b), list(ended_a) + list(ended_b))]
+    return s[: len(prompts)], s[len(prompts):]
+
+
+def relabel_pairs(cfg: DictConfig, pairs: list[PreferencePair], gold, rng: random.Random) -> list[PreferencePair]:
+    """External pairs labelled again by the labeler on the gold RM's scores (``gold=rm`` with ``data=jsonl|hf``):
+    the dataset's own chosen/rejected order is replaced, as the gold RM labels the data in Gao et al. 2022."""
+    ones = [True] * len(pairs)
+    return label_pairs(cfg, [p.prompt for p in pairs], [p.chosen for p in pairs], [p.rejected for p in pairs], ones,
+                       ones, rng, "external", gold)
 
 
 @torch.no_grad()
 def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, source: str,
-                 batch_size: int = 256) -> list[PreferencePair]:
+                 batch_size: int = 256, gold=None) -> list[PreferencePair]:
+    """Two responses per prompt from the policy checkpoint, labelled by :func:`label_pairs` (`gold`: see there)."""
     from rlhf_lab.models.families import load_causal_lm, load_options, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
@@ -95,7 +128,7 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
         chunk = prompts[i : i + batch_size]
         ra = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
         rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
-        pairs += label_pairs(cfg, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source)
+        pairs += label_pairs(cfg, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source, gold)
     return pairs
 
 

@@ -186,7 +186,7 @@ class StepTimer:
 class PPOModule(L.LightningModule):
     def __init__(self, policy, reference, critic, tokenizer, scorer: Scorer, prompt_fn: Callable[[int], list[str]],
                  algo: DictConfig, kl: DictConfig, gen: DictConfig, gold: GoldWeights | Scorer | None,
-                 checkpoint_dir=None):
+                 checkpoint_dir=None, formula_gold: Scorer | None = None):
         super().__init__()
         self.automatic_optimization = False
         self.policy = policy
@@ -200,6 +200,7 @@ class PPOModule(L.LightningModule):
         self.tok, self.prompt_fn = tokenizer, prompt_fn
         self.a, self.kl_cfg, self.gen = algo, kl, gen
         self.gold = as_gold_scorer(gold)  # None: no objective/gold (external data)
+        self.formula_gold = formula_gold  # the world's formula beside a gold RM: objective/formula_gold
         self.kl_ctl = make_kl_controller(kl)
         self.checkpoint_dir = checkpoint_dir
         self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
@@ -242,8 +243,9 @@ class PPOModule(L.LightningModule):
         return torch.utils.data.DataLoader(_Forever(), batch_size=None)
 
     def on_train_start(self):
-        if hasattr(self.scorer, "to"):  # the RM is not a submodule: follow the policy's device
-            self.scorer.to(self.device)
+        for rm in (self.scorer, self.gold):  # the RMs (proxy, gold) are not submodules: follow the policy's device
+            if hasattr(rm, "to"):
+                rm.to(self.device)
         r = distributed.rank()
         if r > 0:  # its own sampling stream (rank 0 keeps the single-process one)
             torch.manual_seed(torch.initial_seed() + 1_000_003 * r)
@@ -455,6 +457,8 @@ class PPOModule(L.LightningModule):
         }
         if self.gold is not None:
             stats["objective/gold"] = float(self.gold(ro.prompts, texts, ro.ended).float().mean())
+        if self.formula_gold is not None:
+            stats["objective/formula_gold"] = float(self.formula_gold(ro.prompts, texts, ro.ended).float().mean())
         if self._k > 1:  # the groups of samples per prompt (GRPO, RLOO)
             stats.update(group_stats(shaped, self._k))
         if self.critic is not None:

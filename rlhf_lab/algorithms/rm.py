@@ -80,16 +80,23 @@ class RewardModelModule(L.LightningModule):
 
 
 def pair_margins(cfg: DictConfig, pairs) -> list[float]:
-    """Margin per pair: the labeler's utility gap u(chosen) − u(rejected), clipped to [0, 1]."""
-    if cfg.data.source != "world":
+    """Margin per pair: the labeler's utility gap u(chosen) − u(rejected), clipped to [0, 1], with u the gold the
+    pair records (the formula, or a gold RM's score) plus the labeler's biases; pairs without recorded gold use
+    the world's formula."""
+    recorded = all(p.gold_chosen is not None and p.gold_rejected is not None for p in pairs)
+    if cfg.data.source != "world" and not recorded:
         raise ValueError("reward_model.margin=true needs the annotator's strength of preference, which only "
-                         "data=world has; set reward_model.margin=false for external preference data")
+                         "data=world (or a gold RM, gold=rm) has; set reward_model.margin=false for external "
+                         "preference data")
     from rlhf_lab import data as D
+    from rlhf_lab.world import gold_reward
 
     lab, w = D.labeler(cfg), D.gold_weights(cfg)
     out = []
     for p in pairs:
-        gap = lab.utility(p.prompt, p.chosen, p.chosen_ended, w) - lab.utility(p.prompt, p.rejected, p.rejected_ended, w)
+        gc = p.gold_chosen if recorded else gold_reward(p.prompt, p.chosen, p.chosen_ended, w)
+        gr = p.gold_rejected if recorded else gold_reward(p.prompt, p.rejected, p.rejected_ended, w)
+        gap = lab.utility_from_gold(gc, p.chosen) - lab.utility_from_gold(gr, p.rejected)
         out.append(min(1.0, max(0.0, gap)))
     return out
 

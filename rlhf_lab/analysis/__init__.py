@@ -16,6 +16,8 @@
 - :mod:`~rlhf_lab.analysis.registry`: the claims of docs/claims.md as data (studies, effects, margins);
 - :mod:`~rlhf_lab.analysis.claims`: ``reports/claims.md``, a verdict on each claim from its effects' 95%
   intervals;
+- :mod:`~rlhf_lab.analysis.gold_validation`: ``reports/gold_rm_validation/README.md``, gold-RM mode against the
+  world's formula (rank agreement, hacking curves, C1 and C4 judged with each gold);
 - :mod:`~rlhf_lab.analysis.cli`: the ``rlhf-lab-report`` command.
 
 Only FINISHED runs enter figures and verdicts; nothing is ever filled in for a study without runs. The

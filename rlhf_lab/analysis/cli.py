@@ -2,6 +2,7 @@
 
     rlhf-lab-report ppo_beta_grid        # -> reports/ppo_beta_grid/README.md + PNG plots
     rlhf-lab-report --claims             # -> reports/claims.md (a verdict on every claim of docs/claims.md)
+    rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import logging
 import sys
 
 from rlhf_lab.analysis.claims import write_claims_report
+from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
+from rlhf_lab.analysis.gold_validation import write_gold_validation_report
 from rlhf_lab.analysis.runs import STUDIES
 from rlhf_lab.analysis.study import write_study_report
 
@@ -29,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if a.study:
-        path = write_study_report(a.study, a.out, a.uri)
+        if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/gold_validation.py)
+            path = write_gold_validation_report(a.out, a.uri)
+        else:
+            path = write_study_report(a.study, a.out, a.uri)
         text = path.read_text()
         print(f"wrote {path}")
         cmds = text.split("```bash\n", 1)[1].split("```", 1)[0].strip() if "```bash\n" in text else ""

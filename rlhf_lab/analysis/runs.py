@@ -25,7 +25,7 @@ STUDY_TAG = "rlhf_lab.study"
 POLICY_STAGES = ("ppo", "grpo", "rloo", "dpo")  # policy runs a study report reads
 HISTORY_KEYS = ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/entropy", "eval/distinct_2",
                 "eval/length", "eval/filler_rate")
-STUDIES = ("ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds")
+STUDIES = ("ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "gold_rm_validation", "seeds")
 
 
 @dataclass

@@ -2,7 +2,8 @@
 n = 1, 2, 4, …, ``algo.n_max`` in one job (no training).
 
 For each evaluation prompt (``rlhf_lab.data.eval_prompts``) N = ``algo.n_max`` responses are sampled from
-the SFT policy (``generation.*``) and scored by the RM (the proxy) and by the world's gold reward. For each n,
+the SFT policy (``generation.*``) and scored by the RM (the proxy) and by the gold reward (the world's formula, or
+a gold RM with ``gold=rm``: then the formula is ``bon/formula_gold_reward`` beside it). For each n,
 the gold and proxy reward of the response best-of-n picks by proxy are estimated without bias from those N
 samples (:func:`rlhf_lab.algorithms.rl_math.best_of_n_expectation`: the average over all n-subsets, not one
 draw), and the KL to the SFT policy is the analytic bound log n − (n − 1)/n. One MLflow run, with n as the
@@ -24,6 +25,7 @@ from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import sample
 from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import ensure, stage_seed, upstream_run
 from rlhf_lab.world import gold_reward
@@ -49,20 +51,29 @@ def spec(cfg: DictConfig) -> dict:
 
 
 @torch.no_grad()
-def sample_and_score(policy, tok, prompts: list[str], N: int, gen: DictConfig, scorer, gold_w, batch_size: int):
-    """(proxy [P, N], gold [P, N], length [P, N]): N samples per prompt, in batches of ``batch_size``."""
+def sample_and_score(policy, tok, prompts: list[str], N: int, gen: DictConfig, scorer, gold_w, batch_size: int,
+                     gold=None, formula_gold=None):
+    """(proxy [P, N], gold [P, N], length [P, N], formula [P, N] or None): N samples per prompt, in batches of
+    ``batch_size``. The gold is the formula with weights `gold_w`, or the scorer `gold` (a gold RM) with the formula
+    `formula_gold` beside it."""
     flat = [p for p in prompts for _ in range(N)]
-    proxy, gold, length = [], [], []
+    proxy, golds, formula, length = [], [], [], []
     for i in range(0, len(flat), batch_size):
         chunk = flat[i : i + batch_size]
         ro = sample(policy, tok, chunk, int(gen.max_new_tokens), gen.temperature, gen.top_k, gen.top_p,
                     gen.get("max_prompt_len"))
         proxy += scorer(chunk, ro.responses, ro.ended).float().reshape(-1).tolist()
-        gold += [gold_reward(p, r, e, gold_w) for p, r, e in zip(chunk, ro.responses, ro.ended)]
+        if gold is None:
+            golds += [gold_reward(p, r, e, gold_w) for p, r, e in zip(chunk, ro.responses, ro.ended)]
+        else:
+            golds += [float(x) for x in gold(chunk, ro.responses, ro.ended)]
+        if formula_gold is not None:
+            formula += [float(x) for x in formula_gold(chunk, ro.responses, ro.ended)]
         length += ro.lengths.tolist()
     shape = (len(prompts), N)
-    return (torch.tensor(proxy).reshape(shape), torch.tensor(gold).reshape(shape),
-            torch.tensor(length, dtype=torch.float64).reshape(shape))
+    return (torch.tensor(proxy).reshape(shape), torch.tensor(golds).reshape(shape),
+            torch.tensor(length, dtype=torch.float64).reshape(shape),
+            torch.tensor(formula).reshape(shape) if formula_gold is not None else None)
 
 
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
@@ -71,23 +82,30 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     tok = F.load_tokenizer(spec["sft"], "policy.name_or_path")
     policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path", **F.load_options(cfg.policy)).eval()
     scorer = rm_stage.load_scorer(cfg, spec["rm"])
+    gold_rm = G.load_gold(cfg)  # the formula, or a gold RM with the formula beside it
     prompts = D.eval_prompts(cfg)
     params = {"stage": "bon", "algo": to_plain(a), "generation": to_plain(cfg.generation),
               "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": spec["seed"],
-              "sft": spec["sft"], "n_prompts": len(prompts)}
+              "sft": spec["sft"], "n_prompts": len(prompts),
+              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
     if cfg.get("reward_model") is not None:
         params["reward_model"] = to_plain(cfg.reward_model)
     tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"]), "rlhf_lab.upstream.rm": upstream_run(cfg, spec["rm"])}
+    if gold_rm.source == "rm":
+        tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     with tracking.start_run(cfg, "bon", params=params, tags=tags) as run:
         t0 = time.time()
-        proxy, gold, length = sample_and_score(policy, tok, prompts, spec["n_max"], cfg.generation, scorer,
-                                               D.gold_weights(cfg), int(a.batch_size))
+        proxy, gold, length, formula = sample_and_score(
+            policy, tok, prompts, spec["n_max"], cfg.generation, scorer, D.gold_weights(cfg), int(a.batch_size),
+            gold=gold_rm.scorer if gold_rm.source == "rm" else None, formula_gold=gold_rm.formula)
         curve = {}
         for n in n_grid(spec["n_max"]):
             m = {"bon/gold_reward": best_of_n_expectation(proxy, gold, n).mean().item(),
                  "bon/proxy_reward": best_of_n_expectation(proxy, proxy, n).mean().item(),
                  "bon/kl": best_of_n_kl(n),
                  "bon/length": best_of_n_expectation(proxy, length, n).mean().item()}
+            if formula is not None:
+                m["bon/formula_gold_reward"] = best_of_n_expectation(proxy, formula, n).mean().item()
             tracking.log_metrics(m, step=n)
             curve[n] = m
         train_s = time.time() - t0

@@ -205,12 +205,14 @@ def strategy(t: DictConfig):
 
 
 OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_ood_se",
+             "formula_gold_reward": "formula_gold_reward_ood", "formula_gold_reward_se": "formula_gold_reward_ood_se",
              "proxy_reward": "proxy_reward_ood", "proxy_reward_se": "proxy_reward_ood_se"}
 
 
 def world_gold(cfg: DictConfig):
-    """The gold reward of evaluations and ``algo.reward=gold``: the world's formula
-    (:class:`rlhf_lab.evaluation.GoldScorer`) with ``data=world``; None with external data (no gold metric)."""
+    """The world's formula as a scorer (:class:`rlhf_lab.evaluation.GoldScorer`) with ``data=world``; None with
+    external data. The job's gold (the formula or a gold RM, config group ``gold``) is
+    :func:`rlhf_lab.stages.gold.load_gold`."""
     from rlhf_lab.evaluation import GoldScorer
 
     return GoldScorer(D.gold_weights(cfg)) if cfg.data.source == "world" else None
@@ -231,18 +233,23 @@ def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
     return held[:n] if split == "eval" else held[-n:]
 
 
-def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval"):
+def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None):
     """Metrics and a samples table of `policy` on fixed evaluation prompts.
+
+    `gold` (:class:`rlhf_lab.evaluation.Gold`): the job's gold, :func:`rlhf_lab.stages.gold.load_gold` (with a gold
+    RM also the ``formula_gold_reward`` metrics); None is the world's formula (the upstream pretrain and SFT runs,
+    whose models every gold shares).
 
     ``eval`` (every evaluation during training): ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with
     the SEs and the halves A/B. ``test`` (the start and the end of a policy job only): ``test/*`` on
     ``eval.n_test_prompts`` test-split prompts, plus the OOD slice (``eval/gold_reward_ood``, ``_se``, and
     the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 (rewards only, no forward passes).
     Each prompt list samples with its own fixed seed (common random numbers across evaluations and runs)."""
-    from rlhf_lab.evaluation import evaluate_policy
+    from rlhf_lab.evaluation import Gold, evaluate_policy
 
     e = cfg.eval
-    kw = dict(gen=cfg.generation, gold=world_gold(cfg), scorer=scorer, batch_size=int(e.batch_size),
+    g = gold if gold is not None else Gold(world_gold(cfg))
+    kw = dict(gen=cfg.generation, gold=g.scorer, formula_gold=g.formula, scorer=scorer, batch_size=int(e.batch_size),
               samples_per_prompt=int(e.samples_per_prompt))
     seed = lambda s: D.stream_seed(cfg.world.seed, f"{s}/sampling")  # noqa: E731
     if split == "eval":
@@ -271,8 +278,9 @@ def model_size(model, *also_trained) -> dict[str, float]:
 
 
 def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: DictConfig, steps: int,
-           out_dir: Path, params: dict, upstream: dict[str, str] | None = None) -> dict:
-    """Train a causal LM with next-token cross-entropy (pretrain and sft) as one MLflow run; save it."""
+           out_dir: Path, params: dict, upstream: dict[str, str] | None = None, gold=None) -> dict:
+    """Train a causal LM with next-token cross-entropy (pretrain and sft) as one MLflow run; save it. `gold`: the
+    job's gold for its evaluations (:func:`evaluate`; None: the formula, as for an upstream stage)."""
     import time
 
     import lightning as L
@@ -290,8 +298,9 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         module = CausalLMModule(model, lr=sc.lr, weight_decay=sc.weight_decay,
                                 warmup_steps=sc.warmup_steps, max_steps=steps)
         is_job = job_stage(cfg) == stage
-        ev = PeriodicEval(lambda: evaluate(cfg, model, tok), every_n_steps=cfg.eval.every_n_steps if is_job else 0,
-                          at_start=is_job, test=(lambda: evaluate(cfg, model, tok, split="test")) if is_job else None)
+        ev = PeriodicEval(lambda: evaluate(cfg, model, tok, gold=gold),
+                          every_n_steps=cfg.eval.every_n_steps if is_job else 0, at_start=is_job,
+                          test=(lambda: evaluate(cfg, model, tok, split="test", gold=gold)) if is_job else None)
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev]),
                             logger=tracking.lightning_logger(cfg))
         size = model_size(model)

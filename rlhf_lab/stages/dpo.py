@@ -6,7 +6,8 @@ Wiring only; the algorithm is :class:`rlhf_lab.algorithms.dpo.DPOModule`. The re
 LoRA adapters disabled, ``algo.lora.r > 0``; no second copy of the weights), ``precomputed`` (reference
 log-probs computed once before training; no reference model in memory while training; at evaluation
 points the reference is loaded from disk for ``eval/kl`` only). ``algo.online``: every
-``algo.online_every`` steps, pairs are sampled from the current policy and labelled by the world's labeler.
+``algo.online_every`` steps, pairs are sampled from the current policy and labelled by the world's labeler (on
+the gold RM's score with ``gold=rm``, :mod:`rlhf_lab.stages.gold`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
 from rlhf_lab.preferences import label_pairs, validate_pairs
 from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
@@ -67,13 +69,17 @@ def spec(cfg: DictConfig) -> dict:
     data = to_plain(cfg.data)
     if cfg.data.source == "world":  # what determines the pairs besides the SFT model (stages.prefs.spec)
         data = {**data, "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
-    return {"sft": str(ensure("sft", cfg)), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
-            "generation": to_plain(cfg.generation), "seed": stage_seed(cfg, "dpo", "algo"),
-            "steps": job_steps(cfg, "dpo", cfg.algo.steps)}
+    out = {"sft": str(ensure("sft", cfg)), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
+           "generation": to_plain(cfg.generation), "seed": stage_seed(cfg, "dpo", "algo"),
+           "steps": job_steps(cfg, "dpo", cfg.algo.steps)}
+    if G.is_rm(cfg):  # the gold RM labels the pairs (and the online ones); nothing added for the formula
+        out["gold_rm"] = G.identity(cfg)
+    return out
 
 
-def online_refresh(cfg, module_ref, tok, max_len: int, seed: int) -> Callable[[], list[dict]]:
-    """Sample two responses per prompt from the current policy, label them, attach reference log-probs."""
+def online_refresh(cfg, module_ref, tok, max_len: int, seed: int, gold=None) -> Callable[[], list[dict]]:
+    """Sample two responses per prompt from the current policy, label them (the labeler on `gold`, a gold-RM
+    scorer; None: the formula), attach reference log-probs."""
     n = cfg.algo.online_prompts
     stream = D.prompts(cfg, "dpo_online", n * 50, split="train")
     rng = random.Random(seed)
@@ -88,7 +94,7 @@ def online_refresh(cfg, module_ref, tok, max_len: int, seed: int) -> Callable[[]
         policy = module.model
         a = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
         b = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
-        pairs = label_pairs(cfg, prompts, a.responses, b.responses, a.ended, b.ended, rng, "online")
+        pairs = label_pairs(cfg, prompts, a.responses, b.responses, a.ended, b.ended, rng, "online", gold)
         ex = encode_dpo_pairs(tok, pairs, max_len)
         for e, p in zip(ex, pairs):
             e["gold_agrees"] = p.gold_agrees
@@ -116,6 +122,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         scorer = rm_stage.load_scorer(cfg, rm_path)
         tags["rlhf_lab.upstream.rm"] = upstream_run(cfg, rm_path)
 
+    gold = G.load_gold(cfg)  # eval/gold_reward (and the labels of online pairs)
+    if gold.source == "rm":
+        tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     sft_path = spec["sft"]
     train_pairs, eval_pairs = prefs.load(cfg)
     validate_pairs(train_pairs, "data")
@@ -149,7 +158,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     holder: dict = {}
     online = None
     if ac.online:
-        online = (online_refresh(cfg, lambda: holder["module"], tok, max_len, seed), ac.online_every)
+        online = (online_refresh(cfg, lambda: holder["module"], tok, max_len, seed,
+                                 gold.scorer if gold.source == "rm" else None), ac.online_every)
     module = DPOModule(policy, reference, beta=ac.beta, loss_type=str(ac.loss_type),
                        label_smoothing=ac.label_smoothing, lr=ac.lr, weight_decay=ac.weight_decay,
                        warmup_steps=ac.warmup_steps, max_steps=steps, online=online, pad_id=tok.pad_token_id,
@@ -162,13 +172,14 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         return module.reference if module.reference is not None else load_ref()  # precomputed: load for eval only
 
     def evaluate_dpo():
-        m, rows = evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer)
+        m, rows = evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer, gold=gold)
         m.update(pair_metrics(module.model, eval_ex, tok.pad_token_id, ac.beta))
         return m, rows
 
     params = {"stage": "dpo", "algo": to_plain(ac), "data": spec["data"] if cfg.data.source != "world" else to_plain(cfg.data),
               "labeler": to_plain(cfg.labeler), "world": to_plain(cfg.world), "seed": seed, "steps": steps,
-              "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex)}
+              "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex),
+              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
     tags["rlhf_lab.upstream.sft"] = upstream_run(cfg, sft_path)
     with tracking.start_run(cfg, "dpo", params=params, tags=tags) as run:
         g = torch.Generator().manual_seed(seed)
@@ -176,7 +187,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                                     drop_last=len(train_ex) >= ac.batch_size, key="algo.batch_size")
         ev = PeriodicEval(evaluate_dpo, every_n_steps=cfg.eval.every_n_steps, at_start=True,
                           test=lambda: evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer,
-                                                split="test"))
+                                                split="test", gold=gold))
         kw = trainer_kwargs(cfg, out_dir, steps, "dpo", callbacks=[ev])
         if ac.get("max_grad_norm") is not None:
             kw["gradient_clip_val"] = ac.max_grad_norm

@@ -49,9 +49,9 @@ from rlhf_lab.stages.common import (
     gold_summary,
     trainer_kwargs,
     upstream_run,
-    world_gold,
 )
 from rlhf_lab.evaluation import GoldScorer  # noqa: F401  (algo.reward=gold; re-exported for callers)
+from rlhf_lab.stages import gold as G
 from rlhf_lab.preferences import external_prompts
 
 WHAT = "PPO policy"
@@ -195,15 +195,16 @@ def model_bytes(*objs) -> int:
 # rewards: the frozen RM or the world's gold reward
 
 
-def load_reward(cfg: DictConfig):
-    """(scorer, upstream RM run id or None) for ``algo.reward``."""
+def load_reward(cfg: DictConfig, gold=None):
+    """(scorer, upstream RM run id or None) for ``algo.reward``; `gold` (:class:`rlhf_lab.evaluation.Gold`, default
+    :func:`rlhf_lab.stages.gold.load_gold`) is the reward of ``algo.reward=gold``: the formula or the gold RM."""
     kind = str(cfg.algo.reward)
     if kind == "gold":
-        gold = world_gold(cfg)
-        if gold is None:
+        gold = gold if gold is not None else G.load_gold(cfg)
+        if gold.scorer is None:
             raise ValueError("algo.reward=gold is the world's gold reward, which external data (data=jsonl|hf) "
-                             "does not have; use algo.reward=rm")
-        return gold, None
+                             "does not have; use algo.reward=rm, or a gold RM (gold=rm gold.path=<folder>)")
+        return gold.scorer, (upstream_run(cfg, G.rm_path(cfg)) if gold.source == "rm" else None)
     if kind != "rm":
         raise ValueError(f"algo.reward={kind!r}; choose rm (the trained reward model) or gold (oracle)")
     path = rm_stage.rm_path(cfg)
@@ -242,21 +243,21 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
     out_dir = Path(out_dir)
     sft_path, steps, seed = spec["sft"], spec["steps"], spec["seed"]
     check_reference(a)
-    scorer, rm_run = load_reward(cfg)
+    gold = G.load_gold(cfg)  # the formula, or a gold RM with the formula beside it
+    scorer, rm_run = load_reward(cfg, gold)
     L.seed_everything(seed, verbose=False)
     tok = F.load_tokenizer(sft_path, "policy.name_or_path")
     policy, reference, critic = build_models(a, sft_path, tok, scorer, resolved_reference=spec.get("reference"),
                                             options=F.load_options(cfg.policy))
     prompt_fn = prompt_stream(cfg, seed, a.batch_size // a.samples_per_prompt, distributed.rank(),
                               distributed.world_size())
-    gold = world_gold(cfg)
-    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation, gold,
-                       checkpoint_dir=out_dir)
+    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation, gold.scorer,
+                       checkpoint_dir=out_dir, formula_gold=gold.formula)
     size = model_size(policy, critic)
     mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or []))}
     params = {"stage": stage, "algo": to_plain(a), "kl": to_plain(cfg.kl), "generation": to_plain(cfg.generation),
               "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": seed, "steps": steps,
-              "sft": str(sft_path)}
+              "sft": str(sft_path), "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
     if spec.get("reference"):
         params["reference"] = spec["reference"]
     if cfg.get("reward_model") is not None:
@@ -264,21 +265,24 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
     tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, sft_path)}
     if rm_run:
         tags["rlhf_lab.upstream.rm"] = rm_run
+    if gold.source == "rm":
+        params["gold_rm"] = str(G.rm_path(cfg))
+        tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     if spec.get("reference"):
         tags["rlhf_lab.upstream.reference"] = upstream_run(cfg, spec["reference"])
     with tracking.start_run(cfg, stage, params=params, tags=tags) as run:
         eval_scorer = scorer if a.reward == "rm" else None
-        ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer),
+        ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, gold=gold),
                           every_n_steps=cfg.eval.every_n_steps, at_start=True,
                           step_fn=lambda trainer, m: m.ppo_step,
                           test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer,
-                                                split="test"))
+                                                split="test", gold=gold))
         hm = a.hacking_monitor
         monitor = RewardHackingMonitor(
             lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
             if "objective/gold" in m.last_stats else None,
             gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
-            enabled=hm.enabled and a.reward == "rm" and gold is not None)
+            enabled=hm.enabled and a.reward == "rm" and gold.scorer is not None)
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor],
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(cfg))
@@ -312,6 +316,11 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             summary["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
                                    f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
                                    "(held-out products)")
+        if "test/formula_gold_reward" in t1:
+            summary["formula"] = (f"{t0['test/formula_gold_reward']:.3f} -> {t1['test/formula_gold_reward']:.3f} "
+                                  "(test prompts; the world's formula beside the gold RM)")
+        if gold.source == "rm":
+            summary["gold is"] = G.describe(cfg)
         if "test/proxy_reward" in t1:
             summary["proxy"] = (f"{t0.get('test/proxy_reward', float('nan')):.3f} -> "
                                 f"{t1['test/proxy_reward']:.3f} (test prompts)")

@@ -3,21 +3,32 @@
 Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` held-out eval-split ones;
 :mod:`rlhf_lab.world.splits`), optionally a
 fraction of the training pairs from another policy checkpoint (``data.on_policy_path``,
-``data.on_policy_fraction``). Each pair records both responses' gold rewards. The pairs are one cached
+``data.on_policy_fraction``). Each pair records both responses' gold rewards: the formula's, or a gold RM's
+(``gold=rm``, :mod:`rlhf_lab.stages.gold`), on which the labeler then adds its biases. The pairs are one cached
 artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
 MLflow run. External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
 """
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from rlhf_lab import data as D
 from rlhf_lab import tracking
-from rlhf_lab.preferences import PreferencePair, load_external, load_pairs, sample_pairs, save_pairs, validate_pairs
+from rlhf_lab.preferences import (
+    PreferencePair,
+    load_external,
+    load_pairs,
+    relabel_pairs,
+    sample_pairs,
+    save_pairs,
+    validate_pairs,
+)
 from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import gold as G
 from rlhf_lab.stages.common import ensure, upstream_run
 
 WHAT = "preference pairs"
@@ -32,6 +43,8 @@ def spec(cfg: DictConfig) -> dict:
         "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
         "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),
     }
+    if G.is_rm(cfg):  # the gold RM labels the pairs (none added for the formula: earlier keys stay valid)
+        s["gold_rm"] = G.identity(cfg)
     frac = s["on_policy_fraction"]
     if not 0.0 <= frac <= 1.0:
         raise ValueError(f"data.on_policy_fraction={frac} must be in [0, 1]")
@@ -42,30 +55,61 @@ def spec(cfg: DictConfig) -> dict:
 
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     params = {"stage": "prefs", "data": to_plain(cfg.data), "labeler": to_plain(cfg.labeler),
-              "generation": to_plain(cfg.generation), "world": to_plain(cfg.world), "sft": spec["sft"]}
-    with tracking.start_run(cfg, "prefs", params=params, tags={"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"])}) as run:
+              "generation": to_plain(cfg.generation), "world": to_plain(cfg.world), "sft": spec["sft"],
+              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
+    tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"])}
+    gold = G.label_scorer(cfg)  # None: the formula
+    if gold is not None:
+        params["gold_rm"] = str(G.rm_path(cfg))
+        tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
+    with tracking.start_run(cfg, "prefs", params=params, tags=tags) as run:
         n_on = int(round(spec["n_train"] * spec["on_policy_fraction"]))
         train_prompts = D.prompts(cfg, "prefs", spec["n_train"], split="train")
         seed = spec["seed"]
-        train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft")
+        train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold)
         if n_on:
-            train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy")
+            train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy", gold=gold)
         held_prompts = D.prompts(cfg, "prefs_eval", spec["n_eval"], split="eval")
-        held = sample_pairs(cfg, spec["sft"], held_prompts, seed + 2, "sft")
+        held = sample_pairs(cfg, spec["sft"], held_prompts, seed + 2, "sft", gold=gold)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
         save_pairs(held, Path(out_dir) / "eval.jsonl")
         agree = [p.gold_agrees for p in train]
         stats = {"prefs/n_train": len(train), "prefs/n_eval": len(held),
                  "prefs/label_gold_agreement": sum(agree) / len(agree)}
+        if gold is not None:  # how often the gold RM orders a pair as the world's formula does
+            stats["prefs/gold_formula_agreement"] = gold_formula_agreement(cfg, train)
         tracking.log_metrics(stats, step=0)
         return {"run_id": run.info.run_id, "stage": "prefs", "n_train": len(train), "n_eval": len(held),
                 "label_gold_agreement": stats["prefs/label_gold_agreement"]}
 
 
+def gold_formula_agreement(cfg: DictConfig, pairs: list[PreferencePair]) -> float:
+    """Over the pairs whose two responses differ in the formula, the fraction whose recorded (gold RM) rewards
+    order them as the formula does (a tie of the gold RM counts ½)."""
+    from rlhf_lab.world import gold_reward
+
+    w = D.gold_weights(cfg)
+    wins = []
+    for p in pairs:
+        fc, fr = gold_reward(p.prompt, p.chosen, p.chosen_ended, w), gold_reward(p.prompt, p.rejected, p.rejected_ended, w)
+        if fc != fr:
+            d = (p.gold_chosen - p.gold_rejected) * (1.0 if fc > fr else -1.0)
+            wins.append(1.0 if d > 0 else 0.5 if d == 0 else 0.0)
+    return sum(wins) / len(wins) if wins else float("nan")
+
+
 def load(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """(train, eval) preference pairs for the configured `data` source; world pairs come from the cache."""
+    """(train, eval) preference pairs for the configured `data` source; world pairs come from the cache. External
+    pairs with a gold RM (``gold=rm``) are labelled again by the labeler on its scores (seeds ``data.seed`` and
+    ``data.seed + 2``, as the world's train and held-out pairs) and carry its gold rewards."""
     if cfg.data.source != "world":
-        return load_external(cfg)
+        train, held = load_external(cfg)
+        gold = G.label_scorer(cfg)
+        if gold is None:
+            return train, held
+        seed = int(cfg.data.get("seed", 0))
+        return (relabel_pairs(cfg, train, gold, random.Random(seed)),
+                relabel_pairs(cfg, held, gold, random.Random(seed + 2)))
     path = ensure("prefs", cfg)
     return load_pairs(path / "train.jsonl"), load_pairs(path / "eval.jsonl")

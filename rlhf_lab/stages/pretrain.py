@@ -18,7 +18,8 @@ from omegaconf import DictConfig
 from rlhf_lab import data as D
 from rlhf_lab.models import families as F
 from rlhf_lab.runtime import to_plain
-from rlhf_lab.stages.common import fit_lm, job_steps, stage_seed
+from rlhf_lab.stages.common import fit_lm, job_stage, job_steps, stage_seed
+from rlhf_lab.stages.gold import load_gold
 
 WHAT = "base model"
 
@@ -40,5 +41,6 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     tok = F.train_tokenizer(family, [p + " " + r for p, r in corpus], m.vocab_size)
     model = F.build_model(family, m.arch, tok)
     examples = D.encode_lm_examples(tok, corpus, pc.max_len, loss_on_prompt=True)
+    gold = load_gold(cfg) if job_stage(cfg) == "pretrain" else None  # upstream: the formula (any gold's base)
     return fit_lm(cfg, "pretrain", model, tok, examples, pc, spec["steps"], out_dir,
-                  params={"family": family, "arch": to_plain(m.arch)})
+                  params={"family": family, "arch": to_plain(m.arch)}, gold=gold)

@@ -11,7 +11,6 @@ and the scorer: :mod:`rlhf_lab.models.reward`.
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab import distributed, tracking
+from rlhf_lab.cache import file_digest, path_digest
 from rlhf_lab.config_checks import check_reward_model
 from rlhf_lab.external_data import DEFAULT_COLUMNS, columns_of
 from rlhf_lab.algorithms.rm import (
@@ -36,6 +36,7 @@ from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer
 from rlhf_lab.preferences import validate_pairs
 from rlhf_lab.runtime import to_plain
+from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages.common import cache_for, ensure, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
 
@@ -89,14 +90,6 @@ def backbone_path(cfg: DictConfig):
     return ensure("pretrain" if str(cfg.reward_model.init) == "pretrain" else "sft", c)
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def data_identity(cfg: DictConfig) -> dict:
     """What determines the preference pairs the RM trains on (part of the RM's cache key)."""
     dc = cfg.data
@@ -117,16 +110,9 @@ def data_identity(cfg: DictConfig) -> dict:
             ident["digest"] = path_digest(p)
     if cfg.policy.get("name_or_path"):  # conversational rows are rendered with the policy's chat template
         ident["template_of"] = str(cfg.policy.name_or_path)
+    if G.is_rm(cfg):  # the gold RM relabels the pairs through the labeler (prefs.load)
+        ident.update(gold_rm=G.identity(cfg), labeler=to_plain(cfg.labeler))
     return ident
-
-
-def path_digest(path: Path) -> str:
-    """A digest of a local file or folder: the SHA-256 of each file (a dataset saved with save_to_disk)."""
-    files = [path] if path.is_file() else sorted(q for q in path.rglob("*") if q.is_file())
-    h = hashlib.sha256()
-    for q in files:
-        h.update(f"{q.relative_to(path) if q != path else q.name}:{file_digest(q)}".encode())
-    return h.hexdigest()[:16]
 
 
 def spec(cfg: DictConfig) -> dict:
@@ -186,9 +172,12 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     if str(rc.init) == "pretrain" and str(rc.source) != "pretrained":
         upstream["pretrain"] = upstream["rm_backbone"]
     n_on = sum(p.source == "on_policy" for p in train)
+    if G.is_rm(cfg):
+        upstream["gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     params = {"stage": "rm", "reward_model": to_plain(rc), "data": to_plain(cfg.data), "seed": seed,
               "steps": steps, "backbone": str(backbone), "n_train_pairs": len(train), "n_eval_pairs": len(held),
-              "n_on_policy_pairs": n_on}
+              "n_on_policy_pairs": n_on,
+              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
     k = rc.ensemble
     with tracking.start_run(cfg, "rm", params=params,
                             tags={f"rlhf_lab.upstream.{a}": str(b) for a, b in upstream.items()}) as run:

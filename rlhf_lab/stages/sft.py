@@ -13,7 +13,8 @@ from omegaconf import DictConfig
 from rlhf_lab import data as D
 from rlhf_lab.models import families as F
 from rlhf_lab.runtime import to_plain
-from rlhf_lab.stages.common import ensure, fit_lm, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.common import ensure, fit_lm, job_stage, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.gold import load_gold
 
 WHAT = "SFT policy"
 
@@ -33,5 +34,6 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     model = F.load_causal_lm(base, tok, "policy.name_or_path", **F.load_options(cfg.policy))
     pairs = D.reviews(cfg, "sft", sc.n_examples, split="train")
     examples = D.encode_lm_examples(tok, pairs, sc.max_len, loss_on_prompt=False)
+    gold = load_gold(cfg) if job_stage(cfg) == "sft" else None  # upstream: the formula (the model suits any gold)
     return fit_lm(cfg, "sft", model, tok, examples, sc, spec["steps"], out_dir, params={"base": str(base)},
-                  upstream={"pretrain": upstream_run(cfg, base)})
+                  upstream={"pretrain": upstream_run(cfg, base)}, gold=gold)

@@ -18,7 +18,8 @@ fluent and carry no sentiment.
 
 Labeler (a simulated annotator): P(a ≻ b) = σ((u(a) − u(b)) / temperature) with
 u(y) = g(p, y) + length_bonus · #words(y) / 10 + filler_bonus · #fillers(y). The bonuses are the biases
-that a reward model trained on these labels learns and a policy can exploit.
+that a reward model trained on these labels learns and a policy can exploit. In gold-RM mode (``gold=rm``) g is
+a frozen reward model's score and the bonuses are added to it the same way (:meth:`Labeler.utility_from_gold`).
 """
 
 from __future__ import annotations
@@ -96,18 +97,27 @@ class Labeler:
             raise ValueError(f"labeler.temperature must be > 0, got {self.temperature}")
 
     def utility(self, prompt: str, response: str, ended: bool = True, w: GoldWeights = GoldWeights()) -> float:
-        return (
-            gold_reward(prompt, response, ended, w)
-            + self.length_bonus * len(response.split()) / 10.0
-            + self.filler_bonus * count_fillers(response)
-        )
+        return self.utility_from_gold(gold_reward(prompt, response, ended, w), response)
+
+    def utility_from_gold(self, gold: float, response: str) -> float:
+        """u = gold + the biases: `gold` is the world's formula or a gold reward model's score (``gold=rm``)."""
+        return gold + self.length_bonus * len(response.split()) / 10.0 + self.filler_bonus * count_fillers(response)
+
+    def preference_prob(self, u_a: float, u_b: float) -> float:
+        """P(a ≻ b) = σ((u(a) − u(b)) / temperature) from the two utilities."""
+        d = (u_a - u_b) / self.temperature
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, d))))
 
     def prob_first_preferred(self, prompt: str, a: str, b: str, ended_a=True, ended_b=True, w=GoldWeights()) -> float:
-        d = (self.utility(prompt, a, ended_a, w) - self.utility(prompt, b, ended_b, w)) / self.temperature
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, d))))
+        return self.preference_prob(self.utility(prompt, a, ended_a, w), self.utility(prompt, b, ended_b, w))
 
     def prefers_first(self, rng: random.Random, prompt: str, a: str, b: str, ended_a=True, ended_b=True, w=GoldWeights()) -> bool:
         return rng.random() < self.prob_first_preferred(prompt, a, b, ended_a, ended_b, w)
+
+    def prefers_first_given(self, rng: random.Random, gold_a: float, gold_b: float, a: str, b: str) -> bool:
+        """One draw of the annotator's choice when the two responses' gold rewards are known (one random number,
+        as :meth:`prefers_first`, which it equals for the formula's values)."""
+        return rng.random() < self.preference_prob(self.utility_from_gold(gold_a, a), self.utility_from_gold(gold_b, b))
 
 
 @dataclass(frozen=True)

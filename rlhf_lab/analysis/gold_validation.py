@@ -1,0 +1,311 @@
+"""``reports/gold_rm_validation/README.md``: gold-RM mode validated on the world, where both golds are known.
+
+The study (sweeps/sweep/gold_rm_validation.yaml) runs PPO with ``gold=rm_world``: the gold is a large RM trained on
+the formula's labels, the proxy RM learns from the pairs it labels (through the length-biased labeler), and every
+evaluation measures the same samples twice, ``eval/gold_reward`` (the gold RM) and ``eval/formula_gold_reward``
+(the world's formula; docs/metrics.md). The report asks whether the gold RM tells the same story as the formula:
+
+1. **rank agreement**: Spearman ρ between the two over a run's evaluation points; per run, their mean (Fisher z,
+   Student-t interval over runs), and pooled over every evaluation point of every run (percentile bootstrap over
+   runs, the unit that is independent);
+2. **hacking curves**: both measures at every evaluation, mean ± standard error over seeds, for β = 0, the fixed
+   β = 0.1 and adaptive KL;
+3. **verdicts**: the claims C1 and C4 judged by the claims registry's own effects and verdict rule
+   (:mod:`~rlhf_lab.analysis.registry`, :func:`~rlhf_lab.analysis.claims.judge`) on these runs, once with each
+   measure as the gold (:func:`as_measure`), and whether the two verdicts agree, claim by claim and part by part.
+
+The two measures are in different units (the formula's gold units; the gold RM's normalised score, mean 0 and sd 1
+on SFT samples), so levels and the registry's margins (set for the formula) are not comparable; ranks and verdict
+signs are. Only FINISHED PPO runs enter; nothing is filled in for a study without runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from rlhf_lab.analysis.claims import ClaimResult, counts, judge
+from rlhf_lab.analysis.effects import Arm, spearman
+from rlhf_lab.analysis.markdown import fmt, md_table
+from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
+from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
+from rlhf_lab.analysis.registry import BETA0, BY_ID, fixed
+from rlhf_lab.analysis.runs import RunData, label, load_study, store_uri
+from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
+
+STUDY = "gold_rm_validation"
+FORMULA, RM = "formula", "rm"
+MEASURES = {FORMULA: "the world's formula (`eval/formula_gold_reward`)", RM: "the gold RM (`eval/gold_reward`)"}
+SHORT = {FORMULA: "formula (gold units)", RM: "gold RM (normalised score)"}
+FORMULA_EVAL = "eval/formula_gold_reward"
+CLAIMS = ("C1", "C4")
+ARMS = (BETA0, fixed(0.1), Arm("adaptive KL", {"kl.name": "adaptive"}))
+N_BOOT = 2000
+
+
+def formula_name(key: str) -> str:
+    """The name the formula has beside a gold RM: ``eval/gold_reward_a`` -> ``eval/formula_gold_reward_a``."""
+    prefix, _, name = key.partition("/")
+    return f"{prefix}/formula_{name}" if name.startswith("gold") else key
+
+
+def is_gold(key: str) -> bool:
+    return key.partition("/")[2].startswith("gold")
+
+
+def is_formula(key: str) -> bool:
+    return key.partition("/")[2].startswith("formula_gold")
+
+
+HISTORY_KEYS = tuple(dict.fromkeys(CLAIM_HISTORY_KEYS + tuple(formula_name(k) for k in CLAIM_HISTORY_KEYS if is_gold(k))))
+
+
+def as_measure(r: RunData, measure: str) -> RunData:
+    """The run as if `measure` were its gold: ``rm`` keeps its gold metrics (the gold RM's) and drops the formula's;
+    ``formula`` puts the formula's metrics under the gold names (``eval/formula_gold_reward_a`` becomes
+    ``eval/gold_reward_a``, ...) and drops the gold RM's, so a gold metric the formula did not log is missing, never
+    the RM's. Everything else (proxy, KL, config) is the run's."""
+    if measure not in MEASURES:
+        raise ValueError(f"measure {measure!r}; choose one of {', '.join(MEASURES)}")
+
+    def remap(d: dict) -> dict:
+        out = {k: v for k, v in d.items() if not is_formula(k) and not (measure == FORMULA and is_gold(k))}
+        if measure == FORMULA:
+            out.update({k.replace("/formula_gold", "/gold", 1): v for k, v in d.items() if is_formula(k)})
+        return out
+
+    return dataclasses.replace(r, metrics=remap(r.metrics), history=remap(r.history))
+
+
+# -- rank agreement ---------------------------------------------------------------------------------------------
+
+
+def paired_points(r: RunData) -> list[tuple[float, float]]:
+    """(formula, gold RM) at each evaluation where the run logged both, finite."""
+    rm = dict(r.series(EVAL_GOLD))
+    return [(f, rm[s]) for s, f in r.series(FORMULA_EVAL) if s in rm and math.isfinite(f) and math.isfinite(rm[s])]
+
+
+def run_rho(r: RunData) -> float:
+    """Spearman ρ between the formula and the gold RM over one run's evaluation points (NaN with fewer than 3)."""
+    pts = paired_points(r)
+    return spearman([p[0] for p in pts], [p[1] for p in pts])
+
+
+def pooled_rho(runs: Sequence[RunData]) -> float:
+    """Spearman ρ over the evaluation points of all the runs together."""
+    pts = [p for r in runs for p in paired_points(r)]
+    return spearman([p[0] for p in pts], [p[1] for p in pts])
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """Rank agreement of the two golds: per run, the mean over runs (Fisher z) and pooled over all points."""
+
+    per_run: dict[str, float]        # run id -> ρ over its evaluation points
+    mean: Effect                     # tanh of the mean Fisher z over runs, with its t interval (back-transformed)
+    pooled: Effect                   # ρ over all points, percentile bootstrap interval over runs
+    n_points: int
+
+
+def fisher_mean(rhos: Sequence[float], level: float = 0.95) -> Effect:
+    """The mean of per-run correlations on Fisher's z = atanh(ρ) scale (|ρ| capped at 0.999999), with the Student-t
+    interval over runs, mapped back with tanh (n < 2: no interval)."""
+    z = [math.atanh(max(-0.999999, min(0.999999, x))) for x in rhos if math.isfinite(x)]
+    e = t_effect(z, level)
+    back = lambda v: math.tanh(v) if math.isfinite(v) else float("nan")  # noqa: E731
+    return Effect(back(e.estimate), back(e.lo), back(e.hi), e.n, "Fisher z, t over runs", level)
+
+
+def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0) -> Agreement:
+    """:class:`Agreement` of the runs; the pooled interval resamples whole runs (their points are not independent)."""
+    per_run = {r.run_id: run_rho(r) for r in runs}
+    rs = list(runs)
+
+    def stat(idx) -> float:
+        return pooled_rho([rs[int(i)] for i in idx])
+
+    nan = float("nan")
+    est, lo, hi, n = bootstrap_ci(np.arange(len(rs)), n_boot=n_boot, seed=seed, stat=stat) if rs else (nan, nan, nan, 0)
+    pooled = Effect(est, lo, hi, n, "percentile bootstrap over runs")
+    return Agreement(per_run, fisher_mean(list(per_run.values())), pooled, sum(len(paired_points(r)) for r in rs))
+
+
+# -- curves ---------------------------------------------------------------------------------------------------------
+
+
+def mean_curve(runs: Sequence[RunData], key: str) -> list[tuple[int, float, float, int]]:
+    """(step, mean, se, n) over the runs at every evaluation step any of them logged `key`."""
+    by_step: dict[int, list[float]] = {}
+    for r in runs:
+        for s, v in r.series(key):
+            by_step.setdefault(s, []).append(v)
+    return [(s, *mean_se(v)) for s, v in sorted(by_step.items())]
+
+
+def arm_curves(runs: Sequence[RunData]) -> dict[str, dict[str, list[tuple[int, float, float, int]]]]:
+    """{arm label: {measure: curve}} for the arms that have runs."""
+    out = {}
+    for arm in ARMS:
+        rs, name = arm.select(runs)
+        if rs:
+            out[name] = {FORMULA: mean_curve(rs, FORMULA_EVAL), RM: mean_curve(rs, EVAL_GOLD)}
+    return out
+
+
+def arm_points(runs: Sequence[RunData]) -> dict[str, list[tuple[float, float]]]:
+    """{arm label: every (formula, gold RM) evaluation point of its runs}."""
+    out = {}
+    for arm in ARMS:
+        rs, name = arm.select(runs)
+        if rs:
+            out[name] = [p for r in rs for p in paired_points(r)]
+    return out
+
+
+# -- verdicts ---------------------------------------------------------------------------------------------------
+
+
+def verdicts(runs: Sequence[RunData], claim_ids: Sequence[str] = CLAIMS) -> dict[str, dict[str, ClaimResult]]:
+    """{claim: {measure: its result}}: each claim of the registry judged on the runs (as the study its effects
+    read) with each measure as the gold, by the registry's effects and the claims report's verdict rule."""
+    out: dict[str, dict[str, ClaimResult]] = {}
+    for cid in claim_ids:
+        claim = BY_ID[cid]
+        out[cid] = {}
+        for m in MEASURES:
+            view = [as_measure(r, m) for r in runs]
+            studies = {s: [r for r in view if counts(r)] for s in claim.studies + claim.also}
+            present = {s: len(view) for s in claim.studies + claim.also}
+            out[cid][m] = judge(claim, studies, present)
+    return out
+
+
+def agreement_of(results: dict[str, ClaimResult]) -> tuple[bool, list[tuple[str, str, str, bool]]]:
+    """(the claim's verdicts agree, [(part, formula verdict, RM verdict, agree)] for the judged parts)."""
+    f, g = results[FORMULA], results[RM]
+    rows = [(pf.part.says, pf.verdict or "shown", pg.verdict or "shown", pf.verdict == pg.verdict)
+            for pf, pg in zip(f.parts, g.parts)]
+    return f.verdict == g.verdict, rows
+
+
+# -- the report -------------------------------------------------------------------------------------------------
+
+
+def ci_cell(e: Effect, digits: int = 2) -> str:
+    if not math.isfinite(e.estimate):
+        return "–"
+    ci = f" [{fmt(e.lo, digits)}, {fmt(e.hi, digits)}]" if math.isfinite(e.lo) and math.isfinite(e.hi) else ", no CI"
+    return f"{fmt(e.estimate, digits)}{ci} (n = {e.n})"
+
+
+def run_rows(runs: Sequence[RunData]) -> list[list]:
+    rows = []
+    for r in runs:
+        f, g = as_measure(r, FORMULA), as_measure(r, RM)
+        rows.append([f"`{label(r)}`", r.seed, len(paired_points(r)), fmt(run_rho(r), 2), fmt(final_gold(f)),
+                     fmt(final_gold(g)), fmt(gold_drop(f)), fmt(gold_drop(g)), f"`{r.run_id}`"])
+    return rows
+
+
+def curve_rows(curves: dict) -> list[list]:
+    rows = []
+    for arm, by in curves.items():
+        steps = sorted({s for c in by.values() for s, *_ in c})
+        cells = {m: {s: (mu, se, n) for s, mu, se, n in c} for m, c in by.items()}
+        for s in steps:
+            row = [arm, s]
+            for m in MEASURES:
+                mu, se, n = cells[m].get(s, (float("nan"), float("nan"), 0))
+                row.append("–" if n == 0 else fmt(mu) + (f" ± {fmt(se)}" if n > 1 else "") + f" ({n})")
+            rows.append(row)
+    return rows
+
+
+def verdict_lines(res: dict[str, dict[str, ClaimResult]]) -> list[str]:
+    lines = [md_table(["claim", "verdict with the formula as gold", "verdict with the gold RM as gold", "agree"],
+                      [[cid, f"**{by[FORMULA].verdict}**", f"**{by[RM].verdict}**",
+                        "yes" if agreement_of(by)[0] else "**no**"] for cid, by in res.items()]), ""]
+    for cid, by in res.items():
+        lines += [f"### {cid}: {BY_ID[cid].statement}", ""]
+        for m, desc in MEASURES.items():
+            lines.append(f"- gold = {desc}: **{by[m].verdict}**: {by[m].reason}.")
+        lines.append("")
+        rows = []
+        for pf, pg in zip(by[FORMULA].parts, by[RM].parts):
+            eff = lambda p: (f"{fmt(p.measured.effect.estimate)} [{fmt(p.measured.effect.lo)}, "  # noqa: E731
+                             f"{fmt(p.measured.effect.hi)}]" if p.measured.effect is not None else
+                             f"– ({p.measured.missing})")
+            rows.append([pf.part.role, pf.part.says, eff(pf), pf.verdict or "shown", eff(pg), pg.verdict or "shown",
+                         "yes" if pf.verdict == pg.verdict else "**no**"])
+        lines += [md_table(["role", "part", "formula: estimate [95% CI]", "formula", "gold RM: estimate [95% CI]",
+                            "gold RM", "agree"], rows), ""]
+    return lines
+
+
+def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | None = None) -> Path:
+    """``<out_dir>/gold_rm_validation/README.md`` and its PNGs from the study's PPO runs in the store."""
+    runs_all, parents = load_study(STUDY, uri, stages=("ppo",), history_keys=HISTORY_KEYS)
+    return write_report(runs_all, parents, Path(out_dir) / STUDY, uri)
+
+
+def write_report(runs_all: Sequence[RunData], parents: Sequence, out: Path, uri: str | None = None) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    cmds = sorted({p.data.tags["rlhf_lab.command"] for p in parents if p.data.tags.get("rlhf_lab.command")})
+    lines = [f"# Study `{STUDY}`: gold-RM mode against the world's formula", "",
+             "PPO with `gold=rm_world`: the gold reward is a large same-source RM trained on the formula's labels "
+             "(unbiased labeler, `conf/gold/rm_world.yaml`); it labels the proxy RM's pairs through the "
+             "length-biased labeler, and every evaluation scores the same samples with the gold RM "
+             "(`eval/gold_reward`, its normalised score) and with the formula (`eval/formula_gold_reward`, gold "
+             "units). Does the gold RM measure the hacking the formula measures?", "",
+             "Reproduce (then `rlhf-lab-report gold_rm_validation`):", "", "```bash",
+             *(cmds or [f"rlhf-lab -m sweep={STUDY} hydra/launcher=parallel"]), "```", ""]
+    runs = [r for r in runs_all if r.status == "FINISHED"]
+    if not runs:
+        lines += [f"**Not run yet**: no finished PPO runs with tag `rlhf_lab.study={STUDY}` in `{store_uri(uri)}`.", ""]
+        (out / "README.md").write_text("\n".join(lines))
+        return out / "README.md"
+    other = [r for r in runs_all if r.status != "FINISHED"]
+    lines += [f"{len(runs)} finished PPO runs" + (f", {len(other)} not finished" if other else "")
+              + f"; seeds {', '.join(sorted({r.seed for r in runs}))}.", ""]
+    ag = rank_agreement(runs)
+    lines += ["## Rank agreement of the two golds", "",
+              "Spearman ρ between `eval/formula_gold_reward` and `eval/gold_reward` over the evaluation points "
+              "(the same samples scored twice).", "",
+              md_table(["ρ", "estimate [95% CI]", "how"],
+                       [["mean of the per-run ρ", ci_cell(ag.mean), "Fisher z = atanh ρ, Student-t over runs, back "
+                         "to ρ"],
+                        ["pooled over all evaluation points", ci_cell(ag.pooled),
+                         f"{ag.n_points} points; percentile bootstrap over runs ({N_BOOT} resamples)"]]), "",
+              "Per run (final gold: `test/gold_reward` of each measure where logged, else its last evaluation; drop: "
+              "the split-half drop from the peak, `eval/*gold_reward_a|_b`, as claim C1 measures it):", "",
+              md_table(["setting", "seed", "points", "ρ", "final formula", "final gold RM", "drop formula",
+                        "drop gold RM", "run"], run_rows(runs)), ""]
+    curves = arm_curves(runs)
+    if curves:
+        plot_gold_curves(curves, SHORT, out / "hacking_curves.png")
+        plot_gold_scatter(arm_points(runs), out / "formula_vs_gold_rm.png")
+        lines += ["## Hacking curves, both measures", "",
+                  "Mean ± standard error over seeds at each evaluation (PPO step). Top: the formula (gold units); "
+                  "bottom: the gold RM (its normalised score).", "", "![hacking curves](hacking_curves.png)", "",
+                  "![formula vs gold RM](formula_vs_gold_rm.png)", "",
+                  md_table(["arm", "step", "formula (mean ± se, n)", "gold RM (mean ± se, n)"], curve_rows(curves)),
+                  ""]
+    res = verdicts(runs)
+    lines += ["## C1 and C4, judged with each gold", "",
+              "The registry's effects and verdict rule (`rlhf-lab-report --claims`, docs/claims.md) on these runs "
+              "as the study `ppo_beta_grid` they read. The margins are the registry's, set in the formula's units; "
+              "on the gold RM's scale (sd 1 on SFT samples; the formula's sd there is about 0.5) the same number is "
+              "about half as wide relative to the spread, so \"negligible\" is harder to show with the gold RM. "
+              "C4's two parts that need a fixed β above 0.1 have no runs in this study's grid (3 more jobs give "
+              "them: `rlhf-lab -m sweep=gold_rm_validation +ppo_kl=fixed_0,fixed_0.1,fixed_1,adaptive_1`).", "",
+              *verdict_lines(res)]
+    lines += ["## Runs", "", md_table(["run", "setting", "seed", "status"],
+                                      [[f"`{r.run_id}`", f"`{label(r)}`", r.seed, r.status] for r in runs_all]), "",
+              f"Tracking store: `{store_uri(uri)}`; generated by `rlhf-lab-report {STUDY}`.", ""]
+    (out / "README.md").write_text("\n".join(lines))
+    return out / "README.md"

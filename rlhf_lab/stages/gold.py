@@ -1,0 +1,148 @@
+"""The gold reward of a run (config group ``gold``): the world's formula, or a frozen reward model.
+
+- ``gold=formula`` (default): the world's formula g(x, y) (weights ``world.gold``) with ``data=world``; external
+  data has no formula and no gold metric.
+- ``gold=rm`` with ``gold.path``: a trained RM artifact folder (the ``artifact`` folder of an ``algo=rm`` job, or a
+  cached RM), loaded as ``reward_model.path`` is (:class:`rlhf_lab.models.reward.RewardScorer`), never trained:
+  Gao et al. 2022's setup, in which a large "gold" RM labels the data of smaller proxy RMs. It works on any data.
+- ``gold=rm_world``: ``gold=rm`` whose RM is built on the world (``gold.build``, :func:`build_config`): a large
+  same-source RM trained on the formula's labels, cached like any stage, so a study needs no folder.
+
+What the gold is used for (each stage asks here): the labels of the preference pairs (the labeler's biases on top
+of the gold, :func:`rlhf_lab.preferences.label_pairs`; external pairs are relabelled) and the gold rewards they
+record (``rm/accuracy_gold``, ``rm/spearman_gold``, ``prefs/label_gold_agreement``); every ``*/gold_reward*``
+metric of the job (``eval/``, ``test/``, ``bon/``), ``objective/gold`` and the reward-hacking monitor; and
+``algo.reward=gold``. With an RM gold on the world, the formula is logged beside it under the ``formula_gold``
+names (:class:`rlhf_lab.evaluation.Gold`), so one run carries both measures.
+
+Scale: with an RM gold, ``eval/gold_reward`` is the gold RM's normalised score, ``gain · raw + bias`` of its
+``rm_norm.json``: mean 0 and standard deviation 1 on the SFT samples it was normalised on (its own training pairs'
+responses); not the formula's units.
+
+Cache: the gold RM's content digest (:func:`identity`) is part of the spec of the preference pairs, hence of every
+RM and DPO policy trained on them, and of the RM and DPO specs of external data; the formula adds nothing, so every
+key computed before this group existed is unchanged. An upstream pretrain or SFT run (its model is the same for any
+gold) is evaluated with the formula; the job is evaluated with the configured gold.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlhf_lab.cache import MANIFEST_FILE, META_FILE, SPEC_FILE, path_digest
+from rlhf_lab.evaluation import Gold
+from rlhf_lab.models.reward import NORM_FILE, RewardScorer
+from rlhf_lab.stages.common import ensure, world_gold
+
+SOURCES = ("formula", "rm")
+BUILD_JOB = "gold_rm"  # algo.name of the config that builds the gold RM: no stage of it is the job
+BOOKKEEPING = (SPEC_FILE, META_FILE, MANIFEST_FILE)  # the cache's files in an artifact folder: not the RM's content
+FOLDER_HINT = "give the artifact folder of an algo=rm job (or gold=rm_world to build a gold RM on the world)"
+
+
+def source(cfg: DictConfig) -> str:
+    """``gold.source``: formula or rm (a config without the group is the formula)."""
+    g = cfg.get("gold")
+    s = "formula" if g is None else str(g.source)
+    if s not in SOURCES:
+        raise ValueError(f"gold.source={s!r}; choose one of {', '.join(SOURCES)} (gold=formula|rm|rm_world)")
+    return s
+
+
+def is_rm(cfg: DictConfig) -> bool:
+    return source(cfg) == "rm"
+
+
+def labeler_preset(name: str) -> DictConfig:
+    """A labeler as ``labeler=<name>`` composes it (``conf/labeler/<name>.yaml``)."""
+    from importlib.resources import files
+
+    folder = files("rlhf_lab.conf").joinpath("labeler")
+    f = folder.joinpath(f"{name}.yaml")
+    if not f.is_file():
+        names = sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+        raise ValueError(f"gold.build.labeler: no labeler preset {name!r}; the presets are {', '.join(names)}")
+    return OmegaConf.create(f.read_text())
+
+
+def build_config(cfg: DictConfig) -> DictConfig:
+    """The config whose ``rm`` stage is the gold RM of ``gold.build``: `cfg` with the formula as its gold (its pairs
+    are labelled by the formula), the labeler preset ``gold.build.labeler``, ``gold.build.reward_model`` and
+    ``gold.build.data`` set over the job's groups, and an ``algo`` that is no stage (every stage is upstream: group
+    seeds and steps)."""
+    b = cfg.gold.get("build")
+    if b is None:
+        raise ValueError(f"gold.path is required with gold=rm: {FOLDER_HINT}")
+    if cfg.data.source != "world":
+        raise ValueError(f"gold.path is required with data={cfg.data.source}: gold=rm_world builds its RM on the "
+                         "world's formula; give gold=rm gold.path=<a reward-model artifact folder>")
+    c = copy.deepcopy(cfg)
+    with open_dict(c):
+        c.gold = {"source": "formula", "path": None, "build": None}
+        c.labeler = labeler_preset(str(b.labeler))
+        c.reward_model = OmegaConf.merge(c.reward_model, b.get("reward_model") or {})
+        c.data = OmegaConf.merge(c.data, b.get("data") or {})
+        c.algo = {"name": BUILD_JOB}
+    return c
+
+
+def rm_path(cfg: DictConfig) -> Path:
+    """The gold RM's artifact folder: ``gold.path`` as it is, else the RM of ``gold.build`` (built first when missing,
+    with its pairs, backbone and SFT, each as its own MLflow run; then cached)."""
+    g = cfg.gold
+    if "path" in g.keys() and OmegaConf.is_missing(g, "path"):
+        raise ValueError(f"gold.path is required with gold=rm: {FOLDER_HINT}")
+    given = g.get("path")
+    if given:
+        p = Path(str(given)).expanduser()
+        if not (p / NORM_FILE).is_file():
+            raise FileNotFoundError(f"gold.path={str(given)!r} is not a reward-model artifact folder (no {NORM_FILE}); "
+                                    f"{FOLDER_HINT}")
+        return p
+    return Path(ensure("rm", build_config(cfg)))
+
+
+DIGESTS: dict[str, str] = {}
+
+
+def identity(cfg: DictConfig) -> dict | None:
+    """The gold as part of a cache spec: None for the formula (earlier keys stay valid), else the gold RM's content
+    digest (weights, tokenizer, ``rm_norm.json``; not the cache's bookkeeping files), so a copy of it elsewhere is
+    the same gold. Read once per folder and process."""
+    if not is_rm(cfg):
+        return None
+    p = str(rm_path(cfg).resolve())
+    if p not in DIGESTS:
+        DIGESTS[p] = path_digest(Path(p), exclude=BOOKKEEPING)
+    return {"source": "rm", "digest": DIGESTS[p]}
+
+
+def load_scorer(cfg: DictConfig) -> RewardScorer:
+    """The gold RM as a scorer: normalised (its rm_norm.json), the mean of its members, never trained."""
+    return RewardScorer.from_path(rm_path(cfg), normalize=True, conservative_lambda=0.0)
+
+
+def label_scorer(cfg: DictConfig) -> RewardScorer | None:
+    """The gold the labeler starts from: the gold RM, or None for the formula (its exact values)."""
+    return load_scorer(cfg) if is_rm(cfg) else None
+
+
+def load_gold(cfg: DictConfig) -> Gold:
+    """The job's gold: the formula (None with external data), or the gold RM with the formula beside it."""
+    formula = world_gold(cfg)
+    if not is_rm(cfg):
+        return Gold(formula, None, "formula")
+    return Gold(load_scorer(cfg), formula, "rm")
+
+
+def describe(cfg: DictConfig) -> str:
+    """One line for a job summary: which gold the run's gold metrics are."""
+    if not is_rm(cfg):
+        return "the world's formula" if cfg.data.source == "world" else "none (external data)"
+    g = cfg.gold
+    where = str(g.path) if g.get("path") else f"gold.build ({rm_path(cfg)})"
+    return f"gold RM {where}: its normalised score" + (", the formula as formula_gold_reward"
+                                                       if cfg.data.source == "world" else "")

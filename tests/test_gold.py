@@ -1,0 +1,303 @@
+"""Gold-RM mode (config group ``gold``, rlhf_lab/stages/gold.py): a frozen reward model as the gold reward.
+
+The fast tests use gold RMs made in a second (a random tiny Llama scorer saved as an RM artifact folder), whose
+scores are known by calling the scorer: the labels follow the gold RM (a pair flips when it disagrees with the
+formula) with the labeler's biases on top, the evaluation's gold metrics are its scores with the formula beside
+them, the gold RM enters the cache keys (the formula adds nothing), and a bad ``gold.path`` fails with one line
+naming it. The slow test runs a tiny PPO job in gold-RM mode end to end."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlhf_lab import config_checks as CC
+from rlhf_lab import data as D
+from rlhf_lab.models import families as F
+from rlhf_lab.models.reward import RewardScorer
+from rlhf_lab.preferences import PreferencePair, label_pairs
+from rlhf_lab.stages import gold as G
+from rlhf_lab.world import Labeler, ReviewGenerator, gold_reward
+from tests.conftest import compose_cfg
+
+PROMPT = "i bought this kettle last month and"
+GOOD, BAD = "the kettle is excellent . i love it .", "the kettle is terrible ."  # the formula prefers GOOD
+
+
+@pytest.fixture(scope="module")
+def rm_base(tmp_path_factory):
+    """A tiny random Llama sequence scorer and its tokenizer (trained on world text), saved once."""
+    texts = [p + " " + r for p, r in ReviewGenerator(0).reviews(300)]
+    tok = F.train_tokenizer("a", texts, 160)
+    torch.manual_seed(0)
+    base = tmp_path_factory.mktemp("rm_base")
+    F.build_model("a", {"hidden": 16, "layers": 1, "heads": 2}, tok).save_pretrained(base)
+    tok.save_pretrained(base)
+    torch.manual_seed(1)  # the scalar head's initialisation
+    member = F.load_sequence_scorer(base, tok).eval()
+    return member, tok
+
+
+def make_rm(folder: Path, member, tok, gain: float, bias: float = 0.0) -> Path:
+    """An RM artifact folder (the layout of stages.rm): tokenizer, member_0, rm_norm.json with this gain/bias."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(folder)
+    member.save_pretrained(folder / "member_0")
+    RewardScorer([member], tok, gain=gain, bias=bias).save_norm(folder, {"source": "test"})
+    return folder
+
+
+def raw_scores(member, tok, prompts, responses) -> list[float]:
+    return RewardScorer([member], tok, normalize=False)(prompts, responses, [True] * len(prompts)).tolist()
+
+
+@pytest.fixture(scope="module")
+def gold_rms(rm_base, tmp_path_factory):
+    """Two gold RMs with opposite gains: `against` orders (GOOD, BAD) against the formula, `along` with it."""
+    member, tok = rm_base
+    ra, rb = raw_scores(member, tok, [PROMPT, PROMPT], [GOOD, BAD])
+    assert ra != rb
+    sign = 1.0 if ra > rb else -1.0  # the gain that makes the RM prefer GOOD, as the formula does
+    root = tmp_path_factory.mktemp("gold_rms")
+    return {"along": make_rm(root / "along", member, tok, 100.0 * sign),
+            "against": make_rm(root / "against", member, tok, -100.0 * sign)}
+
+
+SHARP = ["labeler=unbiased", "labeler.temperature=0.0001"]  # the labeler follows the sign of the utility gap
+
+
+def test_a_pair_flips_when_the_gold_rm_disagrees_with_the_formula(tiny_cfg, gold_rms):
+    formula_cfg = tiny_cfg(*SHARP)
+    assert G.label_scorer(formula_cfg) is None  # the formula: label_pairs computes it exactly
+    pairs = label_pairs(formula_cfg, [PROMPT], [GOOD], [BAD], [True], [True], random.Random(0), "t")
+    assert pairs[0].chosen == GOOD
+    for name, want in (("along", GOOD), ("against", BAD)):
+        cfg = tiny_cfg(*SHARP, "gold=rm", f"gold.path={gold_rms[name]}")
+        CC.validate(cfg)
+        scorer = G.label_scorer(cfg)
+        (p,) = label_pairs(cfg, [PROMPT], [GOOD], [BAD], [True], [True], random.Random(0), "t", scorer)
+        assert p.chosen == want, name
+        # the pair records the gold RM's scores (rm/accuracy_gold, rm/spearman_gold read them), not the formula's
+        s = scorer([PROMPT, PROMPT], [p.chosen, p.rejected], [True, True]).tolist()
+        assert (p.gold_chosen, p.gold_rejected) == pytest.approx(s, abs=1e-5)
+        assert p.gold_chosen > p.gold_rejected and p.gold_agrees
+
+
+def test_opposite_gold_rms_flip_every_label_and_the_biases_apply_on_top(tiny_cfg, gold_rms):
+    rng = random.Random(3)
+    g = ReviewGenerator(5)
+    prompts = [g.prompt("train") for _ in range(40)]
+    a = [g.response(p) for p in prompts]
+    b = [g.response(p) for p in prompts]
+    ended = [True] * 40
+    labels = {}
+    for name in ("along", "against"):
+        cfg = tiny_cfg(*SHARP, "gold=rm", f"gold.path={gold_rms[name]}")
+        pairs = label_pairs(cfg, prompts, a, b, ended, ended, rng, "t", G.label_scorer(cfg))
+        labels[name] = [(q.prompt, q.chosen) for q in pairs]
+    assert len(labels["along"]) == len(labels["against"]) > 30
+    assert all(x != y for x, y in zip(labels["along"], labels["against"]))  # the gold decides every label
+    # a strong length bias on top of the gold RM: the longer response wins whichever RM is gold
+    for name in ("along", "against"):
+        cfg = tiny_cfg(*SHARP, "labeler.length_bonus=1000", "gold=rm", f"gold.path={gold_rms[name]}")
+        pairs = label_pairs(cfg, prompts, a, b, ended, ended, rng, "t", G.label_scorer(cfg))
+        assert all(len(q.chosen.split()) > len(q.rejected.split()) for q in pairs
+                   if len(q.chosen.split()) != len(q.rejected.split()))
+
+
+def test_labeler_from_known_gold_equals_the_formula_path():
+    lab = Labeler(temperature=0.3, length_bonus=0.25, filler_bonus=0.5)
+    g = ReviewGenerator(2)
+    for _ in range(30):
+        p = g.prompt("train")
+        a, b = g.response(p), g.response(p)
+        r1, r2 = random.Random(7), random.Random(7)
+        assert lab.prefers_first(r1, p, a, b) == lab.prefers_first_given(r2, gold_reward(p, a), gold_reward(p, b), a, b)
+        assert lab.utility(p, a) == lab.utility_from_gold(gold_reward(p, a), a)
+
+
+def test_margins_use_the_recorded_gold(tiny_cfg):
+    from rlhf_lab.algorithms import rm as RM
+
+    cfg = tiny_cfg("labeler=length_biased")
+    pairs = [PreferencePair(PROMPT, BAD, GOOD, gold_chosen=0.9, gold_rejected=0.5)]  # gold-RM scores, not the formula
+    (m,) = RM.pair_margins(cfg, pairs)
+    assert m == pytest.approx(0.4 + 0.25 * (len(BAD.split()) - len(GOOD.split())) / 10)
+
+
+# -- evaluation -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def random_policy(rm_base):
+    _, tok = rm_base
+    torch.manual_seed(2)
+    return F.build_model("a", {"hidden": 16, "layers": 1, "heads": 2}, tok).eval(), tok
+
+
+EVAL = ["eval.n_prompts=12", "eval.n_samples_logged=12", "eval.n_test_prompts=6", "eval.n_ood_prompts=4",
+        "generation.max_new_tokens=10", "generation.max_prompt_len=null"]
+
+
+def test_eval_gold_metrics_are_the_gold_rm_scores_with_the_formula_beside_them(tiny_cfg, gold_rms, random_policy):
+    from rlhf_lab.stages.common import evaluate
+
+    policy, tok = random_policy
+    cfg = tiny_cfg(*EVAL, "gold=rm", f"gold.path={gold_rms['along']}")
+    gold = G.load_gold(cfg)
+    assert gold.source == "rm" and gold.formula is not None
+    m, rows = evaluate(cfg, policy, tok, gold=gold)
+    assert len(rows) == 12  # one sample per prompt: the rows are every sample
+    p, y, e = [r["prompt"] for r in rows], [r["response"] for r in rows], [r["ended"] for r in rows]
+    rm = G.load_scorer(cfg)(p, y, e).tolist()
+    formula = [gold_reward(a, b, c, D.gold_weights(cfg)) for a, b, c in zip(p, y, e)]
+    assert m["eval/gold_reward"] == pytest.approx(sum(rm) / 12, abs=1e-4)
+    assert m["eval/formula_gold_reward"] == pytest.approx(sum(formula) / 12, abs=1e-5)
+    assert abs(m["eval/gold_reward"] - m["eval/formula_gold_reward"]) > 1e-3  # two measures, not one twice
+    assert [r["gold"] for r in rows] == pytest.approx([round(x, 4) for x in rm], abs=1e-4)
+    for name in ("gold_reward", "formula_gold_reward"):
+        assert {f"eval/{name}_se", f"eval/{name}_a", f"eval/{name}_b", f"eval/{name}_a_se"} <= set(m)
+    t, _ = evaluate(cfg, policy, tok, split="test", gold=gold)
+    assert {"test/gold_reward", "test/formula_gold_reward", "test/formula_gold_reward_se", "eval/gold_reward_ood",
+            "eval/formula_gold_reward_ood", "eval/formula_gold_reward_ood_se"} <= set(t)
+    # the formula (default): the same samples, gold is the formula and nothing is logged twice
+    f, _ = evaluate(tiny_cfg(*EVAL), policy, tok, gold=G.load_gold(tiny_cfg(*EVAL)))
+    assert f["eval/gold_reward"] == pytest.approx(m["eval/formula_gold_reward"], abs=1e-6)
+    assert not [k for k in f if "formula" in k]
+
+
+# -- cache keys ------------------------------------------------------------------------------------------------
+
+
+FORMULA_PREFS_KEYS = {"sft", "world", "gold", "labeler", "generation", "n_train", "n_eval", "seed", "on_policy_path",
+                      "on_policy_fraction"}
+
+
+def test_the_gold_rm_is_in_the_cache_keys_and_the_formula_keeps_the_old_ones(tiny_cfg, gold_rms, monkeypatch,
+                                                                            tmp_path):
+    from rlhf_lab.stages import dpo, prefs
+    from rlhf_lab.stages import rm as rm_stage
+    from rlhf_lab.stages.common import cache_for
+
+    monkeypatch.setattr(prefs, "ensure", lambda stage, cfg: "/fake/sft")  # no SFT to train for a spec
+    monkeypatch.setattr(dpo, "ensure", lambda stage, cfg: "/fake/sft")
+    formula = tiny_cfg()
+    copy = tmp_path / "copy_of_along"
+    shutil.copytree(gold_rms["along"], copy)
+    cfgs = {"formula": formula, "along": tiny_cfg("gold=rm", f"gold.path={gold_rms['along']}"),
+            "copy": tiny_cfg("gold=rm", f"gold.path={copy}"),
+            "against": tiny_cfg("gold=rm", f"gold.path={gold_rms['against']}")}
+    specs = {k: prefs.spec(c) for k, c in cfgs.items()}
+    assert set(specs["formula"]) == FORMULA_PREFS_KEYS  # gold=formula adds nothing: every earlier key is valid
+    keys = {k: cache_for(formula).path("prefs", s).name for k, s in specs.items()}
+    assert keys["formula"] != keys["along"] != keys["against"] != keys["formula"]
+    assert keys["along"] == keys["copy"]  # the content, not the folder, is the gold
+    dpo_cfgs = {"formula": tiny_cfg("algo=dpo"), "along": tiny_cfg("algo=dpo", "gold=rm", f"gold.path={gold_rms['along']}"),
+                "against": tiny_cfg("algo=dpo", "gold=rm", f"gold.path={gold_rms['against']}")}
+    dpo_specs = {k: dpo.spec(c) for k, c in dpo_cfgs.items()}
+    assert len({cache_for(formula).path("dpo", s).name for s in dpo_specs.values()}) == 3
+    assert "gold_rm" not in dpo_specs["formula"]
+    # external pairs are relabelled by the gold RM: it (and the labeler) enter the RM's data identity
+    data = tmp_path / "pairs.jsonl"
+    data.write_text('{"prompt": "p", "chosen": "a b", "rejected": "c"}\n' * 3)
+    ext = ["data=jsonl", f"data.path={data}"]
+    plain, with_gold = (rm_stage.data_identity(compose_cfg(ext)),
+                        rm_stage.data_identity(compose_cfg([*ext, "gold=rm", f"gold.path={gold_rms['along']}"])))
+    assert "gold_rm" not in plain and with_gold["gold_rm"] == specs["along"]["gold_rm"] and "labeler" in with_gold
+
+
+# -- config and errors -----------------------------------------------------------------------------------------
+
+
+def test_gold_rm_without_a_valid_path_fails_with_one_line_naming_gold_path(tiny_cfg, tmp_path):
+    with pytest.raises(CC.ConfigError, match=r"^gold\.path must be set with gold=rm: a reward-model artifact"):
+        CC.validate(tiny_cfg("gold=rm"))
+    with pytest.raises(CC.ConfigError, match=r"^gold\.path must be a reward-model artifact folder") as err:
+        CC.validate(tiny_cfg("gold=rm", f"gold.path={tmp_path}"))
+    assert "\n" not in str(err.value)
+    with pytest.raises(CC.ConfigError, match=r"gold\.path.*gold=rm_world builds its RM on the world"):
+        CC.validate(compose_cfg(["gold=rm_world", "data=jsonl", f"data.path={__file__}"]))
+    CC.validate(tiny_cfg("gold=rm_world"))  # builds its own: no folder needed
+    # the stage's own guard (direct calls, no CLI check first)
+    with pytest.raises(FileNotFoundError, match=r"gold\.path=.* is not a reward-model artifact folder"):
+        G.rm_path(tiny_cfg("gold=rm", f"gold.path={tmp_path}"))
+    with pytest.raises(ValueError, match=r"gold\.path is required with gold=rm"):
+        G.rm_path(tiny_cfg("gold=rm"))
+
+
+def test_rm_world_builds_a_large_same_source_rm_on_formula_labels_from_an_unbiased_labeler(tiny_cfg):
+    cfg = tiny_cfg("gold=rm_world", "reward_model=different_source", "labeler=length_and_filler", "algo=ppo")
+    b = G.build_config(cfg)
+    assert b.gold.source == "formula"  # its pairs are labelled by the formula: no recursion
+    assert (b.labeler.length_bonus, b.labeler.filler_bonus) == (0.0, 0.0)
+    rm = b.reward_model
+    assert (rm.source, rm.family, rm.init) == ("same", cfg.policy.family, "sft")  # whatever the proxy's RM is
+    assert (rm.arch.hidden, rm.arch.layers, rm.steps, rm.lora.r, rm.ensemble) == (256, 8, 400, 0, 1)
+    assert (b.data.seed, b.data.n_train, b.data.on_policy_fraction) == (1, 8000, 0.0)
+    assert b.algo.name == G.BUILD_JOB and b.algo.name not in ("pretrain", "sft", "prefs", "rm")  # all upstream
+    assert cfg.labeler.length_bonus == 0.25 and cfg.gold.source == "rm"  # the job's config is untouched
+
+
+# -- end to end ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ppo_in_gold_rm_mode_logs_both_golds_and_trains_its_rm_on_gold_rm_labels(tiny_cfg, gold_rms, tmp_path):
+    import mlflow
+
+    from rlhf_lab import stages
+
+    db = tmp_path / "mlflow.db"
+    cfg = tiny_cfg("algo=ppo", "algo.steps=2", "algo.batch_size=8", "algo.num_minibatches=2", "reward_model.steps=20",
+                   "eval.every_n_steps=1", "gold=rm", f"gold.path={gold_rms['along']}", mlflow_db=db)
+    CC.validate(cfg)
+    meta = stages.run_job(cfg, tmp_path / "out")
+    ev, test = meta["eval"], meta["test"]
+    assert {"eval/gold_reward", "eval/formula_gold_reward", "eval/gold_reward_a", "eval/formula_gold_reward_b"} <= set(ev)
+    assert {"test/gold_reward", "test/formula_gold_reward"} <= set(test)
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
+    ppo = runs[runs["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
+    for k in ("eval/gold_reward", "eval/formula_gold_reward", "test/formula_gold_reward", "objective/gold",
+              "objective/formula_gold"):
+        assert ppo[f"metrics.{k}"] == ppo[f"metrics.{k}"], k
+    assert ppo["params.gold.source"] == "rm" and ppo["tags.rlhf_lab.upstream.gold_rm"]
+    prefs_run = runs[runs["tags.rlhf_lab.stage"] == "prefs"].iloc[0]
+    assert 0.0 <= prefs_run["metrics.prefs/gold_formula_agreement"] <= 1.0
+    # the proxy RM's pairs carry the gold RM's scores
+    from rlhf_lab.stages import prefs
+
+    train, _ = prefs.load(cfg)
+    scorer = G.load_scorer(cfg)
+    q = train[:5]
+    s = scorer([x.prompt for x in q], [x.chosen for x in q], [x.chosen_ended for x in q]).tolist()
+    assert [x.gold_chosen for x in q] == pytest.approx(s, abs=1e-4)
+
+
+def test_external_pairs_are_relabelled_by_the_gold_rm(gold_rms, tmp_path):
+    import json
+
+    from rlhf_lab.stages import prefs
+
+    g = ReviewGenerator(8)
+    rows = []
+    for _ in range(30):
+        p = g.prompt("train")
+        a, b = g.response(p), g.response(p)
+        if a != b:
+            rows.append({"prompt": p, "chosen": a, "rejected": b})
+    f = tmp_path / "pairs.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ext = ["data=jsonl", f"data.path={f}", *SHARP]
+    plain, _ = prefs.load(compose_cfg(ext))
+    assert all(q.gold_chosen is None for q in plain)  # no formula, no gold RM: the dataset's labels as they are
+    chosen = {}
+    for name in ("along", "against"):
+        train, held = prefs.load(compose_cfg([*ext, "gold=rm", f"gold.path={gold_rms[name]}"]))
+        assert len(train) == len(plain) and all(q.gold_chosen > q.gold_rejected for q in train + held)
+        chosen[name] = [q.chosen for q in train]
+    assert all(x != y for x, y in zip(chosen["along"], chosen["against"]))  # the gold RM decides each label
