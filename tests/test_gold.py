@@ -236,7 +236,7 @@ def test_rm_world_builds_a_large_same_source_rm_on_formula_labels_from_an_unbias
     assert (b.labeler.length_bonus, b.labeler.filler_bonus) == (0.0, 0.0)
     rm = b.reward_model
     assert (rm.source, rm.family, rm.init) == ("same", cfg.policy.family, "sft")  # whatever the proxy's RM is
-    assert (rm.arch.hidden, rm.arch.layers, rm.steps, rm.lora.r, rm.ensemble) == (256, 8, 400, 0, 1)
+    assert (rm.arch.hidden, rm.arch.layers, rm.steps, rm.lora.r, rm.ensemble) == (128, 4, 400, 0, 1)
     assert (b.data.seed, b.data.n_train, b.data.on_policy_fraction) == (1, 8000, 0.0)
     assert b.algo.name == G.BUILD_JOB and b.algo.name not in ("pretrain", "sft", "prefs", "rm")  # all upstream
     assert cfg.labeler.length_bonus == 0.25 and cfg.gold.source == "rm"  # the job's config is untouched
