@@ -188,3 +188,51 @@ def test_rm_metadata_falls_back_to_the_artifact_cache(tmp_path):
     got = rm_from_artifact_cache("r1", tmp_path)
     assert got["metrics"]["rm/accuracy"] == 0.8 and float(got["params"]["n_params"]) == 1234
     assert rm_from_artifact_cache("other", tmp_path) is None
+
+
+def test_fit_bon_reports_r2_and_where_the_peak_lies():
+    d = np.sqrt([fits.bon_kl(n) for n in (2, 4, 8, 16, 32, 64, 128, 256)])
+    f = fits.fit_bon(d, d * (0.9 - 0.2 * d))
+    assert f.form == "bon" and f.alpha == pytest.approx(0.9) and f.r2 == pytest.approx(1.0)
+    assert f.d_star == pytest.approx(2.25) and f.status == "beyond the data".join(("peak ", ""))  # √KL ≤ 2.0
+    assert np.allclose(f.curve(d), d * (0.9 - 0.2 * d))
+    assert fits.fit_bon(d[:4], d[:4]).status == "too few points"
+
+
+@pytest.mark.slow
+def test_frontier_report_puts_every_algorithm_and_best_of_n_on_one_frontier(tmp_path):
+    """algo_frontier: PPO, GRPO and best-of-n runs in one report (bon/* read as its curve, n as the step, and
+    fitted with the best-of-n form), and GRPO runs count in the claims report (C14 from grpo_kl)."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("rlhf-lab")
+    for stage, kl in (("ppo", 16.0), ("grpo", 9.0)):
+        for seed in (0, 1):
+            _log_run(client, exp, stage, "algo_frontier", {"kl.name": "fixed", "kl.beta": 0.1, "seed": seed,
+                                                           "sweep.frontier": f"{stage}_0.1", "sweep.seed": seed},
+                     _ppo_curves(kl, 0.4, 0.1, 0.3))
+    ns = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    d = np.sqrt([fits.bon_kl(n) for n in ns])
+    _log_run(client, exp, "bon", "algo_frontier", {"seed": 0, "sweep.frontier": "bon", "sweep.seed": 0},
+             {"bon/kl": list(zip(ns, d ** 2)), "bon/gold_reward": list(zip(ns, -0.2 + d * (0.9 - 0.2 * d))),
+              "bon/proxy_reward": list(zip(ns, 0.5 * d))})
+    text = write_study_report("algo_frontier", tmp_path / "reports", uri=uri).read_text()
+    assert (tmp_path / "reports" / "algo_frontier" / "frontier.png").stat().st_size > 5000
+    table = text.split("## Gold reward – KL frontier")[1].split("| algo |")[1].split("\n\n")[0]
+    frontier_rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
+    assert frontier_rows == {"ppo", "grpo", "bon"}
+    row = next(line for line in text.splitlines() if line.startswith("| `frontier=bon`"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "bon" and cells[10].startswith("0.900") and cells[11].startswith("0.200")  # α, β of BoN form
+    assert cells[14].startswith("1.000") and cells[15] == "8"  # R², points with d > 0 (n ≥ 2)
+    for beta in (0.0, 0.04):
+        for seed in (0, 1):
+            _log_run(client, exp, "grpo", "grpo_kl", {"kl.name": "fixed", "kl.beta": beta, "seed": seed,
+                                                      "sweep.kl.beta": beta, "sweep.seed": seed},
+                     _ppo_curves(10.0 if beta == 0 else 5.0, 0.4, 0.1, 0.3))
+    assert cli.main(["--claims", "--uri", uri, "--out", str(tmp_path / "reports")]) == 0
+    c14 = next(line for line in (tmp_path / "reports" / "claims.md").read_text().splitlines()
+               if line.startswith("| C14"))
+    assert "not run yet" not in c14

@@ -7,7 +7,7 @@ excludes 0 the other way or lies inside the equivalence margin; **inconclusive**
 two seeds give the interval). A claim holds when all its judged effects hold and does not hold when one of them
 does not; a precondition that is not shown to hold makes it inconclusive (nothing to test on these runs).
 A claim whose studies have no runs is **not run yet** (with the command), one that is no effect is
-**not testable**. Only FINISHED runs count, and PPO/DPO runs need :data:`MIN_EVALS` evaluations.
+**not testable**. Only FINISHED runs count, and policy runs (PPO, GRPO, RLOO, DPO, best-of-n) need :data:`MIN_EVALS` evaluations.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold_source, half_curves
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, SUITE_VERSIONS, Claim, Part
-from rlhf_lab.analysis.runs import RunData, load_study, store_uri
+from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, load_study, store_uri
 from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, verdict
 
 NOT_RUN = "not run yet"
 NOT_TESTABLE = "not testable"
 MIN_EVALS = 5  # evaluations a PPO or DPO run needs to count (shorter runs are smoke tests)
 LEVEL = 0.95
-CLAIM_STAGES = ("ppo", "dpo", "rm")
+CLAIM_STAGES = (*POLICY_STAGES, "rm")
 
 
 @dataclass
@@ -55,7 +55,7 @@ def counts(run: RunData) -> bool:
     """Whether a run enters the verdicts: FINISHED, and a policy run with at least MIN_EVALS evaluations."""
     if run.status != "FINISHED":
         return False
-    return run.stage not in ("ppo", "dpo") or len(run.series(EVAL_GOLD)) >= MIN_EVALS
+    return run.stage not in POLICY_STAGES or len(run.series(EVAL_GOLD)) >= MIN_EVALS
 
 
 def part_verdict(part: Part, m: Measured) -> str | None:
@@ -218,12 +218,12 @@ def margins_text(claims: Sequence[Claim]) -> str:
 
 
 def data_text(runs: Iterable[RunData]) -> str:
-    policy = [r for r in runs if r.stage in ("ppo", "dpo")]
+    policy = [r for r in runs if r.stage in POLICY_STAGES]
     if not policy:
-        return "No finished PPO or DPO runs in any study."
+        return "No finished policy runs (PPO, GRPO, RLOO, DPO, best-of-n) in any study."
     n_test = sum(final_gold_source(r) == "test" for r in policy)
     n_half = sum(half_curves(r)[0].size > 0 for r in policy)
-    return (f"{len(policy)} finished PPO/DPO runs count. Final gold is `test/gold_reward` (the held-out test split) "
+    return (f"{len(policy)} finished policy runs count. Final gold is `test/gold_reward` (the held-out test split) "
             f"for {n_test} of them and the last `eval/gold_reward` (one evaluation on the eval prompts) for the "
             f"{len(policy) - n_test} that logged no test split. {n_half} logged the gold reward on two fixed halves "
             "of the eval prompts (`eval/gold_reward_a`, `_b`); only those have a drop from the peak (split-half: the "
@@ -236,7 +236,7 @@ def render(results: Sequence[ClaimResult], uri: str, runs: Iterable[RunData]) ->
     lines = ["# Claims of docs/claims.md put to the canned studies", "",
              f"Computed by `rlhf-lab-report --claims` from `{uri}`. Verdicts hold for this world and these small "
              "models only.", "",
-             f"**Data.** Only FINISHED runs count; PPO and DPO runs need at least {MIN_EVALS} evaluations. "
+             f"**Data.** Only FINISHED runs count; policy runs (PPO, GRPO, RLOO, DPO) need at least {MIN_EVALS} evaluations. "
              + data_text(runs), "",
              "**Statistics.** An effect is a mean over units (normally seeds) with its 95% Student-t interval. Paired "
              "designs run the compared settings with the same seeds and average the per-seed differences (\"paired\" "

@@ -99,10 +99,11 @@ def r_squared(y: Any, y_hat: Any) -> float:
 
 @dataclass(frozen=True)
 class GaoFit:
-    """A fit of the RL form R(d) = d(α − β log d) to one run's points, with what a reader needs to trust it.
+    """A fit of a Gao et al. form to one run's points, with what a reader needs to trust it: the RL form
+    R(d) = d(α − β log d) (``form="rl"``) or the best-of-n form R(d) = d(α − β d) (``form="bon"``).
 
     n: points with d > 0 (the ones fitted); alpha, beta, r2: nan when n < MIN_FIT_POINTS (see `status`);
-    d_lo, d_hi: the range of the fitted d; d_star, r_star: the form's peak (peak_rl); status: one of
+    d_lo, d_hi: the range of the fitted d; d_star, r_star: the form's peak (peak_rl, peak_bon); status: one of
     "too few points", "no peak" (β ≤ 0: still rising), "peak beyond the data" (d* > d_hi),
     "peak before the data" (d* < d_lo), "peak in the data".
     """
@@ -116,6 +117,11 @@ class GaoFit:
     d_star: float
     r_star: float
     status: str
+    form: str = "rl"
+
+    def curve(self, d: Any) -> np.ndarray:
+        """The fitted form at `d`."""
+        return (gao_bon if self.form == "bon" else gao_rl)(d, self.alpha, self.beta)
 
     @property
     def ok(self) -> bool:
@@ -128,15 +134,25 @@ class GaoFit:
 
 def fit_rl(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POINTS) -> GaoFit:
     """fit_gao_rl with R² (on the reward scale), the data range and where the peak lies relative to it."""
+    return _fit("rl", d, r, min_points)
+
+
+def fit_bon(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POINTS) -> GaoFit:
+    """fit_gao_bon likewise (best-of-n: d = √(log n − (n − 1)/n))."""
+    return _fit("bon", d, r, min_points)
+
+
+def _fit(form: str, d: Sequence[float], r: Sequence[float], min_points: int) -> GaoFit:
     dc, rc = _clean(d, r)
     n = int(dc.size)
     lo, hi = (float(dc.min()), float(dc.max())) if n else (float("nan"), float("nan"))
-    alpha, beta = fit_gao_rl(dc, rc, min_points)
+    fit, shape, peak = (fit_gao_bon, gao_bon, peak_bon) if form == "bon" else (fit_gao_rl, gao_rl, peak_rl)
+    alpha, beta = fit(dc, rc, min_points)
     nan = float("nan")
     if not math.isfinite(alpha):
-        return GaoFit(n, nan, nan, nan, lo, hi, nan, nan, "too few points" if n < min_points else "no fit")
-    r2 = r_squared(rc, gao_rl(dc, alpha, beta))
-    d_star, r_star = peak_rl(alpha, beta)
+        return GaoFit(n, nan, nan, nan, lo, hi, nan, nan, "too few points" if n < min_points else "no fit", form)
+    r2 = r_squared(rc, shape(dc, alpha, beta))
+    d_star, r_star = peak(alpha, beta)
     if not (beta > 0 and math.isfinite(d_star)):
         status = "no peak"
     elif d_star > hi:
@@ -145,7 +161,7 @@ def fit_rl(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POI
         status = "peak before the data"
     else:
         status = "peak in the data"
-    return GaoFit(n, alpha, beta, r2, lo, hi, d_star, r_star, status)
+    return GaoFit(n, alpha, beta, r2, lo, hi, d_star, r_star, status, form)
 
 
 def bon_kl(n: int) -> float:

@@ -8,8 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.fits import MIN_FIT_POINTS, frontier, gao_rl
-from rlhf_lab.analysis.runs import RunData, groups, kl_gold_pairs
+from rlhf_lab.analysis.fits import MIN_FIT_POINTS, frontier
+from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, groups, kl_gold_pairs
 
 
 def _plt():
@@ -36,7 +36,7 @@ def plot_reward_vs_sqrt_kl(runs: Sequence[RunData], path: Path) -> None:
             fit = r.gao_fit()
             if fit.ok:  # drawn over the fitted data's range only
                 xs = np.linspace(0, max(fit.d_hi, 1e-3), 100)
-                axes[0].plot(xs, gao_rl(xs, fit.alpha, fit.beta), "-", color=color, lw=1)
+                axes[0].plot(xs, fit.curve(xs), "-", color=color, lw=1)
     axes[0].set_title(f"gold reward gain vs √KL (lines: Gao et al. fit, ≥ {MIN_FIT_POINTS} points)")
     axes[1].set_title("proxy (RM) reward gain vs √KL")
     for ax in axes:
@@ -55,16 +55,20 @@ def plot_reward_vs_sqrt_kl(runs: Sequence[RunData], path: Path) -> None:
 def plot_frontier(runs: Sequence[RunData], path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for algo, marker in (("ppo", "o"), ("dpo", "s")):
+    markers = dict(zip(POLICY_STAGES, "osD^v"))
+    for i, algo in enumerate(POLICY_STAGES):
         rs = [r for r in runs if r.stage == algo]
         if not rs:
             continue
-        pts = [(r.last("eval/kl"), r.last("eval/gold_reward")) for r in rs]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker, alpha=0.6, label=f"{algo} (final of each run)")
-        f = frontier([(kl, g) for r in rs for (_, kl), (_, g) in kl_gold_pairs(r)])
+        color = f"C{i}"
+        pts = [(kl, g) for r in rs for (_, kl), (_, g) in kl_gold_pairs(r)]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], markers[algo], ms=3, alpha=0.35, color=color,
+                label=f"{algo}: every evaluation" + (" (each n)" if algo == "bon" else ""))
+        f = frontier(pts)
         if f:
-            ax.plot([p[0] for p in f], [p[1] for p in f], "-", lw=1.5, label=f"{algo} frontier (all evaluations)")
-    ax.set_xlabel("KL(π‖π_ref), nats per response")
+            ax.plot([p[0] for p in f], [p[1] for p in f], "-", lw=1.5, color=color, label=f"{algo} frontier")
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("KL(π‖π_ref), nats per response (best-of-n: log n − (n − 1)/n)")
     ax.set_ylabel("gold reward")
     ax.set_title("gold reward – KL frontier")
     ax.legend(fontsize=7)

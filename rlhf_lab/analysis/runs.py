@@ -18,13 +18,16 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.fits import GaoFit, fit_rl
+from rlhf_lab.analysis.fits import GaoFit, fit_bon, fit_rl
 from rlhf_lab.runtime import DEFAULT_TRACKING_URI
 
 STUDY_TAG = "rlhf_lab.study"
-POLICY_STAGES = ("ppo", "grpo", "rloo", "dpo")  # policy runs a study report reads
+POLICY_STAGES = ("ppo", "grpo", "rloo", "dpo", "bon")  # policy runs a study report reads
 HISTORY_KEYS = ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/entropy", "eval/distinct_2",
-                "eval/length", "eval/filler_rate")
+                "eval/length", "eval/filler_rate", "bon/gold_reward", "bon/proxy_reward", "bon/kl", "bon/length")
+# best-of-n logs one point per n (n as the step) under bon/*: read as the eval/* series of the same quantity
+BON_SERIES = {"eval/gold_reward": "bon/gold_reward", "eval/proxy_reward": "bon/proxy_reward", "eval/kl": "bon/kl",
+              "eval/length": "bon/length", "eval/formula_gold_reward": "bon/formula_gold_reward"}
 STUDIES = ("ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "gold_rm_validation", "seeds")
 
 
@@ -43,6 +46,10 @@ class RunData:
 
     # -- values
     def series(self, key: str) -> list[tuple[int, float]]:
+        """(step, value) of a logged metric; for a best-of-n run the ``eval/*`` keys read its ``bon/*`` curve
+        (n as the step; BON_SERIES)."""
+        if self.stage == "bon":
+            key = BON_SERIES.get(key, key)
         return sorted(self.history.get(key) or [])
 
     def first(self, key: str) -> float:
@@ -84,9 +91,10 @@ class RunData:
         return d, r
 
     def gao_fit(self) -> GaoFit:
-        """The Gao et al. RL form fitted to the gold gain against √KL (fits.fit_rl: none from < 5 points)."""
+        """The Gao et al. form fitted to the gold gain against √KL: the RL form, or the best-of-n form for a
+        best-of-n run (fits.fit_rl, fits.fit_bon: none from < 5 points)."""
         d, r = self.points()
-        return fit_rl(d, r)
+        return fit_bon(d, r) if self.stage == "bon" else fit_rl(d, r)
 
     def rm_accuracy(self) -> float:
         return float(self.rm.get("metrics", {}).get("rm/accuracy", float("nan")))
