@@ -12,7 +12,7 @@ Each group has a ``check_<group>(node)`` function; the stages keep their own gua
 :func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab, so the check costs
 milliseconds. The choice lists mirror the constants of the code that implements them
 (``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``, ``stages.ppo.REFERENCE_KINDS`` and
-``CRITICS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
+``CRITICS``, ``sampling.SAMPLERS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # models.families.DTYPES (n
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # (null: transformers' default)
 RM_SOURCES = ("same", "different", "pretrained")
 RM_INITS = ("sft", "pretrain")
+SAMPLERS = ("lab", "hf")  # models.sampling.SAMPLERS (generation.sampler)
 
 
 class ConfigError(ValueError):
@@ -135,6 +136,8 @@ def check_generation(g: DictConfig) -> None:
     need_all(g, "generation", {"max_new_tokens": (at_least(1), ">= 1"), "temperature": positive,
                                "top_k": non_negative, "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
                                "max_prompt_len": (optional(at_least(1)), ">= 1 or null")})
+    if "sampler" in g:
+        choice(g, "generation", "sampler", SAMPLERS)
 
 
 def check_eval(e: DictConfig) -> None:

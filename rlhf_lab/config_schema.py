@@ -196,6 +196,7 @@ class GenerationConfig:
     top_k: int = MISSING
     top_p: float = MISSING
     max_prompt_len: Optional[int] = MISSING
+    sampler: str = MISSING
 
 
 @dataclass
