@@ -114,6 +114,12 @@ def test_sample_with_either_sampler_returns_the_same_rollout(family_models):
         assert m == [1] * n + [0] * (len(m) - n)
         assert ids[n:] == [tok.pad_token_id] * (len(m) - n)
         assert ended == (tok.eos_token_id in ids[:n]) and (not ended or ids[n - 1] == tok.eos_token_id)
+    # kv_generate's tokens (drawn in inference mode) can be indices of a forward pass autograd goes back through
+    ids = S.kv_generate(model, lab.query_ids, lab.query_mask, 4, tok.eos_token_id, tok.pad_token_id)
+    assert not ids.is_inference()
+    with torch.enable_grad():
+        S.response_logprobs(model, lab.query_ids, lab.query_mask, ids, torch.ones_like(ids)).sum().backward()
+    model.zero_grad(set_to_none=True)
     with pytest.raises(ValueError, match="generation.sampler"):
         S.sample(model, tok, batch, MAX_NEW, sampler="vllm")
 
@@ -142,8 +148,10 @@ def test_draw_tokens_is_torch_multinomial_on_cpu(shape):
         torch.manual_seed(seed)
         got, after_got = S.draw_tokens(probs), torch.rand(2)
         assert torch.equal(got, want) and torch.equal(after_got, after_want)
+    bad = probs.clone()
+    bad[-1, 0] = float("nan")  # one NaN in the last row
     with pytest.raises(RuntimeError, match="probability tensor"):
-        S.draw_tokens(torch.full(shape, float("nan")))
+        S.draw_tokens(bad)
 
 
 def test_warp_scores_matches_transformers_warpers():

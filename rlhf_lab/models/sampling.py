@@ -159,7 +159,6 @@ def cache_argument(base) -> str | None:
     return next((name for name in ("cache", "past_key_values") if name in params), None)
 
 
-@torch.no_grad()
 def kv_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0,
                 top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """What :func:`hf_generate` returns, by a KV-cache loop of our own: [B, T], T <= max_new_tokens.
@@ -171,7 +170,16 @@ def kv_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
     ones too) or argmax when ``temperature`` is 0; finished rows get the pad token; it stops when every row has
     emitted EOS or after ``max_new_tokens``. The decode steps take the padding mask as the 4-D boolean mask that
     transformers' SDPA masking would build from it (for SDPA attention with no sliding or linear layers), which
-    saves building it at every step."""
+    saves building it at every step. The loop runs in ``torch.inference_mode`` (less bookkeeping per operation than
+    ``no_grad``, the same arithmetic); the tokens come back as an ordinary tensor."""
+    with torch.inference_mode():
+        out = decode_loop(model, q_ids, q_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p)
+    return out.clone()  # outside inference mode: a tensor autograd may use later (e.g. as embedding indices)
+
+
+def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
+                top_k: int, top_p: float) -> torch.Tensor:
+    """:func:`kv_generate`'s loop."""
     base = unwrap(model)
     cache_kw = cache_argument(base)
     B, P = q_ids.shape
@@ -237,13 +245,17 @@ def draw_tokens(probs: torch.Tensor) -> torch.Tensor:
     On CPU, torch draws a single sample as argmax(p / E), E ~ Exp(1) from ``exponential_``, each E being
     −log1p(−u) for a double-precision uniform u; the same uniforms come from ``torch.rand(..., dtype=float64)``
     and the vectorised transform is cheaper than ``exponential_``'s serial one. Elsewhere: ``torch.multinomial``
-    itself."""
+    itself. ``probs`` come from a softmax (no negative value); a row with a NaN (NaN logits, or every token
+    filtered) is an error, as in ``torch.multinomial`` (argmax picks a NaN where there is one, so checking the
+    picked values suffices)."""
     if probs.device.type != "cpu":
         return torch.multinomial(probs, num_samples=1).squeeze(1)
-    if not bool((probs.max() < float("inf")) & (probs.min() >= 0)):
-        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     noise = (-torch.log1p(-torch.rand(probs.shape, dtype=torch.float64, device=probs.device))).to(probs.dtype)
-    return (probs / noise).argmax(-1)
+    ratio = probs / noise
+    picked = ratio.argmax(-1)
+    if bool(ratio.gather(-1, picked[:, None]).isnan().any()):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    return picked
 
 
 def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:
