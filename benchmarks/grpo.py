@@ -159,8 +159,8 @@ def trl_trainer(cfg: DictConfig, wm: WorldModel, tok, steps: int, out_dir: str):
 
 
 PHASES = [
-    ("generation", "generation: `model.generate` (ours: `sampling.sample` with prompt tokenization and decoding; "
-                   "TRL: `_generate_single_turn`)"),
+    ("generation", "generation (ours: `sampling.sample` with `generation.sampler`, prompt tokenization and decoding; "
+                   "TRL: `_generate_single_turn`, `model.generate`)"),
     ("reward", "reward: RewardScorer on the decoded completions"),
     ("logps", "old + reference log-probs, no grad (ours: with the entropy)"),
     ("update", "the rest: minibatch forward + backward + AdamW, advantages, metrics, logging"),
@@ -437,10 +437,12 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int, t
     sec.findings.append(f"throughput ours/TRL **{tp['ratio']:.2f}×** (target ≥ {target}×: "
                         f"{'met' if tp['ratio'] >= target else 'NOT met'})")
     gen = med["ours"]["generation"] / med["ours"]["step"], med["trl"]["generation"] / med["trl"]["step"]
-    sec.findings.append(f"generation is {100 * gen[0]:.0f}% of our step and {100 * gen[1]:.0f}% of TRL's: the same "
-                        "`model.generate` call on the same shapes on both sides, so it bounds the ratio (with "
-                        "everything else free, ours/TRL would be at most TRL step / our generation = "
-                        f"{med['trl']['step'] / med['ours']['generation']:.2f}×)")
+    sampler = ("our KV-cache sampler (`generation.sampler=lab`), TRL `model.generate`: the same tokens (see the "
+               "sampling section)" if str(g.sampler) == "lab" else "the same `model.generate` call on both sides "
+               "(`generation.sampler=hf`)")
+    sec.findings.append(f"generation is {100 * gen[0]:.0f}% of our step and {100 * gen[1]:.0f}% of TRL's, on the same "
+                        f"shapes: {sampler}; it bounds the ratio (with everything else free, ours/TRL would be at most "
+                        f"TRL step / our generation = {med['trl']['step'] / med['ours']['generation']:.2f}×)")
     sec.data = {"ratio": tp["ratio"], "agree_ok": ok, "target": target, "phases": med}
     sec.seconds = time.time() - t_start
     return sec

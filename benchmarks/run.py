@@ -1,9 +1,10 @@
-"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,grpo,ppo,memory,scaling] [--threads N]``.
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,grpo,sampling,ppo,memory,scaling] [--threads N]``.
 
 Prints each benchmark's tables as it finishes and writes them, with the date, the machine and the exact
 command, to ``benchmarks/results.md`` (written to a temporary file, then renamed). The file is merged section by
 section: a run replaces the sections (and summary rows) of the benchmarks it ran and keeps the others, each
-section naming the run that wrote it. Exit status 1 when a loss-agreement check fails. See benchmarks/README.md
+section naming the run that wrote it. Exit status 1 when a loss-agreement check fails (for ``sampling``: when our
+sampler's tokens differ from ``generate``'s). See benchmarks/README.md
 for what each benchmark measures and matches.
 """
 
@@ -21,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCHMARKS = ("dpo", "rm", "grpo", "ppo", "memory", "scaling")
-AGREEMENT_CHECKED = ("dpo", "rm", "grpo")  # benchmarks whose loss-agreement check sets the exit status
+BENCHMARKS = ("dpo", "rm", "grpo", "sampling", "ppo", "memory", "scaling")
+AGREEMENT_CHECKED = ("dpo", "rm", "grpo", "sampling")  # benchmarks whose agreement check sets the exit status
 
 # steps per run / warm-up steps (not timed) / rounds alternating the two sides
 SIZES = {
@@ -30,6 +31,7 @@ SIZES = {
         "dpo": dict(steps=80, warmup=5, rounds=4),
         "rm": dict(steps=80, warmup=5, rounds=4),
         "grpo": dict(steps=10, warmup=2, rounds=4),
+        "sampling": dict(steps=16, warmup=2),
         "ppo": dict(steps=8, warmup=2, rounds=3),
         "memory": dict(preset="a_large", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 32, 64, 128], batches=[8, 16, 32, 64], steps=4, warmup=1),
@@ -38,6 +40,7 @@ SIZES = {
         "dpo": dict(steps=12, warmup=3, rounds=1),
         "rm": dict(steps=12, warmup=3, rounds=1),
         "grpo": dict(steps=3, warmup=1, rounds=1),
+        "sampling": dict(steps=4, warmup=1),
         "ppo": dict(steps=3, warmup=1, rounds=1),
         "memory": dict(preset="a_medium", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 64], batches=[8, 32], steps=2, warmup=1),
@@ -125,6 +128,10 @@ def summary_rows(sections: dict) -> dict[str, list[str]]:
         d = sections["grpo"].data
         rows["grpo"] = ["GRPO throughput, ours/TRL (completions/s)", f"{d['ratio']:.2f}×",
                         f"{agreement(d)}; target ≥ {d['target']}×: " + ("met" if d["ratio"] >= d["target"] else "NOT met")]
+    if "sampling" in sections:
+        d = sections["sampling"].data
+        rows["sampling"] = ["sampler, ours/HF generate (tokens/s)", f"{d['ratio']:.2f}×",
+                            "tokens identical" if d["agree_ok"] else "TOKENS DIFFER"]
     if "ppo" in sections:
         d = sections["ppo"].data
         rows["ppo"] = ["PPO step, ours/bare − 1", f"{100 * d['overhead']:+.0f}%",
@@ -263,6 +270,10 @@ def run_all(args, sizes: dict, work: Path) -> dict:
         from benchmarks import grpo
 
         done("grpo", grpo.run(C.compose(["algo=grpo"]), wm, tol=AGREEMENT_TOL, **sizes["grpo"]))
+    if "sampling" in args.only:
+        from benchmarks import sampling
+
+        done("sampling", sampling.run(C.compose(["algo=grpo"]), wm, **sizes["sampling"]))
     if "ppo" in args.only:
         from benchmarks import ppo
 

@@ -12,7 +12,7 @@ Each group has a ``check_<group>(node)`` function; the stages keep their own gua
 :func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab, so the check costs
 milliseconds. The choice lists mirror the constants of the code that implements them
 (``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``, ``stages.ppo.REFERENCE_KINDS`` and
-``CRITICS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
+``CRITICS``, ``sampling.SAMPLERS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ RM_SOURCES = ("same", "different", "pretrained")
 RM_INITS = ("sft", "pretrain")
 GOLD_SOURCES = ("formula", "rm")  # stages.gold.SOURCES
 RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
+SAMPLERS = ("lab", "hf")  # models.sampling.SAMPLERS (generation.sampler)
 
 
 class ConfigError(ValueError):
@@ -137,6 +138,8 @@ def check_generation(g: DictConfig) -> None:
     need_all(g, "generation", {"max_new_tokens": (at_least(1), ">= 1"), "temperature": positive,
                                "top_k": non_negative, "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
                                "max_prompt_len": (optional(at_least(1)), ">= 1 or null")})
+    if "sampler" in g:
+        choice(g, "generation", "sampler", SAMPLERS)
 
 
 def check_eval(e: DictConfig) -> None:

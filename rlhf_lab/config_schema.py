@@ -214,6 +214,7 @@ class GenerationConfig:
     top_k: int = MISSING
     top_p: float = MISSING
     max_prompt_len: Optional[int] = MISSING
+    sampler: str = MISSING
 
 
 @dataclass

@@ -95,7 +95,7 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeight
         for i in range(0, len(flat), batch_size):
             chunk = flat[i : i + batch_size]
             ro: Rollout = sample(policy, tokenizer, chunk, gen.max_new_tokens, gen.temperature, gen.top_k, gen.top_p,
-                                 gen.get("max_prompt_len"))
+                                 gen.get("max_prompt_len"), sampler=gen.sampler)
             if details:
                 logp, ent = response_logprobs(policy, ro.query_ids, ro.query_mask, ro.response_ids,
                                               ro.response_mask, gen.temperature or 1.0, with_entropy=True)

@@ -126,8 +126,10 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
     pairs: list[PreferencePair] = []
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
-        ra = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
-        rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
+        ra = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
+                    sampler=g.sampler)
+        rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
+                    sampler=g.sampler)
         pairs += label_pairs(cfg, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source, gold)
     return pairs
 

@@ -68,6 +68,7 @@ def test_cli_full_error_shows_the_traceback(tmp_path):
     (["algo.critic=nope"], "algo.critic", "nope"),
     (["generation.top_p=0"], "generation.top_p", 0.0),
     (["generation.temperature=0"], "generation.temperature", 0.0),
+    (["generation.sampler=vllm"], "generation.sampler", "vllm"),
     (["trainer.max_steps=0"], "trainer.max_steps", 0),
     (["trainer.threads=0"], "trainer.threads", 0),
     (["eval.n_prompts=0"], "eval.n_prompts", 0),
@@ -110,8 +111,10 @@ def test_shipped_configs_pass():
 def test_choice_lists_match_the_code():
     from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
     from rlhf_lab.algorithms.rl_math import KL_ESTIMATORS, KL_LOSS_ESTIMATORS, LOSS_AGGREGATIONS
+    from rlhf_lab.models.sampling import SAMPLERS
     from rlhf_lab.stages import ppo
 
     assert C.KL_ESTIMATORS == KL_ESTIMATORS and C.DPO_LOSS_TYPES == PREFERENCE_LOSS_TYPES
     assert C.LOSS_AGGREGATIONS == LOSS_AGGREGATIONS and C.KL_LOSS_ESTIMATORS == KL_LOSS_ESTIMATORS
     assert C.PPO_REFERENCE_KINDS == ppo.REFERENCE_KINDS and C.PPO_CRITICS == ppo.CRITICS
+    assert C.SAMPLERS == SAMPLERS

@@ -341,7 +341,7 @@ class PPOModule(L.LightningModule):
         """Step 1: one sampled response per prompt, with the ``generation.*`` settings."""
         g = self.gen
         return sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
-                      g.get("max_prompt_len"))
+                      g.get("max_prompt_len"), sampler=g.sampler)
 
     def score(self, ro) -> torch.Tensor:
         """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device."""

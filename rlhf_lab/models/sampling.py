@@ -3,14 +3,37 @@
 Prompts are left-padded for generation; responses come back right-padded, with the EOS token inside
 the mask and padding after it. Every forward pass gets explicit position ids (cumsum of the attention
 mask), so left padding does not shift positions, whatever the architecture.
+
+Two samplers (``generation.sampler``): ``hf``, Hugging Face ``model.generate``; and ``lab`` (the default),
+:func:`kv_generate`, a KV-cache loop of our own that reproduces ``generate``'s decoding for ``sample``'s settings
+step for step (the same forward passes, the same warpers in the same order, the same draw from torch's random
+number generator), so that under the same seed it returns the same tokens, with less per-token overhead
+(tests/test_sampling.py checks the equality on every tested architecture; ``benchmarks.run --only sampling``
+measures the gain). A model the loop cannot reproduce ``generate`` for (:func:`lab_unsupported`) is sampled
+with ``generate``.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from rlhf_lab.models.adapters import unwrap
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = ("lab", "hf")  # generation.sampler
+DEFAULT_SAMPLER = "lab"
+# generation_config keys that do not change the tokens ``generate`` draws for ``sample``'s arguments: token ids,
+# output switches, and the sampling keys ``sample`` passes itself (``use_cache`` must be true: see lab_unsupported)
+NEUTRAL_GENERATION_KEYS = frozenset({
+    "pad_token_id", "bos_token_id", "eos_token_id", "_from_model_config", "transformers_version",
+    "output_attentions", "output_hidden_states", "do_sample", "temperature", "top_k", "top_p", "max_length",
+    "max_new_tokens", "use_cache"})
 
 
 @dataclass
@@ -55,26 +78,184 @@ def response_mask_from_ids(response_ids: torch.Tensor, eos_id: int) -> tuple[tor
 
 @torch.no_grad()
 def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float = 1.0,
-           top_k: int = 0, top_p: float = 1.0, max_prompt_len: int | None = None) -> Rollout:
-    """Sample one response per prompt with KV-cached generation (Hugging Face `generate`)."""
+           top_k: int = 0, top_p: float = 1.0, max_prompt_len: int | None = None,
+           sampler: str = DEFAULT_SAMPLER) -> Rollout:
+    """Sample one response per prompt with KV-cached decoding: ``sampler`` ``lab`` (:func:`kv_generate`, falling
+    back to ``generate`` where :func:`lab_unsupported` says why) or ``hf`` (Hugging Face ``generate``); both draw
+    the same tokens under the same seed. ``temperature`` 0: greedy."""
     if temperature < 0:
         raise ValueError(f"generation.temperature must be >= 0, got {temperature}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"generation.sampler={sampler!r}; choose one of {', '.join(SAMPLERS)}")
     q_ids, q_mask = encode_prompts(tokenizer, prompts, max_prompt_len)
     dev = next(model.parameters()).device
     q_ids, q_mask = q_ids.to(dev), q_mask.to(dev)
     was_training = model.training
     model.eval()
-    kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                  eos_token_id=tokenizer.eos_token_id)
-    if temperature > 0:
-        kwargs.update(temperature=temperature, top_k=int(top_k or 0), top_p=float(top_p))
-    out = model.generate(input_ids=q_ids, attention_mask=q_mask, **kwargs)
-    model.train(was_training)
-    r_ids = out[:, q_ids.shape[1]:]
+    try:
+        if sampler == "lab" and not _fallback(model, tokenizer):
+            r_ids = kv_generate(model, q_ids, q_mask, max_new_tokens, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                                temperature, top_k, top_p)
+        else:
+            r_ids = hf_generate(model, q_ids, q_mask, max_new_tokens, tokenizer.eos_token_id,
+                                tokenizer.pad_token_id, temperature, top_k, top_p)
+    finally:
+        model.train(was_training)
     mask, ended = response_mask_from_ids(r_ids, tokenizer.eos_token_id)
     r_ids = torch.where(mask.bool(), r_ids, torch.full_like(r_ids, tokenizer.pad_token_id))
     texts = decode_responses(tokenizer, r_ids, mask)
     return Rollout(list(prompts), q_ids, q_mask, r_ids, mask, texts, ended)
+
+
+def hf_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0,
+                top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The tokens Hugging Face ``generate`` appends to the left-padded prompts [B, P]: [B, T], T <= max_new_tokens
+    (pad after a row's EOS)."""
+    kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id)
+    if temperature > 0:
+        kwargs.update(temperature=temperature, top_k=int(top_k or 0), top_p=float(top_p))
+    return model.generate(input_ids=q_ids, attention_mask=q_mask, **kwargs)[:, q_ids.shape[1]:]
+
+
+_WARNED: set[str] = set()
+
+
+def _fallback(model, tokenizer) -> bool:
+    """Whether ``lab`` falls back to ``generate`` for this model (warned once per reason)."""
+    why = lab_unsupported(model, tokenizer)
+    if why and why not in _WARNED:
+        _WARNED.add(why)
+        log.warning("generation.sampler=lab: sampling with Hugging Face generate instead, %s", why)
+    return why is not None
+
+
+def lab_unsupported(model, tokenizer) -> str | None:
+    """Why :func:`kv_generate` cannot reproduce ``generate`` for this model and tokenizer (None: it can): an
+    encoder-decoder; a forward without a KV cache or position ids; a generation_config that asks ``generate``
+    for more than ``sample``'s settings (e.g. a repetition penalty, or no cache); no pad or EOS token."""
+    base = unwrap(model)
+    if getattr(base, "config", None) is None:
+        return f"{type(base).__name__} has no transformers config"
+    if getattr(base.config, "is_encoder_decoder", False):
+        return "the model is an encoder-decoder"
+    if cache_argument(base) is None or "position_ids" not in inspect.signature(base.forward).parameters:
+        return f"{type(base).__name__}.forward takes no KV cache or no position_ids"
+    gc = getattr(base, "generation_config", None)
+    diff = gc.to_diff_dict() if gc is not None else {}
+    extra = {k: v for k, v in diff.items() if k not in NEUTRAL_GENERATION_KEYS}
+    if gc is not None and gc.use_cache is False:
+        extra["use_cache"] = False
+    if extra:
+        return f"the model's generation_config sets {extra}"
+    if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+        return "the tokenizer has no pad or no EOS token"
+    return None
+
+
+def cache_argument(base) -> str | None:
+    """The name of the KV-cache argument of the model's forward (``cache`` in transformers 5, ``past_key_values``
+    before), None if it takes none."""
+    params = inspect.signature(base.forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in params), None)
+
+
+def kv_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0,
+                top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """What :func:`hf_generate` returns, by a KV-cache loop of our own: [B, T], T <= max_new_tokens.
+
+    As ``generate`` does (transformers' ``GenerationMixin._sample``): one prefill forward over the left-padded prompts
+    with position ids cumsum(mask) − 1 (the mask dropped when nothing is padded), then one forward per token with
+    the model's cache, the mask grown by one and the positions by one; the LM head on the last position only; the
+    float32 logits through :func:`warp_scores`, softmax, one draw per row (:func:`draw_tokens`, every row, finished
+    ones too) or argmax when ``temperature`` is 0; finished rows get the pad token; it stops when every row has
+    emitted EOS or after ``max_new_tokens``. The decode steps take the padding mask as the 4-D boolean mask that
+    transformers' SDPA masking would build from it (for SDPA attention with no sliding or linear layers), which
+    saves building it at every step. The loop runs in ``torch.inference_mode`` (less bookkeeping per operation than
+    ``no_grad``, the same arithmetic); the tokens come back as an ordinary tensor."""
+    with torch.inference_mode():
+        out = decode_loop(model, q_ids, q_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p)
+    return out.clone()  # outside inference mode: a tensor autograd may use later (e.g. as embedding indices)
+
+
+def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
+                top_k: int, top_p: float) -> torch.Tensor:
+    """:func:`kv_generate`'s loop."""
+    base = unwrap(model)
+    cache_kw = cache_argument(base)
+    B, P = q_ids.shape
+    padded = not bool(q_mask.bool().all())
+    full_mask = torch.cat([q_mask, q_mask.new_ones(B, max_new_tokens)], dim=1) if padded else None
+    pos = positions(q_mask)
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+    out = q_ids.new_full((B, max_new_tokens), pad_id)
+    unfinished = torch.ones(B, dtype=torch.long, device=q_ids.device)
+    inputs, attn, cache, step_mask = q_ids, q_mask if padded else None, None, full_mask
+    for t in range(max_new_tokens):
+        res = model(input_ids=inputs, attention_mask=attn, position_ids=pos, use_cache=True, **{cache_kw: cache},
+                    **extra)
+        cache = res[cache_kw]
+        if t == 0 and padded and sdpa_mask_ok(base, cache):
+            step_mask = full_mask.bool()[:, None, None, :]
+        scores = res.logits[:, -1].to(copy=True, dtype=torch.float32)
+        if temperature > 0:
+            nxt = draw_tokens(F.softmax(warp_scores(scores, temperature, top_k, top_p), dim=-1))
+        else:
+            nxt = scores.argmax(-1)
+        nxt = nxt * unfinished + pad_id * (1 - unfinished)
+        out[:, t] = nxt
+        unfinished = unfinished & (nxt != eos_id)
+        if not bool(unfinished.any()):
+            return out[:, : t + 1]
+        inputs, pos = nxt[:, None], pos[:, -1:] + 1
+        if padded:
+            attn = step_mask[..., : P + t + 1]
+    return out
+
+
+def sdpa_mask_ok(base, cache) -> bool:
+    """Whether the decode steps may take the padding mask as a 4-D boolean mask: SDPA attention (the mask
+    transformers builds for it at one query position is the padding mask, broadcast) and a cache of full
+    attention layers only."""
+    if getattr(base.config, "_attn_implementation", None) != "sdpa":
+        return False
+    return not any(getattr(cache, "is_sliding", [True])) and not any(getattr(cache, "is_linear", [False]))
+
+
+def warp_scores(scores: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The scores [B, V] after transformers' sampling warpers for these settings, in ``generate``'s order and with
+    its arithmetic: ``TemperatureLogitsWarper`` (unless 1), ``TopKLogitsWarper`` (k > 0), ``TopPLogitsWarper``
+    (p < 1); removed tokens get −inf."""
+    if temperature != 1.0:
+        scores = scores / temperature
+    if top_k:
+        k = min(max(int(top_k), 1), scores.size(-1))
+        scores = scores.masked_fill(scores < torch.topk(scores, k)[0][..., -1, None], float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False)
+        remove = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= (1 - float(top_p))
+        remove[..., -1:] = 0  # keep at least one token
+        scores = scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    return scores
+
+
+def draw_tokens(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` [B, V]: the token ``torch.multinomial(probs, 1)`` draws, consuming the same
+    random numbers.
+
+    On CPU, torch draws a single sample as argmax(p / E), E ~ Exp(1) from ``exponential_``, each E being
+    −log1p(−u) for a double-precision uniform u; the same uniforms come from ``torch.rand(..., dtype=float64)``
+    and the vectorised transform is cheaper than ``exponential_``'s serial one. Elsewhere: ``torch.multinomial``
+    itself. ``probs`` come from a softmax (no negative value); a row with a NaN (NaN logits, or every token
+    filtered) is an error, as in ``torch.multinomial`` (argmax picks a NaN where there is one, so checking the
+    picked values suffices)."""
+    if probs.device.type != "cpu":
+        return torch.multinomial(probs, num_samples=1).squeeze(1)
+    noise = (-torch.log1p(-torch.rand(probs.shape, dtype=torch.float64, device=probs.device))).to(probs.dtype)
+    ratio = probs / noise
+    picked = ratio.argmax(-1)
+    if bool(ratio.gather(-1, picked[:, None]).isnan().any()):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    return picked
 
 
 def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:

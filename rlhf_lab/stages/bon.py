@@ -61,7 +61,7 @@ def sample_and_score(policy, tok, prompts: list[str], N: int, gen: DictConfig, s
     for i in range(0, len(flat), batch_size):
         chunk = flat[i : i + batch_size]
         ro = sample(policy, tok, chunk, int(gen.max_new_tokens), gen.temperature, gen.top_k, gen.top_p,
-                    gen.get("max_prompt_len"))
+                    gen.get("max_prompt_len"), sampler=gen.sampler)
         proxy += scorer(chunk, ro.responses, ro.ended).float().reshape(-1).tolist()
         if gold is None:
             golds += [gold_reward(p, r, e, gold_w) for p, r, e in zip(chunk, ro.responses, ro.ended)]

@@ -52,6 +52,12 @@ def job_steps(cfg: DictConfig, stage: str, default: int) -> int:
     return int(default)
 
 
+def generation_spec(cfg: DictConfig) -> dict:
+    """The ``generation`` settings that determine sampled text, for an artifact's spec: all but ``sampler`` (both
+    samplers draw the same tokens, so the choice does not change an artifact)."""
+    return {k: v for k, v in to_plain(cfg.generation).items() if k != "sampler"}
+
+
 def upstream_run(cfg: DictConfig, path) -> str:
     """The MLflow run that built a cached artifact (its folder when it was not built by a run)."""
     p = Path(str(path))

@@ -45,6 +45,7 @@ from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     ensure,
     evaluate,
+    generation_spec,
     job_steps,
     model_size,
     stage_seed,
@@ -70,7 +71,7 @@ def spec(cfg: DictConfig) -> dict:
     if cfg.data.source == "world":  # what determines the pairs besides the SFT model (stages.prefs.spec)
         data = {**data, "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
     out = {"sft": str(ensure("sft", cfg)), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
-           "generation": to_plain(cfg.generation), "seed": stage_seed(cfg, "dpo", "algo"),
+           "generation": generation_spec(cfg), "seed": stage_seed(cfg, "dpo", "algo"),
            "steps": job_steps(cfg, "dpo", cfg.algo.steps)}
     if G.is_rm(cfg):  # the gold RM labels the pairs (and the online ones); nothing added for the formula
         out["gold_rm"] = G.identity(cfg)
@@ -92,8 +93,10 @@ def online_refresh(cfg, module_ref, tok, max_len: int, seed: int, gold=None) -> 
         prompts = (stream + stream)[i : i + n]
         state["i"] += n
         policy = module.model
-        a = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
-        b = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len)
+        a = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
+                   sampler=g.sampler)
+        b = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
+                   sampler=g.sampler)
         pairs = label_pairs(cfg, prompts, a.responses, b.responses, a.ended, b.ended, rng, "online", gold)
         ex = encode_dpo_pairs(tok, pairs, max_len)
         for e, p in zip(ex, pairs):

@@ -29,7 +29,7 @@ from rlhf_lab.preferences import (
 )
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import gold as G
-from rlhf_lab.stages.common import ensure, upstream_run
+from rlhf_lab.stages.common import ensure, generation_spec, upstream_run
 
 WHAT = "preference pairs"
 
@@ -38,7 +38,7 @@ def spec(cfg: DictConfig) -> dict:
     dc = cfg.data
     s = {
         "sft": str(ensure("sft", cfg)), "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold),
-        "labeler": to_plain(cfg.labeler), "generation": to_plain(cfg.generation), "n_train": dc.n_train,
+        "labeler": to_plain(cfg.labeler), "generation": generation_spec(cfg), "n_train": dc.n_train,
         "n_eval": dc.n_eval, "seed": dc.seed,
         "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
         "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),
