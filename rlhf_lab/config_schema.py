@@ -178,6 +178,7 @@ class RewardModelConfig:
     max_len: int = MISSING
     margin: bool = MISSING
     center_coef: float = MISSING
+    packing: bool = MISSING
     lora: LoraConfig = field(default_factory=LoraConfig)
     ensemble: int = MISSING
     conservative_lambda: float = MISSING
