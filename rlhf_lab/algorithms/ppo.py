@@ -18,11 +18,15 @@ One PPO step (= one ``training_step``, one x-axis step of every ``objective/*`` 
              RLOO leave-one-out), or GRPO's (R − group mean) / group std (``algo.advantage_scale``); whitened;
 6. update    ``ppo_epochs`` × ``num_minibatches`` AdamW steps on the clipped surrogate (ε, or ε_low/ε_high),
              the clipped value loss, an optional entropy bonus (and β·KL in the loss), the per-token terms
-             reduced by ``algo.loss_agg`` (token mean; GRPO, RLOO and Dr. GRPO's forms);
+             reduced by ``algo.loss_agg`` (token mean; GRPO, RLOO and Dr. GRPO's forms); each minibatch cut
+             to its own longest prompt and response (``algo.trim_minibatches``: the same losses, less compute);
 7. adapt β   the KL controller (``kl=fixed|adaptive``) sees the measured KL in ``kl.unit``.
 
 The four roles (policy, reference, critic, reward) are built for the configured mode by the stage
-:mod:`rlhf_lab.stages.ppo`; ``algo.reference.sync_every`` re-syncs the reference to the policy here.
+:mod:`rlhf_lab.stages.ppo`; ``algo.reference.sync_every`` re-syncs the reference to the policy here. A critic
+without a backbone (``algo.critic=shared``, or the shared-base LoRA mode) is a value head on the hidden states
+of the policy's own pass: one forward for log-probs and values, half the update's compute with a separate
+critic, but the value loss (× ``vf_coef``) then trains the policy's trunk too, coupling the two objectives.
 
 Metric names: docs/metrics.md (TRL's where TRL has one). ``objective/kl`` is the per-response sum over tokens
 of the configured KL estimator, averaged over the batch; ``objective/kl_token`` its per-token mean;
@@ -69,7 +73,7 @@ from rlhf_lab.algorithms.rl_math import (
 )
 from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models.adapters import unwrap
-from rlhf_lab.models.sampling import positions, response_logprobs, sample, token_logprobs
+from rlhf_lab.models.sampling import positions, response_logprobs, sample, token_logprobs, trim_padding
 from rlhf_lab.evaluation import Scorer, as_gold_scorer
 from rlhf_lab.world import GoldWeights
 
@@ -367,44 +371,61 @@ class PPOModule(L.LightningModule):
 
     def update(self, qr, old_logp, ref_logp, old_values, advantages, returns, beta: float) -> dict[str, float]:
         """Step 6: ``ppo_epochs`` passes over the batch in ``num_minibatches`` shuffled minibatches, one AdamW step
-        each on L = L_clip(ε) + c_v·L_V − c_H·H (+ β·KL with ``kl_in=loss``); the mean of each loss over them.
+        each on :meth:`minibatch_loss`; the mean of each loss over them.
         ``qr``: (query ids, query mask, response ids, response mask)."""
         a, opt = self.a, self.optimizers()
-        q_ids, q_mask, r_ids, mask = qr
-        B, n_mb = r_ids.shape[0], a.num_minibatches
+        B, n_mb = qr[0].shape[0], a.num_minibatches
         mb = B // n_mb
         acc: dict[str, list[float]] = {}
         for _epoch in range(a.ppo_epochs):
             perm = torch.randperm(B)
             for i in range(n_mb):
                 idx = perm[i * mb : (i + 1) * mb]
-                m = mask[idx]
-                logp, ent, values = self.policy_forward(q_ids[idx], q_mask[idx], r_ids[idx], m)
-                pg_loss, st = ppo_policy_loss(logp, old_logp[idx], advantages[idx], m, a.clip_eps, a.clip_eps_high,
-                                              a.loss_agg, self.gen.max_new_tokens)
-                loss = pg_loss
-                if values is not None:
-                    vf_loss, vst = ppo_value_loss(values, old_values[idx], returns[idx], m, a.value_clip_eps)
-                    loss = loss + a.vf_coef * vf_loss
-                    st = {**st, **vst, "loss/value": vf_loss.detach()}
-                ent_mean = masked_mean(ent, m)
-                if a.entropy_coef:
-                    loss = loss - a.entropy_coef * ent_mean
-                if a.kl_in == "loss":  # GRPO: β·KL(π_θ‖π_ref) on the current policy, per token
-                    kl_loss = aggregate_loss(kl_estimators(logp, ref_logp[idx], str(a.kl_estimator)), m, a.loss_agg,
-                                             self.gen.max_new_tokens)
-                    loss = loss + beta * kl_loss
-                    st["loss/kl"] = kl_loss.detach()
+                loss, st = self.minibatch_loss(qr, idx, old_logp, ref_logp, old_values, advantages, returns, beta)
                 self.assert_finite({"loss": loss.detach()})
                 opt.zero_grad()
                 self.manual_backward(loss)
                 if a.get("max_grad_norm"):
                     self.clip_gradients(opt, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
                 opt.step()
-                st = {**st, "loss/policy": pg_loss.detach(), "loss/total": loss.detach(), "policy/entropy": ent_mean.detach()}
                 for k, v in st.items():
                     acc.setdefault(k, []).append(float(v))
         return {k: sum(v) / len(v) for k, v in acc.items()}
+
+    def minibatch_loss(self, qr, idx, old_logp, ref_logp, old_values, advantages, returns,
+                       beta: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """L = L_clip(ε) + c_v·L_V − c_H·H (+ β·KL with ``kl_in=loss``) on the rows ``idx`` of the batch, and its
+        stats (detached). With ``algo.trim_minibatches`` the rows are first cut to their own longest prompt and
+        response (:func:`rlhf_lab.models.sampling.trim_padding`): no compute on the rest of the batch's padding,
+        the same loss and gradients (every term is masked)."""
+        a = self.a
+        rows = tuple(x[idx] for x in qr)
+        if a.trim_minibatches:
+            rows = trim_padding(*rows)
+        m = rows[3]
+        T = m.shape[1]  # the per-token tensors: the same response columns
+
+        def cut(x):
+            return x[idx, :T]
+
+        logp, ent, values = self.policy_forward(*rows)
+        pg_loss, st = ppo_policy_loss(logp, cut(old_logp), cut(advantages), m, a.clip_eps, a.clip_eps_high,
+                                      a.loss_agg, self.gen.max_new_tokens)
+        loss = pg_loss
+        if values is not None:
+            vf_loss, vst = ppo_value_loss(values, cut(old_values), cut(returns), m, a.value_clip_eps)
+            loss = loss + a.vf_coef * vf_loss
+            st = {**st, **vst, "loss/value": vf_loss.detach()}
+        ent_mean = masked_mean(ent, m)
+        if a.entropy_coef:
+            loss = loss - a.entropy_coef * ent_mean
+        if a.kl_in == "loss":  # GRPO: β·KL(π_θ‖π_ref) on the current policy, per token
+            kl_loss = aggregate_loss(kl_estimators(logp, cut(ref_logp), str(a.kl_estimator)), m, a.loss_agg,
+                                     self.gen.max_new_tokens)
+            loss = loss + beta * kl_loss
+            st["loss/kl"] = kl_loss.detach()
+        return loss, {**st, "loss/policy": pg_loss.detach(), "loss/total": loss.detach(),
+                      "policy/entropy": ent_mean.detach()}
 
     def adapt_beta(self, kl_t, mask) -> float:
         """Step 7: the KL controller sees the KL measured in ``kl.unit`` (per-response sum or per-token mean),

@@ -44,6 +44,16 @@ def positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def trim_padding(query_ids, query_mask, response_ids, response_mask):
+    """Some rows of a rollout (left-padded prompts, right-padded responses) without the columns that are padding
+    in all of them: the prompts' common left padding and the responses' common right padding. The remaining
+    tokens keep their positions (the cumsum of the mask), so a forward pass gives the same log-probs and values
+    at the remaining response positions. Returns the four tensors, trimmed."""
+    start = query_mask.shape[1] - max(1, int(query_mask.sum(1).max()))
+    T = max(1, int(response_mask.sum(1).max()))
+    return query_ids[:, start:], query_mask[:, start:], response_ids[:, :T], response_mask[:, :T]
+
+
 def response_mask_from_ids(response_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, list[bool]]:
     is_eos = response_ids == eos_id
     # 1 up to and including the first EOS
