@@ -110,6 +110,9 @@ def summary(sections: dict) -> str:
         d = sections["ppo"].data
         rows.append(["PPO step, ours/bare − 1", f"{100 * d['overhead']:+.0f}%",
                      "target ≤ +30%: " + ("met" if d["overhead"] <= 0.30 else "NOT met")])
+        if "options_ratio" in d:
+            rows.append(["PPO step, before v2 ÷ now (world-length responses)", f"{d['options_ratio']:.2f}×",
+                         "target ≥ 1.3×: " + ("met" if d["options_ratio"] >= 1.3 else "NOT met")])
     if "memory" in sections:
         d = sections["memory"].data
         rows.append(["PPO peak RSS, separate/shared_base", f"{d['ratio_rss']:.2f}×",

@@ -101,6 +101,7 @@ class PPOConfig(JobConfig):
     lam: float = MISSING
     whiten_advantages: bool = MISSING
     max_grad_norm: Optional[float] = MISSING
+    packing: bool = MISSING
     trim_minibatches: bool = MISSING
     kl_estimator: str = MISSING
     kl_in: str = MISSING

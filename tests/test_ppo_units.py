@@ -1,6 +1,7 @@
-"""PPO's update without training anything upstream: minibatches trimmed to their own longest prompt and response
-(``algo.trim_minibatches``) give the untrimmed loss and gradients, and the shared-trunk critic
-(``algo.critic=shared``) reads the policy's own pass. Tiny random models of both families."""
+"""PPO's passes and update without training anything upstream: packed rows (``algo.packing``) and minibatches
+trimmed to their own longest prompt and response (``algo.trim_minibatches``) give the padded log-probs, values,
+losses and gradients, and the shared-trunk critic (``algo.critic=shared``) reads the policy's own pass. Tiny
+random models of both families."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from rlhf_lab.algorithms import ppo
+from rlhf_lab.models.actor_critic import lm_forward
 from rlhf_lab.data import gold_weights
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import trim_padding
@@ -62,42 +64,61 @@ def _rollout(tok, q_len: list[int], r_len: list[int], seed: int = 0):
 
 
 @pytest.mark.parametrize("fam,critic,kl_in", [("a", "policy", "reward"), ("b", "policy", "loss"),
-                                              ("a", "shared", "reward"), ("a", "none", "loss")])
-def test_trimmed_minibatches_give_the_untrimmed_loss_and_gradients(tiny_cfg, checkpoints, fam, critic, kl_in):
+                                              ("a", "shared", "reward"), ("b", "rm", "reward"), ("a", "none", "loss")])
+def test_packed_and_trimmed_passes_give_the_padded_losses_and_gradients(tiny_cfg, checkpoints, fam, critic, kl_in):
+    from rlhf_lab.models import families as F_
+
     tok, path = checkpoints[fam]
     over = [f"algo.critic={critic}", f"algo.kl_in={kl_in}", "algo.entropy_coef=0.01"]
     if kl_in == "loss":
         over += ["algo.kl_estimator=k3", "algo.loss_agg=seq_mean_token_sum_norm"]
     torch.manual_seed(0)
-    module = _module(tiny_cfg(*over), tok, path)
+    cfg = tiny_cfg(*over)
+    scorer = None
+    if critic == "rm":  # the critic's trunk is the RM's
+        from rlhf_lab.models.reward import RewardScorer
+
+        scorer = RewardScorer([F_.load_sequence_scorer(path, tok)], tok)
+    policy, reference, crit = ppo_stage.build_models(cfg.algo, path, tok, scorer)
+    module = ppo.PPOModule(policy, reference, crit, tok, None, lambda s: [], cfg.algo, cfg.kl, cfg.generation,
+                           gold_weights(cfg)).eval()
     with torch.no_grad():  # the policy moves away from the reference, the value head from zero
         for p in list(module.policy.parameters()) + list((module.critic or torch.nn.Linear(1, 1)).parameters()):
             p.add_(0.05 * torch.randn_like(p))
     B, T = 8, 10
     qr = _rollout(tok, [3, 7, 2, 5, 7, 4, 3, 2], [10, 4, 6, 3, 10, 5, 2, 7])
     mask = qr[3]
-    with torch.no_grad():
-        old_logp, _, old_values = module.policy_forward(*qr)
-        old_logp = old_logp + 0.1 * torch.randn(B, T) * mask  # ratios away from 1: clipping acts
-        ref_logp = ppo.response_logprobs(module._reference, *qr)
+    passes = {}
+    for packing in (False, True):
+        module.a.packing = packing
+        with torch.no_grad():
+            passes[packing] = (*module.policy_forward(*qr), module.reference_logprobs(*qr))
+    assert module._packing_checked
+    for padded, packed in zip(passes[False], passes[True]):
+        if padded is not None:
+            assert torch.allclose(packed * mask, padded * mask, atol=1e-5)
+    old_logp, _, old_values, ref_logp = passes[False]
+    old_logp = old_logp + 0.1 * torch.randn(B, T) * mask  # ratios away from 1: clipping acts
     old_values = old_values if old_values is not None else torch.zeros(B, T)
     advantages, returns = torch.randn(B, T) * mask, torch.randn(B, T) * mask
     idx = torch.tensor([5, 2, 6, 3])  # prompts of at most 5 tokens of 7, responses of at most 6 of 10
     assert [t.shape[1] for t in trim_padding(*(x[idx] for x in qr))] == [5, 5, 6, 6]
     params = [p for p in module.parameters() if p.requires_grad]
     out = {}
-    for trim in (False, True):
-        module.a.trim_minibatches = trim
+    for packing, trim in ((False, False), (False, True), (True, False), (True, True)):
+        module.a.packing, module.a.trim_minibatches = packing, trim
         module.zero_grad()
         loss, st = module.minibatch_loss(qr, idx, old_logp, ref_logp, old_values, advantages, returns, 0.1)
         loss.backward()
-        out[trim] = (st, [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
-    assert out[True][0].keys() == out[False][0].keys()
-    for k in out[False][0]:
-        assert float(out[True][0][k]) == pytest.approx(float(out[False][0][k]), abs=1e-6), k
-    assert any(g.abs().sum() > 0 for g in out[False][1])
-    for g_trim, g_full in zip(out[True][1], out[False][1]):
-        assert torch.allclose(g_trim, g_full, atol=1e-6, rtol=1e-5)
+        out[packing, trim] = (st, [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+    base_st, base_g = out[False, False]
+    assert any(g.abs().sum() > 0 for g in base_g)
+    for key, (st, grads) in out.items():
+        assert st.keys() == base_st.keys()
+        for k in base_st:
+            assert float(st[k]) == pytest.approx(float(base_st[k]), abs=1e-6), (key, k)
+        for g, g0 in zip(grads, base_g):
+            assert torch.allclose(g, g0, atol=1e-6, rtol=1e-5), key
 
 
 def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints):
@@ -113,13 +134,14 @@ def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints)
     with torch.no_grad():
         module.critic.head.weight.normal_(0, 1.0)
     qr = _rollout(tok, [3, 5, 2, 4], [6, 2, 5, 1])
+    assert module.packing()  # checks the trunk once (three passes of its own), before the count
     calls = []
     h = module.policy.model.register_forward_hook(lambda *a: calls.append(1))
     logp, _, values = module.policy_forward(*qr)
     h.remove()
     assert len(calls) == 1  # one trunk pass for the log-probs and the values
-    _, hidden = ppo.lm_forward(module.policy, torch.cat(qr[0::2], 1), torch.cat(qr[1::2], 1), qr[0].shape[1])
-    assert torch.allclose(values, module.critic.head(hidden).squeeze(-1), atol=1e-6)
+    _, hidden = lm_forward(module.policy, torch.cat(qr[0::2], 1), torch.cat(qr[1::2], 1), qr[0].shape[1])
+    assert torch.allclose(values * qr[3], module.critic.head(hidden).squeeze(-1) * qr[3], atol=1e-5)
     (values * qr[3]).sum().backward()  # a value loss alone
     assert module.policy.model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
     groups = module.configure_optimizers().param_groups

@@ -121,14 +121,15 @@ def test_packed_batches_give_the_padded_loss_and_gradients(tiny_models, fam):
 def test_packing_check_catches_a_model_that_mixes_packed_sequences(tiny_models, monkeypatch):
     import transformers.masking_utils as MU
 
-    from rlhf_lab.models.reward import check_packing, packable
+    from rlhf_lab.models.packing import check_packing
+    from rlhf_lab.models.reward import packable
 
     _, rm, _ = tiny_models["a"]
-    check_packing(rm)
+    check_packing(rm, "reward_model.packing")
     assert packable(rm)
     monkeypatch.setattr(MU, "find_packed_sequence_indices", lambda position_ids: None)  # one causal mask per row
     with pytest.raises(ValueError, match="mixes sequences packed into one row.*set reward_model.packing=false"):
-        check_packing(rm)
+        check_packing(rm, "reward_model.packing")
     assert not rm.training
 
 

@@ -27,7 +27,8 @@ from rlhf_lab import distributed
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
 from rlhf_lab.data import pack_rows, pad_right
-from rlhf_lab.models.reward import RewardScorer, check_packing, encode_texts, rm_forward, rm_forward_packed
+from rlhf_lab.models.packing import check_packing
+from rlhf_lab.models.reward import RewardScorer, encode_texts, packable, rm_forward, rm_forward_packed
 
 MEMBER_SEED_STRIDE = 7919
 LENGTH_BUCKETS = ((0, 10, "short"), (10, 20, "medium"), (20, 10**9, "long"))  # mean words of the pair
@@ -48,10 +49,13 @@ class RewardModelModule(L.LightningModule):
 
     def rewards(self, batch) -> torch.Tensor:
         """r [2B] of a collated batch, chosen first: packed (``position_ids``; the model's packing is checked
-        once, :func:`rlhf_lab.models.reward.check_packing`) or right-padded (``attention_mask``)."""
+        once, :func:`rlhf_lab.models.packing.check_packing`) or right-padded (``attention_mask``)."""
         if "position_ids" in batch:
             if not self._packing_checked:
-                check_packing(self.model)
+                if not packable(self.model):
+                    raise ValueError(f"reward_model.packing=true needs a decoder reward model with a score head; "
+                                     f"{type(self.model).__name__} is not one: set reward_model.packing=false")
+                check_packing(self.model, "reward_model.packing")
                 self._packing_checked = True
             return rm_forward_packed(self.model, batch["input_ids"], batch["position_ids"], batch["last_index"])
         return rm_forward(self.model, batch["input_ids"], batch["attention_mask"])

@@ -111,48 +111,11 @@ def packable(model) -> bool:
 
 def rm_forward_packed(model, input_ids: torch.Tensor, position_ids: torch.Tensor, last_index: torch.Tensor) -> torch.Tensor:
     """Scalar reward [N] of N sequences packed into rows by :func:`rlhf_lab.data.pack_rows` (no compute on
-    padding): the backbone with no attention mask and no cache, so that transformers builds the block-diagonal
-    causal mask from the position ids, and the scalar head at each sequence's last token (``last_index`` into
-    the flattened rows). Decoders only (:func:`packable`); :func:`check_packing` verifies that the model keeps
-    packed sequences apart."""
-    hf = unwrap(model)
-    h = getattr(hf, hf.base_model_prefix)(input_ids=input_ids, position_ids=position_ids,
-                                           use_cache=False).last_hidden_state
-    return hf.score(h.reshape(-1, h.shape[-1])[last_index])[:, 0].float()
+    padding, :mod:`rlhf_lab.models.packing`): the scalar head at each sequence's last token (``last_index`` into
+    the flattened rows). Decoders only (:func:`packable`)."""
+    from rlhf_lab.models.packing import packed_hidden
 
-
-PACKING_PROBE = ([5, 9, 7, 11, 6], [8, 4, 10])  # two sequences of token ids (mod the vocabulary size)
-
-
-@torch.no_grad()
-def check_packing(model, key: str = "reward_model.packing") -> None:
-    """Raises ValueError unless the model keeps sequences packed into one row apart: the backbone's last hidden
-    state at the end of each of two short sequences, packed vs alone, must agree to 1% of its norm (float
-    noise, also in bf16, is far below; attending across the sequences changes it by tens of percent)."""
-    from rlhf_lab.data import pack_rows
-
-    name = type(unwrap(model)).__name__
-    if not packable(model):
-        raise ValueError(f"{key}=true needs a decoder reward model with a score head; {name} is not one: "
-                         f"set {key}=false")
-    hf = unwrap(model)
-    backbone = getattr(hf, hf.base_model_prefix)
-    seqs = [[t % int(hf.config.vocab_size) for t in s] for s in PACKING_PROBE]
-    dev = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        ids, pos, last = (t.to(dev) for t in pack_rows(seqs, 0, width=sum(map(len, seqs))))
-        h = backbone(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state
-        packed = h.reshape(-1, h.shape[-1])[last].float()
-        alone = torch.stack([backbone(input_ids=torch.tensor([s], device=dev), use_cache=False).last_hidden_state[0, -1]
-                             for s in seqs]).float()
-    finally:
-        model.train(was_training)
-    err = float(((packed - alone).norm(dim=-1) / alone.norm(dim=-1).clamp(min=1e-6)).max())
-    if not err <= 1e-2:
-        raise ValueError(f"{key}=true, but {name} mixes sequences packed into one row (their last hidden states "
-                         f"differ by {100 * err:.1f}% from those of the sequences alone): set {key}=false")
+    return unwrap(model).score(packed_hidden(model, input_ids, position_ids)[last_index])[:, 0].float()
 
 
 # ------------------------------------------------------------------------------------------------

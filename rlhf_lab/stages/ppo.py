@@ -33,7 +33,8 @@ from torch import nn
 
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
-from rlhf_lab.algorithms.ppo import PPOModule, ValueModel
+from rlhf_lab.algorithms.ppo import PPOModule
+from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
 from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
 from rlhf_lab.models import families as F
