@@ -144,10 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         for d in ppo._MLFLOW_DIR:
             shutil.rmtree(d, ignore_errors=True)
 
-    text = header(args, argv, started, load_start, os.getloadavg(), time.time() - t0) + "\n" + summary(sections)
-    text += "\n" + "\n".join(sections[b].markdown() for b in BENCHMARKS if b in sections)
     out = Path(args.out)
+    from benchmarks.previous import merge
     from benchmarks.team import kept_section
+
+    # a --only run keeps the other benchmarks' sections of the file (benchmarks/previous.py)
+    text = merge(header(args, argv, started, load_start, os.getloadavg(), time.time() - t0), summary(sections),
+                 {b: sections[b].markdown() for b in BENCHMARKS if b in sections},
+                 out.read_text() if out.exists() else "", BENCHMARKS)
 
     kept = kept_section(out.read_text()) if out.exists() else ""  # python -m benchmarks.team's section stays
     text += ("\n" + kept + "\n") if kept else ""
