@@ -22,13 +22,14 @@ Periodic evaluation (``eval_every``) is not part of the step and is not run.
 from __future__ import annotations
 
 import contextlib
+import copy
 import tempfile
 import time
 from dataclasses import dataclass
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from benchmarks.common import PhaseTimer, Section, StepClock, WorldModel, load_tokenizer, table
 from benchmarks.train_sides import LightningClock
@@ -51,6 +52,45 @@ def suppress_eos(model, eos_id: int):
         yield
     finally:
         h.remove()
+
+
+@contextlib.contextmanager
+def end_at(model, eos_id: int, lengths: list[int]):
+    """While active (one ``generate`` call), response i gets exactly ``lengths[i]`` tokens and then EOS: the EOS
+    logit is −inf before that step and the only finite one at it (a length at or over ``max_new_tokens`` runs to
+    the cap without EOS). Sampling is otherwise untouched."""
+    from rlhf_lab.models.adapters import unwrap
+
+    n = torch.tensor(lengths)
+    step = [0]
+
+    def hook(_module, _inputs, out):
+        t, logits = step[0], out[..., -1, :]
+        step[0] += 1
+        logits[n > t, eos_id] = float("-inf")
+        at = n == t
+        logits[at] = float("-inf")
+        logits[at, eos_id] = 0.0
+        return out
+
+    h = unwrap(model).get_output_embeddings().register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        h.remove()
+
+
+def world_lengths(cfg: DictConfig, tok, prompts: list[str]) -> dict[str, int]:
+    """Tokens (before EOS) of a world response to each prompt, drawn with a seed of the prompt's text: the length
+    distribution a trained policy's responses have (world texts share the SFT data's grammar and lengths)."""
+    import zlib
+
+    from rlhf_lab import data as D
+    from rlhf_lab.world import ReviewGenerator
+
+    spec = D.world_spec(cfg)
+    return {p: len(tok(" " + ReviewGenerator(zlib.crc32(p.encode()), spec).response(p),
+                       add_special_tokens=False).input_ids) for p in prompts}
 
 
 @dataclass
@@ -120,10 +160,13 @@ OURS_PHASES = [
     ("update/backward", "  of which backward (manual_backward)"),
     ("update/rest", "  of which losses, clipping, AdamW step"),
     ("other", "other (gold reward, GAE, stats, MLflow logging, Lightning)"),
-    ("other/gold", "  of which gold reward (world.gold_reward per response)"),
+    ("other/gold", "  of which gold reward (the gold scorer on the decoded responses)"),
     ("other/mlflow", "  of which mlflow.log_metrics"),
     ("step", "PPO step"),
 ]
+
+
+STAT_KEYS = ("objective/gold", "objective/scores", "objective/kl", "objective/length", "loss/policy", "loss/value")
 
 
 @contextlib.contextmanager
@@ -137,10 +180,13 @@ def _patched(obj, name: str, value):
 
 
 def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_full: bool = True,
-             sampler=None) -> dict[str, float]:
-    """Our PPO for `steps` PPO steps; median seconds over the timed steps of every phase in OURS_PHASES.
+             sampler=None, lengths: dict[str, int] | None = None) -> dict[str, float]:
+    """Our PPO for `steps` PPO steps; median seconds over the timed steps of every phase in OURS_PHASES, and
+    (``_stats``) a few of the step's metrics at every step (:data:`STAT_KEYS`).
 
     `sampler` replaces ``ppo.sample`` (same signature), e.g. to compare samplers; default: the project's.
+    `lengths` (prompt → tokens before EOS, :func:`world_lengths`): responses end there (:func:`end_at`) instead of
+    running to ``max_new_tokens`` (`force_full`).
     """
     import mlflow
 
@@ -160,10 +206,13 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     clock = StepClock(warmup)
     base_sample = sampler or ppo.sample
 
-    def sample(model, tok, *a, **k):
-        ctx = suppress_eos(model, tok.eos_token_id) if force_full else contextlib.nullcontext()
+    def sample(model, tok, prompts, *a, **k):
+        if lengths is not None:
+            ctx = end_at(model, tok.eos_token_id, [lengths[p] for p in prompts])
+        else:
+            ctx = suppress_eos(model, tok.eos_token_id) if force_full else contextlib.nullcontext()
         with ctx:
-            return base_sample(model, tok, *a, **k)
+            return base_sample(model, tok, prompts, *a, **k)
 
     class Phases(L.Callback):  # after LightningClock: the step's end stamp is already taken
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -172,18 +221,21 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             if timer.enabled:
                 timer.end_step(update=module.last_stats["time/update_s"], step=clock.stamps[-1] - clock.stamps[-2])
+            stats.append({k: module.last_stats.get(k, float("nan")) for k in STAT_KEYS})
 
     object.__setattr__(module, "scorer", timer.proxy(m.scorer, "score/rm"))
     module.policy_forward = timer.wrap(module.policy_forward,
                                        lambda: "update/forward" if torch.is_grad_enabled() else "score/policy_critic")
     module.manual_backward = timer.wrap(module.manual_backward, "update/backward")
+    module.reference_logprobs = timer.wrap(module.reference_logprobs, "score/reference")
+    if module.gold is not None:
+        module.gold = timer.proxy(module.gold, "other/gold")
+    stats: list[dict[str, float]] = []
     with contextlib.ExitStack() as stack:
         stack.enter_context(_patched(ppo, "sample", timer.wrap(sample, "generation")))
-        stack.enter_context(_patched(ppo, "response_logprobs", timer.wrap(ppo.response_logprobs, "score/reference")))
         for name in ("encode_prompts", "decode_responses"):
             stack.enter_context(_patched(sampling, name, timer.wrap(getattr(sampling, name), "gen/tokenize+decode")))
         stack.enter_context(_patched(R, "encode_texts", timer.wrap(R.encode_texts, "score/rm_tokenize")))
-        stack.enter_context(_patched(ppo, "gold_reward", timer.wrap(ppo.gold_reward, "other/gold")))
         stack.enter_context(_patched(mlflow, "log_metrics", timer.wrap(mlflow.log_metrics, "other/mlflow")))
         stack.enter_context(mlflow_run())
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
@@ -200,6 +252,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
         st["other"] = st["step"] - sum(st.get(k, 0.0) for k in named)
     out = timer.medians()
     out["_steps"] = timer.steps
+    out["_stats"] = stats
     out["response_tokens"] = float(module.last_stats["objective/length"])
     out["model_bytes"] = float(model_bytes(m.policy, m.reference, m.critic, *m.scorer.members))
     out["trainable_params"] = float(sum(p.numel() for p in module.parameters() if p.requires_grad))
@@ -321,9 +374,91 @@ def _pooled(runs: list[dict]) -> dict[str, float]:
 
     steps = [st for r in runs for st in r["_steps"]]
     keys = {k for st in steps for k in st}
-    out = {k: v for k, v in runs[-1].items() if k != "_steps"}
+    out = {k: v for k, v in runs[-1].items() if k not in ("_steps", "_stats")}
     out.update({k: median(st.get(k, 0.0) for st in steps) for k in keys})
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# today's settings vs the v2 options
+
+
+OPTIONS = [  # (name, label, overrides): the step before v2, with the v2 defaults, with the shared critic
+    ("before", "before v2: `algo.packing=false algo.trim_minibatches=false`",
+     {"algo.packing": False, "algo.trim_minibatches": False}),
+    ("default", "now: the defaults (`algo.packing`, `algo.trim_minibatches`)", {}),
+    ("shared", "the defaults + `algo.critic=shared`", {"algo.critic": "shared"}),
+]
+OPTIONS_NOTE = """Our PPO step (as above, same weights, prompts and seed on every side) with the settings before v2
+(no packing, untrimmed minibatches), with today's defaults (packed passes, trimmed minibatches: the same losses
+and gradients to float noise), and with the shared-trunk critic (an option: it changes the training). Here the
+responses are not forced to full length: each one ends, with EOS, after as many tokens as a world response to
+its prompt has (``end_at`` + ``world_lengths``: the lengths a trained policy's responses have; the random-weight
+policy here would rarely sample EOS), so the padding is what a real run has. The sides alternate (the order
+reversed every round); ``Δ vs before`` is the largest difference, over the steps of a round, of a step's metric
+between the variant and the settings before v2, same round and seed. (v2's AdamW with ``foreach``, bit for bit the
+same numbers, has no setting and runs in all three: against the code before v2 the gain is a little larger.)"""
+
+
+def with_overrides(cfg: DictConfig, overrides: dict) -> DictConfig:
+    c = copy.deepcopy(cfg)
+    for key, value in overrides.items():
+        OmegaConf.update(c, key, value, merge=False)
+    return c
+
+
+def run_options(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int) -> dict:
+    """:data:`OPTIONS`, alternating, `rounds` runs each: {name: pooled medians}, per-round step ratios and
+    trajectory differences against ``before``."""
+    tok = load_tokenizer(wm.lm_dir)
+    prompts_of = prompt_fn(cfg)
+    lengths = world_lengths(cfg, tok, [p for s in range(steps) for p in prompts_of(s)])
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in OPTIONS}
+    for r in range(rounds):
+        for name, _, over in (OPTIONS if r % 2 == 0 else OPTIONS[::-1]):
+            torch.manual_seed(r)
+            runs[name].append(run_ours(with_overrides(cfg, over), wm, steps, warmup, lengths=lengths))
+    out = {"pooled": {n: _pooled(rs) for n, rs in runs.items()}, "per_round": {}, "delta": {}, "means": {}}
+    for name in runs:
+        out["per_round"][name] = [b["step"] / v["step"] for b, v in zip(runs["before"], runs[name])]
+        out["delta"][name] = {k: max(abs(sv[k] - sb[k]) for b, v in zip(runs["before"], runs[name])
+                                     for sb, sv in zip(b["_stats"], v["_stats"])) for k in STAT_KEYS}
+        out["means"][name] = {k: sum(st[k] for rr in runs[name] for st in rr["_stats"])
+                              / sum(len(rr["_stats"]) for rr in runs[name]) for k in STAT_KEYS}
+    return out
+
+
+def options_tables(opt: dict) -> tuple[list[str], list[str], float]:
+    """The options' tables, findings and the headline ratio (step before v2 ÷ step with today's defaults)."""
+    P, base = opt["pooled"], opt["pooled"]["before"]
+    rows = []
+    for name, label, _ in OPTIONS:
+        v = P[name]
+        score = sum(v.get(k, 0.0) for k in ("score/rm", "score/reference", "score/policy_critic"))
+        rows.append([label, 1000 * v["step"], 1000 * v["generation"], 1000 * score, 1000 * v["update"],
+                     base["step"] / v["step"], base["update"] / v["update"],
+                     ", ".join(f"{x:.2f}" for x in opt["per_round"][name])])
+    speed = table(["settings", "ms/step", "generation ms", "scoring ms", "update ms", "step before ÷ this",
+                   "update before ÷ this", "step ratio per round"], rows)
+    traj = table(["settings", "objective/gold (mean)", "Δ gold vs before (max)", "objective/kl (mean)",
+                  "Δ kl vs before (max)", "loss/value (mean)", "response tokens (mean)"],
+                 [[label, opt["means"][n]["objective/gold"], opt["delta"][n]["objective/gold"],
+                   opt["means"][n]["objective/kl"], opt["delta"][n]["objective/kl"], opt["means"][n]["loss/value"],
+                   opt["means"][n]["objective/length"]] for n, label, _ in OPTIONS])
+    ratio = base["step"] / P["default"]["step"]
+    tables = ["### Today's settings vs the v2 options\n\n" + OPTIONS_NOTE + "\n\nMedian over the timed steps:\n\n"
+              + speed, "The same runs' metrics, every step (random-weight policy and RM):\n\n" + traj]
+    findings = [
+        f"options: the default PPO step is **{ratio:.2f}×** as fast as before v2 (update "
+        f"{base['update'] / P['default']['update']:.2f}×; target ≥ 1.3×); with `algo.critic=shared` "
+        f"{base['step'] / P['shared']['step']:.2f}×",
+        "options: the defaults follow the same trajectory as before v2: the largest difference of a step's "
+        f"objective/kl is {opt['delta']['default']['objective/kl']:.2g} nats (objective/gold "
+        f"{opt['delta']['default']['objective/gold']:.2g}, but a random-weight policy's gold is flat, so the KL "
+        "and the losses are what tell); `algo.critic=shared` trains otherwise (the value loss moves the policy's "
+        "trunk): its gold curve needs training runs of a trained policy, which this benchmark does not make",
+    ]
+    return tables, findings, ratio
 
 
 def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int) -> Section:
@@ -356,6 +491,10 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int) -
         f"{ours['response_tokens']:.0f}), critic={a.critic}; {steps} PPO steps per run of which {warmup} warm-up, "
         f"{rounds} round(s) alternating the order; torch threads {int(ours['threads'])}",
     ]
+    opt = run_options(cfg, wm, steps, warmup, rounds)
+    tables, findings, ratio = options_tables(opt)
+    sec.tables += tables
+    sec.findings += findings
     sec.seconds = time.time() - t_start
-    sec.data = {"overhead": overhead, "ours": ours, "bare": bare}
+    sec.data = {"overhead": overhead, "ours": ours, "bare": bare, "options_ratio": ratio}
     return sec

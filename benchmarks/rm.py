@@ -7,9 +7,11 @@ gets the ids our ``rm.encode_rm_pairs`` produces as ``chosen_ids`` / ``rejected_
 at most ``reward_model.max_len``), batch size, the Bradley–Terry loss without margin or centering, AdamW
 and its learning rate, warm-up steps, no gradient clipping (``train_rm`` sets none, so TRL's default
 ``max_grad_norm=1.0`` is turned off), fp32, no gradient checkpointing, batches in the same order, the same
-number of optimizer steps. Left: our ``rm_forward`` reads the backbone and the head at the last attended
-token; TRL calls the classifier, which scores every position and pools the last non-pad one; the
-Trainer/accelerate machinery vs Lightning's.
+number of optimizer steps. Left: ours packs each batch's sequences into rows as long as its longest one
+(``reward_model.packing``, the default; same pairs per step, no compute on padding) and reads the backbone
+and the head at each sequence's last token (``rm_forward_packed``); TRL pads the batch to its longest
+sequence (its ``RewardTrainer`` has no padding-free mode) and calls the classifier, which scores every
+position and pools the last non-pad one; the Trainer/accelerate machinery vs Lightning's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import tempfile
 import time
 
-import torch
 from omegaconf import DictConfig
 
 from benchmarks.common import Section, WorldModel, load_tokenizer
@@ -54,25 +55,33 @@ def trl_trainer(wm: WorldModel, tok, rc: DictConfig, steps: int, rows: list[dict
     return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
 
 
-def _loader(examples, tok, batch_size: int):
+def _loader(examples, tok, batch_size: int, packed: bool):
     from torch.utils.data import DataLoader
 
     from rlhf_lab.algorithms.rm import collate_rm_pairs
 
-    return DataLoader(examples, batch_size=batch_size, shuffle=False, collate_fn=collate_rm_pairs(tok.pad_token_id),
-                      drop_last=True)
+    return DataLoader(examples, batch_size=batch_size, shuffle=False,
+                      collate_fn=collate_rm_pairs(tok.pad_token_id, packed), drop_last=True)
+
+
+def _sequences(batch: dict) -> list[list[int]]:
+    """The token ids of each sequence of a collated batch, padded or packed (``collate_rm_pairs``)."""
+    ids, n = batch["input_ids"], batch["lengths"].tolist()
+    if "attention_mask" in batch:
+        return [row[:k] for row, k in zip(ids.tolist(), n)]
+    flat = ids.reshape(-1).tolist()
+    return [flat[e - k + 1 : e + 1] for e, k in zip(batch["last_index"].tolist(), n)]
 
 
 def first_batch_agreement(wm: WorldModel, tok, rc: DictConfig, examples, rows) -> dict:
     """Loss, mean chosen/rejected reward and gradient norm of both sides on the first batch."""
     from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
     from rlhf_lab.algorithms.rm import collate_rm_pairs
-    from rlhf_lab.models.reward import rm_forward
 
     B = int(rc.batch_size)
     ours = ours_module(wm, tok, rc, 10)
-    batch = collate_rm_pairs(tok.pad_token_id)(examples[:B])
-    r = rm_forward(ours.model, batch["input_ids"], batch["attention_mask"])  # what training_step computes
+    batch = collate_rm_pairs(tok.pad_token_id, bool(rc.packing))(examples[:B])
+    r = ours.rewards(batch)  # what training_step computes
     loss = bradley_terry_loss(r[:B], r[B:], None, 0.0)
     loss.backward()
     o = {"loss": float(loss), "reward/chosen": float(r[:B].mean()), "reward/rejected": float(r[B:].mean()),
@@ -86,8 +95,7 @@ def first_batch_agreement(wm: WorldModel, tok, rc: DictConfig, examples, rows) -
         lg = out.logits.squeeze(-1).detach()
         t = {"loss": float(tl), "reward/chosen": float(lg[:B].mean()), "reward/rejected": float(lg[B:].mean()),
              "grad_norm": grad_norm(tr.model)}
-        same_ids = (torch.equal(tb["input_ids"], batch["input_ids"])
-                    and torch.equal(tb["attention_mask"], batch["attention_mask"]))
+        same_ids = [row[m.bool()].tolist() for row, m in zip(tb["input_ids"], tb["attention_mask"])] == _sequences(batch)
     return {"ours": o, "trl": t, "same_ids": same_ids}
 
 
@@ -104,10 +112,11 @@ def run(cfg: DictConfig, wm: WorldModel, pairs, steps: int, warmup: int, rounds:
         raise ValueError(f"RM benchmark needs {steps * B} pairs, got {len(examples)}")
 
     agree = first_batch_agreement(wm, tok, rc, examples, rows)
+    packed = bool(rc.packing)
 
     def run_side(side: str):
         if side == "ours":
-            return lightning_fit(ours_module(wm, tok, rc, steps), _loader(examples, tok, B), steps, warmup, None)
+            return lightning_fit(ours_module(wm, tok, rc, steps), _loader(examples, tok, B, packed), steps, warmup, None)
         with tempfile.TemporaryDirectory() as tmp:
             return hf_fit(trl_trainer(wm, tok, rc, steps, rows, tmp), warmup)
 
@@ -115,6 +124,7 @@ def run(cfg: DictConfig, wm: WorldModel, pairs, steps: int, warmup: int, rounds:
     return training_section(
         "RM training throughput (ours vs TRL RewardTrainer)", __doc__.split("\n\n", 1)[1].strip(),
         "ours (RewardModelModule + Lightning)", "TRL RewardTrainer", tp, agree, AGREE_KEYS, tol,
-        "First batch, same initial weights:", "identical input ids and attention masks",
-        f"batch {B} pairs ({2 * B} rows), max_len {int(rc.max_len)}, lr {float(rc.lr)}, {steps} steps per run of "
+        "First batch, same initial weights:", "identical token ids of every sequence",
+        f"batch {B} pairs ({2 * B} sequences{', packed' if packed else ', padded'}), max_len {int(rc.max_len)}, "
+        f"lr {float(rc.lr)}, {steps} steps per run of "
         f"which {warmup} warm-up, {rounds} round(s) alternating the order", t_start)

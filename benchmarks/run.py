@@ -134,8 +134,12 @@ def summary_rows(sections: dict) -> dict[str, list[str]]:
                             "tokens identical" if d["agree_ok"] else "TOKENS DIFFER"]
     if "ppo" in sections:
         d = sections["ppo"].data
-        rows["ppo"] = ["PPO step, ours/bare − 1", f"{100 * d['overhead']:+.0f}%",
-                       "target ≤ +30%: " + ("met" if d["overhead"] <= 0.30 else "NOT met")]
+        value = f"{100 * d['overhead']:+.0f}%"
+        check = "target ≤ +30%: " + ("met" if d["overhead"] <= 0.30 else "NOT met")
+        if "options_ratio" in d:  # the step with the settings before v2 ÷ today's defaults
+            value += f"; before v2 ÷ now {d['options_ratio']:.2f}×"
+            check += "; target ≥ 1.3×: " + ("met" if d["options_ratio"] >= 1.3 else "NOT met")
+        rows["ppo"] = ["PPO step, ours/bare − 1; settings before v2 ÷ today's", value, check]
     if "memory" in sections:
         d = sections["memory"].data
         rows["memory"] = ["PPO peak RSS, separate/shared_base", f"{d['ratio_rss']:.2f}×",

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 KL_ESTIMATORS = ("k1", "k2", "k3")
 KL_IN = ("reward", "loss")
 PPO_REWARDS = ("rm", "gold")
-PPO_CRITICS = ("rm", "policy", "none")
+PPO_CRITICS = ("rm", "policy", "shared", "none")
 PPO_BASELINES = ("mean", "loo")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
 ADVANTAGE_SCALES = ("none", "group_std")
@@ -275,7 +275,7 @@ def check_ppo(a: DictConfig) -> None:
         if sync:
             raise ConfigError("algo.reference.sync_every", sync, "0 with algo.reference.kind=lora_disabled")
         if str(a.critic) == "rm":
-            raise ConfigError("algo.critic", "rm", "policy or none with algo.reference.kind=lora_disabled")
+            raise ConfigError("algo.critic", "rm", "policy, shared or none with algo.reference.kind=lora_disabled")
         if get(a, "lora.r") == 0:
             raise ConfigError("algo.lora.r", 0, "> 0 with algo.reference.kind=lora_disabled (e.g. 16)")
 

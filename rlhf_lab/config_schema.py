@@ -119,6 +119,8 @@ class PPOConfig(JobConfig):
     lam: float = MISSING
     whiten_advantages: bool = MISSING
     max_grad_norm: Optional[float] = MISSING
+    packing: bool = MISSING
+    trim_minibatches: bool = MISSING
     kl_estimator: str = MISSING
     kl_in: str = MISSING
     reward: str = MISSING
@@ -196,6 +198,7 @@ class RewardModelConfig:
     max_len: int = MISSING
     margin: bool = MISSING
     center_coef: float = MISSING
+    packing: bool = MISSING
     lora: LoraConfig = field(default_factory=LoraConfig)
     ensemble: int = MISSING
     conservative_lambda: float = MISSING

@@ -117,6 +117,47 @@ def pad_right(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
     return ids, mask
 
 
+def pack_rows(seqs: Sequence[Sequence[int]], pad_id: int,
+              width: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padding-free batching: token-id lists (none empty) packed into rows, first-fit decreasing (longest first,
+    ties in input order), each row at most ``width`` tokens (default: the longest list, so no list is split).
+
+    Returns the token ids [R, W] (``pad_id`` after a row's last list; W the fullest row's length), the position
+    ids [R, W] (0, 1, ... within each list; a row's padding counts 0, 1, ... as one more list), and the index of
+    each list's last token in the flattened [R * W] ids, in input order. A model that derives its attention
+    mask from the position ids (transformers' packed-sequence masks) keeps the lists apart.
+    """
+    lens = [len(s) for s in seqs]
+    if not lens or min(lens) == 0:
+        raise ValueError("packing needs at least one input, and none of zero tokens")
+    width = max(lens) if width is None else int(width)
+    if max(lens) > width:
+        raise ValueError(f"an input of {max(lens)} tokens does not fit a packed row of {width}")
+    rows: list[list[int]] = []
+    fill: list[int] = []
+    for i in sorted(range(len(seqs)), key=lambda i: -lens[i]):
+        r = next((r for r, f in enumerate(fill) if f + lens[i] <= width), len(rows))
+        if r == len(rows):
+            rows.append([])
+            fill.append(0)
+        rows[r].append(i)
+        fill[r] += lens[i]
+    W = max(fill)
+    ids: list[int] = []
+    pos: list[int] = []
+    last = [0] * len(seqs)
+    for row, f in zip(rows, fill):
+        for i in row:
+            ids.extend(seqs[i])
+            pos.extend(range(lens[i]))
+            last[i] = len(ids) - 1
+        ids.extend([int(pad_id)] * (W - f))
+        pos.extend(range(W - f))
+    shape = (len(rows), W)
+    return (torch.tensor(ids, dtype=torch.long).reshape(shape), torch.tensor(pos, dtype=torch.long).reshape(shape),
+            torch.tensor(last, dtype=torch.long))
+
+
 def collate_right(tokenizer):
     pad = tokenizer.pad_token_id
 

@@ -70,6 +70,69 @@ def test_bradley_terry_loss_in_the_training_step_by_hand(tiny_models):
     rm.eval()
 
 
+def test_pack_rows_by_hand():
+    from rlhf_lab.data import pack_rows
+
+    seqs = [[1, 2, 3], [4], [5, 6], [7, 8, 9]]
+    # rows as long as the longest sequence; first-fit decreasing: 0 | 3 | 2 then 1 (ties in input order)
+    ids, pos, last = pack_rows(seqs, 0)
+    assert ids.tolist() == [[1, 2, 3], [7, 8, 9], [5, 6, 4]]
+    assert pos.tolist() == [[0, 1, 2], [0, 1, 2], [0, 1, 0]]
+    assert last.tolist() == [2, 8, 7, 5]
+    # wider rows: 0 + 2 fill the first (5 tokens), 3 + 1 the second, padded at its end (its own positions)
+    ids, pos, last = pack_rows(seqs, 0, width=5)
+    assert ids.tolist() == [[1, 2, 3, 5, 6], [7, 8, 9, 4, 0]]
+    assert pos.tolist() == [[0, 1, 2, 0, 1], [0, 1, 2, 0, 0]]
+    assert last.tolist() == [2, 8, 4, 7]
+    assert [ids.reshape(-1)[i].item() for i in last] == [s[-1] for s in seqs]
+    with pytest.raises(ValueError, match="zero tokens"):
+        pack_rows([[1], []], 0)
+    with pytest.raises(ValueError, match="does not fit"):
+        pack_rows(seqs, 0, width=2)
+
+
+@pytest.mark.parametrize("fam", ["a", "b"])
+def test_packed_batches_give_the_padded_loss_and_gradients(tiny_models, fam):
+    """reward_model.packing: the same pairs packed into rows (no padding) give the loss and gradients of the
+    right-padded batch, to float noise, through the module's own training step."""
+    tok, rm, _ = tiny_models[fam]
+    short = ["bad .", "ok .", "it is fine .", "no ."]  # short sequences share rows with long ones
+    ex = RM.encode_rm_pairs(tok, [PreferencePair("", r, q) for r, q in zip(RESPONSES, short)], 64)
+    mod = RM.RewardModelModule(rm, lr=1e-3)
+    mod.log = lambda *a, **k: None
+    mod.eval()  # family b (GPT-2) has dropout: compare the deterministic computation
+    out = {}
+    for packed in (False, True):
+        batch = RM.collate_rm_pairs(tok.pad_token_id, packed)(ex)
+        assert batch["lengths"].tolist() == [len(e["chosen"]) for e in ex] + [len(e["rejected"]) for e in ex]
+        rm.zero_grad()
+        loss = mod.training_step(batch, 0)
+        loss.backward()
+        out[packed] = (float(loss), mod.rewards(batch).detach(), [p.grad.clone() for p in rm.parameters()], batch)
+    assert "attention_mask" not in out[True][3] and out[True][3]["input_ids"].numel() < out[False][3]["input_ids"].numel()
+    assert out[True][0] == pytest.approx(out[False][0], abs=1e-6)
+    assert torch.allclose(out[True][1], out[False][1], atol=1e-5)
+    for g_packed, g_padded in zip(out[True][2], out[False][2]):
+        assert torch.allclose(g_packed, g_padded, atol=1e-5, rtol=1e-4)
+    assert mod._packing_checked
+    rm.zero_grad()
+
+
+def test_packing_check_catches_a_model_that_mixes_packed_sequences(tiny_models, monkeypatch):
+    import transformers.masking_utils as MU
+
+    from rlhf_lab.models.packing import check_packing
+    from rlhf_lab.models.reward import packable
+
+    _, rm, _ = tiny_models["a"]
+    check_packing(rm, "reward_model.packing")
+    assert packable(rm)
+    monkeypatch.setattr(MU, "find_packed_sequence_indices", lambda position_ids: None)  # one causal mask per row
+    with pytest.raises(ValueError, match="mixes sequences packed into one row.*set reward_model.packing=false"):
+        check_packing(rm, "reward_model.packing")
+    assert not rm.training
+
+
 def test_bradley_terry_numbers_by_hand():
     from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 

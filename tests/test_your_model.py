@@ -39,6 +39,26 @@ def test_lora_targets_by_name_work_on_every_architecture(arch, arch_checkpoints)
         with_lora(F.load_causal_lm(arch_checkpoints[arch], tok), lora(["wq"]), "CAUSAL_LM", key="algo.lora")
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_packed_rm_batches_on_every_architecture(arch, arch_checkpoints):
+    """reward_model.packing: every decoder keeps sequences packed into a row apart (transformers' masks from the
+    position ids), with LoRA too, and scores them as in a right-padded batch."""
+    from rlhf_lab.data import pack_rows, pad_right
+    from rlhf_lab.models.packing import check_packing
+    from rlhf_lab.models.reward import packable, rm_forward, rm_forward_packed
+
+    tok = F.load_tokenizer(arch_checkpoints[arch])
+    rm = F.load_sequence_scorer(arch_checkpoints[arch], tok).eval()
+    seqs = tok(["the lid is poor .", "great", "i love the kettle , it is great .", "bad ."]).input_ids
+    for model in (rm, with_lora(rm, lora("attention"), "SEQ_CLS").eval()):  # eval: GPT-2's dropout off
+        assert packable(model)
+        check_packing(model, "reward_model.packing")
+        with torch.no_grad():
+            padded = rm_forward(model, *pad_right(seqs, tok.pad_token_id))
+            packed = rm_forward_packed(model, *pack_rows(seqs, tok.pad_token_id))
+        assert torch.allclose(packed, padded, atol=1e-5), arch
+
+
 def test_dtype_and_attention_implementation_keys(arch_checkpoints):
     node = OmegaConf.create({"dtype": "bfloat16", "attn_implementation": "eager"})
     model = F.load_causal_lm(arch_checkpoints["qwen2"], None, **F.load_options(node))
@@ -116,8 +136,10 @@ def test_an_encoder_rm_reads_the_mean_embedding_and_ignores_padding(tmp_path):
     from rlhf_lab.data import pad_right
     from rlhf_lab.models.reward import is_encoder, rm_forward
 
+    from rlhf_lab.models.reward import packable
+
     model = tiny_bert(tmp_path)
-    assert is_encoder(model)
+    assert is_encoder(model) and not packable(model)  # reward_model.packing leaves an encoder's batches padded
     ids, mask = pad_right([[2, 7, 9, 3], [2, 5, 3]], 0)
     with torch.no_grad():
         r = rm_forward(model, ids, mask)

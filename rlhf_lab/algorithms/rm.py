@@ -26,15 +26,17 @@ from omegaconf import DictConfig
 from rlhf_lab import distributed
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
-from rlhf_lab.data import pad_right
-from rlhf_lab.models.reward import RewardScorer, encode_texts, rm_forward
+from rlhf_lab.data import pack_rows, pad_right
+from rlhf_lab.models.packing import check_packing
+from rlhf_lab.models.reward import RewardScorer, encode_texts, packable, rm_forward, rm_forward_packed
 
 MEMBER_SEED_STRIDE = 7919
 LENGTH_BUCKETS = ((0, 10, "short"), (10, 20, "medium"), (20, 10**9, "long"))  # mean words of the pair
 
 
 class RewardModelModule(L.LightningModule):
-    """Trains one RM on batches of [chosen..., rejected...] sequences (right-padded)."""
+    """Trains one RM on batches of [chosen..., rejected...] sequences, all in one forward pass: right-padded, or
+    packed into rows without padding (:func:`collate_rm_pairs`)."""
 
     def __init__(self, model, lr: float, weight_decay: float = 0.0, warmup_steps: int = 20, max_steps: int = 1000,
                  use_margin: bool = False, center_coef: float = 0.0, prefix: str = ""):
@@ -43,10 +45,24 @@ class RewardModelModule(L.LightningModule):
         self.lr, self.weight_decay, self.warmup_steps, self.max_steps = lr, weight_decay, warmup_steps, max_steps
         self.use_margin, self.center_coef, self.prefix = bool(use_margin), float(center_coef), prefix
         self._t = None
+        self._packing_checked = False
+
+    def rewards(self, batch) -> torch.Tensor:
+        """r [2B] of a collated batch, chosen first: packed (``position_ids``; the model's packing is checked
+        once, :func:`rlhf_lab.models.packing.check_packing`) or right-padded (``attention_mask``)."""
+        if "position_ids" in batch:
+            if not self._packing_checked:
+                if not packable(self.model):
+                    raise ValueError(f"reward_model.packing=true needs a decoder reward model with a score head; "
+                                     f"{type(self.model).__name__} is not one: set reward_model.packing=false")
+                check_packing(self.model, "reward_model.packing")
+                self._packing_checked = True
+            return rm_forward_packed(self.model, batch["input_ids"], batch["position_ids"], batch["last_index"])
+        return rm_forward(self.model, batch["input_ids"], batch["attention_mask"])
 
     def training_step(self, batch, batch_idx):
         t0 = time.perf_counter()
-        r = rm_forward(self.model, batch["input_ids"], batch["attention_mask"])
+        r = self.rewards(batch)
         B = r.shape[0] // 2
         rc, rr = r[:B], r[B:]
         loss = bradley_terry_loss(rc, rr, batch["margin"] if self.use_margin else None, self.center_coef)
@@ -64,7 +80,7 @@ class RewardModelModule(L.LightningModule):
             if self._t is not None:
                 dt = t0 - self._t
                 self.log(f"{p}time/step_s", dt, **kw)
-                self.log(f"{p}time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **kw)
+                self.log(f"{p}time/tokens_per_s", float(batch["lengths"].sum()) / max(dt, 1e-9), **kw)
         self._t = t0
         return loss
 
@@ -110,11 +126,21 @@ def encode_rm_pairs(tokenizer, pairs, max_len: int, margins: list[float] | None 
     return [{"chosen": c, "rejected": r, "margin": m} for c, r, m in zip(chosen, rejected, margins)]
 
 
-def collate_rm_pairs(pad_id: int):
+def collate_rm_pairs(pad_id: int, packed: bool = False):
+    """Batches of pairs as one forward pass's inputs, the B chosen sequences first, then the B rejected ones:
+    right-padded (``input_ids``, ``attention_mask`` [2B, T]) or, with ``packed``, packed into rows as long as the
+    longest sequence (``input_ids``, ``position_ids`` [R, W], ``last_index`` [2B]: :func:`rlhf_lab.data.pack_rows`).
+    Also ``lengths`` [2B] (tokens per sequence) and ``margin`` [B]."""
+
     def collate(batch: list[dict]) -> dict:
-        ids, mask = pad_right([b["chosen"] for b in batch] + [b["rejected"] for b in batch], pad_id)
-        return {"input_ids": ids, "attention_mask": mask,
-                "margin": torch.tensor([b["margin"] for b in batch], dtype=torch.float32)}
+        seqs = [b["chosen"] for b in batch] + [b["rejected"] for b in batch]
+        out = {"lengths": torch.tensor([len(s) for s in seqs]),
+               "margin": torch.tensor([b["margin"] for b in batch], dtype=torch.float32)}
+        if packed:
+            out["input_ids"], out["position_ids"], out["last_index"] = pack_rows(seqs, pad_id)
+        else:
+            out["input_ids"], out["attention_mask"] = pad_right(seqs, pad_id)
+        return out
 
     return collate
 

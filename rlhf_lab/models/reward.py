@@ -102,6 +102,22 @@ def rm_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> 
     return head(h_last)[:, 0].float()
 
 
+def packable(model) -> bool:
+    """Whether :func:`rm_forward_packed` applies: a decoder with the usual backbone + ``score`` head layout."""
+    hf = unwrap(model)
+    return (not is_encoder(hf) and getattr(hf, hf.base_model_prefix, None) is not None
+            and getattr(hf, "score", None) is not None)
+
+
+def rm_forward_packed(model, input_ids: torch.Tensor, position_ids: torch.Tensor, last_index: torch.Tensor) -> torch.Tensor:
+    """Scalar reward [N] of N sequences packed into rows by :func:`rlhf_lab.data.pack_rows` (no compute on
+    padding, :mod:`rlhf_lab.models.packing`): the scalar head at each sequence's last token (``last_index`` into
+    the flattened rows). Decoders only (:func:`packable`)."""
+    from rlhf_lab.models.packing import packed_hidden
+
+    return unwrap(model).score(packed_hidden(model, input_ids, position_ids)[last_index])[:, 0].float()
+
+
 # ------------------------------------------------------------------------------------------------
 # the scorer
 

@@ -67,6 +67,35 @@ def positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def trim_padding(query_ids, query_mask, response_ids, response_mask):
+    """Some rows of a rollout (left-padded prompts, right-padded responses) without the columns that are padding
+    in all of them: the prompts' common left padding and the responses' common right padding. The remaining
+    tokens keep their positions (the cumsum of the mask), so a forward pass gives the same log-probs and values
+    at the remaining response positions. Returns the four tensors, trimmed."""
+    start = query_mask.shape[1] - max(1, int(query_mask.sum(1).max()))
+    T = max(1, int(response_mask.sum(1).max()))
+    return query_ids[:, start:], query_mask[:, start:], response_ids[:, :T], response_mask[:, :T]
+
+
+def pack_rollout(query_ids, query_mask, response_ids, response_mask,
+                 pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of a rollout (left-padded prompts, right-padded responses) packed without padding
+    (:func:`rlhf_lab.data.pack_rows` on each row's prompt + response tokens, :mod:`rlhf_lab.models.packing`).
+    Returns the packed ids and position ids [R, W] and ``response_index`` [B, T]: for each response token, the
+    index in the flattened [R * W] rows of the position whose output predicts it (the token before it); 0 where
+    the response mask is 0. On the rollout's device."""
+    from rlhf_lab.data import pack_rows
+
+    q_len, r_len = query_mask.sum(1), response_mask.sum(1)
+    seqs = [q[len(q) - n:] + r[:k] for q, r, n, k in
+            zip(query_ids.tolist(), response_ids.tolist(), q_len.tolist(), r_len.tolist())]
+    ids, pos, last = pack_rows(seqs, pad_id)
+    t = torch.arange(response_ids.shape[1])
+    index = torch.where(t[None, :] < r_len.cpu()[:, None], last[:, None] - r_len.cpu()[:, None] + t[None, :], 0)
+    dev = response_ids.device
+    return ids.to(dev), pos.to(dev), index.to(dev)
+
+
 def response_mask_from_ids(response_ids: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, list[bool]]:
     is_eos = response_ids == eos_id
     # 1 up to and including the first EOS

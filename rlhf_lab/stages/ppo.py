@@ -12,7 +12,8 @@ smaller reference for claim C8), re-synced to the policy every ``sync_every`` st
 that is > 0; ``kind: lora_disabled`` trains LoRA adapters (``algo.lora``, r > 0) on one SFT base, the
 reference being that base with the adapters disabled and the critic a value head on the policy's last
 hidden state (claim C6). The critic starts from the reward model (``algo.critic=rm``, InstructGPT), the
-SFT policy (``policy``) or is absent (``none``).
+SFT policy (``policy``), is a value head on the policy's own trunk (``shared``: one forward pass for log-probs
+and values, and the value loss trains the trunk too) or is absent (``none``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from torch import nn
 
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
-from rlhf_lab.algorithms.ppo import PPOModule, ValueModel
+from rlhf_lab.algorithms.ppo import PPOModule
+from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
 from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
 from rlhf_lab.models import families as F
@@ -56,7 +58,7 @@ from rlhf_lab.preferences import external_prompts
 
 WHAT = "PPO policy"
 CACHED = False  # a PPO run is the end of the line: its artifact stays in the Hydra output folder
-CRITICS = ("rm", "policy", "none")
+CRITICS = ("rm", "policy", "shared", "none")
 REFERENCE_KINDS = ("copy", "lora_disabled")
 
 
@@ -104,7 +106,7 @@ def check_reference(algo: DictConfig) -> None:
                              "cannot be combined with algo.reference.path or algo.reference.sync_every")
         if str(algo.critic) == "rm":
             raise ValueError("algo.reference.kind=lora_disabled puts the critic as a value head on the shared base; "
-                             "use algo.critic=policy (or none), not rm")
+                             "use algo.critic=policy, shared or none, not rm")
         if int(algo.lora.r) <= 0:
             raise ValueError("algo.reference.kind=lora_disabled needs LoRA adapters on the policy: "
                              "set algo.lora.r > 0 (e.g. 16)")
@@ -117,14 +119,14 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_referenc
     options = options or {}
     critic_kind = str(algo.critic)
     if critic_kind not in CRITICS:
-        raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy or none")
+        raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy, shared or none")
     check_reference(algo)
     policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path", **options)
     hidden_size = int(policy.config.hidden_size)
     ref_cfg = algo.reference
     if str(ref_cfg.kind) == "lora_disabled":
         policy = with_lora(policy, algo.lora, "CAUSAL_LM", key="algo.lora")
-        critic = ValueModel(None, hidden_size) if critic_kind == "policy" else None
+        critic = ValueModel(None, hidden_size) if critic_kind in ("policy", "shared") else None  # a head on the base
         return policy, AdapterDisabled(policy), critic
     if ref_cfg.get("path"):
         ref_path = resolved_reference or ref_cfg.path
@@ -140,6 +142,8 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_referenc
         critic = None
     elif critic_kind == "policy":
         critic = ValueModel(copy.deepcopy(getattr(policy, policy.base_model_prefix)), hidden_size)
+    elif critic_kind == "shared":  # the head reads the hidden states of the policy's own pass (PPOModule.policy_forward)
+        critic = ValueModel(None, hidden_size)
     else:
         critic = critic_from_rm(scorer, tok)
     policy = with_lora(policy, algo.lora, "CAUSAL_LM", key="algo.lora")  # lora.r = 0: the policy itself

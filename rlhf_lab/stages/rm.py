@@ -33,7 +33,7 @@ from rlhf_lab.algorithms.rm import (
 )
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
-from rlhf_lab.models.reward import RewardScorer
+from rlhf_lab.models.reward import RewardScorer, packable
 from rlhf_lab.preferences import validate_pairs
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import gold as G
@@ -45,6 +45,7 @@ SOURCES = ("same", "different", "pretrained")
 INITS = ("sft", "pretrain")
 USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")  # keys that act when the RM is used, not trained
 LOADING_KEYS = ("dtype", "attn_implementation", "path")  # in the key only when set (null keeps older keys valid)
+COMPUTE_KEYS = ("packing",)  # how the loss is computed, not what (the same to float noise): not in the key
 
 
 def backbone_cfg(cfg: DictConfig) -> DictConfig:
@@ -120,7 +121,7 @@ def spec(cfg: DictConfig) -> dict:
     return {
         "backbone": str(backbone_path(cfg)), "data": data_identity(cfg),
         "reward_model": {k: v for k, v in rc.items()
-                         if k not in USE_TIME_KEYS and not (k in LOADING_KEYS and v is None)},
+                         if k not in USE_TIME_KEYS + COMPUTE_KEYS and not (k in LOADING_KEYS and v is None)},
         "seed": stage_seed(cfg, "rm", "reward_model"), "steps": job_steps(cfg, "rm", cfg.reward_model.steps),
     }
 
@@ -192,7 +193,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             if i == 0:
                 tracking.log_metrics(size, step=0)
             g = torch.Generator().manual_seed(mseed)
-            loader = distributed.loader(examples, rc.batch_size, g, collate_rm_pairs(tok.pad_token_id),
+            packed = bool(rc.packing) and packable(model)  # an encoder RM (MiniLM) reads every token: padded
+            loader = distributed.loader(examples, rc.batch_size, g, collate_rm_pairs(tok.pad_token_id, packed),
                                         key="reward_model.batch_size")
             module = RewardModelModule(model, lr=rc.lr, weight_decay=rc.weight_decay,
                                        warmup_steps=rc.warmup_steps, max_steps=steps, use_margin=rc.margin,

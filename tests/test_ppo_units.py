@@ -1,0 +1,148 @@
+"""PPO's passes and update without training anything upstream: packed rows (``algo.packing``) and minibatches
+trimmed to their own longest prompt and response (``algo.trim_minibatches``) give the padded log-probs, values,
+losses and gradients, and the shared-trunk critic (``algo.critic=shared``) reads the policy's own pass. Tiny
+random models of both families."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlhf_lab.algorithms import ppo
+from rlhf_lab.models.actor_critic import lm_forward
+from rlhf_lab.data import gold_weights
+from rlhf_lab.models import families as F
+from rlhf_lab.models.sampling import trim_padding
+from rlhf_lab.stages import ppo as ppo_stage
+from rlhf_lab.world import ReviewGenerator
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """An untrained causal LM of each family, saved: {family: (tokenizer, folder)}."""
+    root = tmp_path_factory.mktemp("ppo_units")
+    texts = [p + " " + r for p, r in ReviewGenerator(1).reviews(300)]
+    out = {}
+    for fam, vocab in (("a", 200), ("b", 300)):
+        torch.manual_seed(0)
+        tok = F.train_tokenizer(fam, texts, vocab)
+        F.build_model(fam, {"hidden": 16, "layers": 2, "heads": 2}, tok).save_pretrained(root / fam)
+        tok.save_pretrained(root / fam)
+        out[fam] = (tok, root / fam)
+    return out
+
+
+def test_trim_padding_by_hand():
+    q_ids = torch.tensor([[0, 0, 0, 5, 6], [0, 0, 7, 8, 9], [0, 0, 0, 0, 4]])
+    q_mask = (q_ids != 0).long()
+    r_ids = torch.tensor([[1, 2, 0, 0], [3, 0, 0, 0], [4, 5, 6, 0]])
+    r_mask = (r_ids != 0).long()
+    qi, qm, ri, rm = trim_padding(q_ids, q_mask, r_ids, r_mask)
+    assert qi.tolist() == [[0, 5, 6], [7, 8, 9], [0, 0, 4]] and qm.tolist() == [[0, 1, 1], [1, 1, 1], [0, 0, 1]]
+    assert ri.tolist() == [[1, 2, 0], [3, 0, 0], [4, 5, 6]] and rm.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
+    full = trim_padding(q_ids[1:2], q_mask[1:2], r_ids[2:3], r_mask[2:3])  # nothing to trim
+    assert [t.shape for t in full] == [(1, 3), (1, 3), (1, 3), (1, 3)]
+
+
+def _module(cfg, tok, path):
+    policy, reference, critic = ppo_stage.build_models(cfg.algo, path, tok)
+    module = ppo.PPOModule(policy, reference, critic, tok, None, lambda s: [], cfg.algo, cfg.kl, cfg.generation,
+                           gold_weights(cfg))
+    return module.eval()
+
+
+def _rollout(tok, q_len: list[int], r_len: list[int], seed: int = 0):
+    """Left-padded prompts and right-padded responses of these lengths (random tokens), as ``sample`` returns them."""
+    g = torch.Generator().manual_seed(seed)
+    q_len, r_len = torch.tensor(q_len), torch.tensor(r_len)
+    B, P, T = len(q_len), int(q_len.max()), int(r_len.max())
+    q_mask = (torch.arange(P)[None, :] >= P - q_len[:, None]).long()
+    r_mask = (torch.arange(T)[None, :] < r_len[:, None]).long()
+    q_ids = torch.where(q_mask.bool(), torch.randint(4, len(tok), (B, P), generator=g), tok.pad_token_id)
+    r_ids = torch.where(r_mask.bool(), torch.randint(4, len(tok), (B, T), generator=g), tok.pad_token_id)
+    return q_ids, q_mask, r_ids, r_mask
+
+
+@pytest.mark.parametrize("fam,critic,kl_in", [("a", "policy", "reward"), ("b", "policy", "loss"),
+                                              ("a", "shared", "reward"), ("b", "rm", "reward"), ("a", "none", "loss")])
+def test_packed_and_trimmed_passes_give_the_padded_losses_and_gradients(tiny_cfg, checkpoints, fam, critic, kl_in):
+    from rlhf_lab.models import families as F_
+
+    tok, path = checkpoints[fam]
+    over = [f"algo.critic={critic}", f"algo.kl_in={kl_in}", "algo.entropy_coef=0.01"]
+    if kl_in == "loss":
+        over += ["algo.kl_estimator=k3", "algo.loss_agg=seq_mean_token_sum_norm"]
+    torch.manual_seed(0)
+    cfg = tiny_cfg(*over)
+    scorer = None
+    if critic == "rm":  # the critic's trunk is the RM's
+        from rlhf_lab.models.reward import RewardScorer
+
+        scorer = RewardScorer([F_.load_sequence_scorer(path, tok)], tok)
+    policy, reference, crit = ppo_stage.build_models(cfg.algo, path, tok, scorer)
+    module = ppo.PPOModule(policy, reference, crit, tok, None, lambda s: [], cfg.algo, cfg.kl, cfg.generation,
+                           gold_weights(cfg)).eval()
+    with torch.no_grad():  # the policy moves away from the reference, the value head from zero
+        for p in list(module.policy.parameters()) + list((module.critic or torch.nn.Linear(1, 1)).parameters()):
+            p.add_(0.05 * torch.randn_like(p))
+    B, T = 8, 10
+    qr = _rollout(tok, [3, 7, 2, 5, 7, 4, 3, 2], [10, 4, 6, 3, 10, 5, 2, 7])
+    mask = qr[3]
+    passes = {}
+    for packing in (False, True):
+        module.a.packing = packing
+        with torch.no_grad():
+            passes[packing] = (*module.policy_forward(*qr), module.reference_logprobs(*qr))
+    assert module._packing_checked
+    for padded, packed in zip(passes[False], passes[True]):
+        if padded is not None:
+            assert torch.allclose(packed * mask, padded * mask, atol=1e-5)
+    old_logp, _, old_values, ref_logp = passes[False]
+    old_logp = old_logp + 0.1 * torch.randn(B, T) * mask  # ratios away from 1: clipping acts
+    old_values = old_values if old_values is not None else torch.zeros(B, T)
+    advantages, returns = torch.randn(B, T) * mask, torch.randn(B, T) * mask
+    idx = torch.tensor([5, 2, 6, 3])  # prompts of at most 5 tokens of 7, responses of at most 6 of 10
+    assert [t.shape[1] for t in trim_padding(*(x[idx] for x in qr))] == [5, 5, 6, 6]
+    params = [p for p in module.parameters() if p.requires_grad]
+    out = {}
+    for packing, trim in ((False, False), (False, True), (True, False), (True, True)):
+        module.a.packing, module.a.trim_minibatches = packing, trim
+        module.zero_grad()
+        loss, st = module.minibatch_loss(qr, idx, old_logp, ref_logp, old_values, advantages, returns, 0.1)
+        loss.backward()
+        out[packing, trim] = (st, [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params])
+    base_st, base_g = out[False, False]
+    assert any(g.abs().sum() > 0 for g in base_g)
+    for key, (st, grads) in out.items():
+        assert st.keys() == base_st.keys()
+        for k in base_st:
+            assert float(st[k]) == pytest.approx(float(base_st[k]), abs=1e-6), (key, k)
+        for g, g0 in zip(grads, base_g):
+            assert torch.allclose(g, g0, atol=1e-6, rtol=1e-5), key
+
+
+def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints):
+    """algo.critic=shared: a value head (no backbone of its own) on the hidden states of the policy's pass; the
+    value loss reaches the policy's trunk; the optimiser's critic group is the head alone."""
+    tok, path = checkpoints["a"]
+    cfg = tiny_cfg("algo.critic=shared")
+    module = _module(cfg, tok, path)
+    separate = _module(tiny_cfg("algo.critic=policy"), tok, path)
+    assert module.critic.backbone is None and separate.critic.backbone is not None
+    assert ppo_stage.model_bytes(module.policy, module.critic) < 0.6 * ppo_stage.model_bytes(separate.policy,
+                                                                                             separate.critic)
+    with torch.no_grad():
+        module.critic.head.weight.normal_(0, 1.0)
+    qr = _rollout(tok, [3, 5, 2, 4], [6, 2, 5, 1])
+    assert module.packing()  # checks the trunk once (three passes of its own), before the count
+    calls = []
+    h = module.policy.model.register_forward_hook(lambda *a: calls.append(1))
+    logp, _, values = module.policy_forward(*qr)
+    h.remove()
+    assert len(calls) == 1  # one trunk pass for the log-probs and the values
+    _, hidden = lm_forward(module.policy, torch.cat(qr[0::2], 1), torch.cat(qr[1::2], 1), qr[0].shape[1])
+    assert torch.allclose(values * qr[3], module.critic.head(hidden).squeeze(-1) * qr[3], atol=1e-5)
+    (values * qr[3]).sum().backward()  # a value loss alone
+    assert module.policy.model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
+    groups = module.configure_optimizers().param_groups
+    assert [len(g["params"]) for g in groups][1] == 2 and groups[1]["lr"] == cfg.algo.critic_lr  # weight, bias
