@@ -6,8 +6,7 @@ clipped losses, KL controllers) lives in ``rl_math.py``.
 
 One PPO step (= one ``training_step``, one x-axis step of every ``objective/*`` and ``eval/*`` metric):
 
-1. rollout   x ~ prompts, y ~ π_θ(·|x) with KV-cached sampling (``generation.*``), ``samples_per_prompt``
-             responses per prompt;
+1. rollout   x ~ prompts, y ~ π_θ(·|x), KV-cached sampling (``generation.*``), ``samples_per_prompt`` per prompt;
 2. score     r(x, y) from the frozen reward model (``algo.reward=rm``, normalised) or the world's gold
              reward (``algo.reward=gold``, oracle RL); shaping: − α·len − missing-EOS penalty, clipping;
 3. evaluate  per-token log π_θ_old(y_t), log π_ref(y_t) (logits / temperature), values V(s_t);
