@@ -144,3 +144,16 @@ def test_report_on_synthetic_runs_and_not_run_yet(tmp_path):
     assert (tmp_path / "r" / "formula_vs_gold_rm.png").stat().st_size > 0
     empty = V.write_report([], [], tmp_path / "e").read_text()
     assert "Not run yet" in empty
+
+
+def test_rho_by_setting_separates_where_the_golds_part(tmp_path):
+    """The gold RM agrees with the formula at β = 0.1 but keeps rising while the formula falls at β = 0: the
+    per-setting ρ shows it (about 1 at β = 0.1, near 0 at β = 0), where the pooled ρ mixes the two."""
+    rng = np.random.default_rng(6)
+    runs = grid(lambda f, kl: 0.5 * T if kl is BETA0 else 2.0 * f, rng)
+    by = {name: e for name, e in V.rho_by_setting(runs).items()}
+    beta0 = [e for name, e in by.items() if "kl.beta=0.0" in name]
+    rest = [e for name, e in by.items() if "kl.beta=0.0" not in name]
+    assert len(beta0) == 1 and abs(beta0[0].estimate) < 0.5 and beta0[0].n == 3
+    assert rest and all(e.estimate > 0.9 for e in rest)
+    assert "By setting" in V.write_report(runs, [], tmp_path / "r").read_text()

@@ -34,7 +34,7 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
 from rlhf_lab.analysis.registry import BETA0, BY_ID, fixed
-from rlhf_lab.analysis.runs import RunData, label, load_study, store_uri
+from rlhf_lab.analysis.runs import RunData, groups, label, load_study, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
 
 STUDY = "gold_rm_validation"
@@ -133,6 +133,12 @@ def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0)
     est, lo, hi, n = bootstrap_ci(np.arange(len(rs)), n_boot=n_boot, seed=seed, stat=stat) if rs else (nan, nan, nan, 0)
     pooled = Effect(est, lo, hi, n, "percentile bootstrap over runs")
     return Agreement(per_run, fisher_mean(list(per_run.values())), pooled, sum(len(paired_points(r)) for r in rs))
+
+
+def rho_by_setting(runs: Sequence[RunData]) -> dict[str, Effect]:
+    """{setting: the Fisher-z mean of its runs' ρ}: where the policy stays near its reference the two golds may
+    agree while they part where it is pushed far from it (hacking), which the pooled ρ mixes."""
+    return {name: fisher_mean([run_rho(r) for r in members]) for name, members in groups(runs).items()}
 
 
 # -- curves ---------------------------------------------------------------------------------------------------------
@@ -257,7 +263,7 @@ def write_report(runs_all: Sequence[RunData], parents: Sequence, out: Path, uri:
     out.mkdir(parents=True, exist_ok=True)
     cmds = sorted({p.data.tags["rlhf_lab.command"] for p in parents if p.data.tags.get("rlhf_lab.command")})
     lines = [f"# Study `{STUDY}`: gold-RM mode against the world's formula", "",
-             "PPO with `gold=rm_world`: the gold reward is a large same-source RM trained on the formula's labels "
+             "PPO with `gold=rm_world`: the gold reward is a larger same-source RM (the `a_medium` backbone) trained on the formula's labels "
              "(unbiased labeler, `conf/gold/rm_world.yaml`); it labels the proxy RM's pairs through the "
              "length-biased labeler, and every evaluation scores the same samples with the gold RM "
              "(`eval/gold_reward`, its normalised score) and with the formula (`eval/formula_gold_reward`, gold "
@@ -281,6 +287,9 @@ def write_report(runs_all: Sequence[RunData], parents: Sequence, out: Path, uri:
                          "to ρ"],
                         ["pooled over all evaluation points", ci_cell(ag.pooled),
                          f"{ag.n_points} points; percentile bootstrap over runs ({N_BOOT} resamples)"]]), "",
+              "By setting (mean of its runs' ρ on Fisher's z, t interval over its seeds):", "",
+              md_table(["setting", "ρ [95% CI]", "runs"],
+                       [[f"`{name}`", ci_cell(e), e.n] for name, e in rho_by_setting(runs).items()]), "",
               "Per run (final gold: `test/gold_reward` of each measure where logged, else its last evaluation; drop: "
               "the split-half drop from the peak, `eval/*gold_reward_a|_b`, as claim C1 measures it):", "",
               md_table(["setting", "seed", "points", "ρ", "final formula", "final gold RM", "drop formula",
@@ -301,8 +310,7 @@ def write_report(runs_all: Sequence[RunData], parents: Sequence, out: Path, uri:
               "as the study `ppo_beta_grid` they read. The margins are the registry's, set in the formula's units; "
               "on the gold RM's scale (sd 1 on SFT samples; the formula's sd there is about 0.5) the same number is "
               "about half as wide relative to the spread, so \"negligible\" is harder to show with the gold RM. "
-              "C4's two parts that need a fixed β above 0.1 have no runs in this study's grid (3 more jobs give "
-              "them: `rlhf-lab -m sweep=gold_rm_validation +ppo_kl=fixed_0,fixed_0.1,fixed_1,adaptive_1`).", "",
+              "Agreeing verdicts do not by themselves validate the gold RM: compare the estimates part by part.", "",
               *verdict_lines(res)]
     lines += ["## Runs", "", md_table(["run", "setting", "seed", "status"],
                                       [[f"`{r.run_id}`", f"`{label(r)}`", r.seed, r.status] for r in runs_all]), "",
