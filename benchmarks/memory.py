@@ -111,10 +111,7 @@ def worker(args: dict) -> dict:
     try:
         out = ppo.run_ours(cfg, wm, int(args["steps"]), 1)
     finally:
-        import shutil
-
-        for d in ppo._MLFLOW_DIR:
-            shutil.rmtree(d, ignore_errors=True)
+        ppo.mlflow_cleanup()
     return {"baseline_mb": base, "peak_mb": _rss_mb(), "peak_reset": reset, "model_bytes": out["model_bytes"],
             "trainable_params": out["trainable_params"], "step_s": out["step"], "seconds": time.time() - t0}
 

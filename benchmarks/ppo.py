@@ -136,6 +136,14 @@ def mlflow_setup() -> None:
         mlflow.set_experiment("benchmarks")
 
 
+def mlflow_cleanup() -> None:
+    """Remove the throw-away MLflow store of :func:`mlflow_setup` (if this process made one)."""
+    import shutil
+
+    while _MLFLOW_DIR:
+        shutil.rmtree(_MLFLOW_DIR.pop(), ignore_errors=True)
+
+
 def mlflow_run():
     """An MLflow run to log into (PPOModule logs its metrics with ``mlflow.log_metrics`` at every step)."""
     import mlflow

@@ -225,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         from benchmarks import ppo
 
-        for d in ppo._MLFLOW_DIR:
-            shutil.rmtree(d, ignore_errors=True)
+        ppo.mlflow_cleanup()
 
     key = run_key(started)
     block = run_block(args, argv, started, load_start, os.getloadavg(), time.time() - t0)
