@@ -43,7 +43,7 @@ MEASURES = {FORMULA: "the world's formula (`eval/formula_gold_reward`)", RM: "th
 SHORT = {FORMULA: "formula (gold units)", RM: "gold RM (normalised score)"}
 FORMULA_EVAL = "eval/formula_gold_reward"
 CLAIMS = ("C1", "C4")
-ARMS = (BETA0, fixed(0.1), Arm("adaptive KL", {"kl.name": "adaptive"}))
+ARMS = (BETA0, fixed(0.1), fixed(1), Arm("adaptive KL", {"kl.name": "adaptive"}))
 N_BOOT = 2000
 
 
