@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -149,6 +150,11 @@ def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], 
     saved = {k: os.environ.get(k) for k in _ENV}
     children: list[subprocess.Popen] = []
     watchdog = _Watchdog(children)
+    sigint = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is threading.main_thread() and sigint in (signal.SIG_IGN, signal.SIG_DFL, None):
+        # the watchdog stops rank 0 through SIGINT (interrupt_main), which does nothing where SIGINT is ignored,
+        # as in any process started in the background by a non-interactive shell (`... &`, nohup)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for r in range(1, n):
             children.append(subprocess.Popen(cmd, env={**os.environ, **env, "LOCAL_RANK": str(r), "RANK": str(r)}))
@@ -169,6 +175,8 @@ def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], 
         return result
     finally:
         watchdog.done.set()
+        if signal.getsignal(signal.SIGINT) is not sigint and sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
         for c in children:
             if c.poll() is None:
                 c.kill()

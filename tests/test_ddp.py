@@ -121,12 +121,22 @@ def _fail_on_rank_1(cfg, out_dir):
         time.sleep(0.05)
 
 
-def test_a_dead_rank_stops_the_job_instead_of_hanging(tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_dead_rank_stops_the_job_instead_of_hanging(tmp_path, sigint):
+    """Also where SIGINT is ignored (a process started in the background by a non-interactive shell), where
+    the watchdog's interrupt would do nothing and it would end the whole process after its grace period."""
+    import signal
+
     from omegaconf import OmegaConf
 
     from rlhf_lab.distributed import launch
 
     cfg = OmegaConf.create({"trainer": {"devices": 2, "strategy": "ddp", "num_nodes": 1}})
-    with pytest.raises(RuntimeError, match=r"rank\(s\) \[\(1, 3\)\] of the job exited with an error"):
-        launch(cfg, tmp_path, _fail_on_rank_1)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
+    try:
+        with pytest.raises(RuntimeError, match=r"rank\(s\) \[\(1, 3\)\] of the job exited with an error"):
+            launch(cfg, tmp_path, _fail_on_rank_1)
+        assert signal.getsignal(signal.SIGINT) == (signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert not (tmp_path / ".rank_config.yaml").exists()
