@@ -160,16 +160,17 @@ def test_policy_as_own_reference_gives_zero_kl_rloo_shared_base(tiny_cfg, tmp_pa
 def test_non_finite_values_stop_the_run_and_mark_it_failed(tiny_cfg, tmp_path, monkeypatch, what):
     db = tmp_path / "mlflow.db"
     if what == "nan_score":
-        monkeypatch.setattr(ppo_stage, "load_reward", lambda cfg: (lambda p, r, e: torch.full((len(p),), float("nan")), None))
+        monkeypatch.setattr(ppo_stage, "load_reward",
+                            lambda cfg, gold=None: (lambda p, r, e: torch.full((len(p),), float("nan")), None))
         match = "non-finite reward-model score at PPO step 0"
     else:
         real = ppo.token_logprobs
 
-        def bad(*args, **kw):
-            logp, ent = real(*args, **kw)
-            logp = logp.clone()
+        def bad(*args, **kw):  # with or without the entropy beside the log-probs
+            out = real(*args, **kw)
+            logp = (out[0] if isinstance(out, tuple) else out).clone()
             logp[0, 0] = float("-inf")
-            return logp, ent
+            return (logp, *out[1:]) if isinstance(out, tuple) else logp
 
         monkeypatch.setattr(ppo, "token_logprobs", bad)
         match = "non-finite policy log-prob at PPO step 0"
