@@ -24,7 +24,7 @@ Trainer/accelerate loop.
 
 from __future__ import annotations
 
-import contextlib
+from unittest.mock import patch
 import tempfile
 import time
 
@@ -90,16 +90,6 @@ def trl_reward(scorer, eos_id: int):
         return scorer(prompts, [c.strip() for c in completions], ended).tolist()
 
     return rm_reward
-
-
-@contextlib.contextmanager
-def patched(obj, name: str, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -189,7 +179,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> S
             return base(model, tk, *args, **kw)
 
     base = ppo.sample
-    with patched(ppo, "sample", sample), mlflow_run():
+    with patch.object(ppo, "sample", sample), mlflow_run():
         lightning_run(module, steps, [LightningClock(clock), Phases()])
     clock.phases = with_rest(stats[warmup:], clock.step_times())
     return clock
@@ -301,7 +291,7 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok) -> dict:
     module.rollout = record("rollout", module.rollout)
     module.score = record("score", module.score)
     module.update = record("update", module.update)
-    with patched(torch, "randperm", randperm), mlflow_run():
+    with patch.object(torch, "randperm", randperm), mlflow_run():
         lightning_run(module, 1, [])
     ro = rec["rollout"][2]
     scores = rec["score"][2]

@@ -22,6 +22,7 @@ Periodic evaluation (``eval_every``) is not part of the step and is not run.
 from __future__ import annotations
 
 import contextlib
+from unittest.mock import patch
 import copy
 import tempfile
 import time
@@ -177,16 +178,6 @@ OURS_PHASES = [
 STAT_KEYS = ("objective/gold", "objective/scores", "objective/kl", "objective/length", "loss/policy", "loss/value")
 
 
-@contextlib.contextmanager
-def _patched(obj, name: str, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
-
-
 def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_full: bool = True,
              sampler=None, lengths: dict[str, int] | None = None) -> dict[str, float]:
     """Our PPO for `steps` PPO steps; median seconds over the timed steps of every phase in OURS_PHASES, and
@@ -240,11 +231,11 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
         module.gold = timer.proxy(module.gold, "other/gold")
     stats: list[dict[str, float]] = []
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_patched(ppo, "sample", timer.wrap(sample, "generation")))
+        stack.enter_context(patch.object(ppo, "sample", timer.wrap(sample, "generation")))
         for name in ("encode_prompts", "decode_responses"):
-            stack.enter_context(_patched(sampling, name, timer.wrap(getattr(sampling, name), "gen/tokenize+decode")))
-        stack.enter_context(_patched(R, "encode_texts", timer.wrap(R.encode_texts, "score/rm_tokenize")))
-        stack.enter_context(_patched(mlflow, "log_metrics", timer.wrap(mlflow.log_metrics, "other/mlflow")))
+            stack.enter_context(patch.object(sampling, name, timer.wrap(getattr(sampling, name), "gen/tokenize+decode")))
+        stack.enter_context(patch.object(R, "encode_texts", timer.wrap(R.encode_texts, "score/rm_tokenize")))
+        stack.enter_context(patch.object(mlflow, "log_metrics", timer.wrap(mlflow.log_metrics, "other/mlflow")))
         stack.enter_context(mlflow_run())
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
         trainer = L.Trainer(max_steps=steps * module.updates_per_step, accelerator="cpu", devices=1,
