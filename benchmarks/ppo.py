@@ -40,13 +40,9 @@ from benchmarks.train_sides import LightningClock
 
 
 @contextlib.contextmanager
-def suppress_eos(model, eos_id: int):
-    """While active, the LM head's output has logit −inf at EOS: every sampled response runs to full length."""
+def lm_head_hook(model, hook):
+    """While active, `hook` is a forward hook on the model's LM head (it may edit the logits in place)."""
     from rlhf_lab.models.adapters import unwrap
-
-    def hook(_module, _inputs, out):
-        out[..., eos_id] = float("-inf")
-        return out
 
     h = unwrap(model).get_output_embeddings().register_forward_hook(hook)
     try:
@@ -56,12 +52,21 @@ def suppress_eos(model, eos_id: int):
 
 
 @contextlib.contextmanager
+def suppress_eos(model, eos_id: int):
+    """While active, the LM head's output has logit −inf at EOS: every sampled response runs to full length."""
+    def hook(_module, _inputs, out):
+        out[..., eos_id] = float("-inf")
+        return out
+
+    with lm_head_hook(model, hook):
+        yield
+
+
+@contextlib.contextmanager
 def end_at(model, eos_id: int, lengths: list[int]):
     """While active (one ``generate`` call), response i gets exactly ``lengths[i]`` tokens and then EOS: the EOS
     logit is −inf before that step and the only finite one at it (a length at or over ``max_new_tokens`` runs to
     the cap without EOS). Sampling is otherwise untouched."""
-    from rlhf_lab.models.adapters import unwrap
-
     n = torch.tensor(lengths)
     step = [0]
 
@@ -74,11 +79,8 @@ def end_at(model, eos_id: int, lengths: list[int]):
         logits[at, eos_id] = 0.0
         return out
 
-    h = unwrap(model).get_output_embeddings().register_forward_hook(hook)
-    try:
+    with lm_head_hook(model, hook):
         yield
-    finally:
-        h.remove()
 
 
 def world_lengths(cfg: DictConfig, tok, prompts: list[str]) -> dict[str, int]:
