@@ -160,7 +160,7 @@ def summary(rows: dict[str, list[str]]) -> str:
 def parse_results(text: str) -> tuple[dict[str, str], dict[str, str], dict[str, tuple[str, str]]]:
     """A results file's runs {key: block}, summary rows {benchmark: markdown line} and sections
     {benchmark: (run key, markdown)}; what is not inside the markers is not kept (the team-scale section is kept
-    separately, see :func:`benchmarks.team.kept_section`)."""
+    separately, see :func:`benchmarks.team.kept_section` and :func:`benchmarks.suite.kept_section`)."""
     runs = {m.group(1): m.group(2) for m in RUN_RE.finditer(text)}
     summary_text = text.split("## Summary", 1)[1].split("<!--", 1)[0] if "## Summary" in text else ""
     rows = {m.group(1): m.group(0) for m in ROW_RE.finditer(summary_text)}
@@ -171,8 +171,8 @@ def parse_results(text: str) -> tuple[dict[str, str], dict[str, str], dict[str, 
 def results_text(old: str, key: str, block: str, sections: dict[str, str], rows: dict[str, list[str]]) -> str:
     """The results file: `old`'s runs, summary rows and sections merged with this run's (`key`, `block`, the
     `sections` markdown and summary `rows` of the benchmarks it ran), in ``BENCHMARKS`` order; runs no section
-    refers to any more are dropped; the team-scale section stays at the end."""
-    from benchmarks.team import kept_section
+    refers to any more are dropped; the team-scale and suite-throughput sections stay at the end."""
+    from benchmarks import suite, team
 
     old_runs, old_rows, old_sections = parse_results(old)
     merged = {name: old_sections[name] for name in old_sections if name not in sections}
@@ -194,9 +194,9 @@ def results_text(old: str, key: str, block: str, sections: dict[str, str], rows:
     for name in order:
         k, md = merged[name]
         out += ["", f"<!-- section: {name}; run: {k} -->", md.rstrip("\n"), f"<!-- /section: {name} -->"]
-    kept = kept_section(old)
-    if kept:
-        out += ["", kept]
+    for kept in (team.kept_section(old), suite.kept_section(old)):
+        if kept:
+            out += ["", kept]
     return "\n".join(out) + "\n"
 
 

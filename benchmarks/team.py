@@ -46,14 +46,15 @@ LAUNCHERS = {
 }
 
 
-def rlhf_lab(args: list[str], cwd: Path, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+def rlhf_lab(args: list[str], cwd: Path, env: dict | None = None,
+             timeout: float = 900) -> tuple[float, subprocess.CompletedProcess]:
     """Run ``rlhf-lab ARGS`` in `cwd`; (wall seconds, the finished process). Raises on a non-zero exit."""
     full = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **(env or {}))
     full.pop("MLFLOW_TRACKING_URI", None)
     cwd.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
-                       env=full, timeout=900)
+                       env=full, timeout=timeout)
     secs = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"rlhf-lab {shlex.join(args)} exited {r.returncode}:\n{r.stderr[-3000:]}")

@@ -80,3 +80,43 @@ def test_grpo_benchmark_quick_run(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     _, rows, sections = R.parse_results(out.read_text())
     assert list(sections) == ["grpo"] and "loss agrees" in rows["grpo"]
+
+
+def test_suite_throughput_section_is_kept_with_the_team_section():
+    from benchmarks import suite
+
+    team = f"{BEGIN}\n## Team scale\n\nkept\n{END}"
+    thr = f"{suite.BEGIN}\n## Claims-suite throughput\n\nkept too\n{suite.END}"
+    first = R.results_text("", "run-1", _block("run-1"), {"dpo": _section("dpo")},
+                           {"dpo": _row("dpo", "1.5×")}) + "\n" + team + "\n\n" + thr + "\n"
+    second = R.results_text(first, "run-2", _block("run-2"), {"rm": _section("rm")}, {"rm": _row("rm", "1.1×")})
+    assert second.count(BEGIN) == 1 and second.count(suite.BEGIN) == 1 and "kept too" in second
+    assert suite.kept_section(second) == thr
+
+
+def test_suite_benchmark_gold_comparison_is_paired_by_seed():
+    """today − before per seed (5 − 1 and 2 − 4: mean 1, t interval over the two differences) and the largest
+    gap between the seed-mean eval curves (step 10: (3+1)/2 − (1+1)/2 = 1)."""
+    from benchmarks.suite import gold_comparison
+    from scipy import stats
+
+    before = [{"seed": 0, "test_gold": 1.0, "curve": {0: 0.0, 10: 1.0}},
+              {"seed": 1, "test_gold": 4.0, "curve": {0: 0.0, 10: 1.0}}]
+    today = [{"seed": 1, "test_gold": 2.0, "curve": {0: 0.0, 10: 1.0}},
+             {"seed": 0, "test_gold": 5.0, "curve": {0: 0.0, 10: 3.0}}]
+    g = gold_comparison(before, today)
+    half = stats.t.ppf(0.975, 1) * 3  # d = (4, −2): sd 3√2, se 3√2/√2 = 3
+    assert g["effect"].estimate == pytest.approx(1.0) and g["effect"].n == 2
+    assert g["effect"].hi - 1.0 == pytest.approx(half) and 1.0 - g["effect"].lo == pytest.approx(half)
+    assert g["steps"] == [0, 10] and g["max_curve_diff"] == pytest.approx(1.0)
+
+
+def test_suite_projection_scales_the_sampled_algorithms_only():
+    from benchmarks.suite import suite_projection
+
+    rows, stated, projected = suite_projection(2.0)
+    by = {r[0]: r for r in rows}
+    assert by["dpo_beta_grid_5seeds"][1] == "dpo" and by["dpo_beta_grid_5seeds"][4] == by["dpo_beta_grid_5seeds"][3]
+    assert by["clip_eps"][1] == "ppo" and by["clip_eps"][4] == pytest.approx(by["clip_eps"][3] / 2)
+    assert by["grpo_kl"][1] == "grpo" and stated == pytest.approx(sum(r[3] for r in rows))
+    assert stated > projected > stated / 2

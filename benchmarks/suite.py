@@ -1,0 +1,255 @@
+"""Claims-suite throughput, before and after v2: ``python -m benchmarks.suite [--seeds 4] [--steps 60]``.
+
+The claims suite (``rlhf-lab-suite``) is about 200 PPO, GRPO and DPO jobs of a few minutes each, run 2 at a
+time on 2 cores; its wall time decides how many verdicts a session gives. This benchmark measures it on a
+sample: the default PPO job at the suite's usual length (``--steps`` PPO steps, an evaluation every 10) over
+``--seeds`` seeds, launched as the suite launches a study (``rlhf-lab -m … hydra/launcher=parallel
+hydra.launcher.n_jobs=2``), once with the settings before v2 and once with today's defaults, one after the
+other in this invocation (``--rounds 2`` repeats them in the reverse order), into one tracking store:
+
+- before v2: ``algo.packing=false algo.trim_minibatches=false reward_model.packing=false generation.sampler=hf``
+  (padded passes, untrimmed minibatches, Hugging Face ``generate``);
+- today: the defaults (padding-free passes and trimmed minibatches, the lab's KV-cache sampler).
+
+It reports the wall time and jobs per hour of each side and their ratio, and whether the training result is
+unchanged: each seed's final test-split gold reward and its evaluation curve with both settings (paired by
+seed: the same data, initialisation and sampling seed), the mean difference with its 95% t interval. The two
+settings compute the same losses to float noise, and sampling then amplifies that noise, so the runs are
+expected to differ like two seeds' noise apart, not systematically.
+
+From the sample's ratio it projects the whole suite's wall time: the study files' stated times (``rlhf-lab-suite
+--dry-run``; measured with the code before v2) for the studies the sample speaks for (PPO, GRPO, RLOO), the
+stated time unchanged for the others (DPO). A projection, labelled so: the full suite takes longer than a
+working session.
+
+The upstream stages (base model, SFT, pairs, RM) are built by a warm-up job first, into ``--cache-dir``
+(default: a fresh folder, about 15 min on 2 cores; point it at a claims folder's ``.rlhf_lab_cache`` to reuse
+its stages), so that both sides time only their own jobs. The result goes to the section "Claims-suite
+throughput" of benchmarks/results.md (replaced in place; ``python -m benchmarks.run`` keeps it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results.md"
+BEGIN, END = "<!-- suite-throughput: python -m benchmarks.suite -->", "<!-- /suite-throughput -->"
+SIDES = {
+    "before": ("before v2", ["algo.packing=false", "algo.trim_minibatches=false", "reward_model.packing=false",
+                             "generation.sampler=hf"]),
+    "today": ("today's defaults", []),
+}
+SAMPLE_ALGOS = ("ppo", "grpo", "rloo")  # the algorithms whose jobs the PPO sample's ratio is applied to
+
+
+def side_runs(db: Path, study: str) -> list:
+    """The FINISHED job runs of `study` in the sqlite store `db`."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("rlhf-lab")
+    runs = client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}' and "
+                              "tags.`rlhf_lab.job` = 'true'", max_results=1000)
+    return [r for r in runs if r.info.status == "FINISHED"]
+
+
+def run_facts(db: Path, run) -> dict:
+    """seed, run seconds, mean PPO step seconds (``time/step_s``), final test gold, and the eval gold curve
+    {step: value} of one job run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    curve = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/gold_reward")}
+    steps = [m.value for m in client.get_metric_history(run.info.run_id, "time/step_s")]
+    return {"seed": int(run.data.params.get("seed", -1)),
+            "seconds": (run.info.end_time - run.info.start_time) / 1000,
+            "step_s": sum(steps) / len(steps) if steps else float("nan"),
+            "test_gold": run.data.metrics.get("test/gold_reward", float("nan")),
+            "curve": curve}
+
+
+def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: int) -> dict:
+    """Launch one side's sweep; its wall seconds and its runs' facts."""
+    from benchmarks.team import rlhf_lab
+
+    study = f"bench_{name}_{round_i}"
+    args = ["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", *common, f"study={study}",
+            "seed=" + ",".join(str(s) for s in range(seeds)), *SIDES[name][1]]
+    print(f"[suite-bench] round {round_i}: {SIDES[name][0]}: rlhf-lab {shlex.join(args)}", flush=True)
+    secs, _ = rlhf_lab(args, work / study, timeout=4 * 3600)
+    db = work / "mlflow.db"
+    facts = [run_facts(db, r) for r in side_runs(db, study)]
+    if len(facts) != seeds:
+        raise RuntimeError(f"{name}: {len(facts)} of {seeds} jobs finished")
+    print(f"[suite-bench] {SIDES[name][0]}: {secs:.0f} s for {seeds} jobs", flush=True)
+    return {"wall": secs, "runs": sorted(facts, key=lambda f: f["seed"])}
+
+
+def gold_comparison(before: list[dict], after: list[dict]) -> dict:
+    """Paired by seed: the final test gold difference (today − before) with its 95% t interval, and the largest
+    per-evaluation difference of the seed-mean eval gold curves."""
+    import numpy as np
+
+    from rlhf_lab.analysis.stats import paired_ci
+
+    b = {f["seed"]: f["test_gold"] for f in before}
+    a = {f["seed"]: f["test_gold"] for f in after}
+    eff = paired_ci(a, b)
+    steps = sorted(set.intersection(*(set(f["curve"]) for f in before + after)))
+    mean_b = np.array([np.mean([f["curve"][s] for f in before]) for s in steps])
+    mean_a = np.array([np.mean([f["curve"][s] for f in after]) for s in steps])
+    return {"effect": eff, "steps": steps, "curve_before": mean_b, "curve_today": mean_a,
+            "max_curve_diff": float(np.max(np.abs(mean_a - mean_b))) if steps else float("nan"),
+            "before_mean": float(np.mean(list(b.values()))), "today_mean": float(np.mean(list(a.values())))}
+
+
+def suite_projection(ratio: float) -> tuple[list[list], float, float]:
+    """Rows (study, algorithm, jobs, stated min, projected min) and the totals, stated and projected: the
+    sample's wall-time ratio (before ÷ today) applied to the studies of ``SAMPLE_ALGOS``."""
+    from rlhf_lab import suite
+
+    rows, stated, projected = [], 0.0, 0.0
+    for study, _ in suite.SUITE:
+        n, mins = suite.expected(study)
+        algo, m = study_algo(study), float(mins or 0)
+        proj = m / ratio if algo in SAMPLE_ALGOS else m
+        rows.append([study, algo, n or 0, m, proj])
+        stated, projected = stated + m, projected + proj
+    return rows, stated, projected
+
+
+def study_algo(study: str) -> str:
+    """The algorithm a study file overrides (``override /algo: X``), else the default ``ppo``."""
+    from importlib.resources import files
+
+    text = files("rlhf_lab.sweeps").joinpath("sweep", f"{study}.yaml").read_text()
+    m = re.search(r"override /algo:\s*(\w+)", text)
+    return m.group(1) if m else "ppo"
+
+
+def repro_line(sides: dict) -> str:
+    """With two rounds: does round 2 reproduce round 1 (same command, same seeds, so the same numbers)?"""
+    if min(len(r) for r in sides.values()) < 2:
+        return "One round: reproducibility across rounds not checked (`--rounds 2`)."
+    parts = []
+    for n, rounds in sides.items():
+        d = max(abs(a["test_gold"] - b["test_gold"]) for a, b in zip(rounds[0]["runs"], rounds[1]["runs"]))
+        parts.append(f"{SIDES[n][0]} {d:.2g}")
+    return ("**Reproducible?** Largest difference of a seed's final test gold between round 1 and round 2 "
+            "(the same command run twice): " + "; ".join(parts) + ".")
+
+
+def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> str:
+    from benchmarks.common import table
+
+    cmd = "python -m benchmarks.suite" + (" " + shlex.join(argv) if argv else "")
+    busy = load[0] > 0.5
+    walls = {n: sum(r["wall"] for r in rounds) for n, rounds in sides.items()}
+    n_jobs = {n: sum(len(r["runs"]) for r in rounds) for n, rounds in sides.items()}
+    ratio = walls["before"] / walls["today"]
+    step_s = {n: [f["step_s"] for r in rounds for f in r["runs"]] for n, rounds in sides.items()}
+    mean_step = {n: sum(v) / len(v) for n, v in step_s.items()}
+    rows = []
+    for n, rounds in sides.items():
+        job_s = [f["seconds"] for r in rounds for f in r["runs"]]
+        rows.append([SIDES[n][0], "`" + " ".join(SIDES[n][1]) + "`" if SIDES[n][1] else "(none)", walls[n],
+                     n_jobs[n], 3600 * n_jobs[n] / walls[n], sum(job_s) / len(job_s), walls["before"] / walls[n],
+                     mean_step[n], mean_step["before"] / mean_step[n]])
+    eff = gold["effect"]
+    gold_rows = [[f["seed"], f["test_gold"], g["test_gold"], g["test_gold"] - f["test_gold"]]
+                 for f, g in zip(sides["before"][0]["runs"], sides["today"][0]["runs"])]
+    curve_rows = [[s, b, t, t - b] for s, b, t in zip(gold["steps"], gold["curve_before"], gold["curve_today"])]
+    proj_rows, stated, projected = proj
+    lines = [BEGIN, "## Claims-suite throughput: jobs per hour before and after v2", "",
+             f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
+             f"- machine: {os.cpu_count()} CPU cores, load average {load[0]:.2f} at the start, {load[1]:.2f} at the end"
+             + (" — **other jobs shared the cores during the measurement**: the wall times are upper bounds and "
+                "the ratio noisy" if busy else ""), "",
+             f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
+             f"launched as the suite launches a study (2 jobs at a time), {args.rounds} round(s); wall time of "
+             "`rlhf-lab -m …` from start to exit. Upstream stages cached by a warm-up job.", "",
+             table(["settings", "overrides", "wall s", "jobs", "jobs per hour", "mean job run s",
+                    "wall before ÷ this", "mean PPO step s", "step before ÷ this"], rows), "",
+             "(The PPO step, `time/step_s`, is rollout, scoring and update; a job also pays its start-up, the "
+             "evaluations and the final test evaluation, which v2 speeds up less.)", "",
+             repro_line(sides), "",
+             f"**Training result unchanged?** Final `test/gold_reward` per seed, round 1 (paired: same seed on both "
+             f"sides). today − before: **{eff.estimate:+.3f} [{eff.lo:+.3f}, {eff.hi:+.3f}]** (95% t, n = {eff.n}); "
+             f"means {gold['before_mean']:.3f} before, {gold['today_mean']:.3f} today.", "",
+             table(["seed", "test gold before", "test gold today", "today − before"], gold_rows), "",
+             f"Seed-mean `eval/gold_reward` curve (largest difference {gold['max_curve_diff']:.3f}):", "",
+             table(["step", "before", "today", "today − before"], curve_rows), "",
+             f"**The suite, projected.** The studies' stated times (study file headers, `rlhf-lab-suite --dry-run`; "
+             f"measured or estimated with the code before v2) with the sample's ratio ({ratio:.2f}×) applied to "
+             f"the {', '.join(SAMPLE_ALGOS).upper()} studies and the others unchanged: **{stated:.0f} min → "
+             f"{projected:.0f} min** with 2 jobs at a time, {sum(r[2] for r in proj_rows)} jobs "
+             f"({60 * sum(r[2] for r in proj_rows) / stated:.0f} → {60 * sum(r[2] for r in proj_rows) / projected:.0f}"
+             " jobs per hour). A projection from the sample, not a measurement of the whole suite (which takes "
+             "longer than a working session).", "",
+             table(["study", "algorithm", "jobs", "stated min", "projected min"], proj_rows), "", END]
+    return "\n".join(lines)
+
+
+def write_section(text: str, path: Path = RESULTS) -> None:
+    """Replace this benchmark's section of `path` (or append it), atomically."""
+    old = path.read_text() if path.exists() else ""
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    new = pattern.sub(lambda _: text, old) if BEGIN in old else old.rstrip("\n") + "\n\n" + text + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results.", suffix=".md")
+    with os.fdopen(fd, "w") as f:
+        f.write(new)
+    os.replace(tmp, path)
+
+
+def kept_section(text: str) -> str:
+    """This benchmark's section of a results file (for ``benchmarks.run``, which rewrites the rest), or ''."""
+    m = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), text, re.S)
+    return m.group(0) if m else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.team import rlhf_lab
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=4, help="jobs per side: seeds 0..N-1 (default 4)")
+    ap.add_argument("--steps", type=int, default=60, help="PPO steps per job (default 60, the suite's usual)")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds; round 2 runs the sides in reverse order")
+    ap.add_argument("--cache-dir", default=None, help="the artifact cache (default: a fresh one in the work folder)")
+    ap.add_argument("--out", default=str(RESULTS), help="the results file")
+    args = ap.parse_args(argv)
+    started, t0, load0 = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="rlhf_bench_suite_"))
+    cache = Path(args.cache_dir).resolve() if args.cache_dir else work / "cache"
+    common = [f"cache_dir={cache}", f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"algo.steps={args.steps}",
+              "eval.every_n_steps=10", "trainer.progress_bar=false"]
+    try:
+        secs, _ = rlhf_lab([*common, "study=warmup", "algo.steps=1", "eval.every_n_steps=0"], work / "warmup",
+                           timeout=4 * 3600)
+        print(f"[suite-bench] warm-up job (builds or reuses the upstream stages): {secs:.0f} s", flush=True)
+        sides: dict[str, list] = {"before": [], "today": []}
+        for i in range(1, args.rounds + 1):
+            for name in (("before", "today") if i % 2 else ("today", "before")):
+                sides[name].append(sweep_side(name, work, common, args.seeds, i))
+        gold = gold_comparison(sides["before"][0]["runs"], sides["today"][0]["runs"])
+        ratio = sum(r["wall"] for r in sides["before"]) / sum(r["wall"] for r in sides["today"])
+        text = section(argv, started, (load0[0], os.getloadavg()[0]), time.time() - t0, args, sides, gold,
+                       suite_projection(ratio))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    write_section(text, Path(args.out))
+    print("\n" + text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
