@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from rlhf_lab.analysis import cli, fits
 from rlhf_lab.analysis.runs import HISTORY_KEYS, rm_from_artifact_cache
@@ -236,3 +237,29 @@ def test_frontier_report_puts_every_algorithm_and_best_of_n_on_one_frontier(tmp_
     c14 = next(line for line in (tmp_path / "reports" / "claims.md").read_text().splitlines()
                if line.startswith("| C14"))
     assert "not run yet" not in c14
+
+
+def test_study_report_final_gold_is_the_test_split_and_the_drop_is_split_half(tmp_path):
+    """A noise spike on one half of the eval prompts at step 20: max − last of the eval curve reads a drop of
+    0.3, the split-half estimate 0 (a's peak measured on b: 0.2 − 0.2; b's first peak measured on a: 0.2 − 0.2).
+    Gold final is test/gold_reward (0.5, 0.7: mean 0.6 ± t(0.975, 1)·0.1), not the last eval (0.2)."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("rlhf-lab")
+    a = [(0, 0.0), (10, 0.2), (20, 0.8), (30, 0.2)]
+    b = [(0, 0.0), (10, 0.2), (20, 0.2), (30, 0.2)]
+    full = [(s, (x + y) / 2) for (s, x), (_, y) in zip(a, b)]
+    for seed, test in ((0, 0.5), (1, 0.7)):
+        _log_run(client, exp, "ppo", "honest", {"seed": seed, "sweep.seed": seed},
+                 {"eval/gold_reward": full, "eval/gold_reward_a": a, "eval/gold_reward_b": b,
+                  "eval/kl": [(s, s / 10) for s, _ in a], "test/gold_reward": [(30, test)]})
+    text = write_study_report("honest", tmp_path / "r", uri=uri).read_text()
+    assert "for 2 of 2 runs." in text and "for the 2 runs that logged both halves" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    h = stats.t.ppf(0.975, 1) * 0.1
+    assert cells[4] == f"0.600 [{0.6 - h:.3f}, {0.6 + h:.3f}]"  # gold final: the test split, with its interval
+    assert cells[5].startswith("0.500")  # gold peak: the eval curve's maximum, as logged
+    assert cells[6] == "0.000 [0.000, 0.000]"  # drop from peak: split-half, not max − last (0.3)

@@ -32,6 +32,17 @@ def fmt_ms(values: Iterable[float], digits: int = 3) -> str:
     return fmt(m, digits) if n == 1 else f"{fmt(m, digits)} ± {fmt(s, digits, sci=abs(m) < 1e-3 or abs(m) >= 1e4)}"
 
 
+def fmt_ci(values: Iterable[float], digits: int = 3) -> str:
+    """mean [95% Student-t interval] over the finite values (one value: the value; none: –)."""
+    from rlhf_lab.analysis.stats import t_ci
+
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    if not v:
+        return "–"
+    m, lo, hi, n = t_ci(v)
+    return fmt(m, digits) if n < 2 else f"{fmt(m, digits)} [{fmt(lo, digits)}, {fmt(hi, digits)}]"
+
+
 def cell(x: Any) -> str:
     """A table cell: a literal | is escaped so that it does not end the cell."""
     return str(x).replace("|", "\\|")

@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
-from rlhf_lab.analysis.markdown import fmt, fmt_ms, md_table
+from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
+from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold, final_gold_source, gold_drop
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
 
 
 def run_summary(r: RunData) -> dict[str, Any]:
     fit = r.gao_fit()
     return {
-        "gold_start": r.first("eval/gold_reward"), "gold_final": r.last("eval/gold_reward"),
-        "gold_peak": r.peak("eval/gold_reward"),
-        "gold_drop": r.peak("eval/gold_reward") - r.last("eval/gold_reward"),
+        "gold_start": r.first("eval/gold_reward"), "gold_final": final_gold(r),
+        "gold_peak": r.peak("eval/gold_reward"), "gold_drop": gold_drop(r),
         "proxy_start": r.first("eval/proxy_reward"), "proxy_final": r.last("eval/proxy_reward"),
         "kl_final": r.last("eval/kl"), "fit": fit, "rm_accuracy": r.rm_accuracy(),
     }
@@ -66,6 +66,19 @@ def peak_cell(fits: Sequence[GaoFit]) -> str:
     return "; ".join(parts)
 
 
+def data_note(runs: Sequence[RunData]) -> str:
+    """Where "gold final" and "drop from peak" come from, counted over the report's runs."""
+    test = sum(final_gold_source(r) == "test" for r in runs)
+    halves = sum(math.isfinite(gold_drop(r)) for r in runs)
+    rest = f" and the last `eval/gold_reward` for the {len(runs) - test} that logged no test split" if test < len(runs) else ""
+    return (f"**Gold final** is `test/gold_reward` (the held-out test split, once at the end) for {test} of {len(runs)} "
+            f"runs{rest}. **Drop from "
+            f"peak** is the split-half estimate (the peak chosen on one half of the eval prompts, `eval/gold_reward_a`, "
+            f"measured on the other, `_b`, both ways averaged; max − last of one noisy curve is biased upward) for the "
+            f"{halves} runs that logged both halves, – for the others. Gold start and peak are single evaluations on "
+            f"the eval prompts.")
+
+
 def reproduce_commands(study: str, parents: Sequence[Any]) -> list[str]:
     cmds = sorted({p.data.tags.get("rlhf_lab.command") for p in parents if p.data.tags.get("rlhf_lab.command")})
     return cmds or [f"rlhf-lab -m sweep={study}"]
@@ -73,8 +86,8 @@ def reproduce_commands(study: str, parents: Sequence[Any]) -> list[str]:
 
 def best_setting(runs: Sequence[RunData]) -> tuple[str, float, int] | None:
     """(setting, its mean final gold, its number of runs) of the setting whose FINISHED runs end with the highest
-    mean final ``eval/gold_reward`` (the report's "gold final": selection on eval prompts, never test); None when
-    no finished run logged it."""
+    mean final ``eval/gold_reward`` (selection on eval prompts, never test; the report's "gold final" is the test
+    split's); None when no finished run logged it."""
     best = None
     for name, members in groups([r for r in runs if r.status == "FINISHED"]).items():
         finals = [g for g in (r.last("eval/gold_reward") for r in members) if math.isfinite(g)]
@@ -87,7 +100,7 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
                        parent: str | None = None) -> Path:
     """``<out_dir>/<study>/README.md`` and its PNGs from the study's runs in the store (:func:`load_study`); with
     `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``)."""
-    runs_all, parents = load_study(study, uri, parent=parent)
+    runs_all, parents = load_study(study, uri, parent=parent, history_keys=CLAIM_HISTORY_KEYS)
     return write_report(study, runs_all, parents, Path(out_dir) / (study or "sweep"), uri, parent)
 
 
@@ -113,8 +126,9 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
     seeds = sorted({r.seed for r in runs})
     lines += [f"{len(runs)} finished runs ({', '.join(sorted({r.stage for r in runs}))})"
               + (f", {len(other)} not finished ({', '.join(sorted({r.status for r in other}))})" if other else "")
-              + f"; seeds {', '.join(seeds)}" + (" — figures are mean ± standard deviation over seeds." if len(seeds) > 1
-                                                 else "."), ""]
+              + f"; seeds {', '.join(seeds)}" + (" — figures are mean ± standard deviation over seeds; final gold "
+                                                 "and the drop from the peak also as mean [95% t interval]."
+                                                 if len(seeds) > 1 else "."), "", data_note(runs), ""]
     for r in other:
         lines.append(f"- {r.status}: `{label(r)}` seed {r.seed} ({r.run_id})"
                      + (f": {r.tags['rlhf_lab.error'][:200]}" if r.tags.get("rlhf_lab.error") else ""))
@@ -135,9 +149,10 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
         for name, members in groups(runs).items():
             s = [run_summary(r) for r in members]
             col = lambda k: fmt_ms([x[k] for x in s])  # noqa: E731
+            ci = lambda k: fmt_ci([x[k] for x in s])  # noqa: E731
             fs = [x["fit"] for x in s]
-            rows.append([f"`{name}`", members[0].stage, len(members), col("gold_start"), col("gold_final"),
-                         col("gold_peak"), col("gold_drop"), col("proxy_start"), col("proxy_final"), col("kl_final"),
+            rows.append([f"`{name}`", members[0].stage, len(members), col("gold_start"), ci("gold_final"),
+                         col("gold_peak"), ci("gold_drop"), col("proxy_start"), col("proxy_final"), col("kl_final"),
                          fit_cell(fs, "alpha"), fit_cell(fs, "beta"), peak_cell(fs), col("rm_accuracy"),
                          fit_cell(fs, "r2"), fmt_ms([f.n for f in fs], 0)])
         lines += [md_table(["setting", "algo", "seeds", "gold start", "gold final", "gold peak", "drop from peak",
@@ -168,8 +183,8 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
             pol_n = [r.n_params() for r in members]
             rm_n = [r.rm_params() for r in members]
             ratio = [b / a for a, b in zip(pol_n, rm_n) if math.isfinite(a) and math.isfinite(b) and a > 0]
-            rows.append([ps, rs_, len(members), fmt_ms([x["gold_peak"] for x in s]), fmt_ms([x["gold_final"] for x in s]),
-                         fmt_ms([x["gold_drop"] for x in s]), fmt_ms([x["rm_accuracy"] for x in s]),
+            rows.append([ps, rs_, len(members), fmt_ms([x["gold_peak"] for x in s]), fmt_ci([x["gold_final"] for x in s]),
+                         fmt_ci([x["gold_drop"] for x in s]), fmt_ms([x["rm_accuracy"] for x in s]),
                          fmt_ms(ratio, 2)])
         lines += ["## RM size × policy size", "",
                   "Peak and final gold reward of PPO, the drop from the peak (over-optimisation), and the accuracy of "
@@ -184,8 +199,8 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
             members = [r for r in ppo if (r.value("reward_model.source") or "?", r.value("data.on_policy_fraction")
                                           or "0.0") == (src, frac)]
             s = [run_summary(r) for r in members]
-            rows.append([src, frac, len(members), fmt_ms([x["gold_final"] for x in s]),
-                         fmt_ms([x["gold_peak"] for x in s]), fmt_ms([x["gold_drop"] for x in s]),
+            rows.append([src, frac, len(members), fmt_ci([x["gold_final"] for x in s]),
+                         fmt_ms([x["gold_peak"] for x in s]), fmt_ci([x["gold_drop"] for x in s]),
                          fmt_ms([x["proxy_final"] for x in s]), fmt_ms([x["rm_accuracy"] for x in s])])
         lines += ["## Same- vs different-source RM", "",
                   md_table(["RM source", "on-policy fraction", "runs", "final gold", "peak gold", "drop from peak",
