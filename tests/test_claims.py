@@ -538,3 +538,15 @@ def test_c14_does_not_hold_when_the_kl_term_gives_more_gold_and_is_inconclusive_
     assert drift.n == 5 and drift.lo > 1.0  # ln(30 / 6) ≈ 1.6
     tie = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.7, 0.04: 0.7})})["C14"]
     assert tie.verdict == "inconclusive", tie.reason  # no margin: a negligible effect does not count against it
+
+
+def test_provenance_rows_name_each_studys_commits_and_dates():
+    def run(study, commit, start, end):
+        return RunData("r", "ppo", "FINISHED", {}, {"rlhf_lab.study": study, "rlhf_lab.git_commit": commit}, {},
+                       start_time=start, end_time=end)
+
+    hour = 3_600_000
+    rows = C.provenance_rows([run("b", "ff65520abc", 2 * hour, 3 * hour), run("a", "ecc896c123", 0, hour),
+                              run("b", "665c774def", hour, 4 * hour), run("b", "ff65520abc", 5 * hour, 6 * hour)])
+    assert rows == [["`a`", 1, "ecc896c (1)", "? – 1970-01-01 01:00"],
+                    ["`b`", 3, "665c774 (1), ff65520 (2)", "1970-01-01 01:00 – 1970-01-01 06:00"]]

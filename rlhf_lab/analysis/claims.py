@@ -232,6 +232,30 @@ def data_text(runs: Iterable[RunData]) -> str:
             "nothing is a running mean.")
 
 
+def provenance_rows(runs: Iterable[RunData]) -> list[list[Any]]:
+    """One row per study (tag ``rlhf_lab.study``) of the counted runs: runs, the code they ran (tag
+    ``rlhf_lab.git_commit``, short, with its number of runs) and when (first start to last end, UTC)."""
+    import datetime
+
+    def day(ms: int) -> str:
+        return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M") if ms else "?"
+
+    by: dict[str, list[RunData]] = {}
+    for r in runs:
+        by.setdefault(r.tags.get("rlhf_lab.study", "?"), []).append(r)
+    rows = []
+    for study, rs in sorted(by.items()):
+        commits: dict[str, int] = {}
+        for r in rs:
+            c = r.tags.get("rlhf_lab.git_commit", "")[:7] or "?"
+            commits[c] = commits.get(c, 0) + 1
+        starts = [r.start_time for r in rs if r.start_time]
+        ends = [r.end_time for r in rs if r.end_time]
+        rows.append([f"`{study}`", len(rs), ", ".join(f"{c} ({n})" for c, n in sorted(commits.items())),
+                     f"{day(min(starts)) if starts else '?'} – {day(max(ends)) if ends else '?'}"])
+    return rows
+
+
 def render(results: Sequence[ClaimResult], uri: str, runs: Iterable[RunData]) -> str:
     lines = ["# Claims of docs/claims.md put to the canned studies", "",
              f"Computed by `rlhf-lab-report --claims` from `{uri}`. Verdicts hold for this world and these small "
@@ -253,6 +277,12 @@ def render(results: Sequence[ClaimResult], uri: str, runs: Iterable[RunData]) ->
                         f"**{r.verdict}**"] for r in results]), "", "## Effects", ""]
     for r in results:
         lines += claim_section(r)
+    runs = list(runs)
+    if runs:
+        lines += ["## Where the runs come from", "",
+                  "Every run counted above, by study: the code it ran (its `rlhf_lab.git_commit` tag) and when. "
+                  "Relaunching a study with `skip_finished=true` in the same folder runs only what is missing.", "",
+                  md_table(["study", "runs", "commit (runs)", "first start – last end (UTC)"], provenance_rows(runs)), ""]
     return "\n".join(lines)
 
 

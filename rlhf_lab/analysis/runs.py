@@ -43,6 +43,8 @@ class RunData:
     rm: dict[str, Any] = field(default_factory=dict)  # the upstream RM run: metrics and params
     setting: dict[str, str] = field(default_factory=dict)  # swept keys (seed excluded)
     seed: str = "0"
+    start_time: int = 0  # MLflow's run start and end, ms since the epoch (0: unknown)
+    end_time: int = 0
 
     # -- values
     def series(self, key: str) -> list[tuple[int, float]]:
@@ -189,7 +191,8 @@ def load_study(study: str | None, uri: str | None = None, client=None, stages: S
         stage = r.data.tags.get("rlhf_lab.stage", "")
         if stage not in stages:
             continue
-        rd = RunData(r.info.run_id, stage, r.info.status, dict(r.data.params), dict(r.data.tags), dict(r.data.metrics))
+        rd = RunData(r.info.run_id, stage, r.info.status, dict(r.data.params), dict(r.data.tags), dict(r.data.metrics),
+                     start_time=int(r.info.start_time or 0), end_time=int(r.info.end_time or 0))
         for key in history_keys:
             if key in rd.metrics:
                 rd.history[key] = [(int(m.step), float(m.value)) for m in client.get_metric_history(rd.run_id, key)]
