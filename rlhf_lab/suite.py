@@ -12,6 +12,11 @@ stop the suite; the suite names it at the end and exits with status 1. The track
 (``MLFLOW_TRACKING_URI``, else ``tracking.uri``); pass the same overrides on every launch, since they are part
 of each job's identity.
 
+A study that needs an artifact made first (``PREPARE``: ``rm_source_5seeds``' on-policy PPO policy, claim C17)
+gets it from one ``rlhf-lab`` job run into a fixed folder under the working folder before the study; a later
+launch reuses that folder when its job finished (its ``summary.json`` and artifact are there) and redoes it
+otherwise.
+
 The expected wall times are the ``about N min`` of each study file's header (``sweeps/sweep/<study>.yaml``),
 for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, preference pairs, RMs) cached.
 """
@@ -19,10 +24,13 @@ for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, pref
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 from importlib.resources import files
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
@@ -40,10 +48,18 @@ SUITE: list[tuple[str, str]] = [
     ("ref_small", "C8"),
     ("length_penalty", "C11"),
     ("ref_sync", "C3"),
-    ("rm_source_5seeds", "C16"),
+    ("rm_source_5seeds", "C16 C17"),
     ("rm_size_vs_policy_size_5seeds", "C13 C18"),
     ("rm_ensemble", "C18"),
 ]
+# Studies that need one artifact made first, by one rlhf-lab job run into a folder of its own (relative to the
+# working folder): {study: (folder, that job's overrides, the study key that receives the job's artifact folder)}.
+PREPARE: dict[str, tuple[str, list[str], str]] = {
+    "rm_source_5seeds": ("suite_artifacts/rm_source_on_policy",
+                         ["study=rm_source_on_policy", "algo=ppo", "reward_model=different_source", "kl=fixed",
+                          "kl.beta=0.01", "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
+                         "data.on_policy_path"),
+}
 UPSTREAM_MIN = 30  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs incl. MiniLM), 2 cores
 
 
@@ -88,6 +104,34 @@ def report_command(overrides: list[str], out: str) -> list[str]:
     return cmd + (["--uri", uri[-1]] if uri else [])
 
 
+def prepared(folder: Path) -> bool:
+    """Whether `folder` holds a finished job: its ``summary.json`` (written last) and its artifact's config."""
+    try:
+        json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (folder / "artifact" / "config.json").is_file()
+
+
+def prepare(study: str, overrides: list[str]) -> list[str]:
+    """The overrides that hand `study` its prepared artifact (none for a study without one in ``PREPARE``). The job
+    runs first (with the suite's `overrides` too) unless its folder holds a finished one; a folder left by an
+    interrupted job is emptied and the job redone. Raises RuntimeError when the job fails."""
+    if study not in PREPARE:
+        return []
+    folder, job, key = PREPARE[study]
+    out = Path(folder).resolve()
+    if prepared(out):
+        print(f"[rlhf-lab-suite] {study}: reusing the prepared {key} in {out}", flush=True)
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-m", "rlhf_lab.cli", *job, *overrides, f"hydra.run.dir={out}"]
+        print(f"[rlhf-lab-suite] {study}: preparing {key}: rlhf-lab {' '.join(cmd[3:])}", flush=True)
+        if subprocess.call(cmd) != 0 or not prepared(out):
+            raise RuntimeError(f"{study}: the job that prepares {key} failed (its output: {out})")
+    return [f"{key}={out / 'artifact'}"]
+
+
 def fmt_minutes(seconds: float) -> str:
     m = int(round(seconds / 60))
     return f"{m // 60}h {m % 60:02d}min" if m >= 60 else f"{seconds / 60:.1f} min"
@@ -104,7 +148,8 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
         _, mins = expected(study)
         total_jobs += len(jobs)
         total_min += mins or 0.0
-        print(f"{i:>2}  {study:<32} {claims_of(study):<8} {len(jobs):>5} {format(mins, 'g') if mins is not None else '?':>5}")
+        print(f"{i:>2}  {study:<32} {claims_of(study):<8} {len(jobs):>5} {format(mins, 'g') if mins is not None else '?':>5}"
+              + (f"  (first one job for {PREPARE[study][2]}, into {PREPARE[study][0]})" if study in PREPARE else ""))
     print(f"{len(studies)} studies, {total_jobs} jobs; expected wall time about {total_min:.0f} min with 2 jobs at "
           f"a time on 2 cores and the upstream stages cached (about {UPSTREAM_MIN} min more on an empty cache)")
     print("each study runs as: rlhf-lab " + " ".join(study_command("<study>", overrides, 2)[3:]))
@@ -120,7 +165,11 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
         print(f"\n[rlhf-lab-suite] {i}/{len(studies)} {study} ({claims_of(study) or 'study'}; expected about "
               f"{format(mins, 'g') if mins is not None else '?'} min)", flush=True)
         t1 = time.time()
-        rc = subprocess.call(study_command(study, overrides, n_jobs))
+        try:
+            rc = subprocess.call(study_command(study, overrides + prepare(study, overrides), n_jobs))
+        except RuntimeError as err:
+            print(f"[rlhf-lab-suite] {err}", flush=True)
+            rc = 1
         status = "done" if rc == 0 else f"exit status {rc}"
         print(f"[rlhf-lab-suite] {study}: {status} in {fmt_minutes(time.time() - t1)} "
               f"(suite so far {fmt_minutes(time.time() - t0)})", flush=True)

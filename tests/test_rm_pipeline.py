@@ -15,6 +15,7 @@ from rlhf_lab import stages
 from rlhf_lab.stages.common import cache_for
 from rlhf_lab.models.reward import RewardScorer
 from rlhf_lab.stages import prefs
+from tests.conftest import compose_cfg
 from rlhf_lab.stages import rm as rm_stage
 
 pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
@@ -196,3 +197,14 @@ def test_ensemble_with_lora_and_on_policy_pairs(tiny_cfg, tmp_path):
     mean_sc = RewardScorer.from_path(path)
     diff = mean_sc(p, y, e) - sc(p, y, e)
     assert float(diff.min()) >= -1e-6 and float(diff.mean()) > 0.01
+
+
+def test_an_on_policy_path_without_on_policy_pairs_leaves_the_pairs_key_alone(monkeypatch):
+    """rm_source_5seeds hands every job the prepared policy; its jobs with data.on_policy_fraction=0 draw nothing
+    from it, so they must find the pairs (and RMs) the other studies built."""
+    monkeypatch.setattr(prefs, "ensure", lambda stage, cfg: "/fake/sft")
+    plain = prefs.spec(compose_cfg([]))
+    with_path = prefs.spec(compose_cfg(["data.on_policy_path=/some/ppo/artifact"]))
+    mixed = prefs.spec(compose_cfg(["data.on_policy_path=/some/ppo/artifact", "data.on_policy_fraction=0.2"]))
+    assert with_path == plain and plain["on_policy_path"] is None
+    assert mixed["on_policy_path"] == "/some/ppo/artifact" and mixed["on_policy_fraction"] == 0.2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -121,7 +122,7 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
         ("grpo", "fixed", 0.04, "loss", "k3"), ("grpo", "fixed", 0.0, "loss", "k3")}
     src = jobs["rm_source_5seeds"]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
-        ("same", 0.0), ("different", 0.0), ("pretrained", 0.0)}
+        ("same", 0.0), ("different", 0.0), ("different", 0.2), ("pretrained", 0.0)}
 
 
 @pytest.mark.slow
@@ -241,3 +242,32 @@ def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp
     cli.main()  # relaunched with nothing left to run: no new (empty) parent run
     assert calls == [] and "nothing ran (no new parent run)" in capsys.readouterr().out
     assert len(sweeps()) == n_parents
+
+
+def test_prepare_runs_the_job_once_reuses_it_and_redoes_an_interrupted_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def fake_call(cmd, finish=True):
+        calls.append(cmd)
+        out = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        (out / "artifact").mkdir(parents=True)
+        (out / "artifact" / "config.json").write_text("{}")
+        if finish:
+            (out / "summary.json").write_text('{"stage": "ppo"}')
+        return 0
+
+    monkeypatch.setattr(suite.subprocess, "call", fake_call)
+    assert suite.prepare("ref_sync", []) == [] and not calls  # a study without a prepared artifact
+    folder = tmp_path / "suite_artifacts" / "rm_source_on_policy"
+    got = suite.prepare("rm_source_5seeds", ["cache_dir=/c"])
+    assert got == [f"data.on_policy_path={folder / 'artifact'}"] and len(calls) == 1
+    assert "reward_model=different_source" in calls[0] and "seed=100" in calls[0] and "cache_dir=/c" in calls[0]
+    assert suite.prepare("rm_source_5seeds", ["cache_dir=/c"]) == got and len(calls) == 1  # reused
+    (folder / "summary.json").unlink()  # an interrupted job: no summary
+    (folder / "stale.txt").write_text("half-written")
+    assert suite.prepare("rm_source_5seeds", []) == got and len(calls) == 2 and not (folder / "stale.txt").exists()
+    monkeypatch.setattr(suite.subprocess, "call", lambda cmd: fake_call(cmd, finish=False))
+    (folder / "summary.json").unlink()
+    with pytest.raises(RuntimeError, match="prepares data.on_policy_path failed"):
+        suite.prepare("rm_source_5seeds", [])

@@ -43,6 +43,8 @@ def spec(cfg: DictConfig) -> dict:
         "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
         "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),
     }
+    if s["on_policy_fraction"] == 0.0:  # no pair comes from it: a path set for other jobs changes nothing here
+        s["on_policy_path"] = None
     if G.is_rm(cfg):  # the gold RM labels the pairs (none added for the formula: earlier keys stay valid)
         s["gold_rm"] = G.identity(cfg)
     frac = s["on_policy_fraction"]
