@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from rlhf_lab.analysis.runs import load_study
-from rlhf_lab.analysis.study import best_setting, write_report
+from rlhf_lab.analysis.study import STUDY_HISTORY_KEYS, best_setting, write_report
 
 ARTIFACT_DIR = "study_report"
 BEST_GOLD = "study/best_final_gold"
@@ -35,7 +35,8 @@ def summary_note(study: str | None, best: tuple[str, float, int] | None, n_finis
 def publish_study_report(client, run_id: str, study: str | None, uri: str, job_stages: list[str]) -> dict:
     """Write the report of the sweep `run_id`'s jobs of `job_stages` and log it, its headline metric and tags
     into that run (through `client`, an ``MlflowClient`` on `uri`); returns what was logged."""
-    runs, parents = load_study(study, uri, client=client, stages=job_stages, parent=run_id)
+    runs, parents = load_study(study, uri, client=client, stages=job_stages, parent=run_id,
+                                history_keys=STUDY_HISTORY_KEYS)
     best = best_setting(runs)
     with tempfile.TemporaryDirectory(prefix="rlhf_lab_report_") as tmp:
         path = write_report(study, runs, parents, Path(tmp) / ARTIFACT_DIR, uri, parent=run_id)

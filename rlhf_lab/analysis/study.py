@@ -16,8 +16,12 @@ from typing import Any, Sequence
 from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
-from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold, final_gold_source, gold_drop
-from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
+from rlhf_lab.analysis.quantities import HALF_A, HALF_B, final_gold, final_gold_source, gold_drop
+from rlhf_lab.analysis.runs import HISTORY_KEYS, POLICY_STAGES, RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
+
+
+# the histories a study report reads: the plotted curves and the two halves of the eval prompts (split-half drop)
+STUDY_HISTORY_KEYS = (*HISTORY_KEYS, HALF_A, HALF_B)
 
 
 def run_summary(r: RunData) -> dict[str, Any]:
@@ -100,7 +104,7 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
                        parent: str | None = None) -> Path:
     """``<out_dir>/<study>/README.md`` and its PNGs from the study's runs in the store (:func:`load_study`); with
     `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``)."""
-    runs_all, parents = load_study(study, uri, parent=parent, history_keys=CLAIM_HISTORY_KEYS)
+    runs_all, parents = load_study(study, uri, parent=parent, history_keys=STUDY_HISTORY_KEYS)
     return write_report(study, runs_all, parents, Path(out_dir) / (study or "sweep"), uri, parent)
 
 
