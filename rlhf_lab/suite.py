@@ -3,6 +3,7 @@
     python -m rlhf_lab.suite --dry-run             # the studies, their job counts, the expected wall time
     python -m rlhf_lab.suite                       # run them all, 2 jobs at a time, then rlhf-lab-report --claims
     python -m rlhf_lab.suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
+    python -m rlhf_lab.suite --max-minutes 150     # start no study that would end past 150 min; launch again later
 
 Each study is launched as ``rlhf-lab -m sweep=<study> hydra/launcher=parallel skip_finished=true [overrides]``.
 With ``skip_finished=true`` a job whose FINISHED run (same study, same overrides) is already in the tracking
@@ -157,11 +158,21 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
     return 0
 
 
-def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out: str) -> int:
+def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out: str,
+        max_minutes: float | None = None) -> int:
+    """Run the studies in order; with `max_minutes`, stop before the first study whose expected time (its header's,
+    a study's full time even when some of its jobs are done) would end past that budget."""
     t0 = time.time()
     failed: list[str] = []
+    left: list[str] = []
     for i, study in enumerate(studies, 1):
         _, mins = expected(study)
+        spent = (time.time() - t0) / 60
+        if max_minutes is not None and spent + (mins or 0.0) > max_minutes:
+            left = studies[i - 1:]
+            print(f"\n[rlhf-lab-suite] stopping before {study}: expected about {format(mins or 0, 'g')} min, "
+                  f"{max(max_minutes - spent, 0):.0f} of --max-minutes {format(max_minutes, 'g')} left", flush=True)
+            break
         print(f"\n[rlhf-lab-suite] {i}/{len(studies)} {study} ({claims_of(study) or 'study'}; expected about "
               f"{format(mins, 'g') if mins is not None else '?'} min)", flush=True)
         t1 = time.time()
@@ -179,9 +190,11 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
         print("\n[rlhf-lab-suite] rlhf-lab-report --claims", flush=True)
         if subprocess.call(report_command(overrides, out)) != 0:
             failed.append("rlhf-lab-report --claims")
-    print(f"\n[rlhf-lab-suite] total wall time {fmt_minutes(time.time() - t0)} for {len(studies)} studies"
+    print(f"\n[rlhf-lab-suite] total wall time {fmt_minutes(time.time() - t0)} for {len(studies) - len(left)} studies"
           + (f"; failed: {', '.join(failed)} (launch the same command again to re-run what is missing)"
-             if failed else ""), flush=True)
+             if failed else "")
+          + (f"; not started (--max-minutes): {', '.join(left)} (launch the same command again to go on; finished "
+             "jobs are skipped)" if left else ""), flush=True)
     return 1 if failed else 0
 
 
@@ -196,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-report", action="store_true", help="do not write reports/claims.md at the end")
     p.add_argument("--out", default="reports", help="folder of claims.md (default: reports)")
     p.add_argument("--no-validate", action="store_true", help="with --dry-run: do not compose every job")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="stop before a study that is expected to end past this many minutes from the start (e.g. "
+                        "what is left of a working session); launch again to go on")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every job, e.g. cache_dir=/shared/cache")
     a = p.parse_args(argv)
     studies = [s for s in a.studies.split(",") if s] if a.studies else [s for s, _ in SUITE]
@@ -204,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown studies {', '.join(unknown)}; the studies are {', '.join(study_names())}")
     if a.dry_run:
         return dry_run(studies, a.overrides, validate=not a.no_validate)
-    return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out)
+    return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out, max_minutes=a.max_minutes)
 
 
 if __name__ == "__main__":

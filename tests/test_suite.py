@@ -271,3 +271,16 @@ def test_prepare_runs_the_job_once_reuses_it_and_redoes_an_interrupted_one(tmp_p
     (folder / "summary.json").unlink()
     with pytest.raises(RuntimeError, match="prepares data.on_policy_path failed"):
         suite.prepare("rm_source_5seeds", [])
+
+
+def test_max_minutes_starts_no_study_expected_to_end_past_the_budget(monkeypatch, capsys):
+    """clip_eps (14 min in its header) fits 20 minutes, ref_sync (25) does not: the suite stops before it and says
+    what is left; the claims report is still written (it covers what ran)."""
+    launched = []
+    monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+    assert suite.expected("clip_eps")[1] <= 20 < suite.expected("clip_eps")[1] + suite.expected("ref_sync")[1]
+    rc = suite.run(["clip_eps", "ref_sync", "rm_lora"], [], 2, report=True, out="reports", max_minutes=20)
+    out = capsys.readouterr().out
+    assert rc == 0 and [c for c in launched if "sweep=clip_eps" in c] and not [c for c in launched if "sweep=ref_sync" in c]
+    assert any("--claims" in c for c in launched)
+    assert "stopping before ref_sync" in out and "not started (--max-minutes): ref_sync, rm_lora" in out
