@@ -86,10 +86,46 @@ def job_overrides(overrides: list[str] | str) -> list[str]:
     return out
 
 
+STUDY_DIGEST_TAG = "rlhf_lab.study_digest"
+
+
+def study_digest(overrides: list[str], root=None) -> str | None:
+    """A digest of what a job's study files fix: the parsed ``sweeps/sweep/<study>.yaml`` of its ``sweep=``
+    override without its ``hydra`` node (launcher settings and the swept values, which the overrides carry), and
+    the parsed option files of ``sweeps/<group>/`` its overrides select (``+rm_src=different_mix``). Comments do
+    not count. None for a job without ``sweep=``. Editing what a study fixes (say ``kl.beta``) changes it, so
+    ``skip_finished`` does not take the runs of the old design for the new one. `root`: the folder of study
+    groups (default: the package's ``rlhf_lab.sweeps``)."""
+    import hashlib
+    from importlib.resources import files
+
+    import yaml
+
+    root = files("rlhf_lab.sweeps") if root is None else root
+    parts = []
+    for o in overrides:
+        if "=" not in o:
+            continue
+        key, value = o.split("=", 1)
+        group = key.lstrip("+~")
+        f = root.joinpath(group, f"{value}.yaml")
+        if "/" in group or "," in value or not f.is_file():
+            continue
+        node = yaml.safe_load(f.read_text()) or {}
+        if group == "sweep" and isinstance(node, dict):
+            node.pop("hydra", None)
+        parts.append([group, value, node])
+    if not any(g == "sweep" for g, _, _ in parts):
+        return None
+    text = json.dumps(sorted(parts, key=lambda p: (p[0], p[1])), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
     """The latest FINISHED run of `stage` in this config's tracking store and experiment with the same study
-    (tag ``rlhf_lab.study``, none when ``study`` is null) and the same overrides (tag ``rlhf_lab.overrides``,
-    compared by :func:`job_overrides`), or None. Upstream stages of a job carry its tags too: `stage` tells the
+    (tag ``rlhf_lab.study``, none when ``study`` is null), the same overrides (tag ``rlhf_lab.overrides``,
+    compared by :func:`job_overrides`) and, where both have one, the same study design (tag
+    ``rlhf_lab.study_digest``, :func:`study_digest`), or None. Upstream stages of a job carry its tags too: `stage` tells the
     job's own run from them."""
     from mlflow.tracking import MlflowClient
 
@@ -101,11 +137,13 @@ def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
     query = f"attributes.status = 'FINISHED' and tags.`rlhf_lab.stage` = '{stage}'"
     if study and "'" not in study:
         query += f" and tags.`rlhf_lab.study` = '{study}'"
-    want = job_overrides(overrides)
+    want, digest = job_overrides(overrides), study_digest(overrides)
     for run in client.search_runs([exp.experiment_id], query, max_results=50000,
                                   order_by=["attributes.start_time DESC"]):
         tags = run.data.tags
         if tags.get("rlhf_lab.study") == study and job_overrides(tags.get("rlhf_lab.overrides", "")) == want:
+            if digest and tags.get(STUDY_DIGEST_TAG, digest) != digest:  # a run before the tag existed: as before
+                continue  # the study file's design changed since this run
             return run
     return None
 
@@ -214,6 +252,9 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         "rlhf_lab.git_commit": git_commit(),
         "rlhf_lab.overrides": " ".join(hydra_overrides()),
     }
+    digest = study_digest(hydra_overrides())
+    if digest:
+        all_tags[STUDY_DIGEST_TAG] = digest
     study = cfg.get("study")
     if study:
         all_tags["rlhf_lab.study"] = str(study)

@@ -5,6 +5,7 @@ Nothing here trains: the runs in the tracking store are fake ones made with Mlfl
 from __future__ import annotations
 
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from rlhf_lab import suite, sweeping
 from rlhf_lab.stages.common import parse_preset_ref
-from rlhf_lab.tracking import find_finished_run, job_overrides
+from rlhf_lab.tracking import find_finished_run, job_overrides, study_digest
 
 SUITE = [s for s, _ in suite.SUITE]
 SEEDS = {0, 1, 2, 3, 4}
@@ -151,8 +152,10 @@ def test_suite_commands_resume_and_report_to_the_same_store():
 # -- skip_finished --------------------------------------------------------------------------------------------
 
 
-def fake_run(client, exp_id, stage, study, overrides, status="FINISHED", gold=None):
+def fake_run(client, exp_id, stage, study, overrides, status="FINISHED", gold=None, digest=None):
     tags = {"rlhf_lab.stage": stage, "rlhf_lab.overrides": " ".join(overrides)}
+    if digest:
+        tags["rlhf_lab.study_digest"] = digest
     if study:
         tags["rlhf_lab.study"] = study
     run = client.create_run(exp_id, tags=tags)
@@ -284,3 +287,37 @@ def test_max_minutes_starts_no_study_expected_to_end_past_the_budget(monkeypatch
     assert rc == 0 and [c for c in launched if "sweep=clip_eps" in c] and not [c for c in launched if "sweep=ref_sync" in c]
     assert any("--claims" in c for c in launched)
     assert "stopping before ref_sync" in out and "not started (--max-minutes): ref_sync, rm_lora" in out
+
+
+def test_study_digest_follows_what_a_study_fixes_not_its_comments_or_sweep(tmp_path):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "opt").mkdir()
+    study = tmp_path / "sweep" / "s.yaml"
+    study.write_text("# a study\nstudy: s\nkl:\n  beta: 0.01\nhydra:\n  sweeper:\n    params:\n      seed: 0,1\n")
+    (tmp_path / "opt" / "a.yaml").write_text("x: 1\n")
+    job = ["+opt=a", "seed=0", "sweep=s"]
+    d0 = study_digest(job, tmp_path)
+    assert d0 and study_digest(["algo=ppo"], tmp_path) is None  # no study file: no digest
+    study.write_text("# another comment\nstudy: s\nkl:\n  beta: 0.01\nhydra:\n  sweeper:\n    params:\n      seed: 0,1,2\n")
+    assert study_digest(job, tmp_path) == d0  # comments and the swept values (in the overrides) do not count
+    study.write_text("study: s\nkl:\n  beta: 0.001\n")
+    d1 = study_digest(job, tmp_path)
+    assert d1 != d0  # the design changed
+    (tmp_path / "opt" / "a.yaml").write_text("x: 2\n")
+    assert study_digest(job, tmp_path) not in (d0, d1)  # so did the selected option
+
+
+@pytest.mark.slow
+def test_a_run_of_another_study_design_is_not_finished_for_this_one(store):
+    uri, client, exp = store
+    job = ["algo.reference.sync_every=1", "seed=0", "sweep=ref_sync"]
+    now = study_digest(job)
+    old = fake_run(client, exp, "ppo", "ref_sync", job)  # before the tag existed: counts
+    cfg = compose_job(["study=ref_sync", f"tracking.uri={uri}"])
+    assert find_finished_run(cfg, "ppo", job).info.run_id == old
+    time.sleep(0.01)  # distinct start times: the newest run is looked at first
+    fake_run(client, exp, "ppo", "ref_sync", job, digest="0" * 16)  # newer, another design: does not count
+    assert find_finished_run(cfg, "ppo", job).info.run_id == old
+    time.sleep(0.01)
+    same = fake_run(client, exp, "ppo", "ref_sync", job, digest=now)
+    assert find_finished_run(cfg, "ppo", job).info.run_id == same
