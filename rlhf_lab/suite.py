@@ -50,7 +50,8 @@ SUITE: list[tuple[str, str]] = [
     ("length_penalty", "C11"),
     ("ref_sync", "C3"),
     ("rm_source_5seeds", "C16 C17"),
-    ("rm_size_vs_policy_size_5seeds", "C13 C18"),
+    ("rm_size_vs_policy_size_5seeds", "C18"),
+    ("rm_size_hacking", "C13"),
     ("rm_ensemble", "C18"),
 ]
 # Studies that need one artifact made first, by one rlhf-lab job run into a folder of its own (relative to the
