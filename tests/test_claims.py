@@ -551,3 +551,14 @@ def test_provenance_rows_name_each_studys_commits_and_dates():
                               run("b", "665c774def", hour, 4 * hour), run("b", "ff65520abc", 5 * hour, 6 * hour)])
     assert rows == [["`a`", 1, "ecc896c (1)", "? – 1970-01-01 01:00"],
                     ["`b`", 3, "665c774 (1), ff65520 (2)", "1970-01-01 01:00 – 1970-01-01 06:00"]]
+
+
+def test_a_policy_runs_data_keys_come_from_its_upstream_rm_run():
+    """+rm_src=different_mix sets data.on_policy_fraction without a swept value, and a PPO run does not log the
+    data keys: its upstream RM run does. Without that, the mixed arm read as fraction 0 and joined the plain one."""
+    r = RunData("r", "ppo", "FINISHED", {"reward_model.source": "different"}, {}, {})
+    assert r.value("data.on_policy_fraction", 0.0) == 0.0  # no RM run known: the default
+    r.rm = {"params": {"data.on_policy_fraction": "0.2", "algo.name": "rm"}}
+    assert r.value("data.on_policy_fraction", 0.0) == "0.2"
+    assert r.value("algo.name", "ppo") == "ppo"  # other keys never from the RM run (a cached RM: another job's)
+    assert registry.DIFF_MIX.matches(r) and not registry.DIFF.matches(r)

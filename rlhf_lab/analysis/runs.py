@@ -67,12 +67,19 @@ class RunData:
         return max(v for _, v in s) if s else float("nan")
 
     def value(self, key: str, default: Any = None) -> Any:
-        """A config value: the job's swept value, else the run's logged param."""
+        """A config value: the job's swept value, else the run's logged param; for the preference data's keys
+        (``data.*``), which a policy run does not log, else the param of its upstream RM run, which was trained on
+        that data (a study option such as ``+rm_src=different_mix`` sets them without a swept value). Other keys
+        are not taken from the RM run: a cached RM's run logged the config of the job that built it."""
         if key in self.setting:
             return self.setting[key]
         if f"sweep.{key}" in self.params:
             return self.params[f"sweep.{key}"]
-        return self.params.get(key, default)
+        if key in self.params:
+            return self.params[key]
+        if key.startswith("data."):
+            return (self.rm.get("params") or {}).get(key, default)
+        return default
 
     def fnum(self, key: str, default: float = float("nan")) -> float:
         try:
