@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import statistics
 import time
 import warnings
@@ -284,3 +285,27 @@ class Section:
             out.append("")
         out.append(f"_({self.seconds:.0f} s" + (f"; run of {self.run}" if self.run else "") + ")_")
         return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# sections of results.md written by the standalone benchmarks (benchmarks.team, benchmarks.suite)
+
+
+def marked_section(text: str, begin: str, end: str) -> str:
+    """The block from the marker `begin` to the marker `end` in `text` (markers included), or ''."""
+    m = re.search(re.escape(begin) + ".*?" + re.escape(end), text, re.S)
+    return m.group(0) if m else ""
+
+
+def write_marked_section(path: Path, begin: str, end: str, section: str) -> None:
+    """Replace the `begin` … `end` block of `path` with `section` (or append it), through a temporary file in the
+    same folder and a rename."""
+    import tempfile
+
+    old = path.read_text() if path.exists() else ""
+    new = old.replace(marked_section(old, begin, end), section) if begin in old else old.rstrip("\n") + "\n\n" + section + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results.", suffix=".md")
+    with os.fdopen(fd, "w") as f:
+        f.write(new)
+    os.replace(tmp, path)
+

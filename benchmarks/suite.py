@@ -201,19 +201,16 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
 
 def write_section(text: str, path: Path = RESULTS) -> None:
     """Replace this benchmark's section of `path` (or append it), atomically."""
-    old = path.read_text() if path.exists() else ""
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    new = pattern.sub(lambda _: text, old) if BEGIN in old else old.rstrip("\n") + "\n\n" + text + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results.", suffix=".md")
-    with os.fdopen(fd, "w") as f:
-        f.write(new)
-    os.replace(tmp, path)
+    from benchmarks.common import write_marked_section
+
+    write_marked_section(path, BEGIN, END, text)
 
 
 def kept_section(text: str) -> str:
     """This benchmark's section of a results file (for ``benchmarks.run``, which rewrites the rest), or ''."""
-    m = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), text, re.S)
-    return m.group(0) if m else ""
+    from benchmarks.common import marked_section
+
+    return marked_section(text, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:

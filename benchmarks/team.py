@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -176,20 +175,17 @@ def launch_note(rows: list[list]) -> str:
 
 
 def write_section(text: str, path: Path = RESULTS) -> None:
-    """Replace the team-scale section of `path` (or append it), atomically."""
-    old = path.read_text() if path.exists() else ""
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    new = pattern.sub(lambda _: text, old) if BEGIN in old else old.rstrip("\n") + "\n\n" + text + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results.", suffix=".md")
-    with os.fdopen(fd, "w") as f:
-        f.write(new)
-    os.replace(tmp, path)
+    """Replace team-scale section of `path` (or append it), atomically."""
+    from benchmarks.common import write_marked_section
+
+    write_marked_section(path, BEGIN, END, text)
 
 
 def kept_section(text: str) -> str:
-    """The team-scale section of a results file (for ``benchmarks.run``, which rewrites the rest), or ''."""
-    m = re.search(re.escape(BEGIN) + ".*?" + re.escape(END), text, re.S)
-    return m.group(0) if m else ""
+    """Team-scale section of a results file (for ``benchmarks.run``, which rewrites the rest), or ''."""
+    from benchmarks.common import marked_section
+
+    return marked_section(text, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
