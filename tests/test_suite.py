@@ -279,10 +279,18 @@ def test_prepare_runs_the_job_once_reuses_it_and_redoes_an_interrupted_one(tmp_p
 
 
 def test_max_minutes_starts_no_study_expected_to_end_past_the_budget(monkeypatch, capsys):
-    """clip_eps (14 min in its header) fits 20 minutes, ref_sync (25) does not: the suite stops before it and says
-    what is left; the claims report is still written (it covers what ran)."""
-    launched = []
-    monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+    """clip_eps (14 min in its header) fits 20 minutes, ref_sync after it (18 more) does not: the suite stops
+    before it and says what is left; the claims report is still written (it covers what ran)."""
+    launched, clock = [], [0.0]
+
+    def fake_call(cmd):  # each study takes as long as its header says, on a fake clock
+        launched.append(cmd)
+        study = next((a.split("=", 1)[1] for a in cmd if a.startswith("sweep=")), None)
+        clock[0] += 60 * (suite.expected(study)[1] or 0) if study else 0
+        return 0
+
+    monkeypatch.setattr(suite.subprocess, "call", fake_call)
+    monkeypatch.setattr(suite.time, "time", lambda: clock[0])
     assert suite.expected("clip_eps")[1] <= 20 < suite.expected("clip_eps")[1] + suite.expected("ref_sync")[1]
     rc = suite.run(["clip_eps", "ref_sync", "rm_lora"], [], 2, report=True, out="reports", max_minutes=20)
     out = capsys.readouterr().out
