@@ -288,6 +288,18 @@ class Section:
 
 
 # ------------------------------------------------------------------------------------------------
+# the job runs of a sweep the standalone benchmarks launched (benchmarks.team, benchmarks.suite)
+
+
+def finished_job_runs(client, study: str) -> list:
+    """The FINISHED job runs (tag ``rlhf_lab.job``) of `study` in `client`'s store, experiment ``rlhf-lab``."""
+    exp = client.get_experiment_by_name("rlhf-lab")
+    runs = client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}' and "
+                              "tags.`rlhf_lab.job` = 'true'", max_results=1000)
+    return [r for r in runs if r.info.status == "FINISHED"]
+
+
+# ------------------------------------------------------------------------------------------------
 # sections of results.md written by the standalone benchmarks (benchmarks.team, benchmarks.suite)
 
 

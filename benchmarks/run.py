@@ -160,7 +160,7 @@ def summary(rows: dict[str, list[str]]) -> str:
 def parse_results(text: str) -> tuple[dict[str, str], dict[str, str], dict[str, tuple[str, str]]]:
     """A results file's runs {key: block}, summary rows {benchmark: markdown line} and sections
     {benchmark: (run key, markdown)}; what is not inside the markers is not kept (the team-scale section is kept
-    separately, see :func:`benchmarks.team.kept_section` and :func:`benchmarks.suite.kept_section`)."""
+    separately: the marked sections of ``benchmarks.team`` and ``benchmarks.suite``, :func:`benchmarks.common.marked_section`)."""
     runs = {m.group(1): m.group(2) for m in RUN_RE.finditer(text)}
     summary_text = text.split("## Summary", 1)[1].split("<!--", 1)[0] if "## Summary" in text else ""
     rows = {m.group(1): m.group(0) for m in ROW_RE.finditer(summary_text)}
@@ -194,7 +194,9 @@ def results_text(old: str, key: str, block: str, sections: dict[str, str], rows:
     for name in order:
         k, md = merged[name]
         out += ["", f"<!-- section: {name}; run: {k} -->", md.rstrip("\n"), f"<!-- /section: {name} -->"]
-    for kept in (team.kept_section(old), suite.kept_section(old)):
+    from benchmarks.common import marked_section
+
+    for kept in (marked_section(old, team.BEGIN, team.END), marked_section(old, suite.BEGIN, suite.END)):
         if kept:
             out += ["", kept]
     return "\n".join(out) + "\n"

@@ -51,23 +51,9 @@ SIDES = {
 SAMPLE_ALGOS = ("ppo", "grpo", "rloo")  # the algorithms whose jobs the PPO sample's ratio is applied to
 
 
-def side_runs(db: Path, study: str) -> list:
-    """The FINISHED job runs of `study` in the sqlite store `db`."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{db}")
-    exp = client.get_experiment_by_name("rlhf-lab")
-    runs = client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}' and "
-                              "tags.`rlhf_lab.job` = 'true'", max_results=1000)
-    return [r for r in runs if r.info.status == "FINISHED"]
-
-
-def run_facts(db: Path, run) -> dict:
+def run_facts(client, run) -> dict:
     """seed, run seconds, mean PPO step seconds (``time/step_s``), final test gold, and the eval gold curve
-    {step: value} of one job run."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{db}")
+    {step: value} of one job run (`client`: an ``MlflowClient`` on its store)."""
     curve = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/gold_reward")}
     steps = [m.value for m in client.get_metric_history(run.info.run_id, "time/step_s")]
     return {"seed": int(run.data.params.get("seed", -1)),
@@ -79,6 +65,9 @@ def run_facts(db: Path, run) -> dict:
 
 def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: int) -> dict:
     """Launch one side's sweep; its wall seconds and its runs' facts."""
+    from mlflow.tracking import MlflowClient
+
+    from benchmarks.common import finished_job_runs
     from benchmarks.team import rlhf_lab
 
     study = f"bench_{name}_{round_i}"
@@ -86,8 +75,8 @@ def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: in
             "seed=" + ",".join(str(s) for s in range(seeds)), *SIDES[name][1]]
     print(f"[suite-bench] round {round_i}: {SIDES[name][0]}: rlhf-lab {shlex.join(args)}", flush=True)
     secs, _ = rlhf_lab(args, work / study, timeout=4 * 3600)
-    db = work / "mlflow.db"
-    facts = [run_facts(db, r) for r in side_runs(db, study)]
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    facts = [run_facts(client, r) for r in finished_job_runs(client, study)]
     if len(facts) != seeds:
         raise RuntimeError(f"{name}: {len(facts)} of {seeds} jobs finished")
     print(f"[suite-bench] {SIDES[name][0]}: {secs:.0f} s for {seeds} jobs", flush=True)
@@ -199,20 +188,6 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
     return "\n".join(lines)
 
 
-def write_section(text: str, path: Path = RESULTS) -> None:
-    """Replace this benchmark's section of `path` (or append it), atomically."""
-    from benchmarks.common import write_marked_section
-
-    write_marked_section(path, BEGIN, END, text)
-
-
-def kept_section(text: str) -> str:
-    """This benchmark's section of a results file (for ``benchmarks.run``, which rewrites the rest), or ''."""
-    from benchmarks.common import marked_section
-
-    return marked_section(text, BEGIN, END)
-
-
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.team import rlhf_lab
 
@@ -243,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
                        suite_projection(ratio))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    write_section(text, Path(args.out))
+    from benchmarks.common import write_marked_section
+
+    write_marked_section(Path(args.out), BEGIN, END, text)
     print("\n" + text, flush=True)
     return 0
 

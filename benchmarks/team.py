@@ -64,10 +64,10 @@ def job_seconds(db: Path, study: str) -> list[float]:
     """Run times (start to end) of the FINISHED job runs of `study` in the sqlite store `db`."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{db}")
-    runs = client.search_runs([client.get_experiment_by_name("rlhf-lab").experiment_id],
-                              f"tags.`rlhf_lab.study` = '{study}' and tags.`rlhf_lab.job` = 'true'", max_results=1000)
-    return [(r.info.end_time - r.info.start_time) / 1000 for r in runs if r.info.status == "FINISHED"]
+    from benchmarks.common import finished_job_runs
+
+    return [(r.info.end_time - r.info.start_time) / 1000
+            for r in finished_job_runs(MlflowClient(f"sqlite:///{db}"), study)]
 
 
 def sweeps(work: Path, n_jobs: int) -> list[list]:
@@ -174,20 +174,6 @@ def launch_note(rows: list[list]) -> str:
             f"of minutes (the studies) gain from running 2 at a time (README, `ppo_beta_grid`).")
 
 
-def write_section(text: str, path: Path = RESULTS) -> None:
-    """Replace team-scale section of `path` (or append it), atomically."""
-    from benchmarks.common import write_marked_section
-
-    write_marked_section(path, BEGIN, END, text)
-
-
-def kept_section(text: str) -> str:
-    """Team-scale section of a results file (for ``benchmarks.run``, which rewrites the rest), or ''."""
-    from benchmarks.common import marked_section
-
-    return marked_section(text, BEGIN, END)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="python -m benchmarks.team", description=__doc__.split("\n\n")[0])
@@ -206,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     text = section(args, argv, started, (load0[0], os.getloadavg()[0]), time.time() - t0, sweep_rows, ray_s,
                    track_rows, note)
-    write_section(text, Path(args.out))
+    from benchmarks.common import write_marked_section
+
+    write_marked_section(Path(args.out), BEGIN, END, text)
     print("\n" + text, flush=True)
     return 0
 

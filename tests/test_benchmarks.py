@@ -84,6 +84,7 @@ def test_grpo_benchmark_quick_run(tmp_path):
 
 def test_suite_throughput_section_is_kept_with_the_team_section():
     from benchmarks import suite
+    from benchmarks.common import marked_section
 
     team = f"{BEGIN}\n## Team scale\n\nkept\n{END}"
     thr = f"{suite.BEGIN}\n## Claims-suite throughput\n\nkept too\n{suite.END}"
@@ -91,7 +92,7 @@ def test_suite_throughput_section_is_kept_with_the_team_section():
                            {"dpo": _row("dpo", "1.5×")}) + "\n" + team + "\n\n" + thr + "\n"
     second = R.results_text(first, "run-2", _block("run-2"), {"rm": _section("rm")}, {"rm": _row("rm", "1.1×")})
     assert second.count(BEGIN) == 1 and second.count(suite.BEGIN) == 1 and "kept too" in second
-    assert suite.kept_section(second) == thr
+    assert marked_section(second, suite.BEGIN, suite.END) == thr
 
 
 def test_suite_benchmark_gold_comparison_is_paired_by_seed():
