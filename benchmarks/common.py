@@ -287,6 +287,16 @@ class Section:
         return "\n".join(out) + "\n"
 
 
+def run_lines(started, secs: float, cmd: str, load: tuple[float, float]) -> list[str]:
+    """The date and machine lines that open a standalone benchmark's section of results.md; `load` is the load
+    average at the start and at the end (busy above 0.5 at the start)."""
+    busy = load[0] > 0.5
+    return [f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
+            f"- machine: {os.cpu_count()} CPU cores, load average {load[0]:.2f} at the start, {load[1]:.2f} at the end"
+            + (" — **other jobs shared the cores during the measurement**: the wall times are upper bounds and "
+               "the ratios noisy" if busy else "")]
+
+
 # ------------------------------------------------------------------------------------------------
 # the job runs of a sweep the standalone benchmarks launched (benchmarks.team, benchmarks.suite)
 

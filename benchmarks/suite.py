@@ -138,10 +138,9 @@ def repro_line(sides: dict) -> str:
 
 
 def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> str:
-    from benchmarks.common import table
+    from benchmarks.common import run_lines, table
 
     cmd = "python -m benchmarks.suite" + (" " + shlex.join(argv) if argv else "")
-    busy = load[0] > 0.5
     walls = {n: sum(r["wall"] for r in rounds) for n, rounds in sides.items()}
     n_jobs = {n: sum(len(r["runs"]) for r in rounds) for n, rounds in sides.items()}
     ratio = walls["before"] / walls["today"]
@@ -158,11 +157,7 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
                  for f, g in zip(sides["before"][0]["runs"], sides["today"][0]["runs"])]
     curve_rows = [[s, b, t, t - b] for s, b, t in zip(gold["steps"], gold["curve_before"], gold["curve_today"])]
     proj_rows, stated, projected = proj
-    lines = [BEGIN, "## Claims-suite throughput: jobs per hour before and after v2", "",
-             f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
-             f"- machine: {os.cpu_count()} CPU cores, load average {load[0]:.2f} at the start, {load[1]:.2f} at the end"
-             + (" — **other jobs shared the cores during the measurement**: the wall times are upper bounds and "
-                "the ratio noisy" if busy else ""), "",
+    lines = [BEGIN, "## Claims-suite throughput: jobs per hour before and after v2", "", *run_lines(started, secs, cmd, load), "",
              f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
              f"launched as the suite launches a study (2 jobs at a time), {args.rounds} round(s); wall time of "
              "`rlhf-lab -m …` from start to exit. Upstream stages cached by a warm-up job.", "",

@@ -143,15 +143,10 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
 
 def section(args, argv: list[str], started: datetime.datetime, load: tuple, secs: float, sweep_rows, ray_s: float,
             track_rows, note: str) -> str:
-    from benchmarks.common import table
+    from benchmarks.common import run_lines, table
 
     cmd = "python -m benchmarks.team" + (" " + shlex.join(argv) if argv else "")
-    busy = load[0] > 0.5
-    lines = [BEGIN, "## Team scale: sweeps through the launchers, tracking on the team server", "",
-             f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
-             f"- machine: {os.cpu_count()} CPU cores, load average {load[0]:.2f} at the start, {load[1]:.2f} at the end"
-             + (" — **other jobs shared the cores during the measurement**: the wall times are upper bounds and "
-                "the ratios noisy" if busy else ""), "",
+    lines = [BEGIN, "## Team scale: sweeps through the launchers, tracking on the team server", "", *run_lines(started, secs, cmd, load), "",
              f"A sweep of {args.jobs} `algo=sft` jobs at the tests' MICRO sizes (1 torch thread each), the base model "
              "cached by a warm-up job; wall time of `rlhf-lab -m …` from start to exit (process start-up, the parent "
              "run, the jobs, the study report into the parent run). Speed-up: wall time with 1 job at a time ÷ this "
