@@ -4,6 +4,7 @@
     python -m rlhf_lab.suite                       # run them all, 2 jobs at a time, then rlhf-lab-report --claims
     python -m rlhf_lab.suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
     python -m rlhf_lab.suite --max-minutes 150     # start no study that would end past 150 min; launch again later
+    python -m rlhf_lab.suite --runs reports/claims_runs.json.gz   # the report also counts the runs kept in that file
 
 Each study is launched as ``rlhf-lab -m sweep=<study> hydra/launcher=parallel skip_finished=true [overrides]``.
 With ``skip_finished=true`` a job whose FINISHED run (same study, same overrides) is already in the tracking
@@ -100,10 +101,11 @@ def study_command(study: str, overrides: list[str], n_jobs: int) -> list[str]:
             f"hydra.launcher.n_jobs={n_jobs}", "skip_finished=true", *overrides]
 
 
-def report_command(overrides: list[str], out: str) -> list[str]:
+def report_command(overrides: list[str], out: str, runs_files: list[str] | None = None) -> list[str]:
+    """``rlhf-lab-report --claims`` on the suite's store, and on the runs files (``--runs``) of earlier launches."""
     cmd = [sys.executable, "-m", "rlhf_lab.analysis.cli", "--claims", "--out", out]
     uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
-    return cmd + (["--uri", uri[-1]] if uri else [])
+    return cmd + (["--uri", uri[-1]] if uri else []) + [a for f in runs_files or [] for a in ("--runs", f)]
 
 
 def prepared(folder: Path) -> bool:
@@ -160,7 +162,7 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
 
 
 def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out: str,
-        max_minutes: float | None = None) -> int:
+        max_minutes: float | None = None, runs_files: list[str] | None = None) -> int:
     """Run the studies in order; with `max_minutes`, stop before the first study whose expected time (its header's,
     a study's full time even when some of its jobs are done) would end past that budget."""
     t0 = time.time()
@@ -189,7 +191,7 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
             failed.append(study)
     if report:
         print("\n[rlhf-lab-suite] rlhf-lab-report --claims", flush=True)
-        if subprocess.call(report_command(overrides, out)) != 0:
+        if subprocess.call(report_command(overrides, out, runs_files)) != 0:
             failed.append("rlhf-lab-report --claims")
     print(f"\n[rlhf-lab-suite] total wall time {fmt_minutes(time.time() - t0)} for {len(studies) - len(left)} studies"
           + (f"; failed: {', '.join(failed)} (launch the same command again to re-run what is missing)"
@@ -209,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-jobs", type=int, default=2, help="jobs at a time (hydra.launcher.n_jobs; default 2)")
     p.add_argument("--no-report", action="store_true", help="do not write reports/claims.md at the end")
     p.add_argument("--out", default="reports", help="folder of claims.md (default: reports)")
+    p.add_argument("--runs", action="append", default=[], metavar="FILE",
+                   help="the final report also reads the runs kept in FILE (the claims_runs.json.gz of an earlier "
+                        "report, e.g. one made on another machine; repeatable)")
     p.add_argument("--no-validate", action="store_true", help="with --dry-run: do not compose every job")
     p.add_argument("--max-minutes", type=float, default=None,
                    help="stop before a study that is expected to end past this many minutes from the start (e.g. "
@@ -221,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown studies {', '.join(unknown)}; the studies are {', '.join(study_names())}")
     if a.dry_run:
         return dry_run(studies, a.overrides, validate=not a.no_validate)
-    return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out, max_minutes=a.max_minutes)
+    missing = [f for f in a.runs if not Path(f).is_file()]
+    if missing:
+        p.error(f"--runs: no file {', '.join(missing)}")
+    return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out, max_minutes=a.max_minutes,
+               runs_files=a.runs)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,8 @@ def test_suite_commands_resume_and_report_to_the_same_store():
                        "skip_finished=true", "cache_dir=/c"]
     rep = suite.report_command(["tracking.uri=sqlite:///x.db"], "reports")
     assert rep[1:] == ["-m", "rlhf_lab.analysis.cli", "--claims", "--out", "reports", "--uri", "sqlite:///x.db"]
+    rep = suite.report_command([], "reports", ["a.json.gz", "b.json.gz"])
+    assert rep[3:] == ["--claims", "--out", "reports", "--runs", "a.json.gz", "--runs", "b.json.gz"]
     with pytest.raises(SystemExit):
         suite.main(["--dry-run", "--studies", "no_such_study"])
 

@@ -22,6 +22,7 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold_source, half_curves
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, SUITE_VERSIONS, Claim, Part
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, load_study, store_uri
+from rlhf_lab.analysis.snapshot import FILE_NAME, merge, merge_commands, read_snapshot, write_snapshot
 from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, verdict
 
 NOT_RUN = "not run yet"
@@ -121,21 +122,50 @@ def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, in
     return ClaimResult(claim, v, reason, results, cmds)
 
 
-def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = None
-                       ) -> tuple[dict[str, list[RunData]], dict[str, int], dict[str, list[str]]]:
-    """({study: runs that count}, {study: all its runs}, {study: the commands of its sweep parents})."""
-    studies, present, commands = {}, {}, {}
+def load_claim_runs(uri: str | None = None, names: Sequence[str] | None = None
+                    ) -> tuple[dict[str, list[RunData]], dict[str, list[str]]]:
+    """({study: all its runs}, {study: the commands of its sweep parents}) from the store: a study's 5-seed rerun
+    (``SUITE_VERSIONS``) when some of its runs count, else the older study."""
+    studies, commands = {}, {}
     for name in names or study_names():
         runs, parents = [], []
         if name in SUITE_VERSIONS:  # the claims suite's 5-seed rerun, when it has runs
             runs, parents = load_study(SUITE_VERSIONS[name], uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
         if not any(counts(r) for r in runs):
             runs, parents = load_study(name, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
-        present[name] = len(runs)
-        studies[name] = [r for r in runs if counts(r)]
+        studies[name] = runs
         commands[name] = sorted({p.data.tags["rlhf_lab.command"] for p in parents
                                  if p.data.tags.get("rlhf_lab.command")})
-    return studies, present, commands
+    return studies, commands
+
+
+def counted(studies: dict[str, list[RunData]]) -> tuple[dict[str, list[RunData]], dict[str, int]]:
+    """({study: the runs that count}, {study: how many runs it has})."""
+    return {k: [r for r in v if counts(r)] for k, v in studies.items()}, {k: len(v) for k, v in studies.items()}
+
+
+def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = None
+                       ) -> tuple[dict[str, list[RunData]], dict[str, int], dict[str, list[str]]]:
+    """({study: runs that count}, {study: all its runs}, {study: the commands of its sweep parents})."""
+    runs, commands = load_claim_runs(uri, names)
+    return (*counted(runs), commands)
+
+
+def gather_runs(uri: str | None, runs_files: Sequence[Path | str] = (), use_store: bool = True
+                ) -> tuple[dict[str, list[RunData]], dict[str, list[str]]]:
+    """The claims studies' runs from the store (unless not `use_store`) and from runs files (:mod:`snapshot`),
+    united by run id; where a run is in both, the store's copy."""
+    runs: dict[str, list[RunData]] = {}
+    commands: dict[str, list[str]] = {}
+    for f in runs_files:
+        s, c = read_snapshot(f)
+        runs, commands = merge(runs, s, SUITE_VERSIONS, counts), merge_commands(commands, c)
+    if use_store:
+        s, c = load_claim_runs(uri)
+        runs, commands = merge(runs, s, SUITE_VERSIONS, counts), merge_commands(commands, c)
+    for name in study_names():
+        runs.setdefault(name, [])
+    return runs, commands
 
 
 def evaluate_claims(uri: str | None = None, studies: dict[str, list[RunData]] | None = None,
@@ -256,9 +286,26 @@ def provenance_rows(runs: Iterable[RunData]) -> list[list[Any]]:
     return rows
 
 
-def render(results: Sequence[ClaimResult], uri: str, runs: Iterable[RunData]) -> str:
+VERDICT_HEADER = ["claim", "statement (seed notes)", "studies", "verdict"]
+PROVENANCE = "## Where the runs come from"
+PROVENANCE_HEADER = ["study", "runs", "commit (runs)", "first start – last end (UTC)"]
+PROVENANCE_TEXT = ("Every run counted above, by study: the code it ran (its `rlhf_lab.git_commit` tag) and when. "
+                   "Relaunching a study with `skip_finished=true` in the same folder runs only what is missing. Every "
+                   f"run read is also kept beside this file, in `{FILE_NAME}`: `rlhf-lab-report --claims --runs "
+                   f"reports/{FILE_NAME}` adds them to the store's (on a new machine, say), and with `--no-store` "
+                   "recomputes the verdicts from that file alone.")
+UPDATES = "**Updates.**"
+
+
+def verdict_rows(results: Sequence[ClaimResult]) -> list[list[Any]]:
+    return [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–", f"**{r.verdict}**"]
+            for r in results]
+
+
+def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData]) -> str:
+    """The whole report; `source` names where the runs were read (markdown)."""
     lines = ["# Claims of docs/claims.md put to the canned studies", "",
-             f"Computed by `rlhf-lab-report --claims` from `{uri}`. Verdicts hold for this world and these small "
+             f"Computed by `rlhf-lab-report --claims` from {source}. Verdicts hold for this world and these small "
              "models only.", "",
              f"**Data.** Only FINISHED runs count; policy runs (PPO, GRPO, RLOO, DPO) need at least {MIN_EVALS} evaluations. "
              + data_text(runs), "",
@@ -271,32 +318,137 @@ def render(results: Sequence[ClaimResult], uri: str, runs: Iterable[RunData]) ->
              "effects hold and does not hold when one does not; a precondition (what the claim presupposes, e.g. "
              "hacking to reduce) that is not shown makes it inconclusive; shown effects are reported, not judged.",
              "", f"**Margins** (equivalence, per unit): {margins_text([r.claim for r in results])}.", "",
-             "## Verdicts", "",
-             md_table(["claim", "statement (seed notes)", "studies", "verdict"],
-                      [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–",
-                        f"**{r.verdict}**"] for r in results]), "", "## Effects", ""]
+             "## Verdicts", "", md_table(VERDICT_HEADER, verdict_rows(results)), "", "## Effects", ""]
     for r in results:
         lines += claim_section(r)
     runs = list(runs)
     if runs:
-        lines += ["## Where the runs come from", "",
-                  "Every run counted above, by study: the code it ran (its `rlhf_lab.git_commit` tag) and when. "
-                  "Relaunching a study with `skip_finished=true` in the same folder runs only what is missing.", "",
-                  md_table(["study", "runs", "commit (runs)", "first start – last end (UTC)"], provenance_rows(runs)), ""]
+        lines += [PROVENANCE, "", PROVENANCE_TEXT, "", md_table(PROVENANCE_HEADER, provenance_rows(runs)), ""]
     return "\n".join(lines)
 
 
+# -- updating some claims of a written report (--only) -----------------------------------------------------------
+
+
+def only_claims(ids: Iterable[str]) -> list[Claim]:
+    """The claims `ids` names, in registry order. ValueError for an unknown id, or when a study of theirs is read by
+    a claim left out too (its section would then describe other runs than the provenance table)."""
+    ids = {i.strip().upper() for i in ids if i.strip()}
+    unknown = sorted(ids - {c.id for c in CLAIMS})
+    if unknown or not ids:
+        raise ValueError(f"--only: unknown claim {', '.join(unknown) or '(none given)'}; the claims are "
+                         f"{CLAIMS[0].id}–{CLAIMS[-1].id}")
+    chosen = [c for c in CLAIMS if c.id in ids]
+    studies = set(study_names(chosen))
+    others = [c.id for c in CLAIMS if c.id not in ids and studies & set(c.studies + c.also)]
+    if others:
+        raise ValueError(f"--only {','.join(c.id for c in chosen)}: their studies are also read by "
+                         f"{', '.join(others)}; add {'it' if len(others) == 1 else 'them'} to --only")
+    return chosen
+
+
+def table_rows(table: str) -> list[str]:
+    return table.split("\n")[2:]
+
+
+def splice(old: str, results: Sequence[ClaimResult], runs: Iterable[RunData], note: str) -> str:
+    """`old` (a claims.md) with the verdict rows, effect sections and provenance rows of `results`' claims and
+    studies replaced by theirs (`runs`: the runs they counted), and `note` in its Updates paragraph, where it
+    replaces an earlier note on the same claims or a subset of them."""
+    lines = old.rstrip("\n").split("\n")
+    if "## Effects" not in lines:
+        raise ValueError("not a claims report written by rlhf-lab-report --claims (it has no '## Effects')")
+    i_eff = lines.index("## Effects")
+    i_prov = lines.index(PROVENANCE) if PROVENANCE in lines else len(lines)
+    head, body, tail = lines[:i_eff], lines[i_eff + 1:i_prov], lines[i_prov:]
+    ids = [r.claim.id for r in results]
+
+    rows = dict(zip(ids, table_rows(md_table(VERDICT_HEADER, verdict_rows(results)))))
+    head = [rows.get(line.split("|")[1].strip(), line) if line.startswith("| C") else line for line in head]
+    notes: list[str] = []
+    if UPDATES in head:  # take the Updates paragraph out: its notes, then the paragraph itself
+        i = j = head.index(UPDATES)
+        while j + 1 < len(head) and head[j + 1].startswith("- "):
+            j += 1
+            notes.append(head[j])
+        head = head[:i - 1] + head[j + 1:] if i > 0 and head[i - 1] == "" else head[:i] + head[j + 1:]
+    notes = [n for n in notes if not set(n[2:].split(":", 1)[0].split(", ")) <= set(ids)] + [note]
+    i_data = next((k for k, line in enumerate(head) if line.startswith("**Data.**")), 0)
+    head[i_data + 1:i_data + 1] = ["", UPDATES, *notes]
+
+    sections: dict[str, list[str]] = {}
+    lead: list[str] = []
+    current = None
+    for line in body:
+        if line.startswith("### C"):
+            current = line[4:].split(":", 1)[0]
+            sections[current] = []
+        (sections[current] if current else lead).append(line)
+    for r in results:
+        sections[r.claim.id] = claim_section(r)
+    body = lead + [line for c in CLAIMS if c.id in sections for line in sections[c.id]]
+    while body and body[-1] == "":
+        body.pop()
+
+    redone = {t for name in study_names([r.claim for r in results]) for t in (name, SUITE_VERSIONS.get(name))}
+    prov = {line.split("`")[1]: line for line in tail if line.startswith("| `") and line.split("`")[1] not in redone}
+    prov.update({line.split("`")[1]: line for line in table_rows(md_table(PROVENANCE_HEADER, provenance_rows(runs)))})
+    header = md_table(PROVENANCE_HEADER, []).split("\n")
+    tail = [PROVENANCE, "", PROVENANCE_TEXT, "", *header, *(prov[k] for k in sorted(prov)), ""] if prov else []
+    return "\n".join([*head, "## Effects", *body, "", *tail]).rstrip("\n") + "\n"
+
+
+def sources_text(uri: str | None, runs_files: Sequence[Path | str], use_store: bool) -> str:
+    parts = ([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files]
+    return " and ".join(parts)
+
+
+def update_note(claims: Sequence[Claim], source: str, runs: Sequence[RunData]) -> str:
+    import datetime
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    policy = [r for r in runs if r.stage in POLICY_STAGES]
+    ids = ", ".join(c.id for c in claims)
+    return (f"- {ids}: recomputed on {now} UTC by `rlhf-lab-report --claims --only {ids.replace(', ', ',')}` from "
+            f"{source}, on {len(policy)} finished policy runs ({sum(final_gold_source(r) == 'test' for r in policy)} "
+            "with the test split); the Data paragraph above is the full report's, the provenance table names these "
+            "claims' runs.")
+
+
+def write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
-                        studies: dict[str, list[RunData]] | None = None) -> Path:
-    if studies is None:
-        studies, present, commands = load_claim_studies(uri)
-        results = [judge(c, studies, present, commands) for c in CLAIMS]
-    else:
-        results = evaluate_claims(uri, studies)
-        studies = {k: [r for r in v if counts(r)] for k, v in studies.items()}
-    seen: dict[str, Any] = {r.run_id: r for rs in studies.values() for r in rs}
+                        studies: dict[str, list[RunData]] | None = None, runs_files: Sequence[Path | str] = (),
+                        use_store: bool = True, only: Iterable[str] | None = None) -> Path:
+    """Write ``<out_dir>/claims.md`` from the store (unless not `use_store`) and the `runs_files`, or from
+    `studies` ({study: runs}, built in memory). From a store or files, every run read is also written to
+    ``<out_dir>/claims_runs.json.gz`` (:mod:`~rlhf_lab.analysis.snapshot`). With `only` (claim ids), only those
+    claims are recomputed and spliced into the existing claims.md (:func:`splice`)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "claims.md"
-    path.write_text(render(results, store_uri(uri), seen.values()) + "\n")
+    claims = only_claims(only) if only else list(CLAIMS)
+    if only and not path.is_file():
+        raise FileNotFoundError(f"--only updates {path}, which does not exist: write it first with "
+                                "rlhf-lab-report --claims")
+    out.mkdir(parents=True, exist_ok=True)
+    if studies is None:
+        if not use_store and not runs_files:
+            raise ValueError("--no-store needs --runs FILE: there is nothing else to read")
+        all_runs, commands = gather_runs(uri, runs_files, use_store)
+        write_snapshot(out / FILE_NAME, all_runs, commands)
+        source = sources_text(uri, runs_files, use_store)
+    else:
+        all_runs, commands, source = studies, {}, f"`{store_uri(uri)}`"
+    runs, present = counted(all_runs)
+    results = [judge(c, runs, present, commands) for c in claims]
+    seen = list({r.run_id: r for name in study_names(claims) for r in runs.get(name, [])}.values())
+    if only:
+        text = splice(path.read_text(), results, seen, update_note(claims, source, seen))
+    else:
+        text = render(results, source, seen) + "\n"
+    write_text(path, text)
     return path

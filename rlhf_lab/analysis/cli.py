@@ -2,6 +2,10 @@
 
     rlhf-lab-report ppo_beta_grid        # -> reports/ppo_beta_grid/README.md + PNG plots
     rlhf-lab-report --claims             # -> reports/claims.md (a verdict on every claim of docs/claims.md)
+                                         #    and reports/claims_runs.json.gz (every run it read)
+    rlhf-lab-report --claims --runs reports/claims_runs.json.gz            # the store's runs and the file's
+    rlhf-lab-report --claims --runs reports/claims_runs.json.gz --no-store # the file's alone
+    rlhf-lab-report --claims --only C18  # recompute C18 only, into the existing reports/claims.md
     rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
 """
 
@@ -15,6 +19,7 @@ from rlhf_lab.analysis.claims import write_claims_report
 from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
 from rlhf_lab.analysis.gold_validation import write_gold_validation_report
 from rlhf_lab.analysis.runs import STUDIES
+from rlhf_lab.analysis.snapshot import FILE_NAME
 from rlhf_lab.analysis.study import write_study_report
 
 
@@ -26,9 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uri", default=None, help="MLflow tracking URI (MLFLOW_TRACKING_URI wins; default "
                    "sqlite:///mlflow.db)")
     p.add_argument("--out", default="reports", help="output folder (default: reports)")
+    p.add_argument("--runs", action="append", default=[], metavar="FILE",
+                   help="with --claims: also read the runs kept in FILE (a claims_runs.json.gz an earlier "
+                        "--claims wrote; repeatable); a run in the store and the file counts once")
+    p.add_argument("--no-store", action="store_true", help="with --claims: read no tracking store, only --runs")
+    p.add_argument("--only", default=None, metavar="IDS",
+                   help="with --claims: recompute only these claims (comma-separated, e.g. C18) and splice them "
+                        "into the existing claims.md; the other claims' sections are left as they are")
     a = p.parse_args(argv)
     if not a.study and not a.claims:
         p.error("name a study or pass --claims")
+    if not a.claims and (a.runs or a.no_store or a.only):
+        p.error("--runs, --no-store and --only go with --claims")
+    if a.no_store and not a.runs:
+        p.error("--no-store reads only the --runs files: name at least one (e.g. --runs reports/claims_runs.json.gz)")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if a.study:
@@ -41,10 +57,16 @@ def main(argv: list[str] | None = None) -> int:
         cmds = text.split("```bash\n", 1)[1].split("```", 1)[0].strip() if "```bash\n" in text else ""
         print(f"reproduce with:\n  {cmds.replace(chr(10), chr(10) + '  ')}\n  rlhf-lab-report {a.study}")
     if a.claims:
-        path = write_claims_report(a.out, a.uri)
-        print(f"wrote {path}")
+        try:
+            path = write_claims_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
+                                       only=a.only.split(",") if a.only else None)
+        except (ValueError, FileNotFoundError) as err:  # SnapshotError is a ValueError
+            print(f"rlhf-lab-report: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote {path} and {path.parent / FILE_NAME}")
+        only = {i.strip().upper() for i in a.only.split(",")} if a.only else None
         for line in path.read_text().splitlines():
-            if line.startswith("| C"):
+            if line.startswith("| C") and (only is None or line.split("|")[1].strip() in only):
                 cells = [c.strip() for c in line.strip("|").split("|")]
                 print(f"  {cells[0]:<4} {cells[-1].strip('*'):<15} {cells[1]}")
     return 0

@@ -1,0 +1,127 @@
+"""The claims' runs as a file that travels with the repository: ``reports/claims_runs.json.gz``.
+
+A tracking store lives on one machine, and the claims suite takes longer than a working session: a later session
+may start on a fresh machine whose store is empty. So ``rlhf-lab-report --claims`` also writes every run it read
+(all statuses, with the histories and the upstream RM's figures the verdicts need: :class:`RunData` as it is) to
+``<out>/claims_runs.json.gz``, and reads such files back with ``--runs FILE``: the verdicts are then computed from
+the union of the store's runs and the file's. Runs accumulate across machines and sessions, and ``claims.md`` can
+be recomputed from the repository alone (``--runs reports/claims_runs.json.gz --no-store``).
+
+The file is gzip'd JSON: ``{"format", "sha256", "payload"}``, where ``sha256`` is the digest of the payload's
+canonical JSON. A file whose digest or format does not match is refused (:class:`SnapshotError`), never used.
+It is written to a temporary file and renamed, so a killed writer leaves the old file whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+from rlhf_lab.analysis.runs import STUDY_TAG, RunData
+
+FORMAT = 1
+FILE_NAME = "claims_runs.json.gz"
+
+Studies = dict[str, list[RunData]]  # {claims study key (registry): its runs, all statuses}
+Commands = dict[str, list[str]]     # {claims study key: the commands of its sweep parent runs}
+
+
+class SnapshotError(ValueError):
+    """A runs file that cannot be used: unreadable, another format, or a digest that does not match."""
+
+
+def digest(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def run_to_dict(run: RunData) -> dict:
+    d = dataclasses.asdict(run)
+    d["history"] = {k: [[int(s), float(v)] for s, v in pts] for k, pts in run.history.items()}
+    return d
+
+
+def run_from_dict(d: dict) -> RunData:
+    known = {f.name for f in dataclasses.fields(RunData)}
+    run = RunData(**{k: v for k, v in d.items() if k in known})
+    run.history = {k: [(int(s), float(v)) for s, v in pts] for k, pts in (d.get("history") or {}).items()}
+    return run
+
+
+def write_snapshot(path: Path | str, studies: Studies, commands: Commands | None = None) -> Path:
+    """Write `studies` (and their sweep commands) to `path`, atomically."""
+    commands = commands or {}
+    payload = {"studies": {name: {"runs": [run_to_dict(r) for r in runs], "commands": list(commands.get(name, []))}
+                           for name, runs in sorted(studies.items())}}
+    doc = {"format": FORMAT, "sha256": digest(payload), "payload": payload}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        # no name, mtime=0: the same runs give the same bytes (no spurious diff when nothing changed)
+        with gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0) as gz:
+            gz.write(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_snapshot(path: Path | str) -> tuple[Studies, Commands]:
+    """({study: runs}, {study: commands}) from a file written by :func:`write_snapshot`; SnapshotError otherwise."""
+    try:
+        with gzip.open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, EOFError, ValueError) as err:
+        raise SnapshotError(f"{path}: not a readable runs file ({type(err).__name__}: {err})") from err
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise SnapshotError(f"{path}: runs file format {doc.get('format') if isinstance(doc, dict) else '?'}, "
+                            f"this version reads format {FORMAT}")
+    payload = doc.get("payload")
+    if not isinstance(payload, dict) or digest(payload) != doc.get("sha256"):
+        raise SnapshotError(f"{path}: the runs do not match their sha256 (the file is corrupted or was edited); "
+                            "restore it from git or regenerate it from a store")
+    studies, commands = {}, {}
+    for name, entry in payload.get("studies", {}).items():
+        studies[name] = [run_from_dict(d) for d in entry.get("runs", [])]
+        commands[name] = list(entry.get("commands", []))
+    return studies, commands
+
+
+def merge(older: Studies, newer: Studies, preferred: dict[str, str] | None = None,
+          counts: Callable[[RunData], bool] = lambda r: True) -> Studies:
+    """The union of two {study: runs} by run id (a run in both: `newer`'s copy). Where `preferred` names a study's
+    newer design (its tag, e.g. ``SUITE_VERSIONS``' 5-seed rerun) and some run of the union with that tag `counts`,
+    only the runs with that tag are kept: a claim reads one design, never a mix."""
+    preferred = preferred or {}
+    out: Studies = {}
+    for name in list(dict.fromkeys([*older, *newer])):
+        by_id = {r.run_id: r for r in older.get(name, [])}
+        by_id.update({r.run_id: r for r in newer.get(name, [])})
+        runs = list(by_id.values())
+        tag = preferred.get(name)
+        if tag and any(r.tags.get(STUDY_TAG) == tag and counts(r) for r in runs):
+            runs = [r for r in runs if r.tags.get(STUDY_TAG) == tag]
+        out[name] = runs
+    return out
+
+
+def merge_commands(*all_commands: Commands) -> Commands:
+    out: Commands = {}
+    for commands in all_commands:
+        for name, cmds in commands.items():
+            out[name] = sorted(set(out.get(name, [])) | set(cmds))
+    return out
+
+
+def n_runs(studies: Studies) -> int:
+    return len({r.run_id for runs in studies.values() for r in runs})
+
+
+def studies_of(studies: Studies, names: Iterable[str]) -> Studies:
+    names = set(names)
+    return {k: v for k, v in studies.items() if k in names}

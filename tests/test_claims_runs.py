@@ -1,0 +1,168 @@
+"""The claims' runs kept in a file (rlhf_lab/analysis/snapshot.py) and the update of some claims of a written
+report (``rlhf-lab-report --claims --only``): round trip, corruption refused, union by run id, one design per
+study, and a splice that leaves every other claim's text as it was."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from rlhf_lab.analysis import claims as C
+from rlhf_lab.analysis import cli, snapshot
+from rlhf_lab.analysis.runs import RunData
+from tests.test_claims import policy, world
+
+
+def tagged(studies: dict[str, list[RunData]]) -> dict[str, list[RunData]]:
+    """Runs as a store gives them: each with its study tag, a commit and times (provenance rows need them)."""
+    for name, runs in studies.items():
+        for k, r in enumerate(runs):
+            r.tags.update({"rlhf_lab.study": name, "rlhf_lab.git_commit": "abc1234def"})
+            r.start_time, r.end_time = 1_000 * k, 1_000 * k + 500
+    return studies
+
+
+def sections(text: str) -> dict[str, str]:
+    body = text.split("## Effects", 1)[1].split(C.PROVENANCE, 1)[0]
+    return {"C" + s.split(":", 1)[0]: "### C" + s for s in body.split("### C")[1:]}
+
+
+def test_runs_file_round_trip_is_exact_and_deterministic(tmp_path):
+    studies = tagged(world())
+    a = snapshot.write_snapshot(tmp_path / "a.json.gz", studies, {"ppo_beta_grid": ["rlhf-lab -m sweep=x"]})
+    b = snapshot.write_snapshot(tmp_path / "b.json.gz", studies, {"ppo_beta_grid": ["rlhf-lab -m sweep=x"]})
+    assert a.read_bytes() == b.read_bytes()  # the same runs give the same bytes
+    back, commands = snapshot.read_snapshot(a)
+    assert back == studies and commands["ppo_beta_grid"] == ["rlhf-lab -m sweep=x"]
+    assert isinstance(back["ppo_beta_grid"][0].history["eval/gold_reward"][0], tuple)
+    assert not list(tmp_path.glob(".*tmp"))  # written then renamed
+
+
+def test_a_corrupted_or_foreign_runs_file_is_refused(tmp_path):
+    path = snapshot.write_snapshot(tmp_path / "r.json.gz", tagged(world()))
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc["payload"]["studies"]["ppo_beta_grid"]["runs"][0]["metrics"]["eval/gold_reward"] = 9.0  # an edited figure
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(snapshot.SnapshotError, match="sha256"):
+        snapshot.read_snapshot(path)
+    path.write_bytes(path.read_bytes()[:200])  # cut short
+    with pytest.raises(snapshot.SnapshotError, match="not a readable runs file"):
+        snapshot.read_snapshot(path)
+    doc["format"] = 99
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(snapshot.SnapshotError, match="format 99"):
+        snapshot.read_snapshot(path)
+
+
+def test_merge_unites_by_run_id_and_keeps_one_design_per_study():
+    rng = np.random.default_rng(3)
+    old = [policy(k, {"sweep.kl.beta": 0.1}, 0.5, rng) for k in range(3)]
+    for r in old:
+        r.tags["rlhf_lab.study"] = "ppo_beta_grid"
+    newer_copy = RunData(old[0].run_id, "ppo", "FINISHED", {}, {"rlhf_lab.study": "ppo_beta_grid"}, {"x": 1.0})
+    merged = snapshot.merge({"ppo_beta_grid": old}, {"ppo_beta_grid": [newer_copy]})
+    assert len(merged["ppo_beta_grid"]) == 3 and merged["ppo_beta_grid"][0].metrics == {"x": 1.0}
+    rerun = [policy(k, {"sweep.kl.beta": 0.1}, 0.7, rng) for k in range(5)]
+    for r in rerun:
+        r.tags["rlhf_lab.study"] = "ppo_beta_grid_5seeds"
+    pref = {"ppo_beta_grid": "ppo_beta_grid_5seeds"}
+    merged = snapshot.merge({"ppo_beta_grid": old}, {"ppo_beta_grid": rerun}, pref, C.counts)
+    assert [r.run_id for r in merged["ppo_beta_grid"]] == [r.run_id for r in rerun]  # the rerun, not a mix
+    for r in rerun:
+        r.status = "FAILED"
+    merged = snapshot.merge({"ppo_beta_grid": old}, {"ppo_beta_grid": rerun}, pref, C.counts)
+    assert len(merged["ppo_beta_grid"]) == 8  # no rerun run counts: the older design's runs stay
+
+
+def test_the_verdicts_from_the_runs_file_alone_are_those_of_the_runs(tmp_path):
+    studies = tagged(world())
+    expected = {r.claim.id: (r.verdict, [p.measured.effect for p in r.parts]) for r in C.evaluate_claims(studies=studies)}
+    f = snapshot.write_snapshot(tmp_path / "in" / snapshot.FILE_NAME, studies)
+    text = C.write_claims_report(tmp_path / "out", runs_files=[f], use_store=False).read_text()
+    assert f"from `{f}`" in text and "C18" in text
+    again, _ = snapshot.read_snapshot(tmp_path / "out" / snapshot.FILE_NAME)  # rewritten beside the report
+    assert {k: v for k, v in again.items() if v} == studies
+    got = {r.claim.id: (r.verdict, [p.measured.effect for p in r.parts])
+           for r in C.evaluate_claims(studies=snapshot.read_snapshot(f)[0])}
+    assert got == expected
+    rows = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
+            if line.startswith("| C")}
+    assert rows["C1"] == f"**{expected['C1'][0]}**" and rows["C21"] == "**not testable**"
+
+
+def test_only_recomputes_its_claims_and_leaves_every_other_section_as_it_was(tmp_path):
+    studies = tagged(world())
+    full = C.write_claims_report(tmp_path, studies=studies).read_text()
+    assert "**holds**" in sections(full)["C18"]
+    rng = np.random.default_rng(18)
+    # new rm_ensemble runs: the ensembles now end far below the single small RM
+    ens = tagged({"rm_ensemble": [
+        policy(k, {"sweep.reward_model.ensemble": e, "sweep.reward_model.conservative_lambda": lam}, g, rng)
+        for k in range(5) for e, lam, g in ((3, 1.0, 0.2), (3, 0.0, 0.25), (1, 0.0, 0.8))]})
+    updated = dict(studies, rm_ensemble=ens["rm_ensemble"])
+    f = snapshot.write_snapshot(tmp_path / "new.json.gz", {"rm_size_vs_policy_size": studies["rm_size_vs_policy_size"],
+                                                           "rm_ensemble": ens["rm_ensemble"]})
+    text = C.write_claims_report(tmp_path, runs_files=[f], use_store=False, only=["c18"]).read_text()
+    old_s, new_s = sections(full), sections(text)
+    assert list(new_s) == list(old_s)
+    assert {k for k in old_s if old_s[k] != new_s[k]} == {"C18"}
+    ref = {r.claim.id: r for r in C.evaluate_claims(studies=updated)}["C18"]
+    assert new_s["C18"] == "\n".join(C.claim_section(ref)) + "\n"
+    assert "-0.5" in new_s["C18"].split("λ = 1) vs one small RM")[1].split("\n")[0]  # the new ensemble effect
+    assert text.split("## Verdicts")[1].split("## Effects")[0] == full.split("## Verdicts")[1].split("## Effects")[0]
+    assert "**Updates.**" in text and "- C18: recomputed on " in text and f"from `{f}`" in text
+    prov = text.split(C.PROVENANCE)[1]
+    assert "| `rm_ensemble` | 15 |" in prov and "| `ppo_beta_grid` |" in prov  # replaced, and kept
+    # once more: the note on C18 is replaced, not added
+    again = C.write_claims_report(tmp_path, runs_files=[f], use_store=False, only=["C18"]).read_text()
+    assert again.count("- C18: recomputed on ") == 1 and sections(again) == new_s
+
+
+def test_only_refuses_unknown_claims_shared_studies_and_a_missing_report(tmp_path):
+    with pytest.raises(ValueError, match="unknown claim C99"):
+        C.only_claims(["C99"])
+    with pytest.raises(ValueError, match="also read by C2, C4, C5, C9, C10; add them to --only"):
+        C.only_claims(["C1"])
+    assert [c.id for c in C.only_claims(["C16", "C17"])] == ["C16", "C17"]
+    f = snapshot.write_snapshot(tmp_path / "r.json.gz", {})
+    with pytest.raises(FileNotFoundError, match="write it first with rlhf-lab-report --claims"):
+        C.write_claims_report(tmp_path / "none", runs_files=[f], use_store=False, only=["C18"])
+
+
+def test_cli_says_what_is_wrong_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--claims", "--no-store"])
+    assert "--no-store reads only the --runs files" in capsys.readouterr().err
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"not gzip")
+    assert cli.main(["--claims", "--no-store", "--runs", str(bad), "--out", str(tmp_path)]) == 2
+    assert "not a readable runs file" in capsys.readouterr().err
+    f = snapshot.write_snapshot(tmp_path / "r.json.gz", tagged(world()))
+    assert cli.main(["--claims", "--no-store", "--runs", str(f), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "claims_runs.json.gz" in out and "C18" in out
+    assert cli.main(["--claims", "--no-store", "--runs", str(f), "--out", str(tmp_path / "o"), "--only", "C18"]) == 0
+    out = capsys.readouterr().out
+    assert "C18" in out and "C1 " not in out
+
+
+def test_the_committed_claims_that_name_the_runs_file_are_recomputed_from_it_to_the_letter():
+    """reports/claims.md's Updates paragraph names the claims recomputed from runs that reports/claims_runs.json.gz
+    keeps: recomputed from that file alone, each of those sections comes out as committed."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "reports"
+    report, runs_file = root / "claims.md", root / snapshot.FILE_NAME
+    assert runs_file.is_file(), f"{runs_file} is missing: rlhf-lab-report --claims writes it beside claims.md"
+    text = report.read_text()
+    notes = [line for line in text.split(C.UPDATES, 1)[1].split("\n\n", 1)[0].splitlines() if line.startswith("- ")]
+    ids = [i for n in notes for i in n[2:].split(":", 1)[0].split(", ")]
+    assert ids, "a committed runs file comes with the claims it recomputed, named under Updates"
+    studies, commands = snapshot.read_snapshot(runs_file)
+    runs, present = C.counted(studies)
+    committed = sections(text)
+    for claim in C.only_claims(ids):
+        assert "\n".join(C.claim_section(C.judge(claim, runs, present, commands))) + "\n" == committed[claim.id]
