@@ -52,7 +52,7 @@ SUITE: list[tuple[str, str]] = [
     ("ref_sync", "C3"),
     ("rm_source_5seeds", "C16 C17"),
     ("rm_size_vs_policy_size_5seeds", "C18"),
-    ("rm_size_hacking", "C13"),
+    ("rm_size_hacking_beta0", "C13"),
     ("rm_ensemble", "C18"),
 ]
 # Studies that need one artifact made first, by one rlhf-lab job run into a folder of its own (relative to the

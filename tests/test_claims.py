@@ -212,14 +212,14 @@ def _rm_size_runs(drop_small: float, drop_large: float) -> list[RunData]:
 
 
 def test_c13_holds_when_the_larger_rm_hacks_less_but_still_hacks():
-    res = verdicts({"rm_size_hacking": _rm_size_runs(0.5, 0.2)})["C13"]
+    res = verdicts({"rm_size_hacking_beta0": _rm_size_runs(0.5, 0.2)})["C13"]
     assert res.verdict == "holds", res.reason
     assert parts(res)["a larger RM reduces it"].measured.effect.n == 6  # 2 policy sizes × 3 seeds
     assert parts(res)["a larger RM reduces it"].measured.n_of == "policy × seed cells"
 
 
 def test_c13_without_hacking_is_untestable_not_false():
-    res = verdicts({"rm_size_hacking": _rm_size_runs(0.0, 0.0)})["C13"]
+    res = verdicts({"rm_size_hacking_beta0": _rm_size_runs(0.0, 0.0)})["C13"]
     assert res.verdict == "inconclusive" and "there is hacking to reduce" in res.reason
 
 
@@ -375,7 +375,7 @@ def test_registry_covers_every_claim_once():
     studied = {s for c in registry.CLAIMS for s in c.studies}
     assert {"ref_sync", "ref_shared", "kl_estimators", "ref_small", "length_penalty", "clip_eps", "critic_baseline",
             "rm_lora", "rm_normalize", "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size",
-            "rm_size_hacking", "rm_source"} <= studied
+            "rm_size_hacking_beta0", "rm_source"} <= studied
 
 
 # -- fits ---------------------------------------------------------------------------------------------------------
@@ -480,7 +480,7 @@ def world() -> dict[str, list[RunData]]:
         for k in seeds for e, akl in ((0.1, 0.005), (0.2, 0.01), (0.4, 0.03))]
     s["rm_size_vs_policy_size"] = _rm_size_runs(0.5, 0.2) + [
         r for r in _rm_size_runs(0.5, 0.2) if r.seed in ("0", "1")]  # a follow-up sweep: more runs, same seeds
-    s["rm_size_hacking"] = _rm_size_runs(0.5, 0.2)
+    s["rm_size_hacking_beta0"] = _rm_size_runs(0.5, 0.2)
     s["critic_baseline"] = [policy(k, {"sweep.algo.critic": c}, 0.7, rng, **{
         "objective/advantage_var": line(v, v, rng, sd=0.05, n=20)}) for k in seeds for c, v in (("none", 2.0),
                                                                                                 ("policy", 1.0))]

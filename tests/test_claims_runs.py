@@ -166,3 +166,19 @@ def test_the_committed_claims_that_name_the_runs_file_are_recomputed_from_it_to_
     committed = sections(text)
     for claim in C.only_claims(ids):
         assert "\n".join(C.claim_section(C.judge(claim, runs, present, commands))) + "\n" == committed[claim.id]
+
+
+def test_only_keeps_the_runs_of_the_sections_it_leaves_in_the_runs_file(tmp_path):
+    studies = tagged(world())
+    first = snapshot.write_snapshot(tmp_path / "first.json.gz", studies)
+    C.write_claims_report(tmp_path / "r", runs_files=[first], use_store=False)
+    rng = np.random.default_rng(5)
+    ens = tagged({"rm_ensemble": [
+        policy(k, {"sweep.reward_model.ensemble": e, "sweep.reward_model.conservative_lambda": lam}, 0.5, rng)
+        for k in range(5) for e, lam in ((3, 1.0), (3, 0.0), (1, 0.0))]})
+    new = snapshot.write_snapshot(tmp_path / "new.json.gz", ens)
+    text = C.write_claims_report(tmp_path / "r", runs_files=[new], use_store=False, only=["C18"]).read_text()
+    kept, _ = snapshot.read_snapshot(tmp_path / "r" / snapshot.FILE_NAME)
+    assert len(kept["ppo_beta_grid"]) == len(studies["ppo_beta_grid"])  # C1's runs are still there
+    assert {r.run_id for r in kept["rm_ensemble"]} == {r.run_id for r in studies["rm_ensemble"] + ens["rm_ensemble"]}
+    assert f"`{tmp_path / 'r' / snapshot.FILE_NAME}`" in text

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
 # shared by every test here, so the preference pairs (one set per labeler) are sampled once per session
 RM_TINY = ["data.n_eval=300", "reward_model.steps=100"]
 # (rm/filler_preference needs held-out pairs that differ in filler phrases, which the tiny policy hardly
-# writes; the default-size run in reports/rm_bias logs it)
+# writes; the default-size `rlhf-lab algo=rm` run logs it: README, Results)
 CONVENTION_METRICS = ("rm/accuracy", "rm/accuracy_gold", "rm/spearman_gold", "rm/length_preference")
 
 

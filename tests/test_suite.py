@@ -111,7 +111,7 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
                     ("adaptive", 4.0)}
     dpo = jobs["dpo_beta_grid_5seeds"]  # C9 ranks the βs of each seed: ≥ 3 per seed on both sides
     assert {c.algo.name for _, c in dpo} == {"dpo"} and {float(c.algo.beta) for _, c in dpo} == {0.01, 0.1, 1.0}
-    for study, beta in (("rm_size_vs_policy_size_5seeds", 0.01), ("rm_size_hacking", 0.001)):
+    for study, beta in (("rm_size_vs_policy_size_5seeds", 0.01), ("rm_size_hacking_beta0", 0.0)):
         sizes = jobs[study]
         assert {c.reward_model.arch.hidden for _, c in sizes} == {16, 32, 64}
         assert {(c.policy.arch.hidden, c.reward_model.source, float(c.kl.beta)) for _, c in sizes} == {

@@ -427,7 +427,8 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
     """Write ``<out_dir>/claims.md`` from the store (unless not `use_store`) and the `runs_files`, or from
     `studies` ({study: runs}, built in memory). From a store or files, every run read is also written to
     ``<out_dir>/claims_runs.json.gz`` (:mod:`~rlhf_lab.analysis.snapshot`). With `only` (claim ids), only those
-    claims are recomputed and spliced into the existing claims.md (:func:`splice`)."""
+    claims are recomputed and spliced into the existing claims.md (:func:`splice`), and the runs file already beside
+    it is read too, so that the rewritten file still holds the runs of the sections left as they were."""
     out = Path(out_dir)
     path = out / "claims.md"
     claims = only_claims(only) if only else list(CLAIMS)
@@ -435,6 +436,9 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
         raise FileNotFoundError(f"--only updates {path}, which does not exist: write it first with "
                                 "rlhf-lab-report --claims")
     out.mkdir(parents=True, exist_ok=True)
+    kept = out / FILE_NAME
+    if only and kept.is_file() and not any(Path(f).resolve() == kept.resolve() for f in runs_files):
+        runs_files = [*runs_files, kept]  # the runs behind the sections --only keeps: the file must keep them too
     if studies is None:
         if not use_store and not runs_files:
             raise ValueError("--no-store needs --runs FILE: there is nothing else to read")

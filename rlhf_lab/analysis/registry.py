@@ -87,7 +87,7 @@ def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measur
 PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source"
 REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
 LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
-RM_ENS, GRPO_KL, RM_SIZE_HACK = "rm_ensemble", "grpo_kl", "rm_size_hacking"
+RM_ENS, GRPO_KL, RM_SIZE_HACK = "rm_ensemble", "grpo_kl", "rm_size_hacking_beta0"
 # The claims suite (rlhf-lab-suite) reruns four older studies with 5 paired seeds under their own names; a claim
 # reads the 5-seed study when it has runs, else the older one (never a mix of the two designs).
 SUITE_VERSIONS = {PPO_GRID: "ppo_beta_grid_5seeds", DPO_GRID: "dpo_beta_grid_5seeds",
@@ -356,9 +356,9 @@ CLAIMS: tuple[Claim, ...] = (
         Part("but does not remove it", "split-half gold drop with the largest RM, per policy size and seed", GOLD, +1,
              GOLD_MARGIN, grouped(RM_SIZE_HACK, ANY_PPO, lambda r: r.rm_params(), is_max, None, gold_drop,
                                   ("largest RM", ""), unit=policy_seed)),
-    ), note="At the β = 0.01 of rm_size_vs_policy_size_5seeds no RM size hacked within 70 steps, so the precondition "
-            "could not be met there; C13 is tested at β = 0.001 (rm_size_hacking), small enough for the proxy to be "
-            "over-optimised."),
+    ), note="Tested with no KL penalty (β = 0, rm_size_hacking_beta0), where the default RM is hacked (C1). At β = 0.01 "
+            "(rm_size_vs_policy_size_5seeds) no RM size hacked within 70 steps, and at β = 0.001 (rm_size_hacking, "
+            "its own report) the smallest RM's drop did not establish hacking: the precondition failed at both."),
     Claim("C14", "GRPO replaces the KL penalty with group normalisation.", (GRPO_KL,), (
         Part("group normalisation alone does as well as the KL term", "final gold: GRPO at β = 0 − GRPO at β = 0.04 "
              "(k3 in the loss), per seed; no margin: an effect shown negligible would favour the claim, so it counts "
