@@ -104,3 +104,7 @@ def test_bon_job_curve(tiny_cfg, tmp_path):
     assert set(kl) == set(proxy) == set(gold) == {1, 2, 4}
     assert kl == pytest.approx({1: 0.0, 2: math.log(2) - 0.5, 4: math.log(4) - 0.75})
     assert proxy[1] <= proxy[2] + 1e-9 <= proxy[4] + 2e-9  # the expected maximum grows with n
+    # each gold point has its standard error over the 4 prompts: sd of the per-prompt values / √4
+    se = _history(db, run, "bon/gold_reward_se")
+    assert set(se) == {1, 2, 4} and all(math.isfinite(v) and 0 <= v < 2 for v in se.values())
+    assert "± " in meta["summary"]["gold"]

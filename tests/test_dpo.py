@@ -182,6 +182,9 @@ def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg, tmp_path):
     assert meta["eval_start"]["eval/rewards/margins"] == pytest.approx(0.0, abs=1e-5)
     assert math.isfinite(meta["eval"]["eval/rewards/margins"])
     assert {"test/gold_reward", "test/gold_reward_se"} <= set(meta["test"]) and "± " in meta["summary"]["gold"]
+    # the summary gives the eval-prompt gold with its SE and the held-out products' gold, as PPO's does
+    assert "(eval prompts, SE " in meta["summary"]["gold eval"]
+    assert ("eval/gold_reward_ood" in meta["test"]) == ("held-out products" in meta["summary"].get("gold ood", ""))
     # the artifact is a plain causal LM
     Fm.load_causal_lm(meta["artifact"], Fm.load_tokenizer(meta["artifact"]))
 

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from rlhf_lab import data as D
 from rlhf_lab import tracking
 from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
+from rlhf_lab.metrics import cluster_mean_se
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import sample
 from rlhf_lab.runtime import to_plain
@@ -100,8 +101,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             gold=gold_rm.scorer if gold_rm.source == "rm" else None, formula_gold=gold_rm.formula)
         curve = {}
         for n in n_grid(spec["n_max"]):
-            m = {"bon/gold_reward": best_of_n_expectation(proxy, gold, n).mean().item(),
-                 "bon/proxy_reward": best_of_n_expectation(proxy, proxy, n).mean().item(),
+            per_prompt = best_of_n_expectation(proxy, gold, n).tolist()  # one value per prompt: the prompts are the units
+            m = dict(zip(("bon/gold_reward", "bon/gold_reward_se"), cluster_mean_se(per_prompt, range(len(per_prompt)))))
+            m |= {"bon/proxy_reward": best_of_n_expectation(proxy, proxy, n).mean().item(),
                  "bon/kl": best_of_n_kl(n),
                  "bon/length": best_of_n_expectation(proxy, length, n).mean().item()}
             if formula is not None:
@@ -113,8 +115,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         best = max(curve, key=lambda n: curve[n]["bon/gold_reward"])
         c1, cN = curve[1], curve[spec["n_max"]]
         summary = {
-            "gold": f"{c1['bon/gold_reward']:.3f} (n=1) -> {cN['bon/gold_reward']:.3f} (n={spec['n_max']}); "
-                    f"best {curve[best]['bon/gold_reward']:.3f} at n={best}",
+            "gold": f"{c1['bon/gold_reward']:.3f} ± {c1['bon/gold_reward_se']:.3f} (n=1) -> {cN['bon/gold_reward']:.3f} ± "
+                    f"{cN['bon/gold_reward_se']:.3f} (n={spec['n_max']}); best {curve[best]['bon/gold_reward']:.3f} "
+                    f"at n={best} (± SE over prompts)",
             "proxy": f"{c1['bon/proxy_reward']:.3f} -> {cN['bon/proxy_reward']:.3f}",
             "kl": f"{cN['bon/kl']:.2f} nats at n={spec['n_max']} (analytic)",
             "samples": f"{proxy.numel()} ({len(prompts)} prompts × {spec['n_max']}) in {train_s:.0f} s",

@@ -337,6 +337,21 @@ def gold_summary(first: dict, last: dict, start: str, end: str) -> str:
     return f"{fmt(first)} -> {fmt(last)} ({start} -> {end}; test prompts, ± SE)"
 
 
+def held_out_summary(ev) -> dict[str, str]:
+    """The job summary's gold on the eval prompts (first -> last evaluation, the last one's SE) and on the held-out
+    products (start -> end of the job, ± SE), where they were logged."""
+    out = {}
+    g0, g1 = ev.first.get("eval/gold_reward", float("nan")), ev.last.get("eval/gold_reward")
+    if g1 is not None:
+        out["gold eval"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
+                            f"{ev.last.get('eval/gold_reward_se', float('nan')):.3f})")
+    t0, t1 = ev.test_first, ev.test_last
+    if "eval/gold_reward_ood" in t1:
+        out["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
+                           f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} (held-out products)")
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # the job: the stage named by `algo`
 

@@ -50,6 +50,7 @@ from rlhf_lab.stages.common import (
     model_size,
     stage_seed,
     gold_summary,
+    held_out_summary,
     trainer_kwargs,
     upstream_run,
 )
@@ -212,8 +213,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         tracking.log_metric("time/train_s", train_s)
         start, last = ev.first, ev.last
         summary = {"gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")}
+        summary.update(held_out_summary(ev))
         if "eval/gold_reward" in start and "eval/gold_reward" in last:
-            summary["gold eval"] = f"{start['eval/gold_reward']:.3f} -> {last['eval/gold_reward']:.3f} (eval prompts)"
             tracking.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
         return {"run_id": run.info.run_id, "stage": "dpo", "eval": last, "eval_start": start, "train_s": train_s,
                 "test": ev.test_last, "test_start": ev.test_first,

@@ -49,6 +49,7 @@ from rlhf_lab.stages.common import (
     model_size,
     stage_seed,
     gold_summary,
+    held_out_summary,
     trainer_kwargs,
     upstream_run,
 )
@@ -304,7 +305,6 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         tracking.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
         first, last = ev.first, ev.last
-        g0, g1 = first.get("eval/gold_reward", float("nan")), last.get("eval/gold_reward", float("nan"))
         summary = {
             "gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
@@ -312,14 +312,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
         }
-        if "eval/gold_reward" in last:
-            summary["gold eval"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
-                                    f"{last.get('eval/gold_reward_se', float('nan')):.3f})")
+        summary.update(held_out_summary(ev))
         t0, t1 = ev.test_first, ev.test_last
-        if "eval/gold_reward_ood" in t1:
-            summary["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
-                                   f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
-                                   "(held-out products)")
         if "test/formula_gold_reward" in t1:
             summary["formula"] = (f"{t0['test/formula_gold_reward']:.3f} -> {t1['test/formula_gold_reward']:.3f} "
                                   "(test prompts; the world's formula beside the gold RM)")
