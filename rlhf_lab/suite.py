@@ -6,6 +6,10 @@
     python -m rlhf_lab.suite --max-minutes 150     # start no study that would end past 150 min; launch again later
     python -m rlhf_lab.suite --runs reports/claims_runs.json.gz   # the report also counts the runs kept in that file
 
+After some studies (``--studies``), when ``--out`` already holds a claims.md, the report recomputes only the claims
+those studies test (``rlhf-lab-report --claims --only``, which also reads the runs file beside it), so the other
+claims keep their sections.
+
 Each study is launched as ``rlhf-lab -m sweep=<study> hydra/launcher=parallel skip_finished=true [overrides]``.
 With ``skip_finished=true`` a job whose FINISHED run (same study, same overrides) is already in the tracking
 store is skipped before any work (``rlhf_lab.cli``), so a suite that was interrupted is completed by launching
@@ -34,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 from importlib.resources import files
+
+from rlhf_lab.analysis.claims import claims_of_studies
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
@@ -101,11 +107,22 @@ def study_command(study: str, overrides: list[str], n_jobs: int) -> list[str]:
             f"hydra.launcher.n_jobs={n_jobs}", "skip_finished=true", *overrides]
 
 
-def report_command(overrides: list[str], out: str, runs_files: list[str] | None = None) -> list[str]:
-    """``rlhf-lab-report --claims`` on the suite's store, and on the runs files (``--runs``) of earlier launches."""
+def report_command(overrides: list[str], out: str, runs_files: list[str] | None = None,
+                   only: list[str] | None = None) -> list[str]:
+    """``rlhf-lab-report --claims`` on the suite's store, and on the runs files (``--runs``) of earlier launches;
+    with `only`, just those claims, into the existing claims.md."""
     cmd = [sys.executable, "-m", "rlhf_lab.analysis.cli", "--claims", "--out", out]
     uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
-    return cmd + (["--uri", uri[-1]] if uri else []) + [a for f in runs_files or [] for a in ("--runs", f)]
+    return (cmd + (["--uri", uri[-1]] if uri else []) + [a for f in runs_files or [] for a in ("--runs", f)]
+            + (["--only", ",".join(only)] if only else []))
+
+
+def report_claims(studies: list[str], out: str) -> list[str] | None:
+    """The claims the final report recomputes: after some of the suite's studies (``--studies``), with a claims.md
+    already in `out`, only the claims those studies test (the others keep their sections); else all (None)."""
+    if set(studies) >= {s for s, _ in SUITE} or not (Path(out) / "claims.md").is_file():
+        return None
+    return claims_of_studies(studies)
 
 
 def prepared(folder: Path) -> bool:
@@ -190,8 +207,10 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
         if rc != 0:
             failed.append(study)
     if report:
-        print("\n[rlhf-lab-suite] rlhf-lab-report --claims", flush=True)
-        if subprocess.call(report_command(overrides, out, runs_files)) != 0:
+        only = report_claims(studies, out)
+        print("\n[rlhf-lab-suite] rlhf-lab-report --claims" + (f" --only {','.join(only)} (the claims these studies "
+              f"test; the other sections of {Path(out) / 'claims.md'} stay as they are)" if only else ""), flush=True)
+        if subprocess.call(report_command(overrides, out, runs_files, only)) != 0:
             failed.append("rlhf-lab-report --claims")
     print(f"\n[rlhf-lab-suite] total wall time {fmt_minutes(time.time() - t0)} for {len(studies) - len(left)} studies"
           + (f"; failed: {', '.join(failed)} (launch the same command again to re-run what is missing)"

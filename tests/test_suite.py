@@ -333,3 +333,24 @@ def test_a_run_of_another_study_design_is_not_finished_for_this_one(store):
     time.sleep(0.01)
     same = fake_run(client, exp, "ppo", "ref_sync", job, digest=now)
     assert find_finished_run(cfg, "ppo", job).info.run_id == same
+
+
+def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch, tmp_path, capsys):
+    """rlhf-lab-suite --studies ref_small on a machine whose store has nothing else must not rewrite every other
+    claim as "not run yet": with a claims.md in --out, its report recomputes only the claims those studies test."""
+    launched = []
+    monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+    monkeypatch.setattr(suite, "prepare", lambda study, overrides: [])  # no on-policy job to prepare here
+    out = tmp_path / "reports"
+    assert suite.run(["ref_small"], [], 2, report=True, out=str(out)) == 0
+    assert "--only" not in launched[-1]  # no claims.md yet: the whole report
+    out.mkdir()
+    (out / "claims.md").write_text("# Claims\n")
+    assert suite.run(["ref_small", "rm_lora"], [], 2, report=True, out=str(out), runs_files=["r.json.gz"]) == 0
+    assert launched[-1][-4:-1] == ["--runs", "r.json.gz", "--only"]
+    only = launched[-1][launched[-1].index("--only") + 1].split(",")
+    # ref_small tests C8; rm_lora C19 and C10's RM half, and C10 shares ppo_beta_grid with C1, C2, C4, C5 and C9
+    assert only == ["C1", "C2", "C4", "C5", "C8", "C9", "C10", "C19"]
+    assert "the other sections of" in capsys.readouterr().out
+    assert suite.run([s for s, _ in suite.SUITE], [], 2, report=True, out=str(out)) == 0
+    assert "--only" not in launched[-1]  # the whole suite: the whole report

@@ -347,6 +347,19 @@ def only_claims(ids: Iterable[str]) -> list[Claim]:
     return chosen
 
 
+def claims_of_studies(names: Iterable[str]) -> list[str]:
+    """The ids of the claims that read any of these studies (a registry study, or its 5-seed rerun's name), with
+    every claim that shares a study with them (:func:`only_claims`' rule): what ``--only`` recomputes after they ran."""
+    names = set(names)
+    reads = names | {k for k, v in SUITE_VERSIONS.items() if v in names}
+    ids: set[str] = set()
+    while True:
+        grown = {c.id for c in CLAIMS if reads & set(c.studies + c.also)}
+        if grown == ids:
+            return [c.id for c in CLAIMS if c.id in ids]
+        ids, reads = grown, reads | set(study_names([c for c in CLAIMS if c.id in grown]))
+
+
 def table_rows(table: str) -> list[str]:
     return table.split("\n")[2:]
 
