@@ -181,4 +181,4 @@ def test_only_keeps_the_runs_of_the_sections_it_leaves_in_the_runs_file(tmp_path
     kept, _ = snapshot.read_snapshot(tmp_path / "r" / snapshot.FILE_NAME)
     assert len(kept["ppo_beta_grid"]) == len(studies["ppo_beta_grid"])  # C1's runs are still there
     assert {r.run_id for r in kept["rm_ensemble"]} == {r.run_id for r in studies["rm_ensemble"] + ens["rm_ensemble"]}
-    assert f"`{tmp_path / 'r' / snapshot.FILE_NAME}`" in text
+    assert "and `claims_runs.json.gz` (beside this file)" in text

@@ -411,9 +411,13 @@ def splice(old: str, results: Sequence[ClaimResult], runs: Iterable[RunData], no
     return "\n".join([*head, "## Effects", *body, "", *tail]).rstrip("\n") + "\n"
 
 
-def sources_text(uri: str | None, runs_files: Sequence[Path | str], use_store: bool) -> str:
-    parts = ([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files]
-    return " and ".join(parts)
+def sources_text(uri: str | None, runs_files: Sequence[Path | str], use_store: bool, out: Path | None = None) -> str:
+    """Where the runs were read, in markdown; the runs file beside the report (in `out`) by its name alone."""
+    def name(f: Path | str) -> str:
+        beside = out is not None and Path(f).resolve() == (out / FILE_NAME).resolve()
+        return f"`{FILE_NAME}` (beside this file)" if beside else f"`{f}`"
+
+    return " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [name(f) for f in runs_files])
 
 
 def update_note(claims: Sequence[Claim], source: str, runs: Sequence[RunData]) -> str:
@@ -457,7 +461,7 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
             raise ValueError("--no-store needs --runs FILE: there is nothing else to read")
         all_runs, commands = gather_runs(uri, runs_files, use_store)
         write_snapshot(out / FILE_NAME, all_runs, commands)
-        source = sources_text(uri, runs_files, use_store)
+        source = sources_text(uri, runs_files, use_store, out)
     else:
         all_runs, commands, source = studies, {}, f"`{store_uri(uri)}`"
     runs, present = counted(all_runs)
