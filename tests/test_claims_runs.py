@@ -79,7 +79,8 @@ def test_merge_unites_by_run_id_and_keeps_one_design_per_study():
 
 def test_the_verdicts_from_the_runs_file_alone_are_those_of_the_runs(tmp_path):
     studies = tagged(world())
-    expected = {r.claim.id: (r.verdict, [p.measured.effect for p in r.parts]) for r in C.evaluate_claims(studies=studies)}
+    expected = {r.claim.id: (r.verdict, [p.measured.effect for p in r.parts])
+                for r in C.evaluate_claims(studies=studies)}
     f = snapshot.write_snapshot(tmp_path / "in" / snapshot.FILE_NAME, studies)
     text = C.write_claims_report(tmp_path / "out", runs_files=[f], use_store=False).read_text()
     assert f"from `{f}`" in text and "C18" in text

@@ -7,7 +7,8 @@ a gold RM with ``gold=rm``: then the formula is ``bon/formula_gold_reward`` besi
 the gold and proxy reward of the response best-of-n picks by proxy are estimated without bias from those N
 samples (:func:`rlhf_lab.algorithms.rl_math.best_of_n_expectation`: the average over all n-subsets, not one
 draw), and the KL to the SFT policy is the analytic bound log n − (n − 1)/n. One MLflow run, with n as the
-step: ``bon/gold_reward``, ``bon/proxy_reward``, ``bon/kl``, ``bon/length`` (docs/metrics.md).
+step: ``bon/gold_reward`` (and its SE over prompts, ``bon/gold_reward_se``), ``bon/proxy_reward``, ``bon/kl``,
+``bon/length`` (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -101,9 +102,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             gold=gold_rm.scorer if gold_rm.source == "rm" else None, formula_gold=gold_rm.formula)
         curve = {}
         for n in n_grid(spec["n_max"]):
-            per_prompt = best_of_n_expectation(proxy, gold, n).tolist()  # one value per prompt: the prompts are the units
-            m = dict(zip(("bon/gold_reward", "bon/gold_reward_se"), cluster_mean_se(per_prompt, range(len(per_prompt)))))
-            m |= {"bon/proxy_reward": best_of_n_expectation(proxy, proxy, n).mean().item(),
+            per_prompt = best_of_n_expectation(proxy, gold, n).tolist()  # one value per prompt: the units of the SE
+            gold_mean, gold_se = cluster_mean_se(per_prompt, range(len(per_prompt)))
+            m = {"bon/gold_reward": gold_mean, "bon/gold_reward_se": gold_se,
+                 "bon/proxy_reward": best_of_n_expectation(proxy, proxy, n).mean().item(),
                  "bon/kl": best_of_n_kl(n),
                  "bon/length": best_of_n_expectation(proxy, length, n).mean().item()}
             if formula is not None:
@@ -115,9 +117,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         best = max(curve, key=lambda n: curve[n]["bon/gold_reward"])
         c1, cN = curve[1], curve[spec["n_max"]]
         summary = {
-            "gold": f"{c1['bon/gold_reward']:.3f} ± {c1['bon/gold_reward_se']:.3f} (n=1) -> {cN['bon/gold_reward']:.3f} ± "
-                    f"{cN['bon/gold_reward_se']:.3f} (n={spec['n_max']}); best {curve[best]['bon/gold_reward']:.3f} "
-                    f"at n={best} (± SE over prompts)",
+            "gold": f"{c1['bon/gold_reward']:.3f} ± {c1['bon/gold_reward_se']:.3f} (n=1) -> "
+                    f"{cN['bon/gold_reward']:.3f} ± {cN['bon/gold_reward_se']:.3f} (n={spec['n_max']}); "
+                    f"best {curve[best]['bon/gold_reward']:.3f} at n={best} (± SE over prompts)",
             "proxy": f"{c1['bon/proxy_reward']:.3f} -> {cN['bon/proxy_reward']:.3f}",
             "kl": f"{cN['bon/kl']:.2f} nats at n={spec['n_max']} (analytic)",
             "samples": f"{proxy.numel()} ({len(prompts)} prompts × {spec['n_max']}) in {train_s:.0f} s",

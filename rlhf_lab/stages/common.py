@@ -348,7 +348,8 @@ def held_out_summary(ev) -> dict[str, str]:
     t0, t1 = ev.test_first, ev.test_last
     if "eval/gold_reward_ood" in t1:
         out["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
-                           f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} (held-out products)")
+                           f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
+                           "(held-out products)")
     return out
 
 
