@@ -206,8 +206,10 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
               f"(suite so far {fmt_minutes(time.time() - t0)})", flush=True)
         if rc != 0:
             failed.append(study)
-    if report:
-        only = report_claims(studies, out)
+    only = report_claims([s for s in studies if s not in left], out) if report else None
+    if report and only == []:
+        print(f"\n[rlhf-lab-suite] no study ran: {Path(out) / 'claims.md'} is left as it is", flush=True)
+    elif report:
         print("\n[rlhf-lab-suite] rlhf-lab-report --claims" + (f" --only {','.join(only)} (the claims these studies "
               f"test; the other sections of {Path(out) / 'claims.md'} stay as they are)" if only else ""), flush=True)
         if subprocess.call(report_command(overrides, out, runs_files, only)) != 0:

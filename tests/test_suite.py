@@ -354,3 +354,22 @@ def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch
     assert "the other sections of" in capsys.readouterr().out
     assert suite.run([s for s, _ in suite.SUITE], [], 2, report=True, out=str(out)) == 0
     assert "--only" not in launched[-1]  # the whole suite: the whole report
+
+
+def test_a_suite_stopped_by_max_minutes_updates_only_what_ran(monkeypatch, tmp_path, capsys):
+    launched, clock = [], [0.0]
+
+    def fake_call(cmd):
+        launched.append(cmd)
+        study = next((a.split("=", 1)[1] for a in cmd if a.startswith("sweep=")), None)
+        clock[0] += 60 * (suite.expected(study)[1] or 0) if study else 0
+        return 0
+
+    monkeypatch.setattr(suite.subprocess, "call", fake_call)
+    monkeypatch.setattr(suite.time, "time", lambda: clock[0])
+    (tmp_path / "claims.md").write_text("# Claims\n")
+    assert suite.run(["ref_small", "ref_sync"], [], 2, report=True, out=str(tmp_path), max_minutes=15) == 0
+    assert launched[-1][-2:] == ["--only", "C8"]  # ref_sync (C3) did not start: C3 keeps its section
+    launched.clear()
+    assert suite.run(["ref_sync"], [], 2, report=True, out=str(tmp_path), max_minutes=1) == 0
+    assert launched == [] and "no study ran" in capsys.readouterr().out
