@@ -280,12 +280,12 @@ def test_prepare_runs_the_job_once_reuses_it_and_redoes_an_interrupted_one(tmp_p
         suite.prepare("rm_source_5seeds", [])
 
 
-def test_max_minutes_starts_no_study_expected_to_end_past_the_budget(monkeypatch, capsys):
-    """clip_eps (14 min in its header) fits 20 minutes, ref_sync after it (18 more) does not: the suite stops
-    before it and says what is left; the claims report is still written (it covers what ran)."""
+def studies_on_a_fake_clock(monkeypatch) -> list[list[str]]:
+    """The suite's subprocess calls recorded instead of run (the returned list), each study taking as long as its
+    header says on a fake clock."""
     launched, clock = [], [0.0]
 
-    def fake_call(cmd):  # each study takes as long as its header says, on a fake clock
+    def fake_call(cmd):
         launched.append(cmd)
         study = next((a.split("=", 1)[1] for a in cmd if a.startswith("sweep=")), None)
         clock[0] += 60 * (suite.expected(study)[1] or 0) if study else 0
@@ -293,6 +293,13 @@ def test_max_minutes_starts_no_study_expected_to_end_past_the_budget(monkeypatch
 
     monkeypatch.setattr(suite.subprocess, "call", fake_call)
     monkeypatch.setattr(suite.time, "time", lambda: clock[0])
+    return launched
+
+
+def test_max_minutes_starts_no_study_expected_to_end_past_the_budget(monkeypatch, capsys):
+    """clip_eps (14 min in its header) fits 20 minutes, ref_sync after it (18 more) does not: the suite stops
+    before it and says what is left; the claims report is still written (it covers what ran)."""
+    launched = studies_on_a_fake_clock(monkeypatch)
     assert suite.expected("clip_eps")[1] <= 20 < suite.expected("clip_eps")[1] + suite.expected("ref_sync")[1]
     rc = suite.run(["clip_eps", "ref_sync", "rm_lora"], [], 2, report=True, out="reports", max_minutes=20)
     out = capsys.readouterr().out
@@ -357,16 +364,7 @@ def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch
 
 
 def test_a_suite_stopped_by_max_minutes_updates_only_what_ran(monkeypatch, tmp_path, capsys):
-    launched, clock = [], [0.0]
-
-    def fake_call(cmd):
-        launched.append(cmd)
-        study = next((a.split("=", 1)[1] for a in cmd if a.startswith("sweep=")), None)
-        clock[0] += 60 * (suite.expected(study)[1] or 0) if study else 0
-        return 0
-
-    monkeypatch.setattr(suite.subprocess, "call", fake_call)
-    monkeypatch.setattr(suite.time, "time", lambda: clock[0])
+    launched = studies_on_a_fake_clock(monkeypatch)
     (tmp_path / "claims.md").write_text("# Claims\n")
     assert suite.run(["ref_small", "ref_sync"], [], 2, report=True, out=str(tmp_path), max_minutes=15) == 0
     assert launched[-1][-2:] == ["--only", "C8"]  # ref_sync (C3) did not start: C3 keeps its section
