@@ -28,6 +28,7 @@ from typing import Any, Callable
 from filelock import FileLock, Timeout
 
 from rlhf_lab.distributed import is_rank_zero, rank
+from rlhf_lab.runtime import write_atomic
 
 # Bump when a change to the code changes what an artifact with the same config contains.
 CACHE_VERSION = 2  # 2: the prompt space grew (40 products, 20 openers, focus sentences) and splits
@@ -62,9 +63,7 @@ def path_digest(path: Path, exclude: tuple[str, ...] = ()) -> str:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str))
 
 
 def manifest(folder: Path) -> dict[str, dict[str, Any]]:

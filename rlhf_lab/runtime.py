@@ -8,7 +8,8 @@
   ``tracking``, so that the sweep callback, which Hydra loads in every run, imports neither Lightning nor
   MLflow and a bad config fails in seconds);
 - :func:`tracking_uri`: where MLflow runs go: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else
-  ``sqlite:///mlflow.db`` in the working directory.
+  ``sqlite:///mlflow.db`` in the working directory;
+- :func:`write_atomic`: write a file through a temporary file beside it and a rename (never half-written).
 """
 
 from __future__ import annotations
@@ -22,6 +23,25 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/sweeping.py) around every job
 SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
+
+
+def write_atomic(path: os.PathLike | str, data: bytes | str) -> None:
+    """Write `data` to `path` through a uniquely named temporary file in the same folder, flushed to disk, then
+    renamed over `path`: a reader sees the old file or the new one, and a killed writer leaves no half file."""
+    import tempfile
+
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def override_key(key: str) -> str:

@@ -24,6 +24,7 @@ from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, SUIT
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import FILE_NAME, merge, merge_commands, read_snapshot, write_snapshot
 from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, verdict
+from rlhf_lab.runtime import write_atomic
 
 NOT_RUN = "not run yet"
 NOT_TESTABLE = "not testable"
@@ -432,12 +433,6 @@ def update_note(claims: Sequence[Claim], source: str, runs: Sequence[RunData]) -
             "claims' runs.")
 
 
-def write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
                         studies: dict[str, list[RunData]] | None = None, runs_files: Sequence[Path | str] = (),
                         use_store: bool = True, only: Iterable[str] | None = None) -> Path:
@@ -471,5 +466,5 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
         text = splice(path.read_text(), results, seen, update_note(claims, source, seen))
     else:
         text = render(results, source, seen) + "\n"
-    write_text(path, text)
+    write_atomic(path, text)
     return path

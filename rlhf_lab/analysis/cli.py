@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from rlhf_lab.analysis.claims import write_claims_report
+from rlhf_lab.analysis.claims import only_claims, write_claims_report
 from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
 from rlhf_lab.analysis.gold_validation import write_gold_validation_report
 from rlhf_lab.analysis.runs import STUDIES
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rlhf-lab-report: {err}", file=sys.stderr)
             return 2
         print(f"wrote {path} and {path.parent / FILE_NAME}")
-        only = {i.strip().upper() for i in a.only.split(",")} if a.only else None
+        only = {c.id for c in only_claims(a.only.split(","))} if a.only else None
         for line in path.read_text().splitlines():
             if line.startswith("| C") and (only is None or line.split("|")[1].strip() in only):
                 cells = [c.strip() for c in line.strip("|").split("|")]

@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import io
 import json
-import os
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData
+from rlhf_lab.runtime import write_atomic
 
 FORMAT = 1
 FILE_NAME = "claims_runs.json.gz"
@@ -60,14 +61,11 @@ def write_snapshot(path: Path | str, studies: Studies, commands: Commands | None
     doc = {"format": FORMAT, "sha256": digest(payload), "payload": payload}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        # no name, mtime=0: the same runs give the same bytes (no spurious diff when nothing changed)
-        with gzip.GzipFile(filename="", fileobj=f, mode="wb", mtime=0) as gz:
-            gz.write(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    # no name, mtime=0: the same runs give the same bytes (no spurious diff when nothing changed)
+    with gzip.GzipFile(filename="", fileobj=buf, mode="wb", mtime=0) as gz:
+        gz.write(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    write_atomic(path, buf.getvalue())
     return path
 
 
@@ -116,12 +114,3 @@ def merge_commands(*all_commands: Commands) -> Commands:
         for name, cmds in commands.items():
             out[name] = sorted(set(out.get(name, [])) | set(cmds))
     return out
-
-
-def n_runs(studies: Studies) -> int:
-    return len({r.run_id for runs in studies.values() for r in runs})
-
-
-def studies_of(studies: Studies, names: Iterable[str]) -> Studies:
-    names = set(names)
-    return {k: v for k, v in studies.items() if k in names}
