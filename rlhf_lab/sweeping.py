@@ -270,8 +270,9 @@ def _metric(k: str, v: float):
 
 
 def plan(overrides: list[str], validate: bool = True) -> list[list[str]]:
-    """The jobs (override lists) that ``rlhf-lab -m <overrides>`` launches with the basic sweeper, each
-    composed once when ``validate`` (a bad key or option raises here, before any training)."""
+    """The jobs (override lists) that ``rlhf-lab -m <overrides>`` launches with the basic sweeper, checked when
+    ``validate``: a bad key or option raises here, before any training. Jobs that differ only in ``seed`` compose
+    alike, so one of them is composed and the others' seeds are checked to be integers (the schema's type)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -288,8 +289,15 @@ def plan(overrides: list[str], validate: bool = True) -> list[list[str]]:
         items = [f"{k}={v}" for k, v in (params or {}).items()] + list(overrides)
         jobs = BasicSweeper.split_arguments(parser.parse_overrides(items), None)[0]
         if validate:
+            composed = set()
             for job in jobs:
-                compose("config", overrides=job)
+                setting = tuple(o for o in job if not o.startswith("seed="))
+                if setting not in composed:
+                    compose("config", overrides=job)
+                    composed.add(setting)
+                for o in job:
+                    if o.startswith("seed=") and not o[len("seed="):].lstrip("-").isdigit():
+                        raise ValueError(f"{o}: seed must be an integer")
     return jobs
 
 

@@ -1,12 +1,17 @@
-"""Shared fixtures: tiny configs composed with Hydra's compose API, one artifact cache per test session.
+"""Shared fixtures: tiny configs composed with Hydra's compose API, one artifact cache per test run.
 
 Every test that trains something uses `tiny_cfg(...)`: sizes small enough for 2 CPU cores, with the
-session cache shared, so the tiny base model, SFT policy and preference pairs are trained once.
+run's cache shared, so the tiny base model, SFT policy and preference pairs are trained once. The tests run
+in parallel worker processes (pytest-xdist, `-n` in pyproject's addopts; `-p no:xdist` or `-n 0` runs them in
+one process): each worker has its own MLflow store, and all workers share one artifact cache
+(`session_cache`), whose file locks make the first worker that needs an artifact build it while the others wait
+for it, as two jobs of a parallel sweep do.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: no hub look-ups in tests
 
@@ -32,10 +37,22 @@ TINY = [
     "trainer.threads=1",  # tiny models gain nothing from a second thread, and lose a lot if a core is busy
 ]
 
+_T0 = pytest.StashKey[float]()
+
 
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory):
+    """This worker's folder for the session (its MLflow store)."""
     return tmp_path_factory.mktemp("rlhf_lab_session")
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory):
+    """The artifact cache of the whole test run, shared by the xdist workers (their common base folder)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # <basetemp>/popen-gw0 for each worker: share their parent
+        base = base.parent
+    return base / "rlhf_lab_cache"
 
 
 @pytest.fixture(autouse=True)
@@ -50,12 +67,12 @@ def compose_cfg(overrides: list[str]):
 
 
 @pytest.fixture
-def tiny_cfg(session_dir):
-    """tiny_cfg(*overrides) -> a composed config on tiny sizes, with the session's cache and MLflow store."""
+def tiny_cfg(session_dir, session_cache):
+    """tiny_cfg(*overrides) -> a composed config on tiny sizes, with the run's cache and the worker's MLflow store."""
 
     def make(*overrides: str, mlflow_db=None):
         db = mlflow_db or (session_dir / "mlflow.db")
-        return compose_cfg(TINY + [f"cache_dir={session_dir / 'cache'}", f"tracking.uri=sqlite:///{db}", *overrides])
+        return compose_cfg(TINY + [f"cache_dir={session_cache}", f"tracking.uri=sqlite:///{db}", *overrides])
 
     return make
 
@@ -78,3 +95,26 @@ def _quiet():
 
     quiet_libraries()
     torch.set_num_threads(1)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--timing-out", default=None, metavar="FILE",
+                     help="write this run's test counts, wall time and machine to FILE (tests/timing.json is the "
+                          "run README's Development section quotes)")
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_T0] = time.time()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    path = config.getoption("--timing-out")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from tests import timing
+
+    workers = int(getattr(config.option, "numprocesses", 0) or 0) if config.pluginmanager.has_plugin("xdist") else 0
+    data = timing.record(terminalreporter.stats, time.time() - config.stash[_T0], max(workers, 1),
+                         timing.without_option(list(config.invocation_params.args)))
+    timing.write(path, data)
+    terminalreporter.write_line(f"test timing written to {path}: {timing.sentence(data)}")

@@ -18,8 +18,8 @@ from tests.test_cli import cli
 pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
 
 
-def _run(tmp_path, session_dir, name: str, *overrides: str):
-    r = cli(*TINY, *overrides, f"cache_dir={session_dir / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / name}.db",
+def _run(tmp_path, session_cache, name: str, *overrides: str):
+    r = cli(*TINY, *overrides, f"cache_dir={session_cache}", f"tracking.uri=sqlite:///{tmp_path / name}.db",
             f"hydra.run.dir={tmp_path / name}", cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     return tmp_path / name
@@ -58,10 +58,10 @@ def test_global_batch_sampler_splits_each_batch_and_matches_a_plain_loader():
         GlobalBatchSampler(37, 7, torch.Generator(), world=2, rank_=0, key="algo.batch_size")
 
 
-def test_rm_on_two_processes_matches_one_process(tmp_path, session_dir):
+def test_rm_on_two_processes_matches_one_process(tmp_path, session_cache):
     args = ("algo=rm", "reward_model.steps=4", "reward_model.batch_size=8", "reward_model.norm_samples=64")
-    one = _run(tmp_path, session_dir, "one", *args)
-    two = _run(tmp_path, session_dir, "two", *args, "trainer=ddp_cpu")
+    one = _run(tmp_path, session_cache, "one", *args)
+    two = _run(tmp_path, session_cache, "two", *args, "trainer=ddp_cpu")
     diff = _max_weight_diff(one / "artifact/member_0/model.safetensors", two / "artifact/member_0/model.safetensors")
     assert diff < 1e-5, diff
     r1, r2 = _runs(tmp_path, "one", "rm"), _runs(tmp_path, "two", "rm")
@@ -74,10 +74,10 @@ def test_rm_on_two_processes_matches_one_process(tmp_path, session_dir):
     assert not list(two.glob(".rank*"))  # the other rank's scratch output is cleaned up
 
 
-def test_dpo_on_two_processes_matches_one_process(tmp_path, session_dir):
+def test_dpo_on_two_processes_matches_one_process(tmp_path, session_cache):
     args = ("algo=dpo", "algo.steps=4", "algo.batch_size=8")
-    one = _run(tmp_path, session_dir, "one", *args)
-    two = _run(tmp_path, session_dir, "two", *args, "trainer=ddp_cpu")
+    one = _run(tmp_path, session_cache, "one", *args)
+    two = _run(tmp_path, session_cache, "two", *args, "trainer=ddp_cpu")
     diff = _max_weight_diff(one / "artifact/model.safetensors", two / "artifact/model.safetensors")
     assert diff < 1e-5, diff
     r1, r2 = _runs(tmp_path, "one", "dpo"), _runs(tmp_path, "two", "dpo")
@@ -88,8 +88,8 @@ def test_dpo_on_two_processes_matches_one_process(tmp_path, session_dir):
     assert [v for _, v in h1] == pytest.approx([v for _, v in h2], abs=1e-5)
 
 
-def test_ppo_on_two_processes_finishes_and_logs_once(tmp_path, session_dir):
-    out = _run(tmp_path, session_dir, "two", "algo=ppo", "algo.steps=3", "algo.batch_size=8",
+def test_ppo_on_two_processes_finishes_and_logs_once(tmp_path, session_cache):
+    out = _run(tmp_path, session_cache, "two", "algo=ppo", "algo.steps=3", "algo.batch_size=8",
                "reward_model.steps=20", "reward_model.norm_samples=64", "trainer=ddp_cpu")
     runs = _runs(tmp_path, "two", "ppo")
     assert len(runs) == 1 and runs.iloc[0]["status"] == "FINISHED"

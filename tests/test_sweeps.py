@@ -53,6 +53,18 @@ def test_each_study_expands_into_jobs_that_compose(study):
     assert cfg.study == study
 
 
+def test_plan_composes_one_job_per_setting_and_still_checks_every_seed(monkeypatch):
+    import hydra
+
+    calls = []
+    real = hydra.compose
+    monkeypatch.setattr(hydra, "compose", lambda *a, **k: calls.append(k.get("overrides")) or real(*a, **k))
+    jobs = sweeping.plan(["algo=sft", "seed=0,1,2", "labeler=unbiased,length_biased"])
+    assert len(jobs) == 6 and len(calls) == 1 + 2  # the sweep's own composition, then one per labeler
+    with pytest.raises(ValueError, match="seed=x: seed must be an integer"):
+        sweeping.plan(["algo=sft", "seed=0,x"])
+
+
 @pytest.mark.slow
 def test_ppo_beta_grid_has_fixed_betas_including_zero_and_adaptive_targets():
     jobs = sweeping.plan(["sweep=ppo_beta_grid"], validate=False)

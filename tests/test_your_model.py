@@ -94,13 +94,13 @@ def chat_data(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("job, arch, data", CASES)
-def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkpoints, chat_data, session_dir,
+def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkpoints, chat_data, session_cache,
                                                      tmp_path):
     from tests.conftest import compose_cfg
 
     db = tmp_path / "mlflow.db"
     cfg = compose_cfg(SMALL + JOB[job] + chat_data[data] + [
-        f"policy.name_or_path={arch_checkpoints[arch]}", f"cache_dir={session_dir / 'cache'}",
+        f"policy.name_or_path={arch_checkpoints[arch]}", f"cache_dir={session_cache}",
         f"tracking.uri=sqlite:///{db}"])
     from rlhf_lab.config_checks import validate
 
@@ -169,7 +169,7 @@ def test_minilm_without_its_extra_is_one_clear_line(monkeypatch):
 
 
 @pytest.mark.slow
-def test_minilm_rm_trains_offline_and_beats_chance(session_dir, tmp_path):
+def test_minilm_rm_trains_offline_and_beats_chance(session_cache, tmp_path):
     """The pretrained encoder learns world preferences (gold-labelled pairs) in 30 steps of 8 pairs."""
     import json
 
@@ -180,7 +180,7 @@ def test_minilm_rm_trains_offline_and_beats_chance(session_dir, tmp_path):
     cfg = compose_cfg([o for o in TINY if not o.startswith("data.")] + [
         "algo=rm", "reward_model=minilm", "data=jsonl", f"data.path={f}", "data.eval_fraction=0.2",
         "trainer.max_steps=30", "reward_model.batch_size=8", "reward_model.norm_samples=32",
-        f"cache_dir={session_dir / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+        f"cache_dir={session_cache}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
     assert ev["rm/n_eval_pairs"] == 60 and ev["rm/accuracy"] > 0.65  # chance is 0.5 (SE ≈ 0.065)
@@ -192,14 +192,14 @@ def test_minilm_rm_trains_offline_and_beats_chance(session_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints, chat_data, session_dir, tmp_path):
+def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints, chat_data, session_cache, tmp_path):
     """An RM trained on pairs (algo=rm), then RLOO on a prompt-only conversational file with reward_model.path."""
     import json
 
     from rlhf_lab.config_checks import validate
     from tests.conftest import compose_cfg
 
-    common = SMALL + [f"policy.name_or_path={arch_checkpoints['gpt2']}", f"cache_dir={session_dir / 'cache'}",
+    common = SMALL + [f"policy.name_or_path={arch_checkpoints['gpt2']}", f"cache_dir={session_cache}",
                       f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]
     rm = stages.run_job(compose_cfg(common + JOB["rm"] + chat_data["jsonl"]), tmp_path / "rm")
     f = tmp_path / "prompts.jsonl"
