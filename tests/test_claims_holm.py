@@ -146,3 +146,15 @@ def test_upstream_factors_are_counted_per_arm_from_the_runs():
     assert "RM: not logged" in C.upstream_text(res.parts)
     # a claim that is not about the RM needs no replication
     assert judge(claim("X1", part("e", e, runs=shared)))["X1"].verdict == "holds"
+
+
+def test_seeds_to_decide_takes_the_largest_need_up_to_the_cap_per_study():
+    a = claim("X1", part("a", effect_with_p(0.2, se=0.1)), part("b", effect_with_p(0.3, se=0.1)))
+    b = claim("X2", part("c", effect_with_p(0.001)))  # holds: nothing to add
+    res = C.judge_all([a, b], {"s": []}, {"s": 1})
+    needs = sorted(p.needs for p in res[0].parts)
+    assert needs[0] < needs[1]
+    assert C.seeds_to_decide(res, cap=needs[1]) == {"s": needs[1]}
+    assert C.seeds_to_decide(res, cap=needs[1] - 1) == {"s": needs[0]}  # b's effect needs more than the cap
+    assert C.seeds_to_decide(res, cap=needs[0] - 1) == {}
+    assert C.seeds_to_decide(res[1:], cap=1000) == {}

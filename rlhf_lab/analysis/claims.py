@@ -310,6 +310,26 @@ def correct(results: Sequence[ClaimResult], alpha: float = ALPHA) -> int:
     return m
 
 
+SEED_UNITS = ("seeds", "RM seeds")  # units that are one seed each: more seeds give more of them
+
+
+def seeds_to_decide(results: Sequence[ClaimResult], cap: int) -> dict[str, int]:
+    """{study a claim names: the seeds that would give 80 % power to its inconclusive judged effects}: for each
+    inconclusive claim, the largest `needs` among its judged effects counted in seeds that need at most `cap`
+    (an effect that needs more is left to the report's "needs about N seeds"), for each of its studies; the largest
+    over the claims that name a study."""
+    out: dict[str, int] = {}
+    for r in results:
+        if r.verdict != INCONCLUSIVE:
+            continue
+        ns = [p.needs for p in r.parts if p.part.role == JUDGED and p.verdict == INCONCLUSIVE and p.needs is not None
+              and p.measured.n_of in SEED_UNITS and p.needs <= cap]
+        if ns:
+            for s in r.claim.studies:
+                out[s] = max(out.get(s, 0), max(ns))
+    return out
+
+
 def judge_all(claims: Sequence[Claim], studies: dict[str, list[RunData]], present: dict[str, int],
               commands: dict[str, list[str]] | None = None) -> list[ClaimResult]:
     """Every claim's verdict, with Holm's correction across all judged effects of these claims (:func:`correct`)."""
