@@ -26,7 +26,7 @@ otherwise.
 
 With ``--more-seeds CAP``, after the report the suite gives more seeds to each study whose claims are still
 inconclusive: an inconclusive judged effect states the seeds 80 % power would need (``needs about N seeds`` in the
-report, :func:`rlhf_lab.analysis.claims.seeds_to_decide`); where N ≤ CAP, the study runs again with
+report, :func:`rlhf_lab.analysis.verdicts.seeds_to_decide`); where N ≤ CAP, the study runs again with
 ``seed=5,…,N−1`` (resumable like the rest), provided its projected time (the header's minutes × (N − 5)/5) fits
 what is left of ``--max-minutes``; then the report is written again. An effect that needs more than CAP seeds, or
 whose seeds do not fit the budget, keeps its "needs about N seeds" in the report.
@@ -179,7 +179,9 @@ def seed_override(n: int) -> str:
 def measured_needs(overrides: list[str], out: str, runs_files: list[str], cap: int) -> dict[str, int]:
     """{claim study key: seeds its inconclusive claims need, ≤ cap}, from the runs the report read (the store, the
     --runs files and the runs file beside the report)."""
-    from rlhf_lab.analysis.claims import CLAIMS, counted, gather_runs, judge_all, seeds_to_decide
+    from rlhf_lab.analysis.claims import counted, gather_runs
+    from rlhf_lab.analysis.registry import CLAIMS
+    from rlhf_lab.analysis.verdicts import judge_all, seeds_to_decide
 
     uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
     kept = Path(out) / "claims_runs.json.gz"

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats as st
 
 from rlhf_lab.analysis import claims as C
+from rlhf_lab.analysis import verdicts as V
 from rlhf_lab.analysis.effects import Measured
 from rlhf_lab.analysis.registry import JUDGED, PRECONDITION, Claim, Part
 from rlhf_lab.analysis.runs import RunData
@@ -35,8 +36,8 @@ def claim(cid: str, *parts: Part, min_rms: int = 0) -> Claim:
     return Claim(cid, f"claim {cid}", ("s",), tuple(parts), min_rms=min_rms)
 
 
-def judge(*claims: Claim) -> dict[str, C.ClaimResult]:
-    return {r.claim.id: r for r in C.judge_all(claims, {"s": []}, {"s": 1})}
+def judge(*claims: Claim) -> dict[str, V.ClaimResult]:
+    return {r.claim.id: r for r in V.judge_all(claims, {"s": []}, {"s": 1})}
 
 
 def test_an_effect_with_p_0_009_holds_alone_but_not_after_holm_among_30():
@@ -103,7 +104,7 @@ def test_an_inconclusive_effect_states_the_units_80_percent_power_would_need():
 
 def test_the_report_shows_holm_p_beside_the_unadjusted_interval_and_states_the_family(tmp_path):
     others = [claim(f"Y{i}", part(f"other {i}", effect_with_p(0.5))) for i in range(29)]
-    results = C.judge_all([claim("X1", part("the effect", effect_with_p(0.009))), *others], {"s": []}, {"s": 1})
+    results = V.judge_all([claim("X1", part("the effect", effect_with_p(0.009))), *others], {"s": []}, {"s": 1})
     text = C.render(results, "`memory`", [])
     assert "m = 30" in text and "Holm's step-down correction at a family-wise level of 0.025 per side" in text
     row = next(line for line in text.splitlines() if line.startswith("| X1 "))
@@ -113,7 +114,7 @@ def test_the_report_shows_holm_p_beside_the_unadjusted_interval_and_states_the_f
     e = results[0].parts[0].measured.effect
     assert cells[3] == f"{e.estimate:.3f} [{e.lo:.3f}, {e.hi:.3f}] gold reward" and e.lo > 0
     assert cells[6:8] == ["0.009", "0.270"] and cells[8].startswith("**inconclusive** (needs about ")
-    against = C.judge_all([claim("X1", part("e", effect_with_p(0.99995)))], {"s": []}, {"s": 1})
+    against = V.judge_all([claim("X1", part("e", effect_with_p(0.99995)))], {"s": []}, {"s": 1})
     text = C.render(against, "`memory`", [])
     assert "| < 0.001 against | **does not hold** |" in text and "| < 0.001 (against) | < 0.001 |" in text
 
@@ -129,21 +130,21 @@ def test_upstream_factors_are_counted_per_arm_from_the_runs():
     e = effect_with_p(0.001)
     one = judge(claim("X1", part("e", e, runs=shared), min_rms=5))["X1"]
     assert one.verdict == "inconclusive" and one.reason.startswith("not replicated: 1 RM per arm")
-    text = C.upstream_text(one.parts)
+    text = V.upstream_text(one.parts)
     assert "RM: 1 per arm (held fixed)" in text and "SFT policy: 1 per arm (held fixed)" in text
     assert "conditional on one RM and one SFT policy" in text
     five = judge(claim("X1", part("e", e, runs=replicated), min_rms=5))["X1"]
     assert five.verdict == "holds", five.reason
-    text = C.upstream_text(five.parts)
+    text = V.upstream_text(five.parts)
     assert "RM: 5 per arm (replicated)" in text and "conditional on one SFT policy." in text
     assert "**Upstream factors**" in "\n".join(C.claim_section(five))
     # an rm run is its own RM; runs that name no RM are not counted
     rms = tuple(run("rm", s, {"r": "8"}) for s in range(5))
-    assert C.per_arm(rms, C.rm_of) == {("rm", (("r", "8"),)): 5}
+    assert V.per_arm(rms, V.rm_of) == {("rm", (("r", "8"),)): 5}
     untagged = tuple(run("ppo", s, {"x": "1"}) for s in range(5))
     res = judge(claim("X1", part("e", e, runs=untagged), min_rms=5))["X1"]
     assert res.verdict == "inconclusive" and "0 RMs per arm" in res.reason
-    assert "RM: not logged" in C.upstream_text(res.parts)
+    assert "RM: not logged" in V.upstream_text(res.parts)
     # a claim that is not about the RM needs no replication
     assert judge(claim("X1", part("e", e, runs=shared)))["X1"].verdict == "holds"
 
@@ -151,10 +152,10 @@ def test_upstream_factors_are_counted_per_arm_from_the_runs():
 def test_seeds_to_decide_takes_the_largest_need_up_to_the_cap_per_study():
     a = claim("X1", part("a", effect_with_p(0.2, se=0.1)), part("b", effect_with_p(0.3, se=0.1)))
     b = claim("X2", part("c", effect_with_p(0.001)))  # holds: nothing to add
-    res = C.judge_all([a, b], {"s": []}, {"s": 1})
+    res = V.judge_all([a, b], {"s": []}, {"s": 1})
     needs = sorted(p.needs for p in res[0].parts)
     assert needs[0] < needs[1]
-    assert C.seeds_to_decide(res, cap=needs[1]) == {"s": needs[1]}
-    assert C.seeds_to_decide(res, cap=needs[1] - 1) == {"s": needs[0]}  # b's effect needs more than the cap
-    assert C.seeds_to_decide(res, cap=needs[0] - 1) == {}
-    assert C.seeds_to_decide(res[1:], cap=1000) == {}
+    assert V.seeds_to_decide(res, cap=needs[1]) == {"s": needs[1]}
+    assert V.seeds_to_decide(res, cap=needs[1] - 1) == {"s": needs[0]}  # b's effect needs more than the cap
+    assert V.seeds_to_decide(res, cap=needs[0] - 1) == {}
+    assert V.seeds_to_decide(res[1:], cap=1000) == {}
