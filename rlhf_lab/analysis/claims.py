@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
-from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, SUITE_VERSIONS, Claim, Part
+from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, RM_CLAIM_RMS, SHOWN, SUITE_VERSIONS, Claim, Part
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import FILE_NAME, merge, merge_commands, read_snapshot, write_snapshot
 from rlhf_lab.analysis.verdicts import (
@@ -282,7 +282,7 @@ def statistics_text(m: int) -> str:
             f"it holds after the correction whatever the others) and {ALPHA:g} for a precondition. **Replication:** "
             "each section counts the distinct upstream RMs and SFT policies per arm (`rlhf_lab.upstream.*` tags); "
             "a factor with one per arm is held fixed, and the verdict is conditional on it. A claim about the RM "
-            "needs at least 5 distinct RMs per arm, else it is inconclusive (\"not replicated\").")
+            f"needs at least {RM_CLAIM_RMS} distinct RMs per arm, else it is inconclusive (\"not replicated\").")
 
 
 def family_size(results: Sequence[ClaimResult]) -> int:

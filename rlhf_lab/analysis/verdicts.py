@@ -111,9 +111,10 @@ def decide(part: Part, e: Effect | None, side: int, p: float, alpha: float = ALP
 
 
 def part_result(part: Part, m: Measured) -> PartResult:
-    """A part's result before the correction: its p-value and its verdict at the unadjusted level."""
+    """A part's result before the correction: its p-value and its verdict at the unadjusted level (a judged part's
+    adjusted p is its own until :func:`correct` adjusts it in a family)."""
     side, p = side_p(part, m.effect)
-    return PartResult(part, m, decide(part, m.effect, side, p), side, p)
+    return PartResult(part, m, decide(part, m.effect, side, p), side, p, p if part.role == JUDGED else NAN)
 
 
 def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> int | None:
