@@ -5,6 +5,7 @@
     python -m rlhf_lab.suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
     python -m rlhf_lab.suite --max-minutes 150     # start no study that would end past 150 min; launch again later
     python -m rlhf_lab.suite --runs reports/claims_runs.json.gz   # the report also counts the runs kept in that file
+    python -m rlhf_lab.suite --max-minutes 600 --more-seeds 20    # then more seeds where 80 % power needs ≤ 20
 
 After some studies (``--studies``), when ``--out`` already holds a claims.md, the report recomputes only the claims
 those studies test (``rlhf-lab-report --claims --only``, which also reads the runs file beside it), so the other
@@ -18,10 +19,17 @@ stop the suite; the suite names it at the end and exits with status 1. The track
 (``MLFLOW_TRACKING_URI``, else ``tracking.uri``); pass the same overrides on every launch, since they are part
 of each job's identity.
 
-A study that needs an artifact made first (``PREPARE``: ``rm_source_5seeds``' on-policy PPO policy, claim C17)
+A study that needs an artifact made first (``PREPARE``: ``rm_source_5rms``' on-policy PPO policy, claim C17)
 gets it from one ``rlhf-lab`` job run into a fixed folder under the working folder before the study; a later
 launch reuses that folder when its job finished (its ``summary.json`` and artifact are there) and redoes it
 otherwise.
+
+With ``--more-seeds CAP``, after the report the suite gives more seeds to each study whose claims are still
+inconclusive: an inconclusive judged effect states the seeds 80 % power would need (``needs about N seeds`` in the
+report, :func:`rlhf_lab.analysis.verdicts.seeds_to_decide`); where N ≤ CAP, the study runs again with
+``seed=5,…,N−1`` (resumable like the rest), provided its projected time (the header's minutes × (N − 5)/5) fits
+what is left of ``--max-minutes``; then the report is written again. An effect that needs more than CAP seeds, or
+whose seeds do not fit the budget, keeps its "needs about N seeds" in the report.
 
 The expected wall times are the ``about N min`` of each study file's header (``sweeps/sweep/<study>.yaml``),
 for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, preference pairs, RMs) cached.
@@ -36,15 +44,17 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 from importlib.resources import files
+from pathlib import Path
+from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
+from rlhf_lab.analysis.registry import SUITE_VERSIONS
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
 SUITE: list[tuple[str, str]] = [
-    ("ppo_beta_grid_5seeds", "C1 C2 C4 C5 C9 C10"),
+    ("ppo_beta_grid_wide", "C1 C2 C4 C5 C9 C10"),
     ("kl_estimators", "C7"),
     ("rm_lora", "C10 C19"),
     ("clip_eps", "C12"),
@@ -52,23 +62,26 @@ SUITE: list[tuple[str, str]] = [
     ("critic_baseline", "C15"),
     ("grpo_kl", "C14"),
     ("dpo_beta_grid_5seeds", "C9"),
-    ("rm_normalize", "C20"),
+    ("rm_normalize_5rms", "C20"),
     ("ref_small", "C8"),
     ("length_penalty", "C11"),
     ("ref_sync", "C3"),
-    ("rm_source_5seeds", "C16 C17"),
-    ("rm_size_vs_policy_size_5seeds", "C18"),
-    ("rm_size_hacking_beta0", "C13"),
-    ("rm_ensemble", "C18"),
+    ("rm_source_5rms", "C16 C17"),
+    ("rm_size_vs_policy_size_5rms", "C18"),
+    ("rm_size_hacking_5rms", "C13"),
+    ("rm_ensemble_5rms", "C18"),
 ]
+# The studies of the claims about the RM (C10, C13, C16–C20) train one RM per seed (``reward_model.seed: ${seed}``
+# in the study file; the RM's cache key holds its seed), so each arm has 5 distinct RMs; the price is one RM
+# training per seed and RM config, about a minute each on 2 cores, in the study's stated time.
 # Studies that need one artifact made first, by one rlhf-lab job run into a folder of its own (relative to the
 # working folder): {study: (folder, that job's overrides, the study key that receives the job's artifact folder)}.
-PREPARE: dict[str, tuple[str, list[str], str]] = {
-    "rm_source_5seeds": ("suite_artifacts/rm_source_on_policy",
-                         ["study=rm_source_on_policy", "algo=ppo", "reward_model=different_source", "kl=fixed",
-                          "kl.beta=0.01", "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
-                         "data.on_policy_path"),
-}
+_ON_POLICY = ("suite_artifacts/rm_source_on_policy",
+              ["study=rm_source_on_policy", "algo=ppo", "reward_model=different_source", "kl=fixed", "kl.beta=0.01",
+               "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
+              "data.on_policy_path")
+PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY, "rm_source_5seeds": _ON_POLICY}
+SEEDS = 5  # seeds of every suite study file (0–4); --more-seeds adds 5, 6, …
 UPSTREAM_MIN = 30  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs incl. MiniLM), 2 cores
 
 
@@ -153,6 +166,31 @@ def prepare(study: str, overrides: list[str]) -> list[str]:
     return [f"{key}={out / 'artifact'}"]
 
 
+def suite_study(key: str, studies: list[str]) -> str | None:
+    """The study among `studies` that runs the design a claim's study key reads (its newest rerun, else itself)."""
+    return next((s for s in (*SUITE_VERSIONS.get(key, ()), key) if s in studies), None)
+
+
+def seed_override(n: int) -> str:
+    """The override that runs seeds SEEDS … n − 1 (the ones a study file's 5 seeds do not have)."""
+    return "seed=" + ",".join(str(k) for k in range(SEEDS, n))
+
+
+def measured_needs(overrides: list[str], out: str, runs_files: list[str], cap: int) -> dict[str, int]:
+    """{claim study key: seeds its inconclusive claims need, ≤ cap}, from the runs the report read (the store, the
+    --runs files and the runs file beside the report)."""
+    from rlhf_lab.analysis.claims import counted, gather_runs
+    from rlhf_lab.analysis.registry import CLAIMS
+    from rlhf_lab.analysis.verdicts import judge_all, seeds_to_decide
+
+    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
+    kept = Path(out) / "claims_runs.json.gz"
+    files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
+    runs, commands = gather_runs(uri[-1] if uri else None, files, use_store=True)
+    counting, present = counted(runs)
+    return seeds_to_decide(judge_all(CLAIMS, counting, present, commands), cap)
+
+
 def fmt_minutes(seconds: float) -> str:
     m = int(round(seconds / 60))
     return f"{m // 60}h {m % 60:02d}min" if m >= 60 else f"{seconds / 60:.1f} min"
@@ -178,10 +216,55 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
     return 0
 
 
+def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str], n_jobs: int, t0: float,
+               max_minutes: float | None, failed: list[str]) -> list[str]:
+    """Run each study of `studies` whose claims need N > 5 seeds (`needed`: {claim study key: N}) with seeds 5 … N−1
+    when its projected time fits what is left of `max_minutes`; the studies extended."""
+    plan: dict[str, int] = {}
+    for key, n in needed.items():
+        study = suite_study(key, studies)
+        if study and study not in failed and n > SEEDS:
+            plan[study] = max(plan.get(study, 0), n)
+    done = []
+    for study, n in plan.items():
+        _, mins = expected(study)
+        projected = (mins or 0.0) * (n - SEEDS) / SEEDS
+        spent = (time.time() - t0) / 60
+        if max_minutes is not None and spent + projected > max_minutes:
+            print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds; {n - SEEDS} more are expected to take "
+                  f"about {projected:.0f} min, past --max-minutes {format(max_minutes, 'g')} ({spent:.0f} spent): not "
+                  f"run, the report says \"needs about {n} seeds\"", flush=True)
+            continue
+        print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds for 80 % power; running seeds "
+              f"{SEEDS}–{n - 1} (expected about {projected:.0f} min)", flush=True)
+        try:
+            rc = subprocess.call(study_command(study, overrides + prepare(study, overrides) + [seed_override(n)],
+                                               n_jobs))
+        except RuntimeError as err:
+            print(f"[rlhf-lab-suite] {err}", flush=True)
+            rc = 1
+        if rc != 0:
+            failed.append(f"{study} (seeds {SEEDS}–{n - 1})")
+        done.append(study)
+    return done
+
+
+def write_report(overrides: list[str], out: str, runs_files: list[str] | None, only: list[str] | None,
+                 failed: list[str]) -> None:
+    print("\n[rlhf-lab-suite] rlhf-lab-report --claims" + (f" --only {','.join(only)} (the claims these studies "
+          f"test; every section of {Path(out) / 'claims.md'} is recomputed from the runs read)" if only else ""),
+          flush=True)
+    if subprocess.call(report_command(overrides, out, runs_files, only)) != 0:
+        failed.append("rlhf-lab-report --claims")
+
+
 def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out: str,
-        max_minutes: float | None = None, runs_files: list[str] | None = None) -> int:
+        max_minutes: float | None = None, runs_files: list[str] | None = None, seeds_cap: int | None = None,
+        needs: Callable[..., dict[str, int]] = measured_needs) -> int:
     """Run the studies in order; with `max_minutes`, stop before the first study whose expected time (its header's,
-    a study's full time even when some of its jobs are done) would end past that budget."""
+    a study's full time even when some of its jobs are done) would end past that budget. With `seeds_cap`, after the
+    report, run more seeds where the claims need them (:func:`more_seeds`; `needs`: {claim study key: seeds}) and
+    write the report again."""
     t0 = time.time()
     failed: list[str] = []
     left: list[str] = []
@@ -206,14 +289,16 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
               f"(suite so far {fmt_minutes(time.time() - t0)})", flush=True)
         if rc != 0:
             failed.append(study)
-    only = report_claims([s for s in studies if s not in left], out) if report else None
+    ran = [s for s in studies if s not in left]
+    only = report_claims(ran, out) if report else None
     if report and only == []:
         print(f"\n[rlhf-lab-suite] no study ran: {Path(out) / 'claims.md'} is left as it is", flush=True)
     elif report:
-        print("\n[rlhf-lab-suite] rlhf-lab-report --claims" + (f" --only {','.join(only)} (the claims these studies "
-              f"test; the other sections of {Path(out) / 'claims.md'} stay as they are)" if only else ""), flush=True)
-        if subprocess.call(report_command(overrides, out, runs_files, only)) != 0:
-            failed.append("rlhf-lab-report --claims")
+        write_report(overrides, out, runs_files, only, failed)
+        if seeds_cap and "rlhf-lab-report --claims" not in failed:
+            if more_seeds(ran, needs(overrides, out, runs_files or [], seeds_cap), overrides, n_jobs, t0, max_minutes,
+                          failed):
+                write_report(overrides, out, runs_files, report_claims(ran, out), failed)
     print(f"\n[rlhf-lab-suite] total wall time {fmt_minutes(time.time() - t0)} for {len(studies) - len(left)} studies"
           + (f"; failed: {', '.join(failed)} (launch the same command again to re-run what is missing)"
              if failed else "")
@@ -239,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-minutes", type=float, default=None,
                    help="stop before a study that is expected to end past this many minutes from the start (e.g. "
                         "what is left of a working session); launch again to go on")
+    p.add_argument("--more-seeds", type=int, default=None, metavar="CAP",
+                   help="after the report, run more seeds (5, 6, …) of each study whose inconclusive claims need at most "
+                        "CAP seeds for 80 %% power, where the projected time fits --max-minutes; then the report again")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every job, e.g. cache_dir=/shared/cache")
     a = p.parse_args(argv)
     studies = [s for s in a.studies.split(",") if s] if a.studies else [s for s, _ in SUITE]
@@ -250,8 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [f for f in a.runs if not Path(f).is_file()]
     if missing:
         p.error(f"--runs: no file {', '.join(missing)}")
+    if a.more_seeds is not None and (a.more_seeds <= SEEDS or a.no_report):
+        p.error(f"--more-seeds CAP needs CAP > {SEEDS} (the seeds every study has) and the report")
     return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out, max_minutes=a.max_minutes,
-               runs_files=a.runs)
+               runs_files=a.runs, seeds_cap=a.more_seeds)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ def make_run(seed: int, params: dict, curves: dict | None = None, stage: str = "
     m = {k: s[-1][1] for k, s in history.items()}
     m.update(metrics or {})
     p = {k: str(v) for k, v in params.items()}
+    setting = {k[len("sweep."):]: v for k, v in p.items() if k.startswith("sweep.")}  # an arm: its swept keys
     p["sweep.seed"] = str(seed)
-    return RunData(f"run{next(_ids)}", stage, status, p, {}, m, history, rm or {}, {}, str(seed))
+    return RunData(f"run{next(_ids)}", stage, status, p, {}, m, history, rm or {}, setting, str(seed))
 
 
 def rise_fall(drop: float = 0.5) -> np.ndarray:
@@ -183,7 +184,11 @@ def test_c10_reads_the_five_full_fine_tuning_rms_of_rm_lora_over_one_shared_upst
     res = verdicts({"ppo_beta_grid": _c10_runs([0.001] * 5, shared_rm=True), "rm_lora": rm_lora})["C10"]
     m = parts(res)["the RM learns the length bias"].measured
     assert m.effect.n == 5 and m.effect.estimate == pytest.approx(0.17)  # the r = 0 runs only, not the shared RM
-    assert res.verdict == "holds", res.reason
+    # every judged effect holds, but the PPO runs of "PPO exploits it" share one RM: not replicated
+    assert all(p.verdict == "holds" for p in res.parts if p.part.role == "judged")
+    assert res.verdict == "inconclusive" and res.reason.startswith("not replicated: 1 RM per arm"), res.reason
+    res = verdicts({"ppo_beta_grid": _c10_runs([0.001] * 5, shared_rm=False), "rm_lora": rm_lora})["C10"]
+    assert res.verdict == "holds", res.reason  # one RM per seed
 
 
 def test_c10_unbiased_labeler_fails_the_precondition():
@@ -202,11 +207,11 @@ def _rm_size_runs(drop_small: float, drop_large: float) -> list[RunData]:
     runs = []
     for policy, n in (("a_small", 1e5), ("a_medium", 8e5)):
         for rm_n, drop in ((3e4, drop_small), (8e5, drop_large)):
-            for s in range(3):
+            for s in range(5):  # one RM per size and seed (reward_model.seed: ${seed})
                 gold = rise_fall(drop) if drop > 0 else np.full(STEPS, 0.4)
-                r = make_run(s, {"sweep.policy": policy}, with_halves(gold, rng),
+                r = make_run(s, {"sweep.policy": policy, "sweep.rm_size": rm_n}, with_halves(gold, rng),
                              metrics={"model/params_total": n},
-                             rm={"run_id": f"rm{rm_n}", "metrics": {"model/params_total": rm_n}})
+                             rm={"run_id": f"rm{rm_n}-{s}", "metrics": {"model/params_total": rm_n}})
                 runs.append(r)
     return runs
 
@@ -214,7 +219,7 @@ def _rm_size_runs(drop_small: float, drop_large: float) -> list[RunData]:
 def test_c13_holds_when_the_larger_rm_hacks_less_but_still_hacks():
     res = verdicts({"rm_size_hacking_beta0": _rm_size_runs(0.5, 0.2)})["C13"]
     assert res.verdict == "holds", res.reason
-    assert parts(res)["a larger RM reduces it"].measured.effect.n == 6  # 2 policy sizes × 3 seeds
+    assert parts(res)["a larger RM reduces it"].measured.effect.n == 10  # 2 policy sizes × 5 seeds
     assert parts(res)["a larger RM reduces it"].measured.n_of == "policy × seed cells"
 
 
@@ -497,6 +502,10 @@ def world() -> dict[str, list[RunData]]:
     s["rm_normalize"] = [policy(k, {"sweep.reward_model.normalize": n}, g, rng)
                          for k in seeds for n, g in (("true", 0.8), ("false", 0.5))]
     s["grpo_kl"] = grpo_kl_runs(rng, {0.0: 0.9, 0.04: 0.7})
+    for name in ("rm_source", "rm_ensemble", "rm_normalize"):  # one RM per seed (and per RM config)
+        for r in s[name]:
+            shared = {k: v for k, v in r.setting.items() if k != "reward_model.normalize"}  # applied at use time
+            r.tags["rlhf_lab.upstream.rm"] = f"rm {name} {sorted(shared.items())} {r.seed}"
     return s
 
 
@@ -513,8 +522,9 @@ def test_every_testable_claim_holds_on_a_world_built_for_it(tmp_path):
     for r in res.values():  # shown parts computed too
         for p in r.parts:
             assert p.measured.effect is not None and p.measured.effect.n >= 3, (r.claim.id, p.part.says)
-    assert parts(res["C4"])["the good β lies in 0.01–0.1"].measured.effect.n == 5
-    assert parts(res["C5"])["KL ends near the target"].measured.effect.n == 15  # 3 targets × 5 seeds
+    assert parts(res["C4"])["the good β is not below 0.01"].measured.detail.startswith("best β in 0.01–0.1: 0.9")
+    assert parts(res["C4"])["the good β is not above 0.1"].measured.effect.n == 5
+    assert parts(res["C5"])["KL ends near a target of 4 nats"].measured.effect.n == 5  # one run per seed
     assert parts(res["C6"])["a separate reference costs memory"].measured.effect.estimate == pytest.approx(100)
     text = C.write_claims_report(tmp_path, studies=studies).read_text()
     assert text.count("**holds**") >= 19 + 19  # summary table + the judged rows
@@ -531,14 +541,21 @@ def test_claims_read_the_5_seed_rerun_of_a_study_when_it_has_runs(monkeypatch):
     assert len(studies["rm_source"]) == 2  # no rerun yet: the older study
 
 
-def test_c14_does_not_hold_when_the_kl_term_gives_more_gold_and_is_inconclusive_when_it_ties():
+def test_c14_is_a_non_inferiority_test_at_the_gold_margin():
     rng = np.random.default_rng(14)
     res = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.3, 0.04: 0.7})})["C14"]
-    assert res.verdict == "does not hold", res.reason
+    assert res.verdict == "does not hold", res.reason  # the KL term gives 0.4 more gold: beyond −0.05
     drift = parts(res)["without the KL term GRPO drifts further from the reference"].measured.effect
     assert drift.n == 5 and drift.lo > 1.0  # ln(30 / 6) ≈ 1.6
     tie = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.7, 0.04: 0.7})})["C14"]
-    assert tie.verdict == "inconclusive", tie.reason  # no margin: a negligible effect does not count against it
+    e = parts(tie)["group normalisation alone does at least as well as the KL term"]
+    assert e.measured.effect.lo > -0.05 and tie.verdict == "holds", tie.reason  # a tie is "at least as well"
+    # an interval that includes 0 (superiority would be inconclusive) but lies above −0.05 holds
+    worse = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.68, 0.04: 0.7})})["C14"]
+    e = parts(worse)["group normalisation alone does at least as well as the KL term"]
+    assert -0.05 < e.measured.effect.lo < 0 and worse.verdict == "holds", worse.reason
+    assert e.p == pytest.approx(e.measured.effect.p_value(+1, null=-0.05))
+    assert "> -0.05 (non-inferiority)" in "\n".join(C.claim_section(worse))
 
 
 def test_provenance_rows_name_each_studys_commits_and_dates():

@@ -18,11 +18,16 @@ from rlhf_lab.analysis.stats import (
     bootstrap_ci,
     drop_from_peak,
     hacking_detected,
+    holm,
     max_minus_last,
     mean_se,
+    one_sided_p,
     paired_ci,
     paired_differences,
     t_ci,
+    t_effect,
+    t_power,
+    units_for_power,
     verdict,
 )
 
@@ -258,3 +263,72 @@ def test_residual_noise_and_symmetric_variants_on_simulated_curves():
     _, drops_one = _rate(*flat)
     assert fa <= FALSE_ALARM_MAX and det >= 0.90, (fa, det)
     assert drops_sym.std() < 0.85 * drops_one.std()
+
+
+# -- one-sided p-values, Holm's correction, power --------------------------------------------------------------------
+
+
+def test_one_sided_p_by_hand_and_against_scipys_t_test():
+    # X4: mean 2.5, se = √(5/3)/2 ≈ 0.645497, t = 3.872983 on 3 df; P(T₃ ≥ 3.873) = 0.015233
+    e = t_effect(X4)
+    assert e.se == pytest.approx(SE4, rel=1e-9) and e.sd == pytest.approx(math.sqrt(5 / 3), rel=1e-9)
+    assert e.p_value(+1) == pytest.approx(0.015233, abs=1e-6)
+    assert e.p_value(+1) == pytest.approx(st.ttest_1samp(X4, 0, alternative="greater").pvalue, rel=1e-9)
+    assert e.p_value(-1) == pytest.approx(1 - e.p_value(+1), rel=1e-12)
+    # against a shifted null (non-inferiority at margin 1: H0 mean ≤ −1): t = 3.5 / se
+    assert e.p_value(+1, null=-1.0) == pytest.approx(st.t.sf(3.5 / SE4, 3), rel=1e-9)
+    assert one_sided_p(1.0, 0.0, 4, +1) == 0.0 and one_sided_p(-1.0, 0.0, 4, +1) == 1.0
+    assert math.isnan(one_sided_p(1.0, math.nan, 4, +1)) and math.isnan(t_effect([1.0]).p_value(+1))
+    assert one_sided_p(1.96, 1.0, math.inf, +1) == pytest.approx(0.025, abs=1e-4)
+
+
+@pytest.mark.parametrize("x", [[0.1, 0.5, 0.2, 0.4, 0.3], [0.01, 0.3, -0.1, 0.5, 0.2], [-0.3, -0.1, -0.2, 0.05]])
+def test_p_below_2_5_percent_exactly_when_the_95_interval_excludes_0(x):
+    e = t_effect(x)
+    assert (e.p_value(+1) < 0.025) == (e.lo > 0)
+    assert (e.p_value(-1) < 0.025) == (e.hi < 0)
+    # at the boundary: a sample whose lower bound is 0 has p = 0.025 exactly
+    shifted = t_effect(np.asarray(x) - e.lo)
+    assert shifted.lo == pytest.approx(0, abs=1e-12) and shifted.p_value(+1) == pytest.approx(0.025, abs=1e-9)
+
+
+def test_holm_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): 4·0.005 = 0.02, 3·0.01 = 0.03, 2·0.03 = 0.06, max(0.06, 1·0.04) = 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    out = holm([0.01, math.nan, 0.5])  # NaN is not in the family: m = 2
+    assert out[0] == pytest.approx(0.02) and math.isnan(out[1]) and out[2] == pytest.approx(0.5)
+    assert holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])  # capped at 1 (2·0.6), then monotone
+    assert holm([]) == [] and holm([0.3]) == pytest.approx([0.3])
+    with pytest.raises(ValueError):
+        holm([1.2])
+
+
+def test_an_effect_with_p_0_009_holds_alone_but_not_after_holm_among_30():
+    alone = holm([0.009])[0]
+    among = holm([0.009] + [0.5] * 29)[0]
+    assert alone < 0.025 and among == pytest.approx(0.27) and among >= 0.025
+    # a very small p survives the family: 30 · 0.0001 = 0.003
+    assert holm([0.0001] + [0.5] * 29)[0] == pytest.approx(0.003)
+
+
+def test_power_by_hand_with_the_noncentral_t():
+    # n = 10, δ/sd = 1, α = 0.025: P(T'(9, ncp √10) > t_{0.975, 9} = 2.262157) = 0.8031 (noncentral t)
+    assert t_power(10, 1.0, 1.0, 0.025) == pytest.approx(st.nct.sf(2.2621572, 9, math.sqrt(10)), abs=1e-6)
+    assert t_power(10, 1.0, 1.0, 0.025) == pytest.approx(0.8031, abs=5e-4)
+    assert t_power(9, 1.0, 1.0, 0.025) < 0.8  # 0.7569
+    assert units_for_power(1.0, 1.0) == 10  # the textbook one-sample answer for d = 1, one-sided 2.5 %, 80 %
+    # d = 0.5: the normal approximation ((1.960 + 0.842) / 0.5)² = 31.4 is a little short: the t test needs 34
+    assert units_for_power(0.5, 1.0) == 34
+    assert t_power(34, 0.5, 1.0, 0.025) >= 0.8 > t_power(33, 0.5, 1.0, 0.025)
+    # a stricter level needs more units; scale-free in δ/sd
+    assert units_for_power(1.0, 1.0, alpha=0.025 / 30) > 10
+    assert units_for_power(0.2, 0.4) == units_for_power(1.0, 2.0) == units_for_power(0.5, 1.0)
+    assert units_for_power(0.0, 1.0) is None and units_for_power(1e-6, 1.0, n_max=100) is None
+
+
+def test_power_against_simulation():
+    rng = np.random.default_rng(0)
+    n = units_for_power(0.8, 1.0)
+    x = rng.normal(0.8, 1.0, size=(20_000, n))
+    t = x.mean(1) / (x.std(1, ddof=1) / math.sqrt(n))
+    assert (t > st.t.ppf(0.975, n - 1)).mean() == pytest.approx(t_power(n, 0.8, 1.0, 0.025), abs=0.01)

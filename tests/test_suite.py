@@ -104,28 +104,62 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
         ("policy", "mean"), ("none", "mean")}
     rm = jobs["rm_lora"]
     assert {c.algo.name for _, c in rm} == {"rm"} and {int(c.reward_model.lora.r) for _, c in rm} == {8, 64, 0}
-    assert {bool(c.reward_model.normalize) for _, c in jobs["rm_normalize"]} == {True, False}
-    grid = _settings(jobs["ppo_beta_grid_5seeds"], lambda c: c.kl.name,
+    assert {bool(c.reward_model.normalize) for _, c in jobs["rm_normalize_5rms"]} == {True, False}
+    grid = _settings(jobs["ppo_beta_grid_wide"], lambda c: c.kl.name,
                      lambda c: float(c.kl.beta) if c.kl.name == "fixed" else float(c.kl.target))
-    assert grid == {("fixed", 0.0), ("fixed", 0.01), ("fixed", 0.1), ("fixed", 1.0), ("adaptive", 1.0),
-                    ("adaptive", 4.0)}
+    # C4: two β below 0.01–0.1, two inside, two above
+    assert grid == {("fixed", 0.0), ("fixed", 0.003), ("fixed", 0.01), ("fixed", 0.1), ("fixed", 0.3),
+                    ("fixed", 1.0), ("adaptive", 1.0), ("adaptive", 4.0)}
     dpo = jobs["dpo_beta_grid_5seeds"]  # C9 ranks the βs of each seed: ≥ 3 per seed on both sides
     assert {c.algo.name for _, c in dpo} == {"dpo"} and {float(c.algo.beta) for _, c in dpo} == {0.01, 0.1, 1.0}
-    for study, beta in (("rm_size_vs_policy_size_5seeds", 0.01), ("rm_size_hacking_beta0", 0.0)):
+    for study, beta in (("rm_size_vs_policy_size_5rms", 0.01), ("rm_size_hacking_5rms", 0.0)):
         sizes = jobs[study]
         assert {c.reward_model.arch.hidden for _, c in sizes} == {16, 32, 64}
         assert {(c.policy.arch.hidden, c.reward_model.source, float(c.kl.beta)) for _, c in sizes} == {
             (64, "same", beta)}
-    ens = _settings(jobs["rm_ensemble"], lambda c: c.reward_model.arch.hidden, lambda c: c.reward_model.ensemble,
+    ens = _settings(jobs["rm_ensemble_5rms"], lambda c: c.reward_model.arch.hidden, lambda c: c.reward_model.ensemble,
                     lambda c: float(c.reward_model.conservative_lambda))
     assert ens == {(32, 3, 0.0), (32, 3, 1.0), (64, 1, 0.0)}
     grpo = jobs["grpo_kl"]
     assert _settings(grpo, lambda c: c.algo.name, lambda c: c.kl.name, lambda c: float(c.kl.beta),
                      lambda c: c.algo.kl_in, lambda c: c.algo.kl_estimator) == {
         ("grpo", "fixed", 0.04, "loss", "k3"), ("grpo", "fixed", 0.0, "loss", "k3")}
-    src = jobs["rm_source_5seeds"]
+    src = jobs["rm_source_5rms"]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
-        ("same", 0.0), ("different", 0.0), ("different", 0.2), ("pretrained", 0.0)}
+        ("same", 0.0), ("different", 0.0), ("different", 0.2)}
+
+
+RM_STUDIES = ("ppo_beta_grid_wide", "rm_normalize_5rms", "rm_source_5rms", "rm_size_vs_policy_size_5rms",
+              "rm_size_hacking_5rms", "rm_ensemble_5rms")
+
+
+def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_with_it(monkeypatch, tmp_path):
+    """Every study of a claim about the RM (C10, C13, C16–C20; rm_lora's jobs are RMs, one per seed already) sets
+    reward_model.seed: ${seed}: the RM an upstream stage trains takes the job's seed, and so does its cache key."""
+    from rlhf_lab.analysis.registry import CLAIMS, SUITE_VERSIONS
+    from rlhf_lab.stages import rm as rm_stage
+    from rlhf_lab.stages.common import cache_for, stage_seed
+
+    rm_claims = {c.id for c in CLAIMS if c.min_rms}
+    assert rm_claims == {"C10", "C13", "C16", "C17", "C18", "C19", "C20"}
+    newest = {SUITE_VERSIONS.get(s, (s,))[0] for c in CLAIMS if c.min_rms for s in c.studies + c.also}
+    assert newest == {*RM_STUDIES, "rm_lora"} and set(RM_STUDIES) <= set(SUITE)
+    monkeypatch.setattr(rm_stage, "backbone_path", lambda cfg: tmp_path / "backbone")  # no upstream build
+    monkeypatch.setattr(rm_stage, "data_identity", lambda cfg: {"source": "world", "prefs": "pairs"})
+    for study in RM_STUDIES:
+        jobs = [j for j in sweeping.plan([f"sweep={study}"], validate=False)][:2] + \
+            [j for j in sweeping.plan([f"sweep={study}"], validate=False) if "seed=1" in j][:1]
+        keys = {}
+        for job in jobs:
+            cfg = compose_job(job + [f"cache_dir={tmp_path}"])
+            assert cfg.reward_model.seed == cfg.seed == stage_seed(cfg, "rm", "reward_model"), (study, job)
+            spec = rm_stage.spec(cfg)
+            assert spec["seed"] == cfg.seed
+            keys.setdefault(cfg.seed, set()).add(cache_for(cfg).path("rm", spec))
+        assert set(keys) == {0, 1} and not keys[0] & keys[1], study  # seed 0 and seed 1: different RMs
+    # the older designs keep one RM for every seed
+    cfg = compose_job(["sweep=rm_normalize", "seed=3"])
+    assert cfg.reward_model.seed == 0
 
 
 @pytest.mark.slow
@@ -267,17 +301,17 @@ def test_prepare_runs_the_job_once_reuses_it_and_redoes_an_interrupted_one(tmp_p
     monkeypatch.setattr(suite.subprocess, "call", fake_call)
     assert suite.prepare("ref_sync", []) == [] and not calls  # a study without a prepared artifact
     folder = tmp_path / "suite_artifacts" / "rm_source_on_policy"
-    got = suite.prepare("rm_source_5seeds", ["cache_dir=/c"])
+    got = suite.prepare("rm_source_5rms", ["cache_dir=/c"])
     assert got == [f"data.on_policy_path={folder / 'artifact'}"] and len(calls) == 1
     assert "reward_model=different_source" in calls[0] and "seed=100" in calls[0] and "cache_dir=/c" in calls[0]
-    assert suite.prepare("rm_source_5seeds", ["cache_dir=/c"]) == got and len(calls) == 1  # reused
+    assert suite.prepare("rm_source_5rms", ["cache_dir=/c"]) == got and len(calls) == 1  # reused
     (folder / "summary.json").unlink()  # an interrupted job: no summary
     (folder / "stale.txt").write_text("half-written")
-    assert suite.prepare("rm_source_5seeds", []) == got and len(calls) == 2 and not (folder / "stale.txt").exists()
+    assert suite.prepare("rm_source_5rms", []) == got and len(calls) == 2 and not (folder / "stale.txt").exists()
     monkeypatch.setattr(suite.subprocess, "call", lambda cmd: fake_call(cmd, finish=False))
     (folder / "summary.json").unlink()
     with pytest.raises(RuntimeError, match="prepares data.on_policy_path failed"):
-        suite.prepare("rm_source_5seeds", [])
+        suite.prepare("rm_source_5rms", [])
 
 
 def studies_on_a_fake_clock(monkeypatch) -> list[list[str]]:
@@ -344,7 +378,9 @@ def test_a_run_of_another_study_design_is_not_finished_for_this_one(store):
 
 def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch, tmp_path, capsys):
     """rlhf-lab-suite --studies ref_small on a machine whose store has nothing else must not rewrite every other
-    claim as "not run yet": with a claims.md in --out, its report recomputes only the claims those studies test."""
+    claim as "not run yet": with a claims.md in --out, its report names the claims those studies test (--only:
+    every section is recomputed from the runs read, the runs file beside the report included, and a section whose
+    runs are in none of them is refused, not dropped)."""
     launched = []
     monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     monkeypatch.setattr(suite, "prepare", lambda study, overrides: [])  # no on-policy job to prepare here
@@ -358,7 +394,7 @@ def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch
     only = launched[-1][launched[-1].index("--only") + 1].split(",")
     # ref_small tests C8; rm_lora C19 and C10's RM half, and C10 shares ppo_beta_grid with C1, C2, C4, C5 and C9
     assert only == ["C1", "C2", "C4", "C5", "C8", "C9", "C10", "C19"]
-    assert "the other sections of" in capsys.readouterr().out
+    assert "every section of" in capsys.readouterr().out
     assert suite.run([s for s, _ in suite.SUITE], [], 2, report=True, out=str(out)) == 0
     assert "--only" not in launched[-1]  # the whole suite: the whole report
 
@@ -371,3 +407,34 @@ def test_a_suite_stopped_by_max_minutes_updates_only_what_ran(monkeypatch, tmp_p
     launched.clear()
     assert suite.run(["ref_sync"], [], 2, report=True, out=str(tmp_path), max_minutes=1) == 0
     assert launched == [] and "no study ran" in capsys.readouterr().out
+
+
+def test_more_seeds_runs_the_seeds_an_inconclusive_claim_needs_when_they_fit_the_budget(monkeypatch, capsys):
+    """clip_eps' claim (C12) needs 11 seeds: 6 more are expected to take 14 · 6/5 ≈ 17 min; ref_sync's (C3) needs 20:
+    15 more, 54 min. With 14 (clip_eps) + 18 (ref_sync) spent, 60 minutes leave room for clip_eps' seeds only."""
+    launched = studies_on_a_fake_clock(monkeypatch)
+    asked = []
+
+    def needs(overrides, out, runs_files, cap):
+        asked.append(cap)
+        return {"clip_eps": 11, "ref_sync": 20, "ppo_beta_grid": 4}  # ppo_beta_grid: ≤ 5 seeds, nothing to add
+
+    rc = suite.run(["clip_eps", "ref_sync"], [], 2, report=True, out="reports", max_minutes=60, seeds_cap=20,
+                   needs=needs)
+    out = capsys.readouterr().out
+    assert rc == 0 and asked == [20]
+    sweeps = [next(a for a in c if a.startswith("sweep=")) + " " + " ".join(a for a in c if a.startswith("seed="))
+              for c in launched if any(a.startswith("sweep=") for a in c)]
+    assert sweeps == ["sweep=clip_eps ", "sweep=ref_sync ", "sweep=clip_eps seed=5,6,7,8,9,10"]
+    assert sum("--claims" in c for c in launched) == 2  # the report, then again with the new seeds
+    assert "ref_sync: its claims need about 20 seeds; 15 more are expected to take about 54 min" in out
+    assert "the report says \"needs about 20 seeds\"" in out
+    # without --more-seeds nothing is added; and a claim study key maps to the suite's newest design of it
+    launched.clear()
+    assert suite.run(["clip_eps"], [], 2, report=True, out="reports", needs=needs) == 0
+    assert not [c for c in launched if any(a.startswith("seed=") for a in c)]
+    assert suite.suite_study("ppo_beta_grid", [s for s, _ in suite.SUITE]) == "ppo_beta_grid_wide"
+    assert suite.suite_study("rm_normalize", ["rm_normalize_5rms"]) == "rm_normalize_5rms"
+    assert suite.seed_override(8) == "seed=5,6,7"
+    with pytest.raises(SystemExit):
+        suite.main(["--more-seeds", "5"])

@@ -1,11 +1,10 @@
 """``reports/claims.md``: a verdict on each claim of docs/claims.md, from the runs of the canned studies.
 
 The claims, the studies that test them and the effects they are judged on are data
-(:mod:`~rlhf_lab.analysis.registry`). Here each effect gets its verdict from its 95% interval
-(:func:`stats.verdict`): **holds** when the interval excludes 0 in the claimed direction; **does not hold** when it
-excludes 0 the other way or lies inside the equivalence margin; **inconclusive** otherwise (also when fewer than
-two seeds give the interval). A claim holds when all its judged effects hold and does not hold when one of them
-does not; a precondition that is not shown to hold makes it inconclusive (nothing to test on these runs).
+(:mod:`~rlhf_lab.analysis.registry`); their verdicts, with Holm's correction across every judged effect of the
+report, the units an inconclusive effect would need and the RM replication rule, are
+:mod:`~rlhf_lab.analysis.verdicts`' (:func:`verdicts.judge_all`). Here: reading the runs (the store, runs files),
+and writing the report, whose Statistics paragraph (:func:`statistics_text`) states the rules.
 A claim whose studies have no runs is **not run yet** (with the command), one that is no effect is
 **not testable**. Only FINISHED runs count, and policy runs (PPO, GRPO, RLOO, DPO, best-of-n) need :data:`MIN_EVALS` evaluations.
 """
@@ -13,125 +12,48 @@ A claim whose studies have no runs is **not run yet** (with the command), one th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
-from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold_source, half_curves
-from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, SUITE_VERSIONS, Claim, Part
+from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
+from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, RM_CLAIM_RMS, SHOWN, SUITE_VERSIONS, Claim, Part
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import FILE_NAME, merge, merge_commands, read_snapshot, write_snapshot
-from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, verdict
+from rlhf_lab.analysis.verdicts import (
+    ALPHA,
+    MIN_EVALS,
+    NOT_RUN,
+    NOT_TESTABLE,
+    POWER,
+    ClaimResult,
+    PartResult,
+    counts,
+    fmt_p,
+    judge_all,
+    needs_text,
+    null_value,
+    study_names,
+    upstream_text,
+)
 from rlhf_lab.runtime import write_atomic
 
-NOT_RUN = "not run yet"
-NOT_TESTABLE = "not testable"
-MIN_EVALS = 5  # evaluations a PPO or DPO run needs to count (shorter runs are smoke tests)
 LEVEL = 0.95
 CLAIM_STAGES = (*POLICY_STAGES, "rm")
-
-
-@dataclass
-class PartResult:
-    part: Part
-    measured: Measured
-    verdict: str | None  # None for a shown part
-
-
-@dataclass
-class ClaimResult:
-    claim: Claim
-    verdict: str
-    reason: str
-    parts: list[PartResult] = field(default_factory=list)
-    commands: list[str] = field(default_factory=list)
-
-
-def study_names(claims: Iterable[Claim] = CLAIMS) -> list[str]:
-    return list(dict.fromkeys(s for c in claims for s in c.studies + c.also))
-
-
-def counts(run: RunData) -> bool:
-    """Whether a run enters the verdicts: FINISHED, and a policy run with at least MIN_EVALS evaluations."""
-    if run.status != "FINISHED":
-        return False
-    return run.stage not in POLICY_STAGES or len(run.series(EVAL_GOLD)) >= MIN_EVALS
-
-
-def part_verdict(part: Part, m: Measured) -> str | None:
-    if part.role == SHOWN:
-        return None
-    if m.effect is None:
-        return INCONCLUSIVE
-    return verdict(m.effect.lo, m.effect.hi, part.direction, part.margin)
-
-
-def why_open(m: Measured) -> str:
-    """Why an effect has no verdict either way."""
-    if m.missing:
-        return m.missing
-    if m.effect is not None and m.effect.n < 2:
-        return f"{count(m.effect.n, m.n_of)}: no interval"
-    return "the interval includes 0 and leaves the margin"
-
-
-def combine(results: Sequence[PartResult]) -> tuple[str, str]:
-    """(verdict, reason) of a claim from its parts' verdicts."""
-    for r in results:
-        if r.part.role == PRECONDITION and r.verdict != HOLDS:
-            why = "it does not hold" if r.verdict == DOES_NOT_HOLD else why_open(r.measured)
-            return INCONCLUSIVE, f"cannot be tested on these runs: \"{r.part.says}\" is not shown ({why})"
-    judged = [r for r in results if r.part.role == JUDGED]
-    failed = [r.part.says for r in judged if r.verdict == DOES_NOT_HOLD]
-    if failed:
-        return DOES_NOT_HOLD, "shown not to hold: " + "; ".join(f"\"{s}\"" for s in failed)
-    if judged and all(r.verdict == HOLDS for r in judged):
-        return HOLDS, "every judged effect holds"
-    open_ = [f"\"{r.part.says}\" ({why_open(r.measured)})" for r in judged if r.verdict != HOLDS]
-    return INCONCLUSIVE, "not shown: " + "; ".join(open_)
-
-
-def default_command(study: str) -> str:
-    return f"rlhf-lab -m sweep={study}"
-
-
-def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, int],
-          commands: dict[str, list[str]] | None = None) -> ClaimResult:
-    """The verdict on one claim: `studies` holds the runs that count, `present` how many runs each study has."""
-    commands = commands or {}
-    cmds = [c for s in claim.studies + claim.also for c in (commands.get(s) or [default_command(s)])]
-    if claim.untestable:
-        return ClaimResult(claim, NOT_TESTABLE, claim.untestable)
-    missing = [s for s in claim.studies if not present.get(s)]
-    if missing:
-        return ClaimResult(claim, NOT_RUN, "no runs of " + ", ".join(f"`{s}`" for s in missing) + "; run "
-                           + " and ".join(f"`{default_command(s)}`" for s in missing), commands=cmds)
-    results = []
-    for part in claim.parts:
-        try:
-            m = part.compute(studies)
-        except Exception as err:  # an effect that cannot be computed is no evidence either way
-            m = Measured(None, missing=f"could not compute: {type(err).__name__}: {err}")
-        results.append(PartResult(part, m, part_verdict(part, m)))
-    v, reason = combine(results)
-    unusable = [s for s in claim.studies if not studies.get(s)]
-    if unusable:
-        reason += "; " + ", ".join(f"`{s}` has {present[s]} runs, none FINISHED with ≥ {MIN_EVALS} evaluations"
-                                   for s in unusable)
-    return ClaimResult(claim, v, reason, results, cmds)
 
 
 def load_claim_runs(uri: str | None = None, names: Sequence[str] | None = None
                     ) -> tuple[dict[str, list[RunData]], dict[str, list[str]]]:
     """({study: all its runs}, {study: the commands of its sweep parents}) from the store: a study's 5-seed rerun
-    (``SUITE_VERSIONS``) when some of its runs count, else the older study."""
+    (``SUITE_VERSIONS``, newest first) when some of its runs count, else the study the claim names."""
     studies, commands = {}, {}
     for name in names or study_names():
         runs, parents = [], []
-        if name in SUITE_VERSIONS:  # the claims suite's 5-seed rerun, when it has runs
-            runs, parents = load_study(SUITE_VERSIONS[name], uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
+        for version in SUITE_VERSIONS.get(name, ()):  # the claims suite's reruns, newest design first
+            runs, parents = load_study(version, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
+            if any(counts(r) for r in runs):
+                break
         if not any(counts(r) for r in runs):
             runs, parents = load_study(name, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
         studies[name] = runs
@@ -177,7 +99,7 @@ def evaluate_claims(uri: str | None = None, studies: dict[str, list[RunData]] | 
     else:
         present = {k: len(v) for k, v in studies.items()}
         runs, commands = {k: [r for r in v if counts(r)] for k, v in studies.items()}, {}
-    return [judge(c, runs, present, commands) for c in claims]
+    return judge_all(claims, runs, present, commands)
 
 
 # -- the report ----------------------------------------------------------------------------------------------------
@@ -203,8 +125,30 @@ def n_cell(m: Measured) -> str:
 def margin_cell(part: Part) -> str:
     if part.role == SHOWN:
         return "–"
+    if part.noninferiority:
+        null = null_value(part)
+        return f"{'>' if part.direction == 1 else '<'} {null:+.3g} (non-inferiority)"
     sign = {1: "> 0", -1: "< 0"}[part.direction]
     return sign + (f", ±{part.margin:.3g}" if part.margin is not None else "")
+
+
+def p_cell(r: PartResult) -> str:
+    """The unadjusted one-sided p, marked when it is on the side against the claim."""
+    if r.p != r.p:
+        return "–"
+    return fmt_p(r.p) + (" (against)" if r.side == -r.part.direction else "")
+
+
+def holm_cell(r: PartResult) -> str:
+    if r.part.role == PRECONDITION and r.p == r.p:
+        return "not corrected"
+    return fmt_p(r.p_adj)
+
+
+def verdict_cell(r: PartResult) -> str:
+    if r.verdict is None:
+        return "shown"
+    return f"**{r.verdict}**" + (f" ({needs_text(r)})" if r.needs is not None else "")
 
 
 def gold_note(results: Sequence[PartResult]) -> str:
@@ -226,9 +170,10 @@ def claim_section(res: ClaimResult) -> list[str]:
                   "`rlhf-lab-report --claims`:", "", "```bash", *res.commands, "```", ""]
     if res.parts:
         rows = [[p.part.role, p.part.says, p.part.effect, effect_cell(p.measured, p.part.unit), n_cell(p.measured),
-                 margin_cell(p.part), f"**{p.verdict}**" if p.verdict else "shown"] for p in res.parts]
-        lines += [md_table(["role", "tests", "effect", "estimate [95% CI]", "n", "claimed, margin", "verdict"], rows),
-                  ""]
+                 margin_cell(p.part), p_cell(p), holm_cell(p), verdict_cell(p)] for p in res.parts]
+        lines += [md_table(EFFECT_HEADER, rows), ""]
+        upstream = upstream_text(res.parts)
+        lines += [upstream, ""] if upstream else []
         figures = [f"- {p.part.says}: " + " — ".join(x for x in (p.measured.detail, p.measured.missing) if x)
                    for p in res.parts if p.measured.detail or p.measured.missing]
         lines += (["Figures behind the effects (mean ± sd over units):", "", *figures, ""] if figures else [])
@@ -287,7 +232,9 @@ def provenance_rows(runs: Iterable[RunData]) -> list[list[Any]]:
     return rows
 
 
-VERDICT_HEADER = ["claim", "statement (seed notes)", "studies", "verdict"]
+VERDICT_HEADER = ["claim", "statement (seed notes)", "studies", "Holm p (judged effects)", "verdict"]
+EFFECT_HEADER = ["role", "tests", "effect", "estimate [95% CI]", "n", "claimed, margin", "p (one-sided)", "Holm p",
+                 "verdict"]
 PROVENANCE = "## Where the runs come from"
 PROVENANCE_HEADER = ["study", "runs", "commit (runs)", "first start – last end (UTC)"]
 PROVENANCE_TEXT = ("Every run counted above, by study: the code it ran (its `rlhf_lab.git_commit` tag) and when. "
@@ -298,9 +245,48 @@ PROVENANCE_TEXT = ("Every run counted above, by study: the code it ran (its `rlh
 UPDATES = "**Updates.**"
 
 
+def holm_summary(r: ClaimResult) -> str:
+    """The Holm-adjusted p of each judged effect with one, in registry order ('against' on the other side)."""
+    cells = [fmt_p(p.p_adj) + (" against" if p.side == -p.part.direction else "")
+             for p in r.parts if p.part.role == JUDGED and p.p_adj == p.p_adj]
+    return ", ".join(cells) or "–"
+
+
 def verdict_rows(results: Sequence[ClaimResult]) -> list[list[Any]]:
-    return [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–", f"**{r.verdict}**"]
-            for r in results]
+    return [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–", holm_summary(r),
+             f"**{r.verdict}**"] for r in results]
+
+
+def statistics_text(m: int) -> str:
+    """The Statistics paragraph: the interval, the p-values, Holm's family (m judged effects), the verdict rules."""
+    return ("**Statistics.** An effect is a mean over units (normally seeds) with its 95% Student-t interval. Paired "
+            "designs run the compared settings with the same seeds and average the per-seed differences (\"paired\" "
+            "after n: the seeds both settings ran); the others take one value per unit (a change over training, a "
+            "drop, one value per distinct RM). Each judged effect has a one-sided p-value from its t statistic "
+            "(df = n − 1), on the side of 0 its estimate lies (\"against\": the side opposite to the claim); p < 0.025 "
+            "exactly when the 95% interval excludes 0 on that side. **Multiplicity:** the family is every judged "
+            f"effect of this report with a p-value (m = {m}); verdicts use Holm's step-down correction at a family-wise "
+            f"level of {ALPHA:g} per side (the 95% intervals' 2.5 % a side; 5 % for any wrong verdict either way), "
+            "and the tables show the unadjusted interval and p beside the Holm-adjusted p and verdict. A judged "
+            f"effect **holds** when its Holm-adjusted p is below {ALPHA:g} on the claimed side, **does not hold** when "
+            f"it is below {ALPHA:g} on the other side or its (unadjusted) interval lies inside ±margin (negligible), "
+            "and is **inconclusive** otherwise, including n < 2. A non-inferiority effect (\"at least as well, "
+            "within the margin\") is tested against −margin instead of 0 and has no negligible zone. A claim holds "
+            "when all its judged effects hold and does not hold when one does not. A precondition (what the claim "
+            "presupposes, e.g. hacking to reduce) is judged on its unadjusted interval, outside the family; one that "
+            "is not shown makes the claim inconclusive, **except** that a judged effect shown against the claim "
+            "(Holm-adjusted) makes it \"does not hold\" all the same. Shown effects are reported, not judged. "
+            f"**Power:** an inconclusive effect states the units that {POWER:.0%} power would need (one-sided t test, "
+            "noncentral t) to detect a true effect the size of its estimate, or of the margin if larger, with its "
+            f"observed spread, at level {ALPHA:g}/m for a judged effect (Holm's strictest step: an effect reaching "
+            f"it holds after the correction whatever the others) and {ALPHA:g} for a precondition. **Replication:** "
+            "each section counts the distinct upstream RMs and SFT policies per arm (`rlhf_lab.upstream.*` tags); "
+            "a factor with one per arm is held fixed, and the verdict is conditional on it. A claim about the RM "
+            f"needs at least {RM_CLAIM_RMS} distinct RMs per arm, else it is inconclusive (\"not replicated\").")
+
+
+def family_size(results: Sequence[ClaimResult]) -> int:
+    return sum(1 for r in results for p in r.parts if p.part.role == JUDGED and p.p_adj == p.p_adj)
 
 
 def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData]) -> str:
@@ -310,15 +296,8 @@ def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData])
              "models only.", "",
              f"**Data.** Only FINISHED runs count; policy runs (PPO, GRPO, RLOO, DPO) need at least {MIN_EVALS} evaluations. "
              + data_text(runs), "",
-             "**Statistics.** An effect is a mean over units (normally seeds) with its 95% Student-t interval. Paired "
-             "designs run the compared settings with the same seeds and average the per-seed differences (\"paired\" "
-             "after n: the seeds both settings ran); the others take one value per unit (a change over training, a "
-             "drop, one value per distinct RM). A judged effect **holds** when its interval excludes 0 on the "
-             "claimed side, **does not hold** when it excludes 0 on the other side or lies inside ±margin "
-             "(negligible), and is **inconclusive** otherwise, including n < 2. A claim holds when all its judged "
-             "effects hold and does not hold when one does not; a precondition (what the claim presupposes, e.g. "
-             "hacking to reduce) that is not shown makes it inconclusive; shown effects are reported, not judged.",
-             "", f"**Margins** (equivalence, per unit): {margins_text([r.claim for r in results])}.", "",
+             statistics_text(family_size(results)),
+             "", f"**Margins** (equivalence, or non-inferiority where the table says so, per unit): {margins_text([r.claim for r in results])}.", "",
              "## Verdicts", "", md_table(VERDICT_HEADER, verdict_rows(results)), "", "## Effects", ""]
     for r in results:
         lines += claim_section(r)
@@ -352,7 +331,7 @@ def claims_of_studies(names: Iterable[str]) -> list[str]:
     """The ids of the claims that read any of these studies (a registry study, or its 5-seed rerun's name), with
     every claim that shares a study with them (:func:`only_claims`' rule): what ``--only`` recomputes after they ran."""
     names = set(names)
-    reads = names | {k for k, v in SUITE_VERSIONS.items() if v in names}
+    reads = names | {k for k, v in SUITE_VERSIONS.items() if set(v) & names}
     ids: set[str] = set()
     while True:
         grown = {c.id for c in CLAIMS if reads & set(c.studies + c.also)}
@@ -361,55 +340,34 @@ def claims_of_studies(names: Iterable[str]) -> list[str]:
         ids, reads = grown, reads | set(study_names([c for c in CLAIMS if c.id in grown]))
 
 
-def table_rows(table: str) -> list[str]:
-    return table.split("\n")[2:]
+def old_verdicts(text: str) -> dict[str, str]:
+    """{claim id: verdict} of a written claims.md's verdict table (the last cell of each claim row)."""
+    return {cells[0]: cells[-1].strip("*") for line in text.split("## Effects", 1)[0].splitlines()
+            if line.startswith("| C") for cells in [[c.strip() for c in line.strip().strip("|").split("|")]]}
 
 
-def splice(old: str, results: Sequence[ClaimResult], runs: Iterable[RunData], note: str) -> str:
-    """`old` (a claims.md) with the verdict rows, effect sections and provenance rows of `results`' claims and
-    studies replaced by theirs (`runs`: the runs they counted), and `note` in its Updates paragraph, where it
-    replaces an earlier note on the same claims or a subset of them."""
-    lines = old.rstrip("\n").split("\n")
-    if "## Effects" not in lines:
-        raise ValueError("not a claims report written by rlhf-lab-report --claims (it has no '## Effects')")
-    i_eff = lines.index("## Effects")
-    i_prov = lines.index(PROVENANCE) if PROVENANCE in lines else len(lines)
-    head, body, tail = lines[:i_eff], lines[i_eff + 1:i_prov], lines[i_prov:]
-    ids = [r.claim.id for r in results]
+def kept_without_runs(old: str, results: Sequence[ClaimResult], ids: Iterable[str]) -> list[str]:
+    """The claims outside `ids` whose section in `old` has a verdict from runs, but whose runs were not read now."""
+    before, ids = old_verdicts(old), set(ids)
+    return [r.claim.id for r in results if r.claim.id not in ids and r.verdict == NOT_RUN
+            and before.get(r.claim.id, NOT_RUN) not in (NOT_RUN, NOT_TESTABLE)]
 
-    rows = dict(zip(ids, table_rows(md_table(VERDICT_HEADER, verdict_rows(results)))))
-    head = [rows.get(line.split("|")[1].strip(), line) if line.startswith("| C") else line for line in head]
+
+def with_updates(old: str, new: str, ids: Sequence[str], note: str) -> str:
+    """`new` (a whole report) with the Updates paragraph of `old` carried over: its notes, less those on the claims
+    `ids` or a subset of them, and `note` last, after the Data paragraph."""
     notes: list[str] = []
-    if UPDATES in head:  # take the Updates paragraph out: its notes, then the paragraph itself
-        i = j = head.index(UPDATES)
-        while j + 1 < len(head) and head[j + 1].startswith("- "):
+    lines = old.split("\n")
+    if UPDATES in lines:
+        j = lines.index(UPDATES)
+        while j + 1 < len(lines) and lines[j + 1].startswith("- "):
             j += 1
-            notes.append(head[j])
-        head = head[:i - 1] + head[j + 1:] if i > 0 and head[i - 1] == "" else head[:i] + head[j + 1:]
+            notes.append(lines[j])
     notes = [n for n in notes if not set(n[2:].split(":", 1)[0].split(", ")) <= set(ids)] + [note]
-    i_data = next((k for k, line in enumerate(head) if line.startswith("**Data.**")), 0)
-    head[i_data + 1:i_data + 1] = ["", UPDATES, *notes]
-
-    sections: dict[str, list[str]] = {}
-    lead: list[str] = []
-    current = None
-    for line in body:
-        if line.startswith("### C"):
-            current = line[4:].split(":", 1)[0]
-            sections[current] = []
-        (sections[current] if current else lead).append(line)
-    for r in results:
-        sections[r.claim.id] = claim_section(r)
-    body = lead + [line for c in CLAIMS if c.id in sections for line in sections[c.id]]
-    while body and body[-1] == "":
-        body.pop()
-
-    redone = {t for name in study_names([r.claim for r in results]) for t in (name, SUITE_VERSIONS.get(name))}
-    prov = {line.split("`")[1]: line for line in tail if line.startswith("| `") and line.split("`")[1] not in redone}
-    prov.update({line.split("`")[1]: line for line in table_rows(md_table(PROVENANCE_HEADER, provenance_rows(runs)))})
-    header = md_table(PROVENANCE_HEADER, []).split("\n")
-    tail = [PROVENANCE, "", PROVENANCE_TEXT, "", *header, *(prov[k] for k in sorted(prov)), ""] if prov else []
-    return "\n".join([*head, "## Effects", *body, "", *tail]).rstrip("\n") + "\n"
+    out = new.split("\n")
+    i_data = next((k for k, line in enumerate(out) if line.startswith("**Data.**")), 0)
+    out[i_data + 1:i_data + 1] = ["", UPDATES, *notes]
+    return "\n".join(out)
 
 
 def sources_text(uri: str | None, runs_files: Sequence[Path | str], use_store: bool, out: Path | None = None) -> str:
@@ -428,9 +386,9 @@ def update_note(claims: Sequence[Claim], source: str, runs: Sequence[RunData]) -
     policy = [r for r in runs if r.stage in POLICY_STAGES]
     ids = ", ".join(c.id for c in claims)
     return (f"- {ids}: recomputed on {now} UTC by `rlhf-lab-report --claims --only {ids.replace(', ', ',')}` from "
-            f"{source}, on {len(policy)} finished policy runs ({sum(final_gold_source(r) == 'test' for r in policy)} "
-            "with the test split); the Data paragraph above is the full report's, the provenance table names these "
-            "claims' runs.")
+            f"{source}, on {len(policy)} finished policy runs of theirs ({sum(final_gold_source(r) == 'test' for r in policy)} "
+            "with the test split); every other section was recomputed from the same files, since Holm's correction "
+            "spans the report.")
 
 
 def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
@@ -438,9 +396,12 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
                         use_store: bool = True, only: Iterable[str] | None = None) -> Path:
     """Write ``<out_dir>/claims.md`` from the store (unless not `use_store`) and the `runs_files`, or from
     `studies` ({study: runs}, built in memory). From a store or files, every run read is also written to
-    ``<out_dir>/claims_runs.json.gz`` (:mod:`~rlhf_lab.analysis.snapshot`). With `only` (claim ids), only those
-    claims are recomputed and spliced into the existing claims.md (:func:`splice`), and the runs file already beside
-    it is read too, so that the rewritten file still holds the runs of the sections left as they were."""
+    ``<out_dir>/claims_runs.json.gz`` (:mod:`~rlhf_lab.analysis.snapshot`).
+
+    With `only` (claim ids: the claims whose runs are new), the runs file already beside the existing claims.md is
+    read too, and since Holm's correction spans every judged effect of the report, every section is recomputed from
+    the runs read; the Updates paragraph names `only`. ValueError (nothing written) when a section of the existing
+    report that had a verdict from runs would become "not run yet": its runs are in none of the files read."""
     out = Path(out_dir)
     path = out / "claims.md"
     claims = only_claims(only) if only else list(CLAIMS)
@@ -455,16 +416,23 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
         if not use_store and not runs_files:
             raise ValueError("--no-store needs --runs FILE: there is nothing else to read")
         all_runs, commands = gather_runs(uri, runs_files, use_store)
-        write_snapshot(out / FILE_NAME, all_runs, commands)
         source = sources_text(uri, runs_files, use_store, out)
     else:
         all_runs, commands, source = studies, {}, f"`{store_uri(uri)}`"
     runs, present = counted(all_runs)
-    results = [judge(c, runs, present, commands) for c in claims]
-    seen = list({r.run_id: r for name in study_names(claims) for r in runs.get(name, [])}.values())
+    results = judge_all(CLAIMS, runs, present, commands)
+    seen = list({r.run_id: r for name in study_names() for r in runs.get(name, [])}.values())
+    text = render(results, source, seen) + "\n"
     if only:
-        text = splice(path.read_text(), results, seen, update_note(claims, source, seen))
-    else:
-        text = render(results, source, seen) + "\n"
+        old = path.read_text()
+        lost = kept_without_runs(old, results, [c.id for c in claims])
+        if lost:
+            raise ValueError(f"--only {','.join(c.id for c in claims)}: the runs of {', '.join(lost)} are in none of "
+                             f"the files read, and their sections cannot be kept (Holm's correction spans the report): "
+                             "pass their runs file with --runs, or rerun their studies")
+        mine = [r for name in study_names(claims) for r in runs.get(name, [])]
+        text = with_updates(old, text, [c.id for c in claims], update_note(claims, source, mine))
+    if studies is None:
+        write_snapshot(out / FILE_NAME, all_runs, commands)
     write_atomic(path, text)
     return path

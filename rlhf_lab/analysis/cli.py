@@ -7,6 +7,7 @@
     rlhf-lab-report --claims --runs reports/claims_runs.json.gz --no-store # the file's alone
     rlhf-lab-report --claims --only C18  # recompute C18 only, into the existing reports/claims.md
     rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
+    rlhf-lab-report clip_eps --no-store --runs reports/claims_runs.json.gz   # a study report from a runs file
 """
 
 from __future__ import annotations
@@ -32,17 +33,19 @@ def main(argv: list[str] | None = None) -> int:
                    "sqlite:///mlflow.db)")
     p.add_argument("--out", default="reports", help="output folder (default: reports)")
     p.add_argument("--runs", action="append", default=[], metavar="FILE",
-                   help="with --claims: also read the runs kept in FILE (a claims_runs.json.gz an earlier "
-                        "--claims wrote; repeatable); a run in the store and the file counts once")
-    p.add_argument("--no-store", action="store_true", help="with --claims: read no tracking store, only --runs")
+                   help="also read the runs kept in FILE (a claims_runs.json.gz an earlier --claims wrote; "
+                        "repeatable); a run in the store and the file counts once; for a study, its runs tagged with it")
+    p.add_argument("--no-store", action="store_true", help="read no tracking store, only --runs")
     p.add_argument("--only", default=None, metavar="IDS",
                    help="with --claims: recompute only these claims (comma-separated, e.g. C18) and splice them "
                         "into the existing claims.md; the other claims' sections are left as they are")
     a = p.parse_args(argv)
     if not a.study and not a.claims:
         p.error("name a study or pass --claims")
-    if not a.claims and (a.runs or a.no_store or a.only):
-        p.error("--runs, --no-store and --only go with --claims")
+    if not a.claims and a.only:
+        p.error("--only goes with --claims")
+    if a.study == GOLD_STUDY and (a.runs or a.no_store):
+        p.error(f"{GOLD_STUDY} reads the tracking store only: drop --runs and --no-store")
     if a.no_store and not a.runs:
         p.error("--no-store reads only the --runs files: name at least one (e.g. --runs reports/claims_runs.json.gz)")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -51,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/gold_validation.py)
             path = write_gold_validation_report(a.out, a.uri)
         else:
-            path = write_study_report(a.study, a.out, a.uri)
+            try:
+                path = write_study_report(a.study, a.out, a.uri, runs_files=a.runs, use_store=not a.no_store)
+            except ValueError as err:  # SnapshotError: an unreadable or edited runs file
+                print(f"rlhf-lab-report: {err}", file=sys.stderr)
+                return 2
         text = path.read_text()
         print(f"wrote {path}")
         cmds = text.split("```bash\n", 1)[1].split("```", 1)[0].strip() if "```bash\n" in text else ""

@@ -11,7 +11,7 @@ evaluation measures the same samples twice, ``eval/gold_reward`` (the gold RM) a
 2. **hacking curves**: both measures at every evaluation, mean ± standard error over seeds, for β = 0, the fixed
    β = 0.1 and adaptive KL;
 3. **verdicts**: the claims C1 and C4 judged by the claims registry's own effects and verdict rule
-   (:mod:`~rlhf_lab.analysis.registry`, :func:`~rlhf_lab.analysis.claims.judge`) on these runs, once with each
+   (:mod:`~rlhf_lab.analysis.registry`, :func:`~rlhf_lab.analysis.verdicts.judge`) on these runs, once with each
    measure as the gold (:func:`as_measure`), and whether the two verdicts agree, claim by claim and part by part.
 
 The two measures are in different units (the formula's gold units; the gold RM's normalised score, mean 0 and sd 1
@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.claims import ClaimResult, counts, judge
+from rlhf_lab.analysis.verdicts import ClaimResult, counts, judge
 from rlhf_lab.analysis.effects import Arm, spearman
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter

@@ -65,6 +65,7 @@ class Part:
     margin: float | None
     compute: Callable[[Studies], Measured]
     role: str = JUDGED
+    noninferiority: bool = False  # tested against −margin on the claimed side ("at least as well, within margin")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Claim:
     untestable: str = ""          # why it cannot be put to an experiment here
     note: str = ""                # what of the statement the parts do not test
     also: tuple[str, ...] = ()    # studies only its shown parts read
+    min_rms: int = 0              # a claim about the RM: distinct RMs each arm needs (else "not replicated")
 
 
 def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measured]) -> Part:
@@ -88,10 +90,17 @@ PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_s
 REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
 LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
 RM_ENS, GRPO_KL, RM_SIZE_HACK = "rm_ensemble", "grpo_kl", "rm_size_hacking_beta0"
-# The claims suite (rlhf-lab-suite) reruns four older studies with 5 paired seeds under their own names; a claim
-# reads the 5-seed study when it has runs, else the older one (never a mix of the two designs).
-SUITE_VERSIONS = {PPO_GRID: "ppo_beta_grid_5seeds", DPO_GRID: "dpo_beta_grid_5seeds",
-                  RM_SIZE: "rm_size_vs_policy_size_5seeds", RM_SOURCE: "rm_source_5seeds"}
+# The claims suite (rlhf-lab-suite) reruns older studies under new names when their design changes (5 paired seeds;
+# then one RM per seed, `reward_model.seed: ${seed}`, and C4's wider β grid): {the study a claim names: its newer
+# designs, newest first}. A claim reads the newest design that has runs that count, else the study it names, never
+# a mix of designs.
+SUITE_VERSIONS: dict[str, tuple[str, ...]] = {
+    PPO_GRID: ("ppo_beta_grid_wide", "ppo_beta_grid_5seeds"), DPO_GRID: ("dpo_beta_grid_5seeds",),
+    RM_SIZE: ("rm_size_vs_policy_size_5rms", "rm_size_vs_policy_size_5seeds"),
+    RM_SOURCE: ("rm_source_5rms", "rm_source_5seeds"), RM_NORM: ("rm_normalize_5rms",),
+    RM_SIZE_HACK: ("rm_size_hacking_5rms",), RM_ENS: ("rm_ensemble_5rms",),
+}
+RM_CLAIM_RMS = 5  # distinct RMs per arm a claim about the RM needs (Claim.min_rms)
 
 
 def fixed(beta: float) -> Arm:
@@ -119,6 +128,14 @@ def in_range(b: float, _: list[float]) -> bool:
     return 0.01 - 1e-12 <= b <= 0.1 + 1e-12
 
 
+def below_range(b: float, _: list[float]) -> bool:
+    return b < 0.01 - 1e-12
+
+
+def above_range(b: float, _: list[float]) -> bool:
+    return b > 0.1 + 1e-12
+
+
 def policy_seed(r) -> tuple[str, str]:
     return policy_size(r), r.seed
 
@@ -142,29 +159,33 @@ def is_max(v: float, vs: list[float]) -> bool:
 # -- bespoke effects ------------------------------------------------------------------------------------------
 
 
-def kl_near_target(studies: Studies) -> Measured:
-    """C5: per adaptive-KL run, ln 2 − |ln(final eval/kl ÷ kl.target)|: > 0 when KL ends within a factor 2."""
-    runs = [r for r in studies.get(PPO_GRID, []) if r.stage == "ppo" and same(config(r, "kl.name"), "adaptive")]
-    if not runs:
-        return Measured(None, missing=f"no finished adaptive-KL run in {PPO_GRID}")
-    units = {str(config(r, "kl.unit")) for r in runs} - {"sequence", "None"}
-    if units:
-        return Measured(None, missing=f"kl.unit={sorted(units)}: the target is not per response like eval/kl")
-    short = [r for r in runs if r.fnum("steps") * r.fnum("algo.batch_size") < r.fnum("kl.horizon")]
-    if short:
-        return Measured(None, missing=f"{len(short)} runs saw fewer responses than the controller's horizon "
-                                      f"({short[0].fnum('kl.horizon'):g}): β could not adapt yet")
-    values, ratios = [], {}
-    for r in runs:
-        t, kl = r.fnum("kl.target"), r.last("eval/kl")
-        if t > 0 and kl > 0:
-            values.append(math.log(2) - abs(math.log(kl / t)))
-            ratios.setdefault(t, []).append(kl / t)
-    detail = "final eval/kl ÷ target: " + ", ".join(
-        f"target {t:g}: {fmt(sum(v) / len(v), 2)} ({len(v)} runs)" for t, v in sorted(ratios.items()))
-    eff = t_effect(values, method="t over runs")
-    return Measured(eff if eff.n else None, detail, "" if eff.n else "no run with a positive final eval/kl",
-                    tuple(runs), n_of="runs")
+def kl_near_target(target: float) -> Callable[[Studies], Measured]:
+    """C5 at one KL target: per adaptive-KL run with that `kl.target`, ln 2 − |ln(final eval/kl ÷ target)|: > 0 when
+    KL ends within a factor 2 of it. One run per seed: each target is its own effect (not pooled)."""
+    def compute(studies: Studies) -> Measured:
+        runs = [r for r in studies.get(PPO_GRID, []) if r.stage == "ppo" and same(config(r, "kl.name"), "adaptive")
+                and same(config(r, "kl.target"), target)]
+        if not runs:
+            return Measured(None, missing=f"no finished adaptive-KL run with kl.target = {target:g} in {PPO_GRID}")
+        units = {str(config(r, "kl.unit")) for r in runs} - {"sequence", "None"}
+        if units:
+            return Measured(None, missing=f"kl.unit={sorted(units)}: the target is not per response like eval/kl")
+        short = [r for r in runs if r.fnum("steps") * r.fnum("algo.batch_size") < r.fnum("kl.horizon")]
+        if short:
+            return Measured(None, missing=f"{len(short)} runs saw fewer responses than the controller's horizon "
+                                          f"({short[0].fnum('kl.horizon'):g}): β could not adapt yet")
+        values, ratios = {}, []
+        for r in runs:
+            kl = r.last("eval/kl")
+            if kl > 0:
+                values.setdefault(r.seed, []).append(math.log(2) - abs(math.log(kl / target)))
+                ratios.append(kl / target)
+        detail = (f"final eval/kl ÷ target {target:g}: {fmt(sum(ratios) / len(ratios), 2)} ({len(ratios)} runs)"
+                  if ratios else "")
+        eff = t_effect([sum(v) / len(v) for v in values.values()], method="t")
+        return Measured(eff if eff.n else None, detail, "" if eff.n else "no run with a positive final eval/kl",
+                        tuple(runs))
+    return compute
 
 
 def kl_control(studies: Studies) -> Measured:
@@ -252,16 +273,25 @@ CLAIMS: tuple[Claim, ...] = (
         Part("β too large stalls", "final gold: mean over β in 0.01–0.1 − the largest β (> 0.1) the seed ran", GOLD,
              +1, GOLD_MARGIN, grouped(PPO_GRID, FIXED, kl_beta, in_range, lambda b, bs: b > 0.1 and b == max(bs),
                                       final_gold, ("β in 0.01–0.1", "largest β"))),
-        Part("the good β lies in 0.01–0.1", "final gold: best β in 0.01–0.1 − best other β > 0, per seed (each "
-             "maximum picks up seed noise, more so on the side with more arms)", GOLD, +1, GOLD_MARGIN,
-             grouped(PPO_GRID, FIXED, kl_beta, in_range, lambda b, bs: b > 0 and not in_range(b, bs), final_gold,
-                     ("best β in 0.01–0.1", "best other β > 0"), reduce_a="max", reduce_b="max")),
-    ), note="β is per token and KL is summed per response (nats); the range means nothing without that unit."),
+        Part("the good β is not below 0.01", "final gold: best β in 0.01–0.1 − best β below 0.01 (β = 0 included), "
+             "per seed (each maximum picks up seed noise, more so on the side with more arms)", GOLD, +1, GOLD_MARGIN,
+             grouped(PPO_GRID, FIXED, kl_beta, in_range, below_range, final_gold,
+                     ("best β in 0.01–0.1", "best β < 0.01"), reduce_a="max", reduce_b="max")),
+        Part("the good β is not above 0.1", "final gold: best β in 0.01–0.1 − best β above 0.1, per seed", GOLD, +1,
+             GOLD_MARGIN, grouped(PPO_GRID, FIXED, kl_beta, in_range, above_range, final_gold,
+                                  ("best β in 0.01–0.1", "best β > 0.1"), reduce_a="max", reduce_b="max")),
+    ), note="β is per token and KL is summed per response (nats); the range means nothing without that unit. The "
+            "optimum is placed inside 0.01–0.1 only with β on both sides of it (ppo_beta_grid_wide: 0.003 below, 0.3 "
+            "above, two arms a side); on a grid without a β below 0.01 other than 0, the first comparison is with "
+            "β = 0 alone."),
     Claim("C5", "Adaptive KL (raise β when KL is above the target, lower it when below) keeps KL near the target.",
           (PPO_GRID,), (
-        Part("KL ends near the target", "ln 2 − |ln(final eval/kl ÷ kl.target)| per adaptive-KL run (> 0: within a "
-             "factor 2 of the target), all targets pooled", LN_RATIO, +1, None, kl_near_target),
-    ), note="The notes credit DeepSeek-R1; the controller is Ziegler et al. 2019 (not tested: a citation)."),
+        Part("KL ends near a target of 1 nat", "ln 2 − |ln(final eval/kl ÷ 1)| per seed, adaptive KL with kl.target "
+             "= 1 (> 0: within a factor 2 of the target)", LN_RATIO, +1, None, kl_near_target(1.0)),
+        Part("KL ends near a target of 4 nats", "ln 2 − |ln(final eval/kl ÷ 4)| per seed, adaptive KL with kl.target "
+             "= 4 (> 0: within a factor 2 of the target)", LN_RATIO, +1, None, kl_near_target(4.0)),
+    ), note="Each KL target is its own effect over 5 seeds (two runs of one seed at two targets are not independent "
+            "replicates). ""The notes credit DeepSeek-R1; the controller is Ziegler et al. 2019 (not tested: a citation)."),
     Claim("C6", "The frozen reference doubles memory and compute; a LoRA policy whose reference is the base with its "
           "adapters disabled avoids the copy.", (REF_SHARED,), (
         Part("a separate reference costs memory", "memory/model_bytes: copy ÷ adapters-off − 1, per seed", PERCENT,
@@ -316,7 +346,7 @@ CLAIMS: tuple[Claim, ...] = (
         Part("PPO exploits it", "last − first eval/length of each β = 0 run", TOKENS, +1, 1.0,
              within(PPO_GRID, BETA0, change("eval/length"))),
     ), note="Tested on length (the study's length-biased labeler); empathy phrases need a filler-biased labeler.",
-        also=(RM_LORA,)),
+        also=(RM_LORA,), min_rms=RM_CLAIM_RMS),
     Claim("C11", "A length penalty R = R_RM − α·len mitigates length hacking.", (LEN_PEN,), (
         Part("without a penalty responses grow", "last − first eval/length of each α = 0 run", TOKENS, +1, 1.0,
              within(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), change("eval/length")), PRECONDITION),
@@ -358,20 +388,21 @@ CLAIMS: tuple[Claim, ...] = (
                                   ("largest RM", ""), unit=policy_seed)),
     ), note="Tested with no KL penalty (β = 0, rm_size_hacking_beta0), where the default RM is hacked (C1). At β = 0.01 "
             "(rm_size_vs_policy_size_5seeds) no RM size hacked within 70 steps, and at β = 0.001 (rm_size_hacking, "
-            "its own report) the smallest RM's drop did not establish hacking: the precondition failed at both."),
+            "its own report) the smallest RM's drop did not establish hacking: the precondition failed at both.",
+        min_rms=RM_CLAIM_RMS),
     Claim("C14", "GRPO replaces the KL penalty with group normalisation.", (GRPO_KL,), (
-        Part("group normalisation alone does as well as the KL term", "final gold: GRPO at β = 0 − GRPO at β = 0.04 "
-             "(k3 in the loss), per seed; no margin: an effect shown negligible would favour the claim, so it counts "
-             "as inconclusive, not against it", GOLD, +1, None,
-             paired(GRPO_KL, GRPO_BETA0, GRPO_BETA004, final_gold)),
+        Part("group normalisation alone does at least as well as the KL term", "final gold: GRPO at β = 0 − GRPO at "
+             "β = 0.04 (k3 in the loss), per seed; non-inferiority: holds when the lower bound is above −0.05",
+             GOLD, +1, GOLD_MARGIN, paired(GRPO_KL, GRPO_BETA0, GRPO_BETA004, final_gold), noninferiority=True),
         shown("without the KL term GRPO drifts further from the reference", "ln(final eval/kl: β = 0 ÷ β = 0.04), "
               "per seed", LN_RATIO, paired(GRPO_KL, GRPO_BETA0, GRPO_BETA004, final("eval/kl"), scale="log ratio")),
         shown("GRPO at β = 0 hacks", "split-half drop of gold from its peak, each β = 0 run", GOLD,
               within(GRPO_KL, GRPO_BETA0, gold_drop)),
     ), note="What GRPO is (Shao et al. 2024) is not in question: it keeps a KL term, in the loss (k3, β = 0.04), "
             "and its group-normalised advantages replace the critic. Tested here: whether the KL term still "
-            "matters once advantages are group-normalised; the claim holds if β = 0 ends at least as high in gold "
-            "with a CI above 0, and does not hold if the KL term gives more gold."),
+            "matters once advantages are group-normalised; the claim holds if β = 0 ends no more than 0.05 below β = 0.04 "
+            "in gold (the CI's lower bound above −0.05, Holm-adjusted), and does not hold if the KL term is shown "
+            "to give more than 0.05 more gold."),
     Claim("C15", "PPO needs four models (actor and critic trained, reference and RM frozen), and the critic's "
           "baseline lowers variance.", (CRITIC,), (
         Part("the critic lowers the advantage variance", "ln(mean objective/advantage_var over steps: no critic ÷ "
@@ -389,7 +420,7 @@ CLAIMS: tuple[Claim, ...] = (
              paired(RM_SOURCE, SAME, DIFF, final_gold)),
         shown("and hacks less", "split-half gold drop from the peak: different − same source, per seed", GOLD,
               paired(RM_SOURCE, DIFF, SAME, gold_drop)),
-    )),
+    ), min_rms=RM_CLAIM_RMS),
     Claim("C17", "A different-source RM mis-scores the policy's out-of-distribution text; mixing ~20 % on-policy "
           "samples into its training data fixes it.", (RM_SOURCE,), (
         Part("the different-source RM does worse", "final gold: same − different source, per seed", GOLD, +1,
@@ -400,7 +431,7 @@ CLAIMS: tuple[Claim, ...] = (
               GOLD, paired(RM_SOURCE, DIFF_MIX, SAME, final_gold)),
         shown("on out-of-distribution prompts", "final eval/gold_reward_ood: with − without on-policy pairs", GOLD,
               paired(RM_SOURCE, DIFF_MIX, DIFF, final("eval/gold_reward_ood"))),
-    )),
+    ), min_rms=RM_CLAIM_RMS),
     Claim("C18", "The RM should be ≥ 1/10 of the policy's size, and an ensemble of 3–5 small RMs ≈ one larger RM.",
           (RM_SIZE,), (
         Part("an RM below 1/10 of the policy does worse", "final gold: mean over RMs ≥ 1/10 of the policy's params − "
@@ -417,7 +448,7 @@ CLAIMS: tuple[Claim, ...] = (
                                                                     "reward_model.conservative_lambda": 0}),
                            Arm("one small RM", {"reward_model.ensemble": 1}), final_gold)),
     ), note="'≈ one larger RM' is an equivalence: the ensemble parts are shown with their intervals, not judged.",
-        also=(RM_ENS,)),
+        also=(RM_ENS,), min_rms=RM_CLAIM_RMS),
     Claim("C19", "A LoRA-tuned RM with a small rank (r = 8) adapts worse than r = 64.", (RM_LORA,), (
         Part("r = 8 fits the preferences worse", "rm/accuracy (held-out pairs, vs the labeler): r = 64 − r = 8, per "
              "RM seed", FRACTION, +1, 0.01,
@@ -430,7 +461,8 @@ CLAIMS: tuple[Claim, ...] = (
         shown("full fine-tuning vs r = 64", "rm/accuracy: full (r = 0) − r = 64, per RM seed", FRACTION,
               paired(RM_LORA, Arm("full fine-tuning", {"reward_model.lora.r": 0}, stage=""),
                      Arm("r = 64", {"reward_model.lora.r": 64}, stage=""), rm_metric("rm/accuracy"), unit=rm_seed)),
-    ), note="One value per distinct RM: RMs shared by several PPO runs count once (an RM seed is the unit)."),
+    ), note="One value per distinct RM: RMs shared by several PPO runs count once (an RM seed is the unit).",
+        min_rms=RM_CLAIM_RMS),
     Claim("C20", "Reward normalisation fixes reward-scale drift.", (RM_NORM,), (
         Part("normalising the RM improves PPO", "final gold: normalize = true − false, per seed", GOLD, +1,
              GOLD_MARGIN, paired(RM_NORM, Arm("normalised", {"reward_model.normalize": True}),
@@ -438,7 +470,8 @@ CLAIMS: tuple[Claim, ...] = (
         shown("and changes how far the policy moves", "final eval/kl: normalize = true − false, per seed", "nats",
               paired(RM_NORM, Arm("normalised", {"reward_model.normalize": True}),
                      Arm("raw", {"reward_model.normalize": False}), final("eval/kl"))),
-    ), note="A fixed affine map cannot follow a drift during PPO; what is judged is the outcome with vs without it."),
+    ), note="A fixed affine map cannot follow a drift during PPO; what is judged is the outcome with vs without it.",
+        min_rms=RM_CLAIM_RMS),
     Claim("C21", "Numbers quoted in the notes: 'Anthropic +30 % stability', 'DeepSeek-R1 used 5×1.3B RMs', "
           "'InstructGPT defaults to a 1.3B RM'.",
           untestable="quotations about other labs' systems, unverifiable or wrong (InstructGPT used one 6B RM for "

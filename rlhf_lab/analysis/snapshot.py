@@ -90,20 +90,22 @@ def read_snapshot(path: Path | str) -> tuple[Studies, Commands]:
     return studies, commands
 
 
-def merge(older: Studies, newer: Studies, preferred: dict[str, str] | None = None,
+def merge(older: Studies, newer: Studies, preferred: dict[str, str | tuple[str, ...]] | None = None,
           counts: Callable[[RunData], bool] = lambda r: True) -> Studies:
     """The union of two {study: runs} by run id (a run in both: `newer`'s copy). Where `preferred` names a study's
-    newer design (its tag, e.g. ``SUITE_VERSIONS``' 5-seed rerun) and some run of the union with that tag `counts`,
-    only the runs with that tag are kept: a claim reads one design, never a mix."""
+    newer designs (their tags, newest first, e.g. ``SUITE_VERSIONS``' reruns), only the runs of the first tag with a
+    run of the union that `counts` are kept: a claim reads one design, never a mix."""
     preferred = preferred or {}
     out: Studies = {}
     for name in list(dict.fromkeys([*older, *newer])):
         by_id = {r.run_id: r for r in older.get(name, [])}
         by_id.update({r.run_id: r for r in newer.get(name, [])})
         runs = list(by_id.values())
-        tag = preferred.get(name)
-        if tag and any(r.tags.get(STUDY_TAG) == tag and counts(r) for r in runs):
-            runs = [r for r in runs if r.tags.get(STUDY_TAG) == tag]
+        tags = preferred.get(name) or ()
+        for tag in (tags,) if isinstance(tags, str) else tags:
+            if any(r.tags.get(STUDY_TAG) == tag and counts(r) for r in runs):
+                runs = [r for r in runs if r.tags.get(STUDY_TAG) == tag]
+                break
         out[name] = runs
     return out
 

@@ -7,6 +7,8 @@ Conventions, shared by every function here:
 * Too little data gives NaN bounds, never an exception: n = 0 → estimate NaN; n < 2 → interval (nan, nan).
 * Intervals are two-sided at `level` (0.95 by default).
 * A paired difference is a − b, so a positive effect means "a is larger".
+* p-values are one-sided, from the t statistic of an :class:`Effect` (mean over n units, df = n − 1), so that
+  p < 0.025 on a side exactly when the 95% interval excludes the null value on that side.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ VERDICTS = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)
 
 __all__ = [
     "DOES_NOT_HOLD", "HOLDS", "INCONCLUSIVE", "VERDICTS", "Effect", "PeakDrop", "bootstrap_ci", "drop_from_peak",
-    "hacking_detected", "max_minus_last", "mean_se", "paired_ci", "paired_differences", "t_ci", "t_effect",
-    "verdict",
+    "hacking_detected", "holm", "max_minus_last", "mean_se", "one_sided_p", "paired_ci", "paired_differences",
+    "t_ci", "t_effect", "t_power", "units_for_power", "verdict",
 ]
 
 
@@ -61,6 +63,22 @@ class Effect:
     def verdict(self, direction: int, margin: float | None = None) -> str:
         """verdict(self.lo, self.hi, direction, margin)."""
         return verdict(self.lo, self.hi, direction, margin)
+
+    @property
+    def se(self) -> float:
+        """The standard error behind a t interval: (hi − lo) / (2·t_{(1+level)/2, n−1}); NaN without one."""
+        if self.n < 2 or not (math.isfinite(self.lo) and math.isfinite(self.hi)):
+            return math.nan
+        return (self.hi - self.lo) / (2 * float(_st.t.ppf((1 + self.level) / 2, self.n - 1)))
+
+    @property
+    def sd(self) -> float:
+        """The spread of the per-unit values (or paired differences): se·√n."""
+        return self.se * math.sqrt(self.n)
+
+    def p_value(self, direction: int, null: float = 0.0) -> float:
+        """one_sided_p of this effect against `null`, toward `direction` (t statistic, df = n − 1)."""
+        return one_sided_p(self.estimate, self.se, self.n - 1, direction, null)
 
 
 def mean_se(x: Any) -> tuple[float, float, int]:
@@ -189,6 +207,82 @@ def verdict(lo: float, hi: float, direction: int, margin: float | None = None) -
     if hi < 0:
         return HOLDS if direction == -1 else DOES_NOT_HOLD
     return INCONCLUSIVE
+
+
+def one_sided_p(estimate: float, se: float, df: float, direction: int, null: float = 0.0) -> float:
+    """One-sided p of H0 "the effect is on the other side of `null` (or at it)" against "it is on `direction`'s side":
+
+        t = direction·(estimate − null) / se,   p = P(T_df ≥ t)   (the normal tail when df = inf).
+
+    se = 0: p = 0 when the estimate lies on `direction`'s side of null, 1 otherwise. NaN in, NaN out.
+    p < α exactly when the two-sided (1 − 2α) t interval excludes `null` on that side.
+    """
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction}")
+    if not (math.isfinite(estimate) and math.isfinite(se) and df > 0):
+        return math.nan
+    if se == 0:
+        return 0.0 if direction * (estimate - null) > 0 else 1.0
+    t = direction * (estimate - null) / se
+    return float(_st.norm.sf(t)) if math.isinf(df) else float(_st.t.sf(t, df))
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given; NaN stays NaN and is not counted in the family.
+
+    With the m finite p sorted, p₍₁₎ ≤ … ≤ p₍ₘ₎:  p̃₍ᵢ₎ = min(1, max_{j ≤ i} (m − j + 1)·p₍ⱼ₎).
+    Rejecting every hypothesis with p̃ < α keeps the chance of any false rejection in the family at most α
+    (Holm 1979), whatever the dependence between the tests.
+    """
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, math.nan)
+    ok = np.flatnonzero(~np.isnan(p))
+    if ok.size == 0:
+        return out.tolist()
+    if (p[ok] < 0).any() or (p[ok] > 1).any():
+        raise ValueError(f"p-values must lie in [0, 1], got {p[ok].tolist()}")
+    m = ok.size
+    order = ok[np.argsort(p[ok], kind="stable")]
+    running = 0.0
+    for i, k in enumerate(order):
+        running = max(running, min(1.0, (m - i) * float(p[k])))
+        out[k] = running
+    return out.tolist()
+
+
+def t_power(n: int, delta: float, sd: float, alpha: float) -> float:
+    """Power of the one-sided one-sample (or paired) t test at level α with n units when the true mean is `delta`
+    (> 0 on the tested side) and the per-unit sd is `sd`: P(T' > t_{1−α, n−1}), T' noncentral t with n − 1 degrees
+    of freedom and noncentrality δ·√n / sd."""
+    if n < 2:
+        return 0.0
+    df = n - 1
+    return float(_st.nct.sf(_st.t.ppf(1 - alpha, df), df, delta * math.sqrt(n) / sd))
+
+
+def units_for_power(delta: float, sd: float, alpha: float = 0.025, power: float = 0.8, n_max: int = 10_000) -> int | None:
+    """The smallest n (≥ 2) whose one-sided t test at level α has at least `power` (:func:`t_power`) to detect a
+    true mean `delta` with per-unit spread `sd`; None when delta ≤ 0, sd is not finite, or n_max is not enough.
+
+    Starts from the normal approximation n₀ = ((z_{1−α} + z_{power})·sd/δ)² and steps up: the t test needs a
+    little more (heavier tails, fewer degrees of freedom)."""
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError(f"alpha and power must be in (0, 1), got {alpha}, {power}")
+    if not (math.isfinite(delta) and math.isfinite(sd)) or delta <= 0 or sd < 0:
+        return None
+    if sd == 0:
+        return 2
+    z = float(_st.norm.ppf(1 - alpha) + _st.norm.ppf(power))
+    n = max(2, int(math.floor((z * sd / delta) ** 2)))
+    if n > n_max:
+        return None
+    while t_power(n, delta, sd, alpha) < power:
+        n += 1
+        if n > n_max:
+            return None
+    while n > 2 and t_power(n - 1, delta, sd, alpha) >= power:  # the floor of n₀ can already be enough
+        n -= 1
+    return n
 
 
 # -- reward hacking: drop of the gold reward from its peak -----------------------------------------------------------

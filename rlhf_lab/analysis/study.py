@@ -17,7 +17,19 @@ from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
 from rlhf_lab.analysis.quantities import HALF_A, HALF_B, final_gold, final_gold_source, gold_drop
-from rlhf_lab.analysis.runs import HISTORY_KEYS, POLICY_STAGES, RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
+from rlhf_lab.analysis.runs import (
+    HISTORY_KEYS,
+    POLICY_STAGES,
+    STUDY_TAG,
+    RunData,
+    groups,
+    kl_gold_pairs,
+    label,
+    load_study,
+    policy_size,
+    rm_size,
+    store_uri,
+)
 
 
 # the histories a study report reads: the plotted curves and the two halves of the eval prompts (split-half drop)
@@ -100,21 +112,54 @@ def best_setting(runs: Sequence[RunData]) -> tuple[str, float, int] | None:
     return best
 
 
+def study_runs_from_files(study: str, runs_files: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
+    """(the policy runs of `study`, its sweep commands) kept in runs files (:mod:`~rlhf_lab.analysis.snapshot`): the
+    runs tagged ``rlhf_lab.study = study`` under any key, each once (a later file's copy wins), in the order kept."""
+    from rlhf_lab.analysis.snapshot import read_snapshot
+
+    runs: dict[str, RunData] = {}
+    cmds: set[str] = set()
+    for f in runs_files:
+        studies, commands = read_snapshot(f)
+        for key, rs in studies.items():
+            mine = [r for r in rs if r.tags.get(STUDY_TAG) == study and r.stage in POLICY_STAGES]
+            runs.update({r.run_id: r for r in mine})
+            if mine:
+                cmds |= set(commands.get(key, []))
+    return list(runs.values()), sorted(cmds)
+
+
 def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: str | None = None,
-                       parent: str | None = None) -> Path:
-    """``<out_dir>/<study>/README.md`` and its PNGs from the study's runs in the store (:func:`load_study`); with
-    `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``)."""
-    runs_all, parents = load_study(study, uri, parent=parent, history_keys=STUDY_HISTORY_KEYS)
-    return write_report(study, runs_all, parents, Path(out_dir) / (study or "sweep"), uri, parent)
+                       parent: str | None = None, runs_files: Sequence[Path | str] = (),
+                       use_store: bool = True) -> Path:
+    """``<out_dir>/<study>/README.md`` and its PNGs from the study's runs in the store (:func:`load_study`) and in
+    `runs_files` (:func:`study_runs_from_files`; a run in both: the store's copy), or the files alone when not
+    `use_store`; with `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``)."""
+    runs_all, parents = (load_study(study, uri, parent=parent, history_keys=STUDY_HISTORY_KEYS) if use_store
+                         else ([], []))
+    commands = reproduce_commands(study or "<study>", parents) if parents else []
+    if runs_files and study:
+        kept, kept_cmds = study_runs_from_files(study, runs_files)
+        ids = {r.run_id for r in runs_all}
+        runs_all = [*(r for r in kept if r.run_id not in ids), *runs_all]
+        commands = sorted(set(commands) | set(kept_cmds))
+    source = " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files])
+    return write_report(study, runs_all, parents, Path(out_dir) / (study or "sweep"), uri, parent,
+                        commands=commands or None, source=source if runs_files else None,
+                        flags=("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files))
 
 
 def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequence[Any], out: Path,
-                 uri: str | None = None, parent: str | None = None) -> Path:
-    """The study report of `runs_all` (all statuses) in folder `out`: README.md and the PNGs it shows."""
+                 uri: str | None = None, parent: str | None = None, commands: Sequence[str] | None = None,
+                 source: str | None = None, flags: str = "") -> Path:
+    """The study report of `runs_all` (all statuses) in folder `out`: README.md and the PNGs it shows. `commands`
+    (else those of the sweep `parents`) reproduce it; `source` names where the runs were read (else the store),
+    `flags` what the last line says ``rlhf-lab-report`` was given besides the study."""
     out.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs_all if r.status == "FINISHED"]
     other = [r for r in runs_all if r.status != "FINISHED"]
-    cmds = reproduce_commands(study or "<study>", parents)
+    cmds = list(commands) if commands else reproduce_commands(study or "<study>", parents)
+    source = source or f"`{store_uri(uri)}`"
     lines = [f"# Study `{study}`" if study else "# Sweep", ""]
     if parent:
         lines += [f"The jobs of the sweep whose parent MLflow run is `{parent}`"
@@ -124,7 +169,7 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
     if not runs_all:
         where = f"tag `rlhf_lab.study={study}`" if study else ""
         where += (" and " if where else "") + (f"parent run `{parent}`" if parent else "")
-        lines += [f"**Not run yet**: no runs with {where} in `{store_uri(uri)}`.", ""]
+        lines += [f"**Not run yet**: no runs with {where} in {source}.", ""]
         (out / "README.md").write_text("\n".join(lines))
         return out / "README.md"
     seeds = sorted({r.seed for r in runs})
@@ -212,7 +257,7 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
 
     lines += ["## Runs", "", md_table(["run", "algo", "setting", "seed", "status"],
                                       [[f"`{r.run_id}`", r.stage, f"`{label(r)}`", r.seed, r.status] for r in runs_all]),
-              "", f"Tracking store: `{store_uri(uri)}`; generated by "
-              + ("the sweep's end (rlhf_lab/sweeping.py)." if parent else f"`rlhf-lab-report {study}`."), ""]
+              "", ("Tracking store: " if source == f"`{store_uri(uri)}`" else "Runs read from ") + f"{source}; generated by "
+              + ("the sweep's end (rlhf_lab/sweeping.py)." if parent else f"`rlhf-lab-report {study}{flags}`."), ""]
     (out / "README.md").write_text("\n".join(lines))
     return out / "README.md"

@@ -1,0 +1,161 @@
+"""The claims report across claims: Holm's correction over every judged effect of the report, the rule that an effect
+shown against the claim decides it even when a precondition fails, the units an inconclusive effect would need, and
+the upstream factors (RM, SFT policy) replicated or held fixed per arm. Synthetic effects and runs, no training."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats as st
+
+from rlhf_lab.analysis import claims as C
+from rlhf_lab.analysis import verdicts as V
+from rlhf_lab.analysis.effects import Measured
+from rlhf_lab.analysis.registry import JUDGED, PRECONDITION, Claim, Part
+from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.stats import Effect, units_for_power
+
+N = 5  # units per synthetic effect
+
+
+def effect_with_p(p: float, se: float = 0.1, n: int = N) -> Effect:
+    """A t effect over n units whose one-sided p (toward +) is p, with standard error se."""
+    est = float(st.t.isf(p, n - 1)) * se
+    h = float(st.t.ppf(0.975, n - 1)) * se
+    return Effect(est, est - h, est + h, n, "t")
+
+
+def part(says: str, e: Effect | None, role: str = JUDGED, direction: int = 1, margin: float | None = None,
+         runs: tuple = ()) -> Part:
+    return Part(says, "synthetic", "gold reward", direction, margin,
+                lambda studies, e=e: Measured(e, "", "" if e else "no runs", runs), role)
+
+
+def claim(cid: str, *parts: Part, min_rms: int = 0) -> Claim:
+    return Claim(cid, f"claim {cid}", ("s",), tuple(parts), min_rms=min_rms)
+
+
+def judge(*claims: Claim) -> dict[str, V.ClaimResult]:
+    return {r.claim.id: r for r in V.judge_all(claims, {"s": []}, {"s": 1})}
+
+
+def test_an_effect_with_p_0_009_holds_alone_but_not_after_holm_among_30():
+    alone = judge(claim("X1", part("the effect", effect_with_p(0.009))))["X1"]
+    assert alone.verdict == "holds" and alone.parts[0].p == pytest.approx(0.009, rel=1e-6)
+    assert alone.parts[0].p_adj == pytest.approx(0.009, rel=1e-6)
+    others = [claim(f"Y{i}", part(f"other {i}", effect_with_p(0.5))) for i in range(29)]
+    res = judge(claim("X1", part("the effect", effect_with_p(0.009))), *others)
+    x = res["X1"].parts[0]
+    assert x.p == pytest.approx(0.009, rel=1e-6) and x.p_adj == pytest.approx(30 * 0.009, rel=1e-6)
+    assert x.verdict == "inconclusive" and res["X1"].verdict == "inconclusive"
+    assert x.measured.effect.lo > 0  # the unadjusted interval still excludes 0: it is shown beside the verdict
+    # a very small p survives: 30 · 0.0005 = 0.015 < 0.025
+    res = judge(claim("X1", part("the effect", effect_with_p(0.0005))), *others)
+    assert res["X1"].verdict == "holds" and res["X1"].parts[0].p_adj == pytest.approx(0.015, rel=1e-6)
+
+
+def test_the_family_is_every_judged_effect_with_a_p_value_not_preconditions_or_shown_or_missing():
+    res = judge(claim("X1", part("pre", effect_with_p(0.001), PRECONDITION), part("a", effect_with_p(0.01)),
+                      part("b", effect_with_p(0.02)), part("gone", None)),
+                claim("X2", part("c", effect_with_p(0.3))))
+    a, b = res["X1"].parts[1], res["X1"].parts[2]
+    # Holm over {0.01, 0.02, 0.3}: 3·0.01 = 0.03, max(0.03, 2·0.02) = 0.04, max(0.04, 0.3) = 0.3
+    assert (a.p_adj, b.p_adj) == pytest.approx((0.03, 0.04)) and res["X2"].parts[0].p_adj == pytest.approx(0.3)
+    assert math.isnan(res["X1"].parts[0].p_adj) and res["X1"].parts[0].verdict == "holds"  # unadjusted
+    assert math.isnan(res["X1"].parts[3].p) and res["X1"].parts[3].verdict == "inconclusive"
+    assert C.family_size(list(res.values())) == 3
+
+
+def test_a_judged_effect_against_the_claim_decides_it_even_when_the_precondition_fails():
+    against = effect_with_p(0.9999)  # estimate far below 0: p toward the claim ≈ 1, against it ≈ 0.0001
+    res = judge(claim("X1", part("pre", effect_with_p(0.4), PRECONDITION), part("the effect", against)))["X1"]
+    e = res.parts[1]
+    assert e.side == -1 and e.p == pytest.approx(1e-4, rel=1e-3) and e.verdict == "does not hold" and e.against
+    assert res.verdict == "does not hold" and res.reason.startswith("shown against the claim: \"the effect\"")
+    assert "although \"pre\" is not shown" in res.reason
+    # inconclusive against the claim: the failed precondition still makes the claim inconclusive
+    res = judge(claim("X1", part("pre", effect_with_p(0.4), PRECONDITION), part("the effect", effect_with_p(0.9))))
+    assert res["X1"].verdict == "inconclusive" and "cannot be tested" in res["X1"].reason
+    # negligible (inside ±margin) is "does not hold" but not "against": the failed precondition wins
+    tiny = Effect(0.001, -0.01, 0.012, N, "t")
+    res = judge(claim("X1", part("pre", effect_with_p(0.4), PRECONDITION), part("tiny", tiny, margin=0.05)))["X1"]
+    assert res.parts[1].verdict == "does not hold" and not res.parts[1].against and res.verdict == "inconclusive"
+
+
+def test_an_inconclusive_effect_states_the_units_80_percent_power_would_need():
+    e = effect_with_p(0.2, se=0.1)  # sd = se·√5 ≈ 0.224, estimate ≈ 0.094
+    res = judge(claim("X1", part("open", e, margin=0.05)), claim("X2", part("other", effect_with_p(0.5))))
+    r = res["X1"].parts[0]
+    assert r.verdict == "inconclusive" and r.alpha == pytest.approx(0.025 / 2)  # m = 2: Holm's strictest step
+    assert r.needs == units_for_power(e.estimate, e.sd, 0.025 / 2) and r.needs > N
+    section = "\n".join(C.claim_section(res["X1"]))
+    assert f"**inconclusive** (needs about {r.needs} seeds)" in section
+    assert f"needs about {r.needs} seeds" in res["X1"].reason
+    # the margin when it is larger than the estimate
+    small = effect_with_p(0.45, se=0.1)
+    r = judge(claim("X1", part("open", small, margin=0.15)))["X1"].parts[0]
+    assert r.verdict == "inconclusive" and r.needs == units_for_power(0.15, small.sd, 0.025)
+    # a precondition is not corrected: its units are for 0.025
+    r = judge(claim("X1", part("pre", e, PRECONDITION), part("x", effect_with_p(0.01))),
+              claim("X2", part("y", effect_with_p(0.5))))["X1"].parts[0]
+    assert r.alpha == 0.025 and r.needs == units_for_power(e.estimate, e.sd, 0.025)
+
+
+def test_the_report_shows_holm_p_beside_the_unadjusted_interval_and_states_the_family(tmp_path):
+    others = [claim(f"Y{i}", part(f"other {i}", effect_with_p(0.5))) for i in range(29)]
+    results = V.judge_all([claim("X1", part("the effect", effect_with_p(0.009))), *others], {"s": []}, {"s": 1})
+    text = C.render(results, "`memory`", [])
+    assert "m = 30" in text and "Holm's step-down correction at a family-wise level of 0.025 per side" in text
+    row = next(line for line in text.splitlines() if line.startswith("| X1 "))
+    assert row.endswith("| 0.270 | **inconclusive** |")
+    effect_row = next(line for line in text.splitlines() if line.startswith("| judged | the effect"))
+    cells = [c.strip() for c in effect_row.strip("|").split("|")]
+    e = results[0].parts[0].measured.effect
+    assert cells[3] == f"{e.estimate:.3f} [{e.lo:.3f}, {e.hi:.3f}] gold reward" and e.lo > 0
+    assert cells[6:8] == ["0.009", "0.270"] and cells[8].startswith("**inconclusive** (needs about ")
+    against = V.judge_all([claim("X1", part("e", effect_with_p(0.99995)))], {"s": []}, {"s": 1})
+    text = C.render(against, "`memory`", [])
+    assert "| < 0.001 against | **does not hold** |" in text and "| < 0.001 (against) | < 0.001 |" in text
+
+
+def run(stage: str, seed: int, setting: dict, rm: str = "", sft: str = "sft0") -> RunData:
+    tags = {k: v for k, v in (("rlhf_lab.upstream.rm", rm), ("rlhf_lab.upstream.sft", sft)) if v}
+    return RunData(f"{stage}-{setting}-{seed}-{rm}", stage, "FINISHED", {}, tags, {}, setting=setting, seed=str(seed))
+
+
+def test_upstream_factors_are_counted_per_arm_from_the_runs():
+    shared = tuple(run("ppo", s, {"x": a}, rm="rm0") for s in range(5) for a in ("1", "2"))
+    replicated = tuple(run("ppo", s, {"x": a}, rm=f"rm{s}") for s in range(5) for a in ("1", "2"))
+    e = effect_with_p(0.001)
+    one = judge(claim("X1", part("e", e, runs=shared), min_rms=5))["X1"]
+    assert one.verdict == "inconclusive" and one.reason.startswith("not replicated: 1 RM per arm")
+    text = V.upstream_text(one.parts)
+    assert "RM: 1 per arm (held fixed)" in text and "SFT policy: 1 per arm (held fixed)" in text
+    assert "conditional on one RM and one SFT policy" in text
+    five = judge(claim("X1", part("e", e, runs=replicated), min_rms=5))["X1"]
+    assert five.verdict == "holds", five.reason
+    text = V.upstream_text(five.parts)
+    assert "RM: 5 per arm (replicated)" in text and "conditional on one SFT policy." in text
+    assert "**Upstream factors**" in "\n".join(C.claim_section(five))
+    # an rm run is its own RM; runs that name no RM are not counted
+    rms = tuple(run("rm", s, {"r": "8"}) for s in range(5))
+    assert V.per_arm(rms, V.rm_of) == {("rm", (("r", "8"),)): 5}
+    untagged = tuple(run("ppo", s, {"x": "1"}) for s in range(5))
+    res = judge(claim("X1", part("e", e, runs=untagged), min_rms=5))["X1"]
+    assert res.verdict == "inconclusive" and "0 RMs per arm" in res.reason
+    assert "RM: not logged" in V.upstream_text(res.parts)
+    # a claim that is not about the RM needs no replication
+    assert judge(claim("X1", part("e", e, runs=shared)))["X1"].verdict == "holds"
+
+
+def test_seeds_to_decide_takes_the_largest_need_up_to_the_cap_per_study():
+    a = claim("X1", part("a", effect_with_p(0.2, se=0.1)), part("b", effect_with_p(0.3, se=0.1)))
+    b = claim("X2", part("c", effect_with_p(0.001)))  # holds: nothing to add
+    res = V.judge_all([a, b], {"s": []}, {"s": 1})
+    needs = sorted(p.needs for p in res[0].parts)
+    assert needs[0] < needs[1]
+    assert V.seeds_to_decide(res, cap=needs[1]) == {"s": needs[1]}
+    assert V.seeds_to_decide(res, cap=needs[1] - 1) == {"s": needs[0]}  # b's effect needs more than the cap
+    assert V.seeds_to_decide(res, cap=needs[0] - 1) == {}
+    assert V.seeds_to_decide(res[1:], cap=1000) == {}
