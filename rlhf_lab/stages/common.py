@@ -226,17 +226,19 @@ def world_gold(cfg: DictConfig):
 
 def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
     """The fixed prompts of an evaluation split. World data: :func:`rlhf_lab.data.eval_prompts`. External data
-    (``data=jsonl|hf``): the held-out rows' distinct prompts, ``eval`` the first ``eval.n_prompts``, ``test``
-    the last ``eval.n_test_prompts`` (they overlap when there are fewer held-out prompts than both), no ``ood``."""
+    (``data=jsonl|hf``): the first ``eval.n_prompts`` of the dataset's eval-split prompts, or the first
+    ``eval.n_test_prompts`` of its test-split ones (all of them when it has fewer;
+    :func:`rlhf_lab.preferences.external_prompts`: split by prompt, never a training prompt, eval and test
+    disjoint), no ``ood``."""
     if cfg.data.source == "world":
         return D.eval_prompts(cfg, split)
     from rlhf_lab.preferences import external_prompts
 
     if split == "ood":
         return []
-    _, held = external_prompts(cfg)
+    _, eval_prompts, test_prompts = external_prompts(cfg)
     n = int(cfg.eval[D.EVAL_SIZE_KEYS[split]])
-    return held[:n] if split == "eval" else held[-n:]
+    return (eval_prompts if split == "eval" else test_prompts)[:n]
 
 
 def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None):

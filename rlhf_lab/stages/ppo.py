@@ -226,7 +226,7 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
     the draw is from the dataset's training prompts (:func:`rlhf_lab.preferences.external_prompts`; a
     prompt-only dataset will do), without replacement within a step when there are enough."""
     if cfg.data.source != "world":
-        pool, _ = external_prompts(cfg)
+        pool = external_prompts(cfg)[0]
 
         def external_fn(step: int) -> list[str]:
             rng = random.Random(f"ppo/{seed}/{step}")
