@@ -117,7 +117,7 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
     if job != "rm":  # a saved policy of the same architecture, loadable as any checkpoint
         saved = F.load_causal_lm(tmp_path / "out" / "artifact")
         assert saved.config.model_type == arch
-        assert meta["summary"]["gold"].startswith("no gold reward")
+        assert meta["summary"]["test gold"].startswith("no gold reward")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
                                 f"reward_model.path={tmp_path / 'rm' / 'artifact'}"])
     validate(cfg)
     meta = stages.run_job(cfg, tmp_path / "ppo")
-    assert "eval/proxy_reward" in meta["eval"] and meta["summary"]["gold"].startswith("no gold reward")
+    assert "eval/proxy_reward" in meta["eval"] and meta["summary"]["test gold"].startswith("no gold reward")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     rloo = runs[runs["run_id"] == meta["run_id"]].iloc[0]

@@ -325,7 +325,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
         if ev.test_last:
             meta.update(test=ev.test_last, test_start=ev.test_first,
-                        summary={"gold": gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")})
+                        summary={"test gold": gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")})
         return meta
 
 
@@ -345,11 +345,11 @@ def held_out_summary(ev) -> dict[str, str]:
     out = {}
     g0, g1 = ev.first.get("eval/gold_reward", float("nan")), ev.last.get("eval/gold_reward")
     if g1 is not None:
-        out["gold eval"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
+        out["eval gold"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
                             f"{ev.last.get('eval/gold_reward_se', float('nan')):.3f})")
     t0, t1 = ev.test_first, ev.test_last
     if "eval/gold_reward_ood" in t1:
-        out["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
+        out["ood gold"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
                            f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
                            "(held-out products)")
     return out
