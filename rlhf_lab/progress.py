@@ -19,6 +19,15 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 
+def write_line(text: str) -> None:
+    """Print `text` as one line of its own on stdout without breaking a progress bar: tqdm clears the open bars,
+    writes the line and draws the bars again below it (a plain print lands in the middle of a bar's line)."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stdout)
+    sys.stdout.flush()
+
+
 class StageBar(TQDMProgressBar):
     def __init__(self, label: str, total: int, steps_per_unit: int = 1, unit: str = "step"):
         super().__init__(leave=True)
