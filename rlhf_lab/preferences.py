@@ -125,8 +125,9 @@ def relabel_pairs(cfg: DictConfig, pairs: list[PreferencePair], gold, rng: rando
 
 @torch.no_grad()
 def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, source: str,
-                 batch_size: int = 256, gold=None) -> list[PreferencePair]:
-    """Two responses per prompt from the policy checkpoint, labelled by :func:`label_pairs` (`gold`: see there)."""
+                 batch_size: int = 256, gold=None, progress=None) -> list[PreferencePair]:
+    """Two responses per prompt from the policy checkpoint, labelled by :func:`label_pairs` (`gold`: see there).
+    `progress`: a bar whose ``update(n)`` is called with the number of prompts of each batch sampled and labelled."""
     from rlhf_lab.models.families import load_causal_lm, load_options, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
@@ -143,6 +144,8 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
         rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
                     sampler=g.sampler)
         pairs += label_pairs(cfg, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source, gold)
+        if progress is not None:
+            progress.update(len(chunk))
     return pairs
 
 
