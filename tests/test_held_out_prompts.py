@@ -164,3 +164,15 @@ def test_the_world_is_unchanged(monkeypatch, tmp_path):
            "prefs_eval": digest(D.prompts(cfg, "prefs_eval", int(cfg.data.n_eval), split="eval")),
            **{s: digest(evaluation_prompts(cfg, s)) for s in ("eval", "test", "ood")}}
     assert now == WORLD_BEFORE
+
+
+def test_a_job_on_too_few_prompts_fails_before_training_anything(tmp_path):
+    from rlhf_lab import stages
+
+    f = write_jsonl(tmp_path / "few.jsonl", [{"prompt": f"p{i}", "chosen": "a", "rejected": "b"} for i in range(3)])
+    cfg = compose_cfg([o for o in TINY if not o.startswith("data.")] + [
+        f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
+        "algo=rm", "data=jsonl", f"data.path={f}"])
+    with pytest.raises(P.TooFewPrompts, match="3 distinct prompt"):
+        stages.run_job(cfg, tmp_path / "out")
+    assert not (tmp_path / "cache" / "pretrain").exists() and not (tmp_path / "m.db").exists()  # nothing ran

@@ -360,10 +360,18 @@ def held_out_summary(ev) -> dict[str, str]:
 
 
 def run_job(cfg: DictConfig, out_dir: Path) -> dict:
-    """Run the job named by ``algo`` (on every rank when ``trainer.devices > 1``); returns rank 0's metadata."""
+    """Run the job named by ``algo`` (on every rank when ``trainer.devices > 1``); returns rank 0's metadata.
+    External data (``data=jsonl|hf``) is read and split first, so its errors come before any training."""
     name = job_stage(cfg)
     if name not in JOBS:
         raise ValueError(f"algo={name!r} is not a known algorithm; choose one of {', '.join(JOBS)}")
+    if cfg.data.source != "world" and name not in ("pretrain", "sft"):
+        from rlhf_lab.config_checks import PPO_FAMILY
+        from rlhf_lab.preferences import load_examples
+
+        # read, check and split the data as the job will (PPO's family: a prompt-only dataset will do) before any
+        # upstream stage trains: a bad row or too few prompts for a held-out split fails in seconds, not after training
+        load_examples(cfg, prompt_only=name in PPO_FAMILY)
     out_dir = Path(out_dir)
     try:
         return distributed.launch(cfg, out_dir, run_rank)
