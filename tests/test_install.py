@@ -37,7 +37,8 @@ def satisfy_torch(env: Path) -> None:
     for path in [site / "torch", site / "functorch", site / "torchgen", *site.glob(f"torch-{dist.version}.dist-info")]:
         if path.exists():
             (shelf / path.name).symlink_to(path)
-    purelib = subprocess.run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    purelib = subprocess.run([str(env / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     Path(purelib, "torch_only.pth").write_text(str(shelf) + "\n")
 
@@ -83,7 +84,8 @@ def test_dev_install_resolves_with_the_newest_pip_without_backtracking(tmp_path)
     version = run([py, "-m", "pip", "--version"], tmp_path).stdout.split()[1]
     assert res.returncode == 0, f"pip {version} could not resolve .[dev]:\n{out[-3000:]}"
     assert not [ln for ln in out.splitlines() if BACKTRACKING.search(ln)], f"pip {version} backtracked:\n{out[-3000:]}"
-    assert not [ln for ln in out.splitlines() if BUILDING.search(ln)], f"pip {version} built from source:\n{out[-3000:]}"
+    built = [ln for ln in out.splitlines() if BUILDING.search(ln)]
+    assert not built, f"pip {version} built from source:\n{out[-3000:]}"
     resolved = json.loads(report.read_text())
     assert non_wheels(resolved) == []
     names = {i["metadata"]["name"].lower() for i in resolved["install"]}

@@ -225,7 +225,8 @@ def test_a_parallel_sweep_logs_to_the_server_and_its_report_comes_from_there(tea
 
     def mean_over_seeds(key: str) -> dict[str, float]:
         finals = {j.info.run_name: client.get_metric_history(j.info.run_id, key)[-1].value for j in jobs}
-        return {b: (finals[f"dpo {b} seed=0"] + finals[f"dpo {b} seed=1"]) / 2 for b in ("algo.beta=0.1", "algo.beta=0.3")}
+        return {b: (finals[f"dpo {b} seed=0"] + finals[f"dpo {b} seed=1"]) / 2
+                for b in ("algo.beta=0.1", "algo.beta=0.3")}
 
     evals, tests = mean_over_seeds("eval/gold_reward"), mean_over_seeds("test/gold_reward")
     assert best_eval == pytest.approx(max(evals.values())) and evals[best] == pytest.approx(best_eval)
