@@ -324,8 +324,8 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         tracking.log_metric("time/train_s", time.time() - t0)
         meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
         if ev.test_last:
-            gold = gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")
-            meta.update(test=ev.test_last, test_start=ev.test_first, summary={"test gold": gold})
+            test_gold = gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")
+            meta.update(test=ev.test_last, test_start=ev.test_first, summary={"test gold": test_gold})
         return meta
 
 
