@@ -6,6 +6,7 @@ from typing import Callable
 
 import lightning as L
 from rlhf_lab import tracking
+from rlhf_lab.progress import write_line
 from rlhf_lab.tracking import log_samples_table
 
 
@@ -81,7 +82,8 @@ class RewardHackingMonitor(L.Callback):
     The alarm fires (once) after `warmup` steps when the smoothed gold is at least `gold_drop` below its
     best so far while the smoothed proxy is above its value at that best: it sets the MLflow tag
     ``rlhf_lab.reward_hacking=true``, logs ``hacking/alarm`` = 1 and an event artifact
-    ``events/reward_hacking.json``, and warns. ``hacking/gold_drop`` (best − current smoothed gold) and
+    ``events/reward_hacking.json``, and prints one line, once, above the progress bar
+    (:func:`rlhf_lab.progress.write_line`). ``hacking/gold_drop`` (best − current smoothed gold) and
     ``hacking/proxy_gain`` (current − at-best smoothed proxy) are logged every step.
     """
 
@@ -128,8 +130,6 @@ class RewardHackingMonitor(L.Callback):
                             "hacking/proxy_gain": self.proxy_ema - self.proxy_at_best,
                             "hacking/alarm": float(self.fired_at is not None)}, step=step)
         if fire:
-            import warnings
-
             event = {"event": "reward_hacking", "step": step, "proxy_ema": self.proxy_ema, "gold_ema": self.gold_ema,
                      "best_gold_ema": self.best_gold, "proxy_ema_at_best_gold": self.proxy_at_best,
                      "gold_drop_threshold": self.gold_drop}
@@ -138,5 +138,4 @@ class RewardHackingMonitor(L.Callback):
             tracking.log_dict(event, "events/reward_hacking.json")
             msg = (f"[rlhf-lab] reward hacking suspected at step {step}: proxy {self.proxy_at_best:.3f} -> "
                    f"{self.proxy_ema:.3f} (rising) while gold fell {self.best_gold:.3f} -> {self.gold_ema:.3f}")
-            warnings.warn(msg, RuntimeWarning, stacklevel=1)
-            print(msg)
+            write_line(msg)  # once, on a line of its own above the progress bar (no RuntimeWarning)

@@ -81,6 +81,10 @@ def fraction_below_one(v: Any) -> bool:
     return v is not None and 0 <= v < 1
 
 
+def open_unit(v: Any) -> bool:
+    return v is not None and 0 < v < 1
+
+
 def optional(rule: Rule) -> Rule:
     return lambda v: v is None or rule(v)
 
@@ -170,7 +174,11 @@ def check_loading(node: DictConfig, prefix: str) -> None:
 
 def check_data(d: DictConfig) -> None:
     source = choice(d, "data", "source", DATA_SOURCES)
-    need_all(d, "data", {"eval_fraction": fraction_below_one})
+    need_all(d, "data", {"eval_fraction": (open_unit, "in (0, 1)"), "test_fraction": (open_unit, "in (0, 1)")})
+    held_out = (get(d, "eval_fraction") or 0) + (get(d, "test_fraction") or 0)
+    if held_out >= 1:
+        raise ConfigError("data.test_fraction", get(d, "test_fraction"),
+                          f"< 1 - data.eval_fraction (={1 - get(d, 'eval_fraction'):g}), leaving prompts to train on")
     if source == "world":
         need_all(d, "data", {"n_train": (at_least(1), ">= 1"), "n_eval": non_negative,
                              "on_policy_fraction": unit_interval})

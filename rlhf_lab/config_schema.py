@@ -271,6 +271,7 @@ class JsonlDataConfig:
     columns: ColumnsConfig = field(default_factory=ColumnsConfig)
     chat_template: Optional[str] = MISSING
     eval_fraction: float = MISSING
+    test_fraction: float = MISSING
     seed: int = MISSING
 
 
@@ -283,6 +284,7 @@ class HfDataConfig:
     columns: ColumnsConfig = field(default_factory=ColumnsConfig)
     chat_template: Optional[str] = MISSING
     eval_fraction: float = MISSING
+    test_fraction: float = MISSING
     seed: int = MISSING
 
 

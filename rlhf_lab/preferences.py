@@ -18,11 +18,20 @@ Two sources, chosen by the `data` config group:
   :func:`external_prompts` reads the prompts only (a prompt-only dataset will do) for PPO, GRPO and RLOO. With a
   gold RM (``gold=rm``) the labeler labels the pairs again on its scores (:func:`relabel_pairs`), and they
   carry gold.
+
+  **Held out by prompt** (:func:`split_by_prompt`): every distinct prompt (its text as the model sees it,
+  after the chat template) goes to ``train``, ``eval`` or ``test`` by a hash of that text, as the world's
+  prompts do (:func:`rlhf_lab.world.splits.hash_bucket`; ``data.eval_fraction`` and ``data.test_fraction``
+  of the prompts, 0.1 each by default), with every row of that prompt. So the RM's and DPO's held-out pairs
+  and the evaluation prompts are never training prompts, even with several pairs per prompt (HH-RLHF,
+  UltraFeedback), and eval and test never share a prompt. A dataset whose prompts leave one of the three
+  empty fails with :class:`TooFewPrompts` (one line: how many prompts it has and how many each split got).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,10 +41,13 @@ from omegaconf import DictConfig
 
 from rlhf_lab import data as D
 from rlhf_lab import external_data as X
+from rlhf_lab.config_checks import ConfigError
 from rlhf_lab.external_data import ChatRenderer
 from rlhf_lab.runtime import to_plain
+from rlhf_lab.world.splits import hash_bucket, prompt_hash
 
 COLUMNS = ("prompt", "chosen", "rejected")
+HELD_OUT = ("train", "eval", "test")  # the splits of an external dataset's prompts
 
 
 @dataclass
@@ -113,8 +125,9 @@ def relabel_pairs(cfg: DictConfig, pairs: list[PreferencePair], gold, rng: rando
 
 @torch.no_grad()
 def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, source: str,
-                 batch_size: int = 256, gold=None) -> list[PreferencePair]:
-    """Two responses per prompt from the policy checkpoint, labelled by :func:`label_pairs` (`gold`: see there)."""
+                 batch_size: int = 256, gold=None, progress=None) -> list[PreferencePair]:
+    """Two responses per prompt from the policy checkpoint, labelled by :func:`label_pairs` (`gold`: see there).
+    `progress`: a bar whose ``update(n)`` is called with the number of prompts of each batch sampled and labelled."""
     from rlhf_lab.models.families import load_causal_lm, load_options, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
@@ -131,6 +144,8 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
         rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
                     sampler=g.sampler)
         pairs += label_pairs(cfg, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source, gold)
+        if progress is not None:
+            progress.update(len(chunk))
     return pairs
 
 
@@ -168,41 +183,77 @@ def external_rows(dc: DictConfig):
     return X.dataset_rows(X.load_hf_dataset(name, split), f"{name}[{split}]"), f"data.name={name!r}"
 
 
-def load_examples(cfg: DictConfig, prompt_only: bool = False) -> tuple[list[X.Example], list[X.Example]]:
-    """(train, eval) rows of ``data=jsonl|hf`` as text, every row checked (:func:`rlhf_lab.external_data.read_examples`),
-    shuffled with ``data.seed``; the first ``data.eval_fraction`` are held out (at least one row of two or more)."""
+class TooFewPrompts(ConfigError):
+    """An external dataset whose distinct prompts leave train, eval or test empty (``str(err)`` is one line:
+    how many distinct prompts it has, how many each split got, and what would do)."""
+
+    def __init__(self, key: str, counts: dict[str, int], eval_fraction: float, test_fraction: float) -> None:
+        n = sum(counts.values())
+        about = math.ceil(3 / min(eval_fraction, test_fraction, 1 - eval_fraction - test_fraction))
+        self.key, self.value, self.counts = key, n, counts
+        self.allowed = "a dataset with at least 1 distinct prompt in each of train, eval and test"
+        ValueError.__init__(self, (
+            f"{key}: {n} distinct prompt(s), split by a hash of the text into train {counts['train']}, eval "
+            f"{counts['eval']}, test {counts['test']} (data.eval_fraction={eval_fraction}, data.test_fraction="
+            f"{test_fraction}); each split needs at least 1 (eval and test are held out, never trained on): use a "
+            f"dataset with more distinct prompts (about {about} or more at these fractions) or larger fractions"))
+
+
+def split_by_prompt(examples: list[X.Example], eval_fraction: float, test_fraction: float,
+                    key: str = "data") -> dict[str, list[X.Example]]:
+    """The rows of each split (:data:`HELD_OUT`), every row in the split of its prompt:
+    ``hash_bucket(prompt, 1 - eval_fraction - test_fraction, eval_fraction)``, so all rows of a prompt are
+    in one split and a prompt's split depends on its text alone. Rows keep their order. Raises
+    :class:`TooFewPrompts` when a split has no prompt (no evaluation ever falls back to training prompts)."""
+    train = 1.0 - eval_fraction - test_fraction
+    out: dict[str, list[X.Example]] = {s: [] for s in HELD_OUT}
+    for e in examples:
+        out[hash_bucket(e.prompt, train, eval_fraction)].append(e)
+    counts = {s: len({e.prompt for e in rows}) for s, rows in out.items()}
+    if not all(counts.values()):
+        raise TooFewPrompts(key, counts, eval_fraction, test_fraction)
+    return out
+
+
+def load_examples(cfg: DictConfig, prompt_only: bool = False) -> dict[str, list[X.Example]]:
+    """The rows of ``data=jsonl|hf`` as text, every row checked (:func:`rlhf_lab.external_data.read_examples`),
+    by split of their prompt (:func:`split_by_prompt`, ``data.eval_fraction``, ``data.test_fraction``); the
+    training rows shuffled with ``data.seed``."""
     dc = cfg.data
     rows, key = external_rows(dc)
     ex = X.read_examples(rows, X.columns_of(dc), str(dc.get("format", "auto")), lambda: chat_renderer(cfg),
                          prompt_only=prompt_only, key=key)
-    rng = random.Random(int(dc.get("seed", 0)))
-    rng.shuffle(ex)
-    n_eval = max(1, int(len(ex) * float(dc.get("eval_fraction", 0.1)))) if len(ex) > 1 else 0
-    return ex[n_eval:], ex[:n_eval]
+    out = split_by_prompt(ex, float(dc.get("eval_fraction", 0.1)), float(dc.get("test_fraction", 0.1)), key)
+    random.Random(int(dc.get("seed", 0))).shuffle(out["train"])
+    return out
 
 
 def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
-    """(train, eval) preference pairs of ``data=jsonl|hf`` (:func:`load_examples`), in either format."""
-    train, held = load_examples(cfg)
+    """(train, eval) preference pairs of ``data=jsonl|hf`` (:func:`load_examples`), in either format; the
+    test split's pairs are not used (its prompts are: :func:`external_prompts`)."""
+    split = load_examples(cfg)
     to_pairs = lambda xs: [PreferencePair(e.prompt, e.chosen, e.rejected, source="external") for e in xs]  # noqa: E731
-    pairs = to_pairs(train)
+    pairs = to_pairs(split["train"])
     validate_pairs(pairs, "data")
-    return pairs, to_pairs(held)
+    return pairs, to_pairs(split["eval"])
 
 
-PROMPTS_MEMO: dict[str, tuple[list[str], list[str]]] = {}
+PROMPTS_MEMO: dict[str, tuple[list[str], list[str], list[str]]] = {}
 
 
-def external_prompts(cfg: DictConfig) -> tuple[list[str], list[str]]:
-    """(train, eval) distinct prompts of ``data=jsonl|hf`` (a prompt-only dataset will do), in row order;
+def external_prompts(cfg: DictConfig) -> tuple[list[str], list[str], list[str]]:
+    """(train, eval, test) distinct prompts of ``data=jsonl|hf`` (a prompt-only dataset will do; the same
+    split as :func:`load_external`'s pairs): train in row order, eval and test in the order of their hash
+    (a fixed pseudo-random order, so the first ``eval.n_prompts`` are a sample, whatever the file's order);
     read once per process and configuration."""
     policy = cfg.get("policy")
     memo_key = json.dumps([to_plain(cfg.data), str(policy.get("name_or_path")) if policy is not None else None],
                           sort_keys=True, default=str)
     if memo_key not in PROMPTS_MEMO:
-        train, held = load_examples(cfg, prompt_only=True)
-        distinct = lambda xs: list(dict.fromkeys(e.prompt for e in xs))  # noqa: E731
-        PROMPTS_MEMO[memo_key] = distinct(train), distinct(held) or distinct(train)
+        split = load_examples(cfg, prompt_only=True)
+        distinct = {s: list(dict.fromkeys(e.prompt for e in split[s])) for s in HELD_OUT}
+        held = lambda s: sorted(distinct[s], key=prompt_hash)  # noqa: E731
+        PROMPTS_MEMO[memo_key] = distinct["train"], held("eval"), held("test")
     return PROMPTS_MEMO[memo_key]
 
 

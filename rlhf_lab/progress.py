@@ -6,7 +6,8 @@ Lightning's default bar reads ``Epoch 3/-2`` (an iterable loader has no epoch co
 (``algo.steps`` PPO steps, ``sft.steps`` optimizer steps, ...), from ``trainer.global_step`` divided by the
 optimizer steps one unit makes, so it also tells the truth after a resume; its label is the stage
 (``sft``, ``rm member 2/3``, ``ppo``), so a first run that builds its upstream stages shows one named bar per
-stage.
+stage. ``prefs``, which trains nothing, counts the pairs it samples and labels on a bar of the same look
+(:func:`work_bar`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,23 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+
+
+def work_bar(label: str, total: int, unit: str, enabled: bool = True) -> Tqdm:
+    """A bar like :class:`StageBar`'s for a stage that runs no Lightning trainer (``prefs``): labelled with the
+    stage, counting `total` `unit`s as the caller calls ``update(n)``; a bar that draws nothing when not
+    `enabled` (``trainer.progress_bar=false``). Close it (or use it as a context manager)."""
+    return Tqdm(desc=label, total=int(total), unit=unit, disable=not enabled, leave=True, dynamic_ncols=True,
+                file=sys.stdout, smoothing=0, bar_format=TQDMProgressBar.BAR_FORMAT)
+
+
+def write_line(text: str) -> None:
+    """Print `text` as one line of its own on stdout without breaking a progress bar: tqdm clears the open bars,
+    writes the line and draws the bars again below it (a plain print lands in the middle of a bar's line)."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stdout)
+    sys.stdout.flush()
 
 
 class StageBar(TQDMProgressBar):

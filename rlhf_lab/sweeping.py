@@ -13,7 +13,8 @@
   (:func:`record_failure`), so one failing job does not stop the others; its MLflow run is already marked
   FAILED with the error by ``tracking.start_run``.
 * ``on_multirun_end`` attaches the study report of the sweep's jobs to the parent run (artifacts
-  ``study_report/``: README.md and its PNGs; metric ``study/best_final_gold``, tag ``rlhf_lab.best_setting``;
+  ``study_report/``: README.md and its PNGs; metrics ``study/best_final_gold`` (test split) and
+  ``study/best_eval_gold`` (the eval split it is chosen on), tag ``rlhf_lab.best_setting``;
   :mod:`rlhf_lab.analysis.parent_run`; ``hydra.callbacks.mlflow_sweep.report=false`` turns it off), then ends
   the parent run FINISHED, or FAILED when a job failed (its failure record, or a FAILED child run), prints which,
   and exits with status 1 in that case.
@@ -225,24 +226,27 @@ def attach_study_report(client, run_id: str, study: str | None, uri: str, childr
         return None
     best = out["best"]
     print(f"[rlhf-lab] sweep: study report in the parent run's artifacts ({ARTIFACT_DIR}/: {', '.join(out['files'])})"
-          + (f"; best final gold {best[1]:.3f} at {best[0]}" if best else ""))
+          + (f"; best setting {best.setting}: {best.split} gold {best.gold:.3f} (chosen on eval gold "
+             f"{best.eval_gold:.3f})" if best else ""))
     return out
 
 
 def jobs_table(children: list, failed: dict[str, str]) -> str:
-    """One table of the sweep's jobs: run name, status, final gold reward and KL (eval/*), wall time; then
-    the jobs that failed before opening a run."""
+    """One table of the sweep's jobs: run name, status, the gold reward on the test split (``test/gold_reward``,
+    the reports' gold final) and at the last evaluation on the eval split (``eval/gold_reward``), the last eval
+    KL, wall time; then the jobs that failed before opening a run."""
     from rlhf_lab.tracking import JOB_TAG
 
     jobs = sorted((r for r in children if r.data.tags.get(JOB_TAG) == "true"), key=lambda r: r.info.start_time or 0)
-    rows = [("job (run name)", "status", "gold", "KL", "time")]
+    keys = ("test/gold_reward", "eval/gold_reward", "eval/kl")
+    rows = [("job (run name)", "status", "test gold", "eval gold", "eval KL", "time")]
     for r in jobs:
         m = r.data.metrics
         secs = ((r.info.end_time or r.info.start_time or 0) - (r.info.start_time or 0)) / 1000
         rows.append((r.info.run_name or r.info.run_id, r.info.status,
-                     *(f"{m[k]:.3f}" if k in m else "-" for k in ("eval/gold_reward", "eval/kl")), f"{secs:.0f}s"))
-    rows += [(f"{k} ({v})" if v else k, "FAILED", "-", "-", "-") for k, v in failed.items() if k.startswith("job")]
-    widths = [max(len(str(row[i])) for row in rows) for i in range(5)]
+                     *(f"{m[k]:.3f}" if k in m else "-" for k in keys), f"{secs:.0f}s"))
+    rows += [(f"{k} ({v})" if v else k, "FAILED", "-", "-", "-", "-") for k, v in failed.items() if k.startswith("job")]
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in rows]
     return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])

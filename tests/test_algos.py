@@ -107,4 +107,4 @@ def test_bon_job_curve(tiny_cfg, tmp_path):
     # each gold point has its standard error over the 4 prompts: sd of the per-prompt values / √4
     se = _history(db, run, "bon/gold_reward_se")
     assert set(se) == {1, 2, 4} and all(math.isfinite(v) and 0 <= v < 2 for v in se.values())
-    assert "± " in meta["summary"]["gold"]
+    assert "± " in meta["summary"]["eval gold"]

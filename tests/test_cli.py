@@ -53,6 +53,10 @@ def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
     r = cli("algo=sft", *TINY, "trainer.max_steps=5", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "rlhf-lab sft: done" in r.stdout and "mlflow ui --backend-store-uri sqlite:///mlflow.db" in r.stdout
+    gold_lines = [ln for ln in r.stdout.splitlines() if "gold" in ln and ln.startswith("  ")]
+    assert gold_lines and all(ln.split(":")[0].strip() in ("final test", "final eval", "test gold", "eval gold")
+                              for ln in gold_lines), gold_lines  # every gold figure names its split
+    assert any(ln.startswith("  test gold  : ") and "test prompts" in ln for ln in gold_lines)
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     sft = runs[runs["tags.rlhf_lab.stage"] == "sft"].iloc[0]

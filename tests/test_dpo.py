@@ -181,10 +181,10 @@ def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg, tmp_path):
     assert margins[0] == pytest.approx(0.0, abs=1e-5) and sum(margins[-3:]) / 3 > 0.005
     assert meta["eval_start"]["eval/rewards/margins"] == pytest.approx(0.0, abs=1e-5)
     assert math.isfinite(meta["eval"]["eval/rewards/margins"])
-    assert {"test/gold_reward", "test/gold_reward_se"} <= set(meta["test"]) and "± " in meta["summary"]["gold"]
+    assert {"test/gold_reward", "test/gold_reward_se"} <= set(meta["test"]) and "± " in meta["summary"]["test gold"]
     # the summary gives the eval-prompt gold with its SE and the held-out products' gold, as PPO's does
-    assert "(eval prompts, SE " in meta["summary"]["gold eval"]
-    assert ("eval/gold_reward_ood" in meta["test"]) == ("held-out products" in meta["summary"].get("gold ood", ""))
+    assert "(eval prompts, SE " in meta["summary"]["eval gold"]
+    assert ("eval/gold_reward_ood" in meta["test"]) == ("held-out products" in meta["summary"].get("ood gold", ""))
     # the artifact is a plain causal LM
     Fm.load_causal_lm(meta["artifact"], Fm.load_tokenizer(meta["artifact"]))
 

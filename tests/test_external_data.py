@@ -104,20 +104,22 @@ def test_a_template_that_does_not_extend_the_prompt_is_a_row_error():
 
 
 def data_cfg(tmp_path, **data):
-    return OmegaConf.create({"data": {"eval_fraction": 0.25, "seed": 0, **data}, "policy": {"name_or_path": None}})
+    return OmegaConf.create({"data": {"eval_fraction": 0.25, "test_fraction": 0.25, "seed": 0, **data},
+                             "policy": {"name_or_path": None}})
 
 
 def test_jsonl_conversational_file_rendered_with_the_checkpoint_chat_template(tmp_path, arch_checkpoints):
     from tests.tiny_archs import conversational_jsonl, world_pairs
 
-    f = conversational_jsonl(tmp_path / "conv.jsonl", world_pairs(8))
+    f = conversational_jsonl(tmp_path / "conv.jsonl", world_pairs(20))
     cfg = data_cfg(tmp_path, source="jsonl", path=str(f))
     cfg.policy.name_or_path = str(arch_checkpoints["qwen2"])
     train, held = P.load_external(cfg)
-    assert len(train) == 6 and len(held) == 2
+    assert train and held and len(train) + len(held) < 20  # the test split's pairs are neither
+    assert not {p.prompt for p in train} & {p.prompt for p in held}
     p = train[0]
     assert p.prompt.startswith("<|im_start|>user\n") and p.prompt.endswith("<|im_start|>assistant\n")
-    assert "<|im_end|>" not in p.chosen and p.chosen in {c for _, c, _ in world_pairs(8)}
+    assert "<|im_end|>" not in p.chosen and p.chosen in {c for _, c, _ in world_pairs(20)}
     cfg.data.chat_template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"  # the config's wins
     assert P.load_external(cfg)[0][0].prompt.startswith("[")
 
@@ -127,18 +129,18 @@ def test_saved_dataset_folder_parquet_and_hub_name(tmp_path):
 
     from tests.tiny_archs import ultrafeedback_folder, world_pairs
 
-    pairs = world_pairs(8)
+    pairs = world_pairs(20)
     folder = ultrafeedback_folder(tmp_path / "uf", pairs)
     cfg = data_cfg(tmp_path, source="hf", name=str(folder), split="train", columns={"prompt": "instruction"})
     train, held = P.load_external(cfg)
-    assert len(train) + len(held) == 8 and train[0].prompt.startswith("user: ")
-    train_p, held_p = P.external_prompts(cfg)
-    assert set(train_p) | set(held_p) == {f"user: {p}\nassistant:" for p, _, _ in pairs}
+    train_p, eval_p, test_p = P.external_prompts(cfg)
+    assert len(train) == len(train_p) and len(held) == len(eval_p) and train[0].prompt.startswith("user: ")
+    assert set(train_p) | set(eval_p) | set(test_p) == {f"user: {p}\nassistant:" for p, _, _ in pairs}
 
     pq = tmp_path / "pairs.parquet"
     datasets.Dataset.from_list([{"prompt": p, "chosen": c, "rejected": r} for p, c, r in pairs] +
                                [{"prompt": "p", "chosen": "same", "rejected": "same"}]).to_parquet(str(pq))
-    with pytest.raises(ValueError, match=r"pairs.parquet\[train\] row 8: chosen == rejected"):
+    with pytest.raises(ValueError, match=r"pairs.parquet\[train\] row 20: chosen == rejected"):
         P.load_external(data_cfg(tmp_path, source="hf", name=str(pq), split="train"))
     with pytest.raises(OSError, match="could not load it from the Hugging Face hub"):
         P.load_external(data_cfg(tmp_path, source="hf", name="no-such-org/no-such-dataset", split="train"))
@@ -154,8 +156,8 @@ def test_prompt_only_jsonl_feeds_the_ppo_prompt_stream(tmp_path):
     cfg = data_cfg(tmp_path, source="jsonl", path=str(f))
     with pytest.raises(ValueError, match="lacks column"):
         P.load_external(cfg)  # an RM or DPO needs pairs
-    train, held = P.external_prompts(cfg)
-    assert len(train) == 15 and len(held) == 5 and not set(train) & set(held)
+    train, eval_p, test_p = P.external_prompts(cfg)
+    assert len(train) + len(eval_p) + len(test_p) == 20 and not set(train) & (set(eval_p) | set(test_p))
     fn = prompt_stream(cfg, seed=0, n_prompts=4)
     assert fn(3) == fn(3) and fn(3) != fn(4) and set(fn(3)) <= set(train) and len(set(fn(3))) == 4
 

@@ -292,7 +292,8 @@ def test_external_pairs_are_relabelled_by_the_gold_rm(gold_rms, tmp_path):
             rows.append({"prompt": p, "chosen": a, "rejected": b})
     f = tmp_path / "pairs.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    ext = ["data=jsonl", f"data.path={f}", *SHARP]
+    # world train-split prompts all hash below 0.8: held-out fractions of 0.3 leave eval and test some (10, 3)
+    ext = ["data=jsonl", f"data.path={f}", "data.eval_fraction=0.3", "data.test_fraction=0.3", *SHARP]
     plain, _ = prefs.load(compose_cfg(ext))
     assert all(q.gold_chosen is None for q in plain)  # no formula, no gold RM: the dataset's labels as they are
     chosen = {}

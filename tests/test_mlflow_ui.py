@@ -22,6 +22,7 @@ def test_jobs_table_lists_every_job(tmp_path):
         run = client.create_run(exp, run_name=name, tags={tracking.JOB_TAG: "true"})
         if gold is not None:
             client.log_metric(run.info.run_id, "eval/gold_reward", gold)
+            client.log_metric(run.info.run_id, "test/gold_reward", 0.25)
             client.log_metric(run.info.run_id, "eval/kl", 4.0)
         client.set_terminated(run.info.run_id, status=status)
         children.append(client.get_run(run.info.run_id))
@@ -29,9 +30,9 @@ def test_jobs_table_lists_every_job(tmp_path):
     children.append(client.get_run(upstream.info.run_id))
     table = sweeping.jobs_table(children, {"job 2": "kl.beta=5 seed=x", "run abc": "ignored"})
     lines = table.splitlines()
-    assert lines[0].split() == ["job", "(run", "name)", "status", "gold", "KL", "time"]
+    assert lines[0].split() == ["job", "(run", "name)", "status", "test", "gold", "eval", "gold", "eval", "KL", "time"]
     assert len(lines) == 5 and "sft" not in table
-    assert "ppo kl.beta=0.1" in lines[2] and "FINISHED" in lines[2] and "0.500" in lines[2] and "4.000" in lines[2]
+    assert lines[2].split()[:6] == ["ppo", "kl.beta=0.1", "FINISHED", "0.250", "0.500", "4.000"]  # test, eval, KL
     assert "ppo kl.beta=0 " in lines[3] and "FAILED" in lines[3]
     assert lines[4].startswith("job 2 (kl.beta=5 seed=x)") and "FAILED" in lines[4]
 

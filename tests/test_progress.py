@@ -45,3 +45,79 @@ def test_bar_hides_v_num():
     items = StageBar.__mro__[1].get_metrics.__get__(bar)  # Lightning's own: adds v_num
     assert "v_num" in items(trainer, pl_module)
     assert "v_num" not in bar.get_metrics(trainer, pl_module) and bar.get_metrics(trainer, pl_module)["loss/lm"] == 1.0
+
+
+def test_the_hacking_alarm_prints_one_line_above_the_bar_and_no_warning(capsys, monkeypatch, recwarn):
+    import warnings
+
+    from rlhf_lab import callbacks
+    from rlhf_lab.callbacks import RewardHackingMonitor
+
+    for name in ("log_metrics", "set_tag", "log_dict"):  # no MLflow run here
+        monkeypatch.setattr(callbacks.tracking, name, lambda *a, **k: None)
+    proxy = [0.1 * s for s in range(30)]
+    gold = [0.05 * s if s < 10 else 0.5 - 0.06 * (s - 10) for s in range(30)]  # up, then down: the alarm fires
+    feed = iter(zip(range(30), proxy, gold))
+    monitor = RewardHackingMonitor(lambda t, p: next(feed), gold_drop=0.2, window=3, warmup=3)
+    bar = StageBar("ppo", total=30)
+    trainer = SimpleNamespace(global_step=0, global_rank=0)
+    bar.on_train_start(trainer)
+    warnings.simplefilter("always")
+    for step in range(30):
+        trainer.global_step = step + 1
+        monitor.on_train_batch_end(trainer, None, None, None, step)
+        bar.train_progress_bar.n = step + 1
+        bar.train_progress_bar.refresh()
+    bar.train_progress_bar.close()
+    out, err = capsys.readouterr()
+    assert monitor.fired_at is not None and not recwarn.list and "hacking" not in err  # no RuntimeWarning
+    lines = [ln for ln in out.split("\n") if "reward hacking suspected" in ln]
+    assert len(lines) == 1 and out.count("reward hacking suspected") == 1
+    # its own line: what the terminal shows after the bar is cleared (the text after the last carriage return)
+    assert lines[0].split("\r")[-1].startswith(f"[rlhf-lab] reward hacking suspected at step {monitor.fired_at}:")
+    assert "ppo" not in lines[0].split("\r")[-1]
+
+
+def test_work_bar_counts_what_sample_pairs_did(arch_checkpoints, capsys):
+    from rlhf_lab import data as D
+    from rlhf_lab.preferences import sample_pairs
+    from rlhf_lab.progress import work_bar
+
+    cfg = compose_cfg(["generation.max_new_tokens=4", "generation.max_prompt_len=null"])
+    prompts = D.prompts(cfg, "bar", 10)
+    with work_bar("prefs", len(prompts), "pair") as bar:
+        pairs = sample_pairs(cfg, arch_checkpoints["gpt2"], prompts, 0, "sft", batch_size=4, progress=bar)
+        assert bar.n == 10 and len(pairs) <= 10  # three batches (4, 4, 2); a tie in text is dropped
+    out = capsys.readouterr().out
+    assert "prefs" in out and "10/10" in out and "pair/s" in out
+    with work_bar("prefs", 3, "pair", enabled=False) as off:
+        off.update(3)
+    assert capsys.readouterr().out == ""  # trainer.progress_bar=false: nothing drawn
+
+
+def test_the_prefs_stage_shows_a_bar_named_prefs_over_all_its_pairs(monkeypatch, capsys, tmp_path):
+    import contextlib
+
+    from rlhf_lab.preferences import PreferencePair
+    from rlhf_lab.stages import prefs
+
+    calls = []
+
+    def fake_sample(cfg, path, prompts, seed, source, gold=None, progress=None):
+        calls.append((source, len(prompts)))
+        progress.update(len(prompts))
+        return [PreferencePair(p, "a", "b", gold_chosen=1.0, gold_rejected=0.0) for p in prompts]
+
+    run = SimpleNamespace(info=SimpleNamespace(run_id="r"))
+    monkeypatch.setattr(prefs, "sample_pairs", fake_sample)
+    monkeypatch.setattr(prefs, "upstream_run", lambda cfg, path: "sft-run")
+    monkeypatch.setattr(prefs.tracking, "start_run", lambda *a, **k: contextlib.nullcontext(run))
+    monkeypatch.setattr(prefs.tracking, "log_metrics", lambda *a, **k: None)
+    cfg = compose_cfg(["data.n_train=30", "data.n_eval=7", "data.on_policy_fraction=0.2",
+                       f"data.on_policy_path={tmp_path}", "trainer.progress_bar=true"])
+    spec = {"sft": str(tmp_path), "n_train": 30, "n_eval": 7, "seed": 0, "on_policy_fraction": 0.2,
+            "on_policy_path": str(tmp_path)}
+    meta = prefs.build(cfg, tmp_path, spec)
+    assert calls == [("sft", 24), ("on_policy", 6), ("sft", 7)] and (meta["n_train"], meta["n_eval"]) == (30, 7)
+    out = capsys.readouterr().out
+    assert "prefs" in out and "37/37" in out

@@ -97,20 +97,29 @@ def test_a_job_takes_its_share_of_the_cores_under_each_launcher():
     assert cli.launcher_threads({"cpus_per_task": None}, 8) == 8 and cli.launcher_threads({}, 2) == 2
 
 
-def _run(setting: dict, gold: list[float], status: str = "FINISHED") -> RunData:
-    r = RunData("id", "dpo", status, {}, {}, {}, history={"eval/gold_reward": list(enumerate(gold))})
+def _run(setting: dict, gold: list[float], status: str = "FINISHED", test: float | None = None) -> RunData:
+    r = RunData("id", "dpo", status, {}, {}, {} if test is None else {"test/gold_reward": test},
+                history={"eval/gold_reward": list(enumerate(gold))})
     r.setting = setting
     return r
 
 
-def test_best_setting_is_the_highest_mean_final_gold_of_finished_runs():
-    runs = [_run({"algo.beta": "0.1"}, [0.0, 0.5]), _run({"algo.beta": "0.1"}, [0.0, 0.1]),
-            _run({"algo.beta": "0.3"}, [0.0, 0.4]), _run({"algo.beta": "1"}, [0.0, 0.9], status="FAILED")]
-    name, gold, n = best_setting(runs)
-    assert (name, n) == ("algo.beta=0.3", 1) and gold == pytest.approx(0.4)
+def test_best_setting_is_chosen_on_eval_gold_and_reported_on_test_gold():
+    runs = [_run({"algo.beta": "0.1"}, [0.0, 0.5], test=0.45), _run({"algo.beta": "0.1"}, [0.0, 0.1], test=0.05),
+            _run({"algo.beta": "0.3"}, [0.0, 0.4], test=0.2), _run({"algo.beta": "0.3"}, [0.0, 0.4], test=0.3),
+            _run({"algo.beta": "1"}, [0.0, 0.9], status="FAILED", test=0.9)]
+    best = best_setting(runs)  # eval means: 0.1 -> 0.3, 0.3 -> 0.4; failed runs do not count
+    assert (best.setting, best.n, best.split) == ("algo.beta=0.3", 2, "test")
+    assert best.eval_gold == pytest.approx(0.4) and best.gold == pytest.approx(0.25)  # (0.2 + 0.3) / 2
     assert best_setting([_run({"algo.beta": "1"}, [0.9], status="KILLED")]) is None
-    note = parent_run.summary_note("smoke", (name, gold, n), 3, 4)
-    assert "**0.400** at `algo.beta=0.3`" in note and "3 of 4 jobs finished" in note and "study_report/README.md" in note
+    note = parent_run.summary_note("smoke", best, 3, 4)
+    assert ("best setting `algo.beta=0.3`: test-split gold (`test/gold_reward`) **0.250** (mean over 2 runs; chosen "
+            "on eval-split gold, `eval/gold_reward` 0.400)") in note
+    assert "3 of 4 jobs finished" in note and "study_report/README.md" in note
+    no_test = best_setting([_run({"algo.beta": "0.3"}, [0.0, 0.4])])  # a run that logged no test split
+    assert no_test.split == "last eval" and no_test.gold == pytest.approx(0.4)
+    assert "last eval-split gold (`eval/gold_reward`; no test split logged) **0.400**" in parent_run.summary_note(
+        None, no_test, 1, 1)
 
 
 def test_a_study_or_one_sweeps_runs_are_searched():
@@ -210,13 +219,20 @@ def test_a_parallel_sweep_logs_to_the_server_and_its_report_comes_from_there(tea
     # the parent run holds the study report and its headline (the MLflow UI shows the study)
     arts = {a.path for a in client.list_artifacts(parent.info.run_id, parent_run.ARTIFACT_DIR)}
     assert {"study_report/README.md", "study_report/gold_vs_sqrt_kl.png", "study_report/frontier.png"} <= arts
-    best_gold = parent.data.metrics[parent_run.BEST_GOLD]
+    best_eval, best_test = parent.data.metrics[parent_run.BEST_EVAL_GOLD], parent.data.metrics[parent_run.BEST_GOLD]
     best = parent.data.tags[parent_run.BEST_SETTING_TAG]
     assert best in ("algo.beta=0.1", "algo.beta=0.3")
-    finals = {j.info.run_name: client.get_metric_history(j.info.run_id, "eval/gold_reward")[-1].value for j in jobs}
-    mean = {b: (finals[f"dpo {b} seed=0"] + finals[f"dpo {b} seed=1"]) / 2 for b in ("algo.beta=0.1", "algo.beta=0.3")}
-    assert best_gold == pytest.approx(max(mean.values())) and mean[best] == pytest.approx(best_gold)
-    assert f"at `{best}`" in parent.data.tags["mlflow.note.content"]
+
+    def mean_over_seeds(key: str) -> dict[str, float]:
+        finals = {j.info.run_name: client.get_metric_history(j.info.run_id, key)[-1].value for j in jobs}
+        return {b: (finals[f"dpo {b} seed=0"] + finals[f"dpo {b} seed=1"]) / 2
+                for b in ("algo.beta=0.1", "algo.beta=0.3")}
+
+    evals, tests = mean_over_seeds("eval/gold_reward"), mean_over_seeds("test/gold_reward")
+    assert best_eval == pytest.approx(max(evals.values())) and evals[best] == pytest.approx(best_eval)
+    assert best_test == pytest.approx(tests[best])  # reported on the test split, as the study report does
+    assert f"best setting `{best}`: test-split gold (`test/gold_reward`) **{best_test:.3f}**" in parent.data.tags[
+        "mlflow.note.content"]
     readme = Path(client.download_artifacts(parent.info.run_id, "study_report/README.md", str(tmp_path)))
     assert f"parent MLflow run is `{parent.info.run_id}`" in readme.read_text()
     assert "[rlhf-lab] sweep: study report in the parent run's artifacts" in r.stdout

@@ -87,9 +87,10 @@ CASES = [("rm", "gpt_neox", "jsonl"), ("rm", "gpt2", "folder"), ("dpo", "qwen2",
 def chat_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("chat_data")
     pairs = world_pairs(40)
-    return {"jsonl": ["data=jsonl", f"data.path={conversational_jsonl(root / 'conv.jsonl', pairs)}"],
+    held_out = ["data.eval_fraction=0.2", "data.test_fraction=0.2"]  # 40 prompts: train 25, eval 11, test 4
+    return {"jsonl": ["data=jsonl", f"data.path={conversational_jsonl(root / 'conv.jsonl', pairs)}", *held_out],
             "folder": ["data=hf", f"data.name={ultrafeedback_folder(root / 'uf', pairs)}",
-                       "data.columns.prompt=instruction"]}
+                       "data.columns.prompt=instruction", *held_out]}
 
 
 @pytest.mark.slow
@@ -116,7 +117,7 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
     if job != "rm":  # a saved policy of the same architecture, loadable as any checkpoint
         saved = F.load_causal_lm(tmp_path / "out" / "artifact")
         assert saved.config.model_type == arch
-        assert meta["summary"]["gold"].startswith("no gold reward")
+        assert meta["summary"]["test gold"].startswith("no gold reward")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -183,7 +184,10 @@ def test_minilm_rm_trains_offline_and_beats_chance(session_cache, tmp_path):
         f"cache_dir={session_cache}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
-    assert ev["rm/n_eval_pairs"] == 60 and ev["rm/accuracy"] > 0.65  # chance is 0.5 (SE ≈ 0.065)
+    from rlhf_lab.preferences import load_external
+
+    n_eval = len(load_external(cfg)[1])  # the pairs of the eval split's prompts (by a hash of the text), ~60
+    assert ev["rm/n_eval_pairs"] == n_eval and n_eval > 40 and ev["rm/accuracy"] > 0.65  # chance 0.5 (SE ≈ 0.07)
     from rlhf_lab.models.reward import RewardScorer
 
     scorer = RewardScorer.from_path(tmp_path / "out" / "artifact")
@@ -205,10 +209,11 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
     f = tmp_path / "prompts.jsonl"
     f.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": p}]}) + "\n" for p, _, _ in world_pairs(12)))
     cfg = compose_cfg(common + ["algo=rloo", "algo.batch_size=4", "algo.samples_per_prompt=2", "data=jsonl",
-                                f"data.path={f}", f"reward_model.path={tmp_path / 'rm' / 'artifact'}"])
+                                f"data.path={f}", "data.eval_fraction=0.2", "data.test_fraction=0.2",
+                                f"reward_model.path={tmp_path / 'rm' / 'artifact'}"])
     validate(cfg)
     meta = stages.run_job(cfg, tmp_path / "ppo")
-    assert "eval/proxy_reward" in meta["eval"] and meta["summary"]["gold"].startswith("no gold reward")
+    assert "eval/proxy_reward" in meta["eval"] and meta["summary"]["test gold"].startswith("no gold reward")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     rloo = runs[runs["run_id"] == meta["run_id"]].iloc[0]

@@ -2,9 +2,11 @@
 
 Called by the sweep callback (:mod:`rlhf_lab.sweeping`) at the end of a multirun, in the launching process:
 the report of the sweep's own jobs (:func:`rlhf_lab.analysis.study.write_report` on the parent's children:
-README.md and its PNGs) goes into the parent run's artifacts under ``study_report/``; the best setting's
-mean final gold becomes the metric ``study/best_final_gold``, the setting the tag ``rlhf_lab.best_setting``,
-and a one-paragraph summary the run's description (tag ``mlflow.note.content``, shown on the run's page).
+README.md and its PNGs) goes into the parent run's artifacts under ``study_report/``. The best setting is chosen
+on the eval split (mean final ``eval/gold_reward``, the metric ``study/best_eval_gold``) and reported on the test
+split, as the report's "gold final" (mean ``test/gold_reward``, the metric ``study/best_final_gold``); the
+setting becomes the tag ``rlhf_lab.best_setting``, and a one-paragraph summary naming each figure's split the
+run's description (tag ``mlflow.note.content``, shown on the run's page).
 """
 
 from __future__ import annotations
@@ -13,21 +15,31 @@ import tempfile
 from pathlib import Path
 
 from rlhf_lab.analysis.runs import load_study
-from rlhf_lab.analysis.study import STUDY_HISTORY_KEYS, best_setting, write_report
+from rlhf_lab.analysis.study import STUDY_HISTORY_KEYS, BestSetting, best_setting, write_report
 
 ARTIFACT_DIR = "study_report"
-BEST_GOLD = "study/best_final_gold"
+BEST_GOLD = "study/best_final_gold"  # the best setting's gold final: test split, as in the study report
+BEST_EVAL_GOLD = "study/best_eval_gold"  # its eval-split gold, on which it was chosen
 BEST_SETTING_TAG = "rlhf_lab.best_setting"
 
 
-def summary_note(study: str | None, best: tuple[str, float, int] | None, n_finished: int, n_jobs: int) -> str:
-    """The parent run's description: the headline figure and where the report is."""
+def split_gold(split: str) -> str:
+    """How the note names the gold final of :class:`rlhf_lab.analysis.study.BestSetting` (its ``split``)."""
+    return {"test": "test-split gold (`test/gold_reward`)",
+            "last eval": "last eval-split gold (`eval/gold_reward`; no test split logged)"}.get(
+        split, "gold final (`test/gold_reward`, the last `eval/gold_reward` where no test split was logged)")
+
+
+def summary_note(study: str | None, best: BestSetting | None, n_finished: int, n_jobs: int) -> str:
+    """The parent run's description: the best setting, chosen on the eval split, and its gold on the test split
+    (the figure the study report gives for it), and where the report is."""
     head = f"Study `{study}`" if study else "Sweep"
     if best is None:
         figure = "no finished job logged `eval/gold_reward`"
     else:
-        figure = (f"best final gold (`eval/gold_reward`, mean over {best[2]} run{'s' if best[2] > 1 else ''}) "
-                  f"**{best[1]:.3f}** at `{best[0]}`")
+        runs = f"mean over {best.n} run{'s' if best.n > 1 else ''}"
+        figure = (f"best setting `{best.setting}`: {split_gold(best.split)} **{best.gold:.3f}** ({runs}; chosen on "
+                  f"eval-split gold, `eval/gold_reward` {best.eval_gold:.3f})")
     return (f"{head}: {figure}; {n_finished} of {n_jobs} jobs finished. "
             f"Report with plots: artifacts `{ARTIFACT_DIR}/README.md`.")
 
@@ -44,7 +56,8 @@ def publish_study_report(client, run_id: str, study: str | None, uri: str, job_s
         files = sorted(p.name for p in path.parent.iterdir())
     n_finished = sum(r.status == "FINISHED" for r in runs)
     if best is not None:
-        client.log_metric(run_id, BEST_GOLD, best[1])
-        client.set_tag(run_id, BEST_SETTING_TAG, best[0])
+        client.log_metric(run_id, BEST_GOLD, best.gold)
+        client.log_metric(run_id, BEST_EVAL_GOLD, best.eval_gold)
+        client.set_tag(run_id, BEST_SETTING_TAG, best.setting)
     client.set_tag(run_id, "mlflow.note.content", summary_note(study, best, n_finished, len(runs)))
     return {"files": files, "best": best, "n_runs": len(runs)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
@@ -100,15 +100,30 @@ def reproduce_commands(study: str, parents: Sequence[Any]) -> list[str]:
     return cmds or [f"rlhf-lab -m sweep={study}"]
 
 
-def best_setting(runs: Sequence[RunData]) -> tuple[str, float, int] | None:
-    """(setting, its mean final gold, its number of runs) of the setting whose FINISHED runs end with the highest
-    mean final ``eval/gold_reward`` (selection on eval prompts, never test; the report's "gold final" is the test
-    split's); None when no finished run logged it."""
+class BestSetting(NamedTuple):
+    """The sweep's best setting: chosen on the eval split, reported on the test split as the report's gold final."""
+
+    setting: str
+    eval_gold: float  # mean final `eval/gold_reward` of its finished runs: what chose it (selection never sees test)
+    gold: float  # mean "gold final" of those runs (:func:`rlhf_lab.analysis.quantities.final_gold`), as the report
+    split: str  # where `gold` comes from: "test", "last eval" (no run logged test), or "test or last eval"
+    n: int  # its finished runs
+
+
+def best_setting(runs: Sequence[RunData]) -> BestSetting | None:
+    """The setting whose FINISHED runs end with the highest mean final ``eval/gold_reward`` (selection on eval
+    prompts, never test), with its mean gold final (``test/gold_reward``, as the report gives it); None when no
+    finished run logged eval gold."""
     best = None
     for name, members in groups([r for r in runs if r.status == "FINISHED"]).items():
-        finals = [g for g in (r.last("eval/gold_reward") for r in members) if math.isfinite(g)]
-        if finals and (best is None or sum(finals) / len(finals) > best[1]):
-            best = (name, sum(finals) / len(finals), len(finals))
+        scored = [r for r in members if math.isfinite(r.last("eval/gold_reward"))]
+        if not scored:
+            continue
+        eval_gold = sum(r.last("eval/gold_reward") for r in scored) / len(scored)
+        if best is None or eval_gold > best.eval_gold:
+            sources = sorted({final_gold_source(r) for r in scored}, reverse=True)
+            best = BestSetting(name, eval_gold, sum(final_gold(r) for r in scored) / len(scored), " or ".join(sources),
+                               len(scored))
     return best
 
 

@@ -117,9 +117,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         best = max(curve, key=lambda n: curve[n]["bon/gold_reward"])
         c1, cN = curve[1], curve[spec["n_max"]]
         summary = {
-            "gold": f"{c1['bon/gold_reward']:.3f} ± {c1['bon/gold_reward_se']:.3f} (n=1) -> "
-                    f"{cN['bon/gold_reward']:.3f} ± {cN['bon/gold_reward_se']:.3f} (n={spec['n_max']}); "
-                    f"best {curve[best]['bon/gold_reward']:.3f} at n={best} (± SE over prompts)",
+            "eval gold": f"{c1['bon/gold_reward']:.3f} ± {c1['bon/gold_reward_se']:.3f} (n=1) -> "
+                         f"{cN['bon/gold_reward']:.3f} ± {cN['bon/gold_reward_se']:.3f} (n={spec['n_max']}); "
+                         f"best {curve[best]['bon/gold_reward']:.3f} at n={best} (eval prompts, ± SE over prompts)",
             "proxy": f"{c1['bon/proxy_reward']:.3f} -> {cN['bon/proxy_reward']:.3f}",
             "kl": f"{cN['bon/kl']:.2f} nats at n={spec['n_max']} (analytic)",
             "samples": f"{proxy.numel()} ({len(prompts)} prompts × {spec['n_max']}) in {train_s:.0f} s",

@@ -226,17 +226,19 @@ def world_gold(cfg: DictConfig):
 
 def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
     """The fixed prompts of an evaluation split. World data: :func:`rlhf_lab.data.eval_prompts`. External data
-    (``data=jsonl|hf``): the held-out rows' distinct prompts, ``eval`` the first ``eval.n_prompts``, ``test``
-    the last ``eval.n_test_prompts`` (they overlap when there are fewer held-out prompts than both), no ``ood``."""
+    (``data=jsonl|hf``): the first ``eval.n_prompts`` of the dataset's eval-split prompts, or the first
+    ``eval.n_test_prompts`` of its test-split ones (all of them when it has fewer;
+    :func:`rlhf_lab.preferences.external_prompts`: split by prompt, never a training prompt, eval and test
+    disjoint), no ``ood``."""
     if cfg.data.source == "world":
         return D.eval_prompts(cfg, split)
     from rlhf_lab.preferences import external_prompts
 
     if split == "ood":
         return []
-    _, held = external_prompts(cfg)
+    _, eval_prompts, test_prompts = external_prompts(cfg)
     n = int(cfg.eval[D.EVAL_SIZE_KEYS[split]])
-    return held[:n] if split == "eval" else held[-n:]
+    return (eval_prompts if split == "eval" else test_prompts)[:n]
 
 
 def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None):
@@ -322,8 +324,8 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         tracking.log_metric("time/train_s", time.time() - t0)
         meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
         if ev.test_last:
-            meta.update(test=ev.test_last, test_start=ev.test_first,
-                        summary={"gold": gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")})
+            test_gold = gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")
+            meta.update(test=ev.test_last, test_start=ev.test_first, summary={"test gold": test_gold})
         return meta
 
 
@@ -343,11 +345,11 @@ def held_out_summary(ev) -> dict[str, str]:
     out = {}
     g0, g1 = ev.first.get("eval/gold_reward", float("nan")), ev.last.get("eval/gold_reward")
     if g1 is not None:
-        out["gold eval"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
+        out["eval gold"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
                             f"{ev.last.get('eval/gold_reward_se', float('nan')):.3f})")
     t0, t1 = ev.test_first, ev.test_last
     if "eval/gold_reward_ood" in t1:
-        out["gold ood"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
+        out["ood gold"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
                            f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
                            "(held-out products)")
     return out
@@ -358,10 +360,18 @@ def held_out_summary(ev) -> dict[str, str]:
 
 
 def run_job(cfg: DictConfig, out_dir: Path) -> dict:
-    """Run the job named by ``algo`` (on every rank when ``trainer.devices > 1``); returns rank 0's metadata."""
+    """Run the job named by ``algo`` (on every rank when ``trainer.devices > 1``); returns rank 0's metadata.
+    External data (``data=jsonl|hf``) is read and split first, so its errors come before any training."""
     name = job_stage(cfg)
     if name not in JOBS:
         raise ValueError(f"algo={name!r} is not a known algorithm; choose one of {', '.join(JOBS)}")
+    if cfg.data.source != "world" and name not in ("pretrain", "sft"):
+        from rlhf_lab.config_checks import PPO_FAMILY
+        from rlhf_lab.preferences import load_examples
+
+        # read, check and split the data as the job will (PPO's family: a prompt-only dataset will do) before any
+        # upstream stage trains: a bad row or too few prompts for a held-out split fails in seconds, not after training
+        load_examples(cfg, prompt_only=name in PPO_FAMILY)
     out_dir = Path(out_dir)
     try:
         return distributed.launch(cfg, out_dir, run_rank)

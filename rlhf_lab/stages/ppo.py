@@ -226,7 +226,7 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
     the draw is from the dataset's training prompts (:func:`rlhf_lab.preferences.external_prompts`; a
     prompt-only dataset will do), without replacement within a step when there are enough."""
     if cfg.data.source != "world":
-        pool, _ = external_prompts(cfg)
+        pool = external_prompts(cfg)[0]
 
         def external_fn(step: int) -> list[str]:
             rng = random.Random(f"ppo/{seed}/{step}")
@@ -306,7 +306,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         tracking.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
         first, last = ev.first, ev.last
         summary = {
-            "gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
+            "test gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",

@@ -6,7 +6,8 @@ fraction of the training pairs from another policy checkpoint (``data.on_policy_
 ``data.on_policy_fraction``). Each pair records both responses' gold rewards: the formula's, or a gold RM's
 (``gold=rm``, :mod:`rlhf_lab.stages.gold`), on which the labeler then adds its biases. The pairs are one cached
 artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
-MLflow run. External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
+MLflow run, with a progress bar named ``prefs`` that counts the pairs sampled and labelled (one per prompt; a
+tie in text is then dropped). External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rlhf_lab.preferences import (
     save_pairs,
     validate_pairs,
 )
+from rlhf_lab.progress import work_bar
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages.common import ensure, generation_spec, upstream_run
@@ -67,12 +69,14 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     with tracking.start_run(cfg, "prefs", params=params, tags=tags) as run:
         n_on = int(round(spec["n_train"] * spec["on_policy_fraction"]))
         train_prompts = D.prompts(cfg, "prefs", spec["n_train"], split="train")
-        seed = spec["seed"]
-        train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold)
-        if n_on:
-            train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy", gold=gold)
         held_prompts = D.prompts(cfg, "prefs_eval", spec["n_eval"], split="eval")
-        held = sample_pairs(cfg, spec["sft"], held_prompts, seed + 2, "sft", gold=gold)
+        seed = spec["seed"]
+        with work_bar("prefs", len(train_prompts) + len(held_prompts), "pair", bool(cfg.trainer.progress_bar)) as bar:
+            train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold, progress=bar)
+            if n_on:
+                train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy",
+                                      gold=gold, progress=bar)
+            held = sample_pairs(cfg, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
         save_pairs(held, Path(out_dir) / "eval.jsonl")

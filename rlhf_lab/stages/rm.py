@@ -96,7 +96,9 @@ def data_identity(cfg: DictConfig) -> dict:
     dc = cfg.data
     if dc.source == "world":
         return {"source": "world", "prefs": str(cache_for(cfg).path("prefs", prefs.spec(cfg)))}
-    ident = {"source": str(dc.source), "eval_fraction": float(dc.get("eval_fraction", 0.1)), "seed": int(dc.get("seed", 0))}
+    ident = {"source": str(dc.source), "eval_fraction": float(dc.get("eval_fraction", 0.1)),
+             "test_fraction": float(dc.get("test_fraction", 0.1)), "held_out": "by_prompt",
+             "seed": int(dc.get("seed", 0))}
     cols = columns_of(dc)
     if dc.get("format", "auto") != "auto" or cols != DEFAULT_COLUMNS or dc.get("chat_template"):
         ident.update(format=str(dc.get("format", "auto")), columns=cols, chat_template=dc.get("chat_template"))

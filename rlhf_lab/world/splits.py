@@ -36,6 +36,14 @@ def prompt_hash(text: str, salt: str = "") -> float:
     return int.from_bytes(hashlib.sha1((salt + text).encode()).digest()[:8], "big") / 2.0**64
 
 
+def hash_bucket(prompt: str, train: float, eval: float) -> str:
+    """``train`` when ``prompt_hash(prompt) < train``, ``eval`` when it is below ``train + eval``, else ``test``:
+    the bucket of a prompt by its text alone (the world's :meth:`Splits.bucket`, and external datasets'
+    prompts, :func:`rlhf_lab.preferences.split_by_prompt`)."""
+    u = prompt_hash(prompt)
+    return "train" if u < train else "eval" if u < train + eval else "test"
+
+
 @dataclass(frozen=True)
 class Splits:
     """The split fractions of the hash buckets and the held-out (OOD) products."""
@@ -57,8 +65,7 @@ class Splits:
 
     def bucket(self, prompt: str) -> str:
         """``train``, ``eval`` or ``test``, by the hash of the prompt text."""
-        u = prompt_hash(prompt)
-        return "train" if u < self.train else "eval" if u < self.train + self.eval else "test"
+        return hash_bucket(prompt, self.train, self.eval)
 
     def split_of(self, prompt: str) -> str:
         """The prompt's split: one of :data:`ALL_SPLITS`."""
