@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: no hub look-ups in tests
 
@@ -64,6 +65,30 @@ def _no_env_tracking_uri(monkeypatch):
 def compose_cfg(overrides: list[str]):
     with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
         return compose("config", overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(session_cache):
+    """(wheel, folder): this checkout built as a wheel and installed (no dependencies) into a folder to put on
+    PYTHONPATH, as a user's non-editable install; built once for the whole test run, whichever worker asks first."""
+    import subprocess
+    import sys
+
+    from filelock import FileLock
+
+    root = Path(__file__).resolve().parents[1]
+    where = session_cache.parent / "wheel"
+    where.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(where) + ".lock"):
+        if not (where / "done").exists():
+            for args in (["wheel", "--no-deps", "-q", "-w", str(where), str(root)],
+                         ["install", "-q", "--no-deps", "--target", str(where / "site"), "{wheel}"]):
+                wheels = list(where.glob("rlhf_lab-*.whl"))
+                args = [str(wheels[0]) if a == "{wheel}" else a for a in args]
+                r = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
+                assert r.returncode == 0, r.stderr
+            (where / "done").write_text("")
+    return next(where.glob("rlhf_lab-*.whl")), where / "site"
 
 
 @pytest.fixture

@@ -67,20 +67,13 @@ def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
 
 
 @pytest.mark.slow
-def test_wheel_ships_the_configs(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                        str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    wheel = next(tmp_path.glob("rlhf_lab-*.whl"))
+def test_wheel_ships_the_configs(installed_wheel, tmp_path):
+    wheel, target = installed_wheel
     names = zipfile.ZipFile(wheel).namelist()
     assert "rlhf_lab/conf/config.yaml" in names
     assert "rlhf_lab/conf/labeler/length_biased.yaml" in names
     assert "rlhf_lab/conf/hydra/help/rlhf_lab.yaml" in names
-    # a non-editable install finds its configs: install the wheel into a folder and run from elsewhere
-    target = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    # a non-editable install finds its configs: the wheel installed into a folder, run from elsewhere
     env = dict(os.environ, PYTHONPATH=str(target))
     r = subprocess.run([sys.executable, "-c", "import rlhf_lab, sys; print(rlhf_lab.__file__)"], cwd=tmp_path,
                        capture_output=True, text=True, env=env)

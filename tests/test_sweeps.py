@@ -182,11 +182,8 @@ def test_a_single_run_that_fails_exits_nonzero(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-def test_wheel_ships_the_sweeps(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    wheel = next(tmp_path.glob("rlhf_lab-*.whl"))
+def test_wheel_ships_the_sweeps(installed_wheel, tmp_path):
+    wheel, target = installed_wheel
     names = zipfile.ZipFile(wheel).namelist()
     for study in STUDIES:
         assert f"rlhf_lab/sweeps/sweep/{study}.yaml" in names
@@ -196,10 +193,6 @@ def test_wheel_ships_the_sweeps(tmp_path):
     assert "rlhf-lab-report = rlhf_lab.analysis.cli:main" in entry and "rlhf-lab-suite = rlhf_lab.suite:main" in entry
     assert "rlhf_lab/sweeps/kl_est/k3_loss.yaml" in names and "rlhf_lab/sweeps/rm_ens/ens3_tiny_l1.yaml" in names
     assert "rlhf_lab/sweeps/rm_size/micro.yaml" in names and "rlhf_lab/suite.py" in names
-    target = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
     env = dict(os.environ, PYTHONPATH=str(target))
     code = ("import rlhf_lab.sweeping as s, rlhf_lab; assert rlhf_lab.__file__.startswith(%r); "
             "print(len(s.plan(['sweep=ppo_beta_grid', 'hydra/launcher=parallel'])))" % str(target))
