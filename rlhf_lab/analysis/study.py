@@ -17,6 +17,7 @@ from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
 from rlhf_lab.analysis.quantities import HALF_A, HALF_B, final_gold, final_gold_source, gold_drop
+from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.runs import HISTORY_KEYS, POLICY_STAGES, RunData, groups, kl_gold_pairs, label, load_study, policy_size, rm_size, store_uri
 
 
@@ -101,16 +102,23 @@ def best_setting(runs: Sequence[RunData]) -> tuple[str, float, int] | None:
 
 
 def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: str | None = None,
-                       parent: str | None = None) -> Path:
+                       parent: str | None = None, require_runs: bool = False) -> Path:
     """``<out_dir>/<study>/README.md`` and its PNGs from the study's runs in the store (:func:`load_study`); with
-    `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``)."""
+    `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``). With `require_runs`, a study without
+    runs raises :class:`~rlhf_lab.analysis.report_files.ReportError` naming the store (nothing is written)."""
+    out = inside(out_dir, Path(out_dir) / (study or "sweep"))
+    check_folder(out)
     runs_all, parents = load_study(study, uri, parent=parent, history_keys=STUDY_HISTORY_KEYS)
-    return write_report(study, runs_all, parents, Path(out_dir) / (study or "sweep"), uri, parent)
+    if require_runs and not runs_all:
+        raise no_runs(study, store_uri(uri))
+    return write_report(study, runs_all, parents, out, uri, parent)
 
 
 def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequence[Any], out: Path,
                  uri: str | None = None, parent: str | None = None) -> Path:
-    """The study report of `runs_all` (all statuses) in folder `out`: README.md and the PNGs it shows."""
+    """The study report of `runs_all` (all statuses) in folder `out`: README.md and the PNGs it shows (a folder
+    holding files rlhf-lab-report did not write is refused: :func:`~rlhf_lab.analysis.report_files.check_folder`)."""
+    check_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs_all if r.status == "FINISHED"]
     other = [r for r in runs_all if r.status != "FINISHED"]
