@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.config_checks import exit_on_bad_config
-from rlhf_lab.run_states import Interrupted, install_signal_handlers, restore_signal_handlers
+from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
 from rlhf_lab.sweeping import mark_job
 
@@ -131,6 +131,14 @@ def main() -> None:
     try:
         _app()
     except Interrupted as sig:
+        # Ignored until the process is gone (never restored): nothing cuts the last cleanup short, whoever
+        # re-installed which handler before, and a late Ctrl-C cannot turn exit 130 into Python's own SIGINT death.
+        previous = {}
+        ignore_signals()
+        if "mlflow" in sys.modules:  # runs whose ending the signal cut short: KILLED, never left to MLflow's exit hook
+            from rlhf_lab.tracking import end_open_runs
+
+            end_open_runs(f"{type(sig).__name__}: {sig}")
         print(f"rlhf-lab: stopped by {sig}; the open MLflow runs are KILLED", file=sys.stderr)
         raise SystemExit(sig.exit_code) from None
     finally:

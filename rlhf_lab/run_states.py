@@ -5,6 +5,10 @@
   ``rlhf_lab.error = "Interrupted: SIGTERM"`` and the CLI exits with ``128 + signal`` (143, 130).
   :class:`Interrupted` is not an ``Exception`` (nor a ``KeyboardInterrupt``, which Lightning turns into
   exit status 1), so nothing on the way swallows it.
+- Only the first stop signal raises; later ones (a second Ctrl-C, a scheduler's TERM after an INT) are
+  recorded in :data:`RECEIVED` and do nothing else, so they never cut short the cleanup that ends the runs
+  KILLED. The handler itself keeps that state (not a ``SIG_IGN`` it would install): Lightning's teardown
+  re-installs the handlers it found when ``fit`` began, which would undo a ``SIG_IGN``.
 - ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
   ``rlhf_lab.host`` (:func:`process_tags`), and at the next start of a run in the same experiment
   :func:`mark_dead_runs` ends as KILLED the RUNNING runs of this host whose process no longer exists.
@@ -36,10 +40,24 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+RECEIVED: list[int] = []  # the stop signals this process received since install_signal_handlers, in order
+
+
 def raise_interrupted(signum: int, frame: Any) -> None:
-    for s in SIGNALS:  # a second signal while the runs are being ended does not cut that short
-        signal.signal(s, signal.SIG_IGN)
-    raise Interrupted(signum)
+    """The first stop signal raises :class:`Interrupted`; any later one is only recorded (see the module's doc)."""
+    first = not RECEIVED
+    RECEIVED.append(int(signum))
+    if first:
+        raise Interrupted(signum)
+
+
+def ignore_signals() -> None:
+    """SIGTERM and SIGINT ignored from here on (the CLI's last cleanup, once a stop signal was received)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
 
 
 def install_signal_handlers() -> dict:
@@ -50,6 +68,7 @@ def install_signal_handlers() -> dict:
     if threading.current_thread() is not threading.main_thread():
         return {}
     previous = {s: signal.getsignal(s) for s in SIGNALS}
+    RECEIVED.clear()
     for s in SIGNALS:
         signal.signal(s, raise_interrupted)
     return previous

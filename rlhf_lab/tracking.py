@@ -267,6 +267,7 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     if is_job:
         all_tags[JOB_TAG] = "true"
     run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
+    OPEN_RUNS[run.info.run_id] = uri
     try:
         if swept:
             mlflow.log_params(swept)
@@ -283,10 +284,44 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
             mlflow.flush_async_logging()
             mlflow.set_tag("rlhf_lab.error", msg[:5000])
         mlflow.end_run(status="KILLED" if isinstance(err, Interrupted) else "FAILED")
+        OPEN_RUNS.pop(run.info.run_id, None)
         raise
     else:
         mlflow.flush_async_logging()
         mlflow.end_run(status="FINISHED")
+        OPEN_RUNS.pop(run.info.run_id, None)
+
+
+def end_stored_run(run_id: str, status: str, error: str | None = None) -> None:
+    """Set the status (and the tag ``rlhf_lab.error``) of a run :func:`start_run` opened, off MLflow's stack."""
+    client = mlflow.MlflowClient(OPEN_RUNS.get(run_id, mlflow.get_tracking_uri()))
+    if error:
+        client.set_tag(run_id, "rlhf_lab.error", error[:5000])
+    client.set_terminated(run_id, status=status)
+    OPEN_RUNS.pop(run_id, None)
+
+
+OPEN_RUNS: dict[str, str] = {}  # run id -> tracking URI: the runs start_run opened and has not ended yet
+
+
+def end_open_runs(error: str, status: str = "KILLED") -> list[str]:
+    """End with `status` and the tag ``rlhf_lab.error`` = `error` every run :func:`start_run` opened and did not
+    get to end (a stop signal cut its ending short), and empty MLflow's stack of active runs, so that MLflow's
+    exit hook, which ends what it finds there FINISHED, ends nothing. Returns the ids it ended."""
+    while mlflow.active_run() is not None:
+        run_id = mlflow.active_run().info.run_id
+        OPEN_RUNS.setdefault(run_id, mlflow.get_tracking_uri())
+        try:
+            mlflow.end_run(status=status)  # pops the run off the stack first, then writes the status
+        except Exception:
+            pass
+    ended = []
+    for run_id in list(OPEN_RUNS):
+        with contextlib.suppress(Exception):
+            end_stored_run(run_id, status, error)
+            ended.append(run_id)
+        OPEN_RUNS.pop(run_id, None)
+    return ended
 
 
 def lightning_logger(cfg: DictConfig) -> RunLogger | bool:

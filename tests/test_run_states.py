@@ -65,6 +65,81 @@ def test_signal_ends_the_run_killed_with_128_plus_signal(tmp_path, sig):
     assert row["tags.rlhf_lab.error"] == f"Interrupted: {signal.Signals(sig).name}"
 
 
+SEQUENCES = {"INT+INT": (signal.SIGINT, signal.SIGINT), "TERM+TERM": (signal.SIGTERM, signal.SIGTERM),
+             "INT+INT+TERM": (signal.SIGINT, signal.SIGINT, signal.SIGTERM)}
+
+
+GAPS = (0, 0.2, 1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SEQUENCES))
+def test_repeated_signals_still_end_the_run_killed(tmp_path, name):
+    """A second (third) stop signal at any moment of the cleanup (Lightning's teardown, which re-installs the
+    handlers, the ending of the MLflow run) leaves the run KILLED with the first signal named, never FINISHED
+    or RUNNING, and the exit status is 128 + the first signal. One job per gap (0, 0.2, 1, 2 s), side by side."""
+    import threading
+
+    sigs = SEQUENCES[name]
+    dirs = [tmp_path / f"gap_{gap}" for gap in GAPS]
+    procs = []
+    for d in dirs:
+        d.mkdir()
+        procs.append(start_job(d))
+    for d, proc in zip(dirs, procs):
+        wait_running(d, proc)
+
+    def send(proc, gap):
+        for i, sig in enumerate(sigs):
+            if i:
+                time.sleep(gap)
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+    threads = [threading.Thread(target=send, args=(p, gap)) for p, gap in zip(procs, GAPS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = signal.Signals(sigs[0]).name
+    for d, proc, gap in zip(dirs, procs, GAPS):
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + sigs[0], (gap, err[-3000:])
+        assert f"stopped by {first}" in err
+        row = runs(d).iloc[0]
+        assert row["status"] == "KILLED", (gap, err[-3000:])
+        assert row["tags.rlhf_lab.error"] == f"Interrupted: {first}"
+
+
+def test_only_the_first_stop_signal_raises(monkeypatch):
+    monkeypatch.setattr(run_states, "RECEIVED", [])
+    with pytest.raises(run_states.Interrupted) as e:
+        run_states.raise_interrupted(signal.SIGINT, None)
+    assert e.value.exit_code == 130
+    run_states.raise_interrupted(signal.SIGINT, None)  # recorded, not raised: the cleanup goes on
+    run_states.raise_interrupted(signal.SIGTERM, None)
+    assert run_states.RECEIVED == [signal.SIGINT, signal.SIGINT, signal.SIGTERM]
+
+
+def test_end_open_runs_ends_a_run_whose_ending_was_cut_short(tmp_path):
+    """A run still on MLflow's stack (the signal came before its end) and a run popped off it but not written
+    (the signal came inside ``mlflow.end_run``) both end KILLED with the error named."""
+    from rlhf_lab import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    popped = mlflow.start_run().info.run_id
+    tracking.OPEN_RUNS[popped] = uri
+    mlflow.tracking.fluent._active_run_stack.get().pop()  # as if end_run was stopped after its pop
+    active = mlflow.start_run().info.run_id
+    assert sorted(tracking.end_open_runs("Interrupted: SIGTERM")) == sorted([popped, active])
+    assert mlflow.active_run() is None and not tracking.OPEN_RUNS
+    client = mlflow.MlflowClient(uri)
+    for run_id in (popped, active):
+        run = client.get_run(run_id)
+        assert run.info.status == "KILLED" and run.data.tags["rlhf_lab.error"] == "Interrupted: SIGTERM"
+
+
 @pytest.mark.slow
 def test_run_of_a_dead_process_is_marked_killed_at_the_next_start(tmp_path):
     proc = start_job(tmp_path)
@@ -86,3 +161,4 @@ def test_interrupted_is_not_an_exception():
     assert not isinstance(err, Exception) and not isinstance(err, KeyboardInterrupt)
     assert str(err) == "SIGTERM" and err.exit_code == 143
     assert run_states.process_alive(os.getpid())
+
