@@ -11,7 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.config_checks import exit_on_bad_config
+from rlhf_lab.config_checks import composition_error_line, exit_on_bad_config
 from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import quiet_libraries, tracking_uri
 from rlhf_lab.sweeping import mark_job
@@ -92,8 +92,13 @@ def skip_if_finished(cfg: DictConfig) -> tuple[bool, float | None]:
     return True, run.data.metrics.get("eval/gold_reward")
 
 
+FULL_ERROR = "HYDRA_FULL_ERROR"
+USER_FULL_ERROR: list[str | None] = [None]  # the user's HYDRA_FULL_ERROR, put back once the config is composed
+
+
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
+    restore_full_error()  # composed: from here on Hydra reports a job's errors as it always does
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         quiet_libraries()
@@ -126,10 +131,28 @@ def _app(cfg: DictConfig) -> float | None:
         return None
 
 
+def restore_full_error() -> None:
+    if USER_FULL_ERROR[0] is None:
+        os.environ.pop(FULL_ERROR, None)
+    else:
+        os.environ[FULL_ERROR] = USER_FULL_ERROR[0]
+
+
 def main() -> None:
     previous = install_signal_handlers()  # SIGTERM/SIGINT: the open runs end KILLED, exit 128 + signal
+    # Hydra raises its composition errors to us (instead of printing them over several lines and exiting 1): they are
+    # config errors, one line and exit 2 like the others; HYDRA_FULL_ERROR=1 of the user keeps the traceback.
+    USER_FULL_ERROR[0] = os.environ.get(FULL_ERROR)
+    os.environ[FULL_ERROR] = "1"
     try:
         _app()
+    except Exception as err:
+        restore_full_error()
+        line = None if USER_FULL_ERROR[0] == "1" else composition_error_line(err)
+        if line is None:
+            raise
+        print(f"rlhf-lab: config error: {line}", file=sys.stderr)
+        raise SystemExit(2) from None
     except Interrupted as sig:
         # Ignored until the process is gone (never restored): nothing cuts the last cleanup short, whoever
         # re-installed which handler before, and a late Ctrl-C cannot turn exit 130 into Python's own SIGINT death.
