@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.config_checks import composition_error_line, exit_on_bad_config
 from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
-from rlhf_lab.runtime import quiet_libraries, tracking_uri
+from rlhf_lab.runtime import exit_on_unreachable_server, quiet_libraries, tracking_uri
 from rlhf_lab.sweeping import mark_job
 
 
@@ -101,6 +101,7 @@ def _app(cfg: DictConfig) -> float | None:
     restore_full_error()  # composed: from here on Hydra reports a job's errors as it always does
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
+        exit_on_unreachable_server(tracking_uri(cfg))
         quiet_libraries()
         skipped, gold = skip_if_finished(cfg)  # before any work: a resumed sweep re-runs only what is missing
         mark_job("skipped" if skipped else "ran")

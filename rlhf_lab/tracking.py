@@ -5,7 +5,9 @@ config, ``sqlite:///mlflow.db`` in the working directory. Lightning's MLFlowLogg
 run that :func:`start_run` opened (otherwise it would fall back to a ``./mlruns`` file store, which
 MLflow >= 3.13 refuses), and leaves the run's status to us: a run that raises is marked FAILED with
 its error as the tag ``rlhf_lab.error``; a run stopped by SIGTERM/SIGINT is marked KILLED, and a run
-left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`).
+left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`). A stage's
+run is FINISHED only after the writes that follow its body (its artifact into the cache, the job's summary):
+:func:`status_after_writes`; a failed save ends it FAILED with the cause.
 """
 
 from __future__ import annotations
@@ -288,8 +290,36 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         raise
     else:
         mlflow.flush_async_logging()
+        if PENDING:  # the caller still writes (the artifact): it decides the status (status_after_writes)
+            mlflow.end_run(status="RUNNING")  # off MLflow's stack, still RUNNING in the store
+            PENDING[-1].append(run.info.run_id)
+            return
         mlflow.end_run(status="FINISHED")
         OPEN_RUNS.pop(run.info.run_id, None)
+
+
+PENDING: list[list[str]] = []  # one list per open status_after_writes block: the runs whose status waits on it
+
+
+@contextlib.contextmanager
+def status_after_writes() -> Iterator[None]:
+    """A run that :func:`start_run` ends without error inside this block stays RUNNING until the block ends:
+    FINISHED if it ends normally, FAILED (KILLED for a stop signal) with ``rlhf_lab.error`` if it raises. The
+    writes that follow a stage's run (the artifact published to the cache, the job's summary) thus decide its
+    status too: a run is never FINISHED when its artifact could not be saved."""
+    pending: list[str] = []
+    PENDING.append(pending)
+    try:
+        yield
+    except BaseException as err:
+        PENDING.remove(pending)
+        status = "KILLED" if isinstance(err, Interrupted) else "FAILED"
+        for run_id in pending:
+            end_stored_run(run_id, status, f"{type(err).__name__}: {err}")
+        raise
+    PENDING.remove(pending)
+    for run_id in pending:
+        end_stored_run(run_id, "FINISHED")
 
 
 def end_stored_run(run_id: str, status: str, error: str | None = None) -> None:

@@ -162,3 +162,97 @@ def test_interrupted_is_not_an_exception():
     assert str(err) == "SIGTERM" and err.exit_code == 143
     assert run_states.process_alive(os.getpid())
 
+
+def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
+    """Inside status_after_writes a run that ended without error stays RUNNING; a later failure (the artifact
+    could not be saved) ends it FAILED with the cause, a normal end FINISHED."""
+    from omegaconf import OmegaConf
+
+    from rlhf_lab import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = OmegaConf.create({"tracking": {"uri": uri, "experiment": "rlhf-lab"}})
+    client = mlflow.MlflowClient(uri)
+    with pytest.raises(PermissionError):
+        with tracking.status_after_writes():
+            with tracking.start_run(cfg, "pretrain") as run:
+                failed = run.info.run_id
+            assert client.get_run(failed).info.status == "RUNNING" and mlflow.active_run() is None
+            raise PermissionError("[Errno 13] Permission denied: 'cache/pretrain'")
+    run = client.get_run(failed)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["rlhf_lab.error"] == "PermissionError: [Errno 13] Permission denied: 'cache/pretrain'"
+    with tracking.status_after_writes():
+        with tracking.start_run(cfg, "pretrain") as run:
+            finished = run.info.run_id
+    assert client.get_run(finished).info.status == "FINISHED" and not tracking.OPEN_RUNS
+
+
+@pytest.mark.slow
+def test_a_job_whose_artifact_cannot_be_saved_ends_failed(tmp_path):
+    """The job trains to the end, then cannot write its artifact into the cache (cache_dir under a file): its
+    run is FAILED with the cause, and the exit status is not 0."""
+    (tmp_path / "a_file").write_text("")
+    job = [a for a in LONG_JOB if not a.startswith("trainer.max_steps")]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *job, "trainer.max_steps=3",
+                        f"cache_dir={tmp_path / 'a_file' / 'cache'}"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode != 0
+    row = runs(tmp_path).iloc[0]
+    assert row["status"] == "FAILED" and "Not a directory" in row["tags.rlhf_lab.error"], r.stderr[-2000:]
+
+
+def test_an_unreachable_tracking_server_is_named_in_seconds():
+    import socket
+
+    from rlhf_lab.runtime import tracking_server_problem
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.time()
+    problem = tracking_server_problem(f"http://127.0.0.1:{port}", timeout=2)
+    assert time.time() - t0 < 5
+    assert problem.startswith(f"cannot reach the MLflow tracking server at http://127.0.0.1:{port} (")
+    assert "\n" not in problem
+    assert tracking_server_problem("sqlite:///mlflow.db") is None
+
+
+def test_a_server_that_answers_is_reachable_whatever_its_status():
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    from rlhf_lab.runtime import tracking_server_problem
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert tracking_server_problem(f"http://127.0.0.1:{server.server_port}", timeout=5) is None
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_cli_fails_in_seconds_on_an_unreachable_server(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *LONG_JOB], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert time.time() - t0 < 60  # seconds of start-up, not minutes of retries
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and f"http://127.0.0.1:{port}" in lines[0], r.stderr[-2000:]

@@ -86,7 +86,8 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
                   f"artifact for its config yet) -> {cache.path(stage, spec)}", flush=True)
         return mod.build(cfg, tmp, spec)
 
-    path, built = cache.get_or_build(stage, spec, build)
+    with tracking.status_after_writes():  # the stage's run ends FINISHED only once its artifact is in the cache
+        path, built = cache.get_or_build(stage, spec, build)
     if not built:
         announce_reuse(stage, mod.WHAT, path)
     elif job_stage(cfg) != stage:
@@ -377,11 +378,12 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     art = distributed.rank_out_dir(out_dir) / "artifact"
     art.mkdir(parents=True, exist_ok=True)
     spec = mod.spec(cfg)  # ensures the upstream stages first, each as its own run
-    meta = mod.build(cfg, art, spec)
-    if not distributed.is_rank_zero():
-        return meta
-    if getattr(mod, "CACHED", True):
-        meta["cache_path"] = str(cache_for(cfg).publish(stage, spec, art, meta))
-    meta["artifact"] = str(art)
-    (out_dir / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
+    with tracking.status_after_writes():  # the job's run ends FINISHED only after its last write (cache, summary)
+        meta = mod.build(cfg, art, spec)
+        if not distributed.is_rank_zero():
+            return meta
+        if getattr(mod, "CACHED", True):
+            meta["cache_path"] = str(cache_for(cfg).publish(stage, spec, art, meta))
+        meta["artifact"] = str(art)
+        (out_dir / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
     return meta
