@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
+from rlhf_lab.config_checks import data_errors
 from rlhf_lab.runtime import to_plain
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
@@ -235,7 +236,8 @@ def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
 
     if split == "ood":
         return []
-    _, held = external_prompts(cfg)
+    with data_errors():
+        _, held = external_prompts(cfg)
     n = int(cfg.eval[D.EVAL_SIZE_KEYS[split]])
     return held[:n] if split == "eval" else held[-n:]
 

@@ -37,6 +37,7 @@ from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
 from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
+from rlhf_lab.config_checks import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.runtime import to_plain
@@ -226,7 +227,8 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
     the draw is from the dataset's training prompts (:func:`rlhf_lab.preferences.external_prompts`; a
     prompt-only dataset will do), without replacement within a step when there are enough."""
     if cfg.data.source != "world":
-        pool, _ = external_prompts(cfg)
+        with data_errors():  # one line naming file and line, exit 2 (the CLI); no run has started yet
+            pool, _ = external_prompts(cfg)
 
         def external_fn(step: int) -> list[str]:
             rng = random.Random(f"ppo/{seed}/{step}")
