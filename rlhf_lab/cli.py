@@ -11,7 +11,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.config_checks import DataError, composition_error_line, exit_on_bad_config
+from rlhf_lab.config_checks import composition_error_line, exit_on_bad_config
+from rlhf_lab.data_errors import DataError
 from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import exit_on_unreachable_server, quiet_libraries, tracking_uri
 from rlhf_lab.sweeping import mark_job

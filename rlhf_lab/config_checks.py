@@ -17,12 +17,11 @@ milliseconds. The choice lists mirror the constants of the code that implements 
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import math
 import os
 import sys
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -130,25 +129,6 @@ def check_numbers(node: Any, prefix: str = "") -> None:
             raise ConfigError(key, v, "a finite number (null switches an option off)")
         if v < 0 and not key.startswith(NEGATIVE_OK):
             raise ConfigError(key, v, ">= 0")
-
-
-class DataError(ValueError):
-    """A dataset a job cannot use (bad rows named ``file:line``, an empty or too small dataset, a missing file);
-    ``str(err)`` is one line. The CLI prints it and exits 2, like a config error."""
-
-
-@contextlib.contextmanager
-def data_errors() -> Iterator[None]:
-    """Around the reading of ``data=jsonl|hf``: its errors (ValueError, OSError: the data layer's own messages, which
-    name the file and line of each bad row) raised again as :class:`DataError`, on one line."""
-    try:
-        yield
-    except DataError:
-        raise
-    except (ValueError, OSError) as err:
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        raise DataError("".join(line + ("" if i == len(lines) - 1 else " " if line.endswith(":") else "; ")
-                                for i, line in enumerate(lines))) from err
 
 
 # -- rules -----------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from rlhf_lab.config_checks import DataError, data_errors
+from rlhf_lab.data_errors import DataError, data_errors
 from rlhf_lab.preferences import read_jsonl
 from tests.conftest import TINY
 

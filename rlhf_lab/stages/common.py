@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
-from rlhf_lab.config_checks import data_errors
+from rlhf_lab.data_errors import data_errors
 from rlhf_lab.runtime import to_plain
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")

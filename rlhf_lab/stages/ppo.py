@@ -37,7 +37,7 @@ from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
 from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
-from rlhf_lab.config_checks import data_errors
+from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.runtime import to_plain

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab import data as D
 from rlhf_lab import tracking
-from rlhf_lab.config_checks import data_errors
+from rlhf_lab.data_errors import data_errors
 from rlhf_lab.preferences import (
     PreferencePair,
     load_external,
