@@ -312,14 +312,22 @@ def status_after_writes() -> Iterator[None]:
     try:
         yield
     except BaseException as err:
-        PENDING.remove(pending)
+        leave(pending)
         status = "KILLED" if isinstance(err, Interrupted) else "FAILED"
         for run_id in pending:
             end_stored_run(run_id, status, f"{type(err).__name__}: {err}")
         raise
-    PENDING.remove(pending)
+    leave(pending)
     for run_id in pending:
         end_stored_run(run_id, "FINISHED")
+
+
+def leave(pending: list[str]) -> None:
+    """Take a block's list off :data:`PENDING` by identity (the lists of nested blocks may be equal, e.g. empty)."""
+    for i in range(len(PENDING) - 1, -1, -1):
+        if PENDING[i] is pending:
+            del PENDING[i]
+            return
 
 
 def end_stored_run(run_id: str, status: str, error: str | None = None) -> None:

@@ -186,6 +186,16 @@ def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
         with tracking.start_run(cfg, "pretrain") as run:
             finished = run.info.run_id
     assert client.get_run(finished).info.status == "FINISHED" and not tracking.OPEN_RUNS
+    # nested blocks (an upstream stage built inside the job's): each run waits on its own block
+    with tracking.status_after_writes():
+        with tracking.status_after_writes():
+            with tracking.start_run(cfg, "sft") as run:
+                inner = run.info.run_id
+        assert client.get_run(inner).info.status == "FINISHED"
+        with tracking.start_run(cfg, "ppo") as run:
+            outer = run.info.run_id
+        assert client.get_run(outer).info.status == "RUNNING"
+    assert client.get_run(outer).info.status == "FINISHED" and not tracking.PENDING
 
 
 @pytest.mark.slow
