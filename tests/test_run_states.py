@@ -188,6 +188,8 @@ def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
     assert client.get_run(finished).info.status == "FINISHED" and not tracking.OPEN_RUNS
     # nested blocks (an upstream stage built inside the job's): each run waits on its own block
     with tracking.status_after_writes():
+        with tracking.status_after_writes():  # a cached upstream artifact: no run (an empty list, like the outer's)
+            pass
         with tracking.status_after_writes():
             with tracking.start_run(cfg, "sft") as run:
                 inner = run.info.run_id
