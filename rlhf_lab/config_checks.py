@@ -323,6 +323,8 @@ def check_ppo(a: DictConfig) -> None:
         "hacking_monitor.gold_drop": non_negative, "hacking_monitor.window": (at_least(1), ">= 1"),
         "hacking_monitor.warmup": non_negative,
         "max_kl": (optional(positive), "> 0 or null"), "min_entropy": (optional(non_negative), ">= 0 or null"),
+        "max_approxkl": (optional(positive), "> 0 or null"),
+        "max_entropy_ratio": (optional(lambda v: 0 < v <= 1), "in (0, 1] or null"),
         "clip_eps_high": (optional(positive), "> 0 or null")})
     for key, options in (("kl_estimator", KL_ESTIMATORS), ("kl_in", KL_IN), ("reward", PPO_REWARDS),
                          ("critic", PPO_CRITICS), ("baseline", PPO_BASELINES), ("loss_agg", LOSS_AGGREGATIONS),
