@@ -9,6 +9,8 @@
   recorded in :data:`RECEIVED` and do nothing else, so they never cut short the cleanup that ends the runs
   KILLED. The handler itself keeps that state (not a ``SIG_IGN`` it would install): Lightning's teardown
   re-installs the handlers it found when ``fit`` began, which would undo a ``SIG_IGN``.
+- Pre-emption: inside :func:`defer_sigterm` (a policy job's training loop) a SIGTERM is acted on at the next
+  step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.callbacks.Preemption`).
 - ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
   ``rlhf_lab.host`` (:func:`process_tags`), and at the next start of a run in the same experiment
   :func:`mark_dead_runs` ends as KILLED the RUNNING runs of this host whose process no longer exists.
@@ -18,10 +20,11 @@ A leaf module (nothing from rlhf_lab, no MLflow at import).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
-from typing import Any
+from typing import Any, Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PID_TAG = "rlhf_lab.pid"
@@ -41,14 +44,45 @@ class Interrupted(BaseException):
 
 
 RECEIVED: list[int] = []  # the stop signals this process received since install_signal_handlers, in order
+RAISED = [False]  # whether Interrupted was raised for them (once per process)
+DEFER_SIGTERM = [False]  # inside defer_sigterm: a first SIGTERM waits for the training loop's step boundary
 
 
 def raise_interrupted(signum: int, frame: Any) -> None:
-    """The first stop signal raises :class:`Interrupted`; any later one is only recorded (see the module's doc)."""
+    """The first stop signal raises :class:`Interrupted` (naming it); any later one is only recorded (see the
+    module's doc). Inside :func:`defer_sigterm` a first SIGTERM is only recorded too: the training loop stops at its
+    next step boundary (:func:`pending_stop`, :func:`stop_now`); a second signal then stops it at once."""
     first = not RECEIVED
     RECEIVED.append(int(signum))
-    if first:
-        raise Interrupted(signum)
+    if first and DEFER_SIGTERM[0] and signum == signal.SIGTERM:
+        return
+    if not RAISED[0]:
+        stop_now()
+
+
+def pending_stop() -> int | None:
+    """The stop signal received and not yet acted on (a deferred SIGTERM), or None."""
+    return RECEIVED[0] if RECEIVED and not RAISED[0] else None
+
+
+def stop_now() -> None:
+    """Raise :class:`Interrupted` for the first stop signal received."""
+    RAISED[0] = True
+    raise Interrupted(RECEIVED[0])
+
+
+@contextlib.contextmanager
+def defer_sigterm() -> Iterator[None]:
+    """A training loop that checkpoints on pre-emption: a SIGTERM (a scheduler's) received inside waits for the
+    loop's next step boundary, where the loop saves a checkpoint and calls :func:`stop_now`. One still pending when
+    the block ends stops the process there."""
+    DEFER_SIGTERM[0] = True
+    try:
+        yield
+    finally:
+        DEFER_SIGTERM[0] = False
+    if pending_stop() is not None:
+        stop_now()
 
 
 def ignore_signals() -> None:
@@ -69,6 +103,7 @@ def install_signal_handlers() -> dict:
         return {}
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     RECEIVED.clear()
+    RAISED[0] = False
     for s in SIGNALS:
         signal.signal(s, raise_interrupted)
     return previous

@@ -113,6 +113,7 @@ def test_repeated_signals_still_end_the_run_killed(tmp_path, name):
 
 def test_only_the_first_stop_signal_raises(monkeypatch):
     monkeypatch.setattr(run_states, "RECEIVED", [])
+    monkeypatch.setattr(run_states, "RAISED", [False])
     with pytest.raises(run_states.Interrupted) as e:
         run_states.raise_interrupted(signal.SIGINT, None)
     assert e.value.exit_code == 130
