@@ -12,7 +12,7 @@ from rlhf_lab.algorithms.guards import Diverged, check_divergence, divergence
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
-BOUNDS = dict(max_kl=1000.0, min_entropy=1e-4, max_approxkl=10.0, max_entropy_ratio=0.95, vocab_size=384)
+BOUNDS = dict(max_kl=1000.0, min_entropy=1e-4, max_approxkl=5.0, max_entropy_ratio=0.95, vocab_size=384)
 
 
 def test_each_bound_names_its_key():
@@ -20,8 +20,9 @@ def test_each_bound_names_its_key():
     assert divergence(ok, 3, **BOUNDS) is None
     assert "algo.max_kl=1000.0" in divergence({**ok, "objective/kl": 1001.0}, 3, **BOUNDS)
     assert "algo.min_entropy=0.0001" in divergence({**ok, "objective/entropy": 5e-5}, 3, **BOUNDS)
-    why = divergence({**ok, "policy/approxkl": 12.0}, 3, **BOUNDS)
-    assert "policy/approxkl" in why and "algo.max_approxkl=10.0 at PPO step 3" in why and "algo.lr" in why
+    assert divergence({**ok, "policy/approxkl": 4.9}, 3, **BOUNDS) is None
+    why = divergence({**ok, "policy/approxkl": 5.1}, 3, **BOUNDS)
+    assert "policy/approxkl" in why and "algo.max_approxkl=5.0 at PPO step 3" in why and "algo.lr" in why
     # uniform over 384 tokens: log 384 = 5.953 nats; 0.95 of it = 5.655
     assert divergence({**ok, "objective/entropy": 5.6}, 3, **BOUNDS) is None
     why = divergence({**ok, "objective/entropy": 5.7}, 3, **BOUNDS)
@@ -71,7 +72,7 @@ def test_a_destroyed_tiny_policy_stops_failed_naming_the_key(tiny_cfg, tmp_path)
     cfg = tiny_cfg("algo=ppo", "algo.reward=gold", "algo.steps=3", "algo.batch_size=8", "algo.num_minibatches=2",
                    "algo.ppo_epochs=2", "generation.max_new_tokens=12", "eval.n_prompts=8", "eval.n_test_prompts=8",
                    "algo.lr=1.0", mlflow_db=db)
-    with pytest.raises(Diverged, match=r"algo.max_approxkl=10.0 at PPO step 0"):
+    with pytest.raises(Diverged, match=r"algo.max_approxkl=5.0 at PPO step 0"):
         stages.run_job(cfg, tmp_path / "out")
     import mlflow
 
