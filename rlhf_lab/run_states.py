@@ -9,6 +9,8 @@
   recorded in :data:`RECEIVED` and do nothing else, so they never cut short the cleanup that ends the runs
   KILLED. The handler itself keeps that state (not a ``SIG_IGN`` it would install): Lightning's teardown
   re-installs the handlers it found when ``fit`` began, which would undo a ``SIG_IGN``.
+- A signal that arrives in the middle of a database write (the MLflow store's) raises a moment later, once the
+  write is done (:func:`in_critical_code`): cut there, the write would leave the SQLite store locked.
 - Pre-emption: inside :func:`defer_sigterm` (a policy job's training loop) a SIGTERM is acted on at the next
   step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.callbacks.Preemption`).
 - ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
@@ -48,16 +50,55 @@ RAISED = [False]  # whether Interrupted was raised for them (once per process)
 DEFER_SIGTERM = [False]  # inside defer_sigterm: a first SIGTERM waits for the training loop's step boundary
 
 
+RETRYING = [False]  # the next call of the handler is retry_later's, not a new signal
+# Code that a raise must not cut in the middle of: a database write cut there leaves its transaction open and the
+# SQLite store locked, so the run could no longer be ended KILLED (and the error that follows would replace
+# Interrupted).
+CRITICAL_MODULES = ("sqlalchemy", "sqlite3", "alembic", "mlflow.store")  # bounded work (not a lock wait)
+RETRY_S = 0.02
+
+
 def raise_interrupted(signum: int, frame: Any) -> None:
     """The first stop signal raises :class:`Interrupted` (naming it); any later one is only recorded (see the
     module's doc). Inside :func:`defer_sigterm` a first SIGTERM is only recorded too: the training loop stops at its
-    next step boundary (:func:`pending_stop`, :func:`stop_now`); a second signal then stops it at once."""
-    first = not RECEIVED
-    RECEIVED.append(int(signum))
-    if first and DEFER_SIGTERM[0] and signum == signal.SIGTERM:
+    next step boundary (:func:`pending_stop`, :func:`stop_now`); a second signal then stops it at once. A signal that
+    arrives inside a database write (:data:`CRITICAL_MODULES`) raises a moment later, once the write is done."""
+    if RETRYING[0]:
+        RETRYING[0] = False
+    else:
+        first = not RECEIVED
+        RECEIVED.append(int(signum))
+        if first and DEFER_SIGTERM[0] and signum == signal.SIGTERM:
+            return
+    if RAISED[0]:
         return
-    if not RAISED[0]:
-        stop_now()
+    if in_critical_code(frame):
+        retry_later()
+        return
+    stop_now()
+
+
+def in_critical_code(frame: Any, depth: int = 200) -> bool:
+    """Whether `frame` or a caller of it (up to `depth` frames) runs code of :data:`CRITICAL_MODULES`."""
+    while frame is not None and depth > 0:
+        if str(frame.f_globals.get("__name__", "")).startswith(CRITICAL_MODULES):
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
+def retry_later() -> None:
+    """Call the handler again in the main thread in :data:`RETRY_S` seconds, for the first signal received."""
+    import _thread
+    import threading
+
+    def again() -> None:
+        RETRYING[0] = True
+        _thread.interrupt_main(RECEIVED[0])
+
+    t = threading.Timer(RETRY_S, again)
+    t.daemon = True
+    t.start()
 
 
 def pending_stop() -> int | None:
@@ -103,7 +144,7 @@ def install_signal_handlers() -> dict:
         return {}
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     RECEIVED.clear()
-    RAISED[0] = False
+    RAISED[0] = RETRYING[0] = False
     for s in SIGNALS:
         signal.signal(s, raise_interrupted)
     return previous

@@ -111,6 +111,60 @@ def test_repeated_signals_still_end_the_run_killed(tmp_path, name):
         assert row["tags.rlhf_lab.error"] == f"Interrupted: {first}"
 
 
+@pytest.mark.slow
+def test_repeated_signals_on_a_policy_job_end_its_run_killed(tmp_path, session_dir):
+    """A PPO job, where a first SIGTERM waits for the step's end (pre-emption checkpoint): TERM+TERM and INT+INT+TERM
+    at 0.2 and 1 s still end its run KILLED with the first signal named and exit 128 + that signal."""
+    import threading
+
+    from tests.conftest import TINY
+
+    job = ["algo=ppo", *TINY, "algo.reward=gold", "algo.batch_size=8", "algo.num_minibatches=2", "algo.ppo_epochs=1",
+           "generation.max_new_tokens=12", "trainer.max_steps=100000", f"cache_dir={session_dir / 'cache'}"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cases = [("TERM+TERM", 0.2), ("TERM+TERM", 1), ("INT+INT+TERM", 0.2), ("INT+INT+TERM", 1)]
+    dirs = [tmp_path / f"{name}_{gap}" for name, gap in cases]
+    procs = []
+    for d in dirs:
+        d.mkdir()
+        procs.append(subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *job], cwd=d, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for d, proc in zip(dirs, procs):
+        t0 = time.time()
+        while True:  # into the PPO steps: the ppo run has logged a step
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.time() - t0 < 900
+            try:
+                with sqlite3.connect(d / "mlflow.db") as con:
+                    if con.execute("select count(*) from metrics where key = 'objective/kl'").fetchone()[0]:
+                        break
+            except sqlite3.Error:
+                pass
+            time.sleep(0.3)
+
+    def send(proc, sigs, gap):
+        for i, sig in enumerate(sigs):
+            if i:
+                time.sleep(gap)
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+    threads = [threading.Thread(target=send, args=(p, SEQUENCES[name], gap)) for p, (name, gap) in zip(procs, cases)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for d, proc, (name, gap) in zip(dirs, procs, cases):
+        _, err = proc.communicate(timeout=300)
+        first = SEQUENCES[name][0]
+        assert proc.returncode == 128 + first, (name, gap, err[-3000:])
+        rows = runs(d)
+        row = rows[rows["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
+        assert row["status"] == "KILLED", (name, gap, err[-3000:])
+        assert row["tags.rlhf_lab.error"] == f"Interrupted: {signal.Signals(first).name}"
+
+
 def test_only_the_first_stop_signal_raises(monkeypatch):
     monkeypatch.setattr(run_states, "RECEIVED", [])
     monkeypatch.setattr(run_states, "RAISED", [False])
@@ -120,6 +174,24 @@ def test_only_the_first_stop_signal_raises(monkeypatch):
     run_states.raise_interrupted(signal.SIGINT, None)  # recorded, not raised: the cleanup goes on
     run_states.raise_interrupted(signal.SIGTERM, None)
     assert run_states.RECEIVED == [signal.SIGINT, signal.SIGINT, signal.SIGTERM]
+
+
+def test_a_signal_inside_a_database_write_raises_once_it_is_done(monkeypatch):
+    """Cut in the middle of a commit, a write leaves the SQLite store locked: the handler raises a moment later."""
+    monkeypatch.setattr(run_states, "RECEIVED", [])
+    monkeypatch.setattr(run_states, "RAISED", [False])
+    previous = run_states.install_signal_handlers()
+    try:
+        fake_write = {"__name__": "sqlalchemy.engine.base", "run_states": run_states, "signal": signal, "sys": sys}
+        exec("def commit():\n    run_states.raise_interrupted(signal.SIGINT, sys._getframe())\n", fake_write)
+        fake_write["commit"]()  # inside the "write": recorded, not raised
+        assert run_states.RECEIVED == [signal.SIGINT] and not run_states.RAISED[0]
+        with pytest.raises(run_states.Interrupted) as e:
+            for _ in range(200):  # the retry comes within RETRY_S, outside the write
+                time.sleep(0.01)
+        assert e.value.exit_code == 130 and run_states.RECEIVED == [signal.SIGINT]
+    finally:
+        run_states.restore_signal_handlers(previous)
 
 
 def test_end_open_runs_ends_a_run_whose_ending_was_cut_short(tmp_path):
