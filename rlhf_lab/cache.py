@@ -9,7 +9,9 @@ Integrity: every artifact carries a manifest (``rlhf_lab_manifest.json``: size a
 written before the spec file that marks it complete. The first look-up of an artifact in a process checks
 it against the manifest; an artifact that fails (a truncated or overwritten weight file, a missing file) is
 never used: it is moved to ``<root>/<stage>/.quarantine/`` with a one-line message naming it and the file,
-and built again. Artifacts from before manifests existed get one at their first use. Build folders
+and built again. A missing manifest is such a fault too: every artifact of this cache version is written with
+one, and nothing tells an artifact from before manifests apart from one whose manifest was deleted (and whose
+files may since have changed), so either is built again. Build folders
 (``.tmp-<key>-*``) left by a killed build are removed by the next build of any key in that stage whose lock
 is free.
 """
@@ -78,12 +80,11 @@ def manifest(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def manifest_problem(folder: Path) -> str | None:
-    """What is wrong with `folder` against its manifest (None: it matches). Without a manifest (an artifact
-    written before manifests existed) one is written now and the folder is taken as it is."""
+    """What is wrong with `folder` against its manifest (None: it matches); no manifest is a fault (see the
+    module's doc)."""
     mf = Path(folder) / MANIFEST_FILE
     if not mf.exists():
-        write_json_atomic(mf, manifest(folder))
-        return None
+        return f"{MANIFEST_FILE} is missing (nothing to check the files against)"
     try:
         expected = json.loads(mf.read_text())
     except (OSError, ValueError) as err:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Callable
 
 import lightning as L
+
 from rlhf_lab import tracking
 from rlhf_lab.progress import write_line
+from rlhf_lab.run_states import pending_stop, stop_now
 from rlhf_lab.tracking import log_samples_table
 
 
@@ -57,8 +61,18 @@ class PeriodicEval(L.Callback):
             self.test_first = metrics
         self.test_last = metrics
 
+    # the evaluations already made travel with a checkpoint: a resumed run keeps its SFT baseline (first evaluation)
+    STATE = ("first", "last", "test_first", "test_last", "_done_steps", "_test_steps")
+
+    def state_dict(self) -> dict:
+        return {k: sorted(v) if isinstance(v, set) else v for k, v in ((k, getattr(self, k)) for k in self.STATE)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, set(v) if k.startswith("_") else v)
+
     def on_train_start(self, trainer, pl_module):
-        if self.at_start:
+        if self.at_start and not self.first:  # not when resumed: the start was evaluated before the checkpoint
             step = self.step_fn(trainer, pl_module)
             self._run(trainer, step)
             self._run_test(trainer, step)
@@ -139,3 +153,25 @@ class RewardHackingMonitor(L.Callback):
             msg = (f"[rlhf-lab] reward hacking suspected at step {step}: proxy {self.proxy_at_best:.3f} -> "
                    f"{self.proxy_ema:.3f} (rising) while gold fell {self.best_gold:.3f} -> {self.gold_ema:.3f}")
             write_line(msg)  # once, on a line of its own above the progress bar (no RuntimeWarning)
+
+
+class Preemption(L.Callback):
+    """Pre-emption: when a SIGTERM arrived during training (:func:`rlhf_lab.run_states.defer_sigterm`), at the end
+    of the training step save a Lightning checkpoint to `path` (written beside it, then renamed), then stop the run
+    (:class:`~rlhf_lab.run_states.Interrupted`: KILLED, exit 143). Add it last: it saves what the other callbacks
+    did at that step. The same job started again resumes from it (:func:`rlhf_lab.stages.ppo.resume_checkpoint`)."""
+
+    def __init__(self, path: Path | str, step_fn: Callable[[L.Trainer, L.LightningModule], int]):
+        self.path, self.step_fn = Path(path), step_fn
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pending_stop() is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        trainer.save_checkpoint(str(tmp))
+        if trainer.global_rank == 0:
+            os.replace(tmp, self.path)
+            print(f"[rlhf-lab] pre-empted (SIGTERM) after step {self.step_fn(trainer, pl_module)}: checkpoint saved to "
+                  f"{self.path}; the same command resumes from it", flush=True)
+        stop_now()

@@ -11,9 +11,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.config_checks import exit_on_bad_config
-from rlhf_lab.run_states import Interrupted, install_signal_handlers, restore_signal_handlers
-from rlhf_lab.runtime import quiet_libraries, tracking_uri
+from rlhf_lab.config_checks import composition_error_line, exit_on_bad_config
+from rlhf_lab.data_errors import DataError
+from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
+from rlhf_lab.runtime import exit_on_unreachable_server, quiet_libraries, tracking_uri
 from rlhf_lab.sweeping import mark_job
 
 
@@ -92,10 +93,16 @@ def skip_if_finished(cfg: DictConfig) -> tuple[bool, float | None]:
     return True, run.data.metrics.get("eval/gold_reward")
 
 
+FULL_ERROR = "HYDRA_FULL_ERROR"
+USER_FULL_ERROR: list[str | None] = [None]  # the user's HYDRA_FULL_ERROR, put back once the config is composed
+
+
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
+    restore_full_error()  # composed: from here on Hydra reports a job's errors as it always does
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
+        exit_on_unreachable_server(tracking_uri(cfg))
         quiet_libraries()
         skipped, gold = skip_if_finished(cfg)  # before any work: a resumed sweep re-runs only what is missing
         mark_job("skipped" if skipped else "ran")
@@ -119,6 +126,9 @@ def _app(cfg: DictConfig) -> float | None:
         from hydra.types import RunMode
 
         if HydraConfig.get().mode != RunMode.MULTIRUN:
+            if isinstance(err, DataError) and os.environ.get(FULL_ERROR) != "1":  # like a config error
+                print(f"rlhf-lab: data error: {err}", file=sys.stderr)
+                raise SystemExit(2) from None
             raise
         from rlhf_lab.sweeping import record_failure
 
@@ -126,11 +136,37 @@ def _app(cfg: DictConfig) -> float | None:
         return None
 
 
+def restore_full_error() -> None:
+    if USER_FULL_ERROR[0] is None:
+        os.environ.pop(FULL_ERROR, None)
+    else:
+        os.environ[FULL_ERROR] = USER_FULL_ERROR[0]
+
+
 def main() -> None:
     previous = install_signal_handlers()  # SIGTERM/SIGINT: the open runs end KILLED, exit 128 + signal
+    # Hydra raises its composition errors to us (instead of printing them over several lines and exiting 1): they are
+    # config errors, one line and exit 2 like the others; HYDRA_FULL_ERROR=1 of the user keeps the traceback.
+    USER_FULL_ERROR[0] = os.environ.get(FULL_ERROR)
+    os.environ[FULL_ERROR] = "1"
     try:
         _app()
+    except Exception as err:
+        restore_full_error()
+        line = None if USER_FULL_ERROR[0] == "1" else composition_error_line(err)
+        if line is None:
+            raise
+        print(f"rlhf-lab: config error: {line}", file=sys.stderr)
+        raise SystemExit(2) from None
     except Interrupted as sig:
+        # Ignored until the process is gone (never restored): nothing cuts the last cleanup short, whoever
+        # re-installed which handler before, and a late Ctrl-C cannot turn exit 130 into Python's own SIGINT death.
+        previous = {}
+        ignore_signals()
+        if "mlflow" in sys.modules:  # runs whose ending the signal cut short: KILLED, never left to MLflow's exit hook
+            from rlhf_lab.tracking import end_open_runs
+
+            end_open_runs(f"{type(sig).__name__}: {sig}")
         print(f"rlhf-lab: stopped by {sig}; the open MLflow runs are KILLED", file=sys.stderr)
         raise SystemExit(sig.exit_code) from None
     finally:

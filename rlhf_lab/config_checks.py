@@ -17,9 +17,11 @@ milliseconds. The choice lists mirror the constants of the code that implements 
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -54,6 +56,79 @@ class ConfigError(ValueError):
     def __init__(self, key: str, value: Any, allowed: str) -> None:
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key} must be {allowed}, got {value!r}")
+
+
+class UnknownKey(ConfigError):
+    """A key the config does not have (a typo, or ``+key=value`` outside the config groups); names the closest key."""
+
+    def __init__(self, key: str, given: str, candidates: Iterable[str]) -> None:
+        self.key, self.value, self.allowed = key, given, "a key of the config"
+        near = closest_key(key, candidates)
+        hint = f"did you mean {near}?" if near else "rlhf-lab --cfg job lists the keys"
+        ValueError.__init__(self, f"unknown key {key}" + (f" (in {given})" if given != key else "") + f"; {hint}")
+
+
+def closest_key(key: str, candidates: Iterable[str]) -> str | None:
+    """The candidate most like `key` (difflib's ratio ≥ 0.6), or None."""
+    near = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def flat_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a config (inner nodes too): ``algo``, ``algo.lr``, ``algo.lora.r``, ..."""
+    out = []
+    if isinstance(node, DictConfig):
+        for k in node.keys():
+            key = f"{prefix}{k}"
+            out.append(key)
+            child = node._get_node(k)
+            if isinstance(child, DictConfig):
+                out += flat_keys(child, key + ".")
+    return out
+
+
+def check_added_keys(cfg: DictConfig, overrides: Iterable[str], groups: Iterable[str]) -> None:
+    """``+key=value`` (``++key=value``) may only select an option of a config group (``+rm_size=medium``) or set
+    Hydra's own node (``+hydra.launcher...``): a key it adds to the config is a typo Hydra would otherwise accept.
+    Raises :class:`UnknownKey` naming the closest existing key."""
+    groups = set(groups)
+    for o in overrides:
+        if not o.startswith("+") or "=" not in o:
+            continue
+        key = o.split("=", 1)[0].lstrip("+").split("@", 1)[0]
+        if key in groups or "/" in key or key.split(".")[0] == "hydra":
+            continue
+        raise UnknownKey(key, o, [k for k in flat_keys(cfg) if k != key and not k.startswith(key + ".")])
+
+
+# Numbers whose negative values mean something: the gold formula's weights, the labeler's biases, Lightning's
+# devices=-1 (every device). Every other number of the config is a count, size, rate, coefficient or seed.
+NEGATIVE_OK = ("world.gold.", "labeler.length_bonus", "labeler.filler_bonus", "trainer.devices")
+SEED_LIMIT = 2 ** 32  # numpy's and torch's seeds
+
+
+def check_numbers(node: Any, prefix: str = "") -> None:
+    """Every number of the config is finite (NaN and infinity mean nothing in any key: null switches an option
+    off), and ≥ 0 outside :data:`NEGATIVE_OK`; every ``seed`` is an integer in [0, 2³²)."""
+    if not isinstance(node, DictConfig):
+        return
+    for k in node.keys():
+        key = f"{prefix}{k}"
+        try:
+            v = node[k]
+        except Exception:  # a missing (???) or unresolvable value: the group checks name it
+            continue
+        if isinstance(v, DictConfig):
+            check_numbers(v, key + ".")
+            continue
+        if k == "seed" and v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < SEED_LIMIT):
+            raise ConfigError(key, v, f"an integer in [0, {SEED_LIMIT})")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not math.isfinite(v):
+            raise ConfigError(key, v, "a finite number (null switches an option off)")
+        if v < 0 and not key.startswith(NEGATIVE_OK):
+            raise ConfigError(key, v, ">= 0")
 
 
 # -- rules -----------------------------------------------------------------------------------------------
@@ -256,6 +331,8 @@ def check_ppo(a: DictConfig) -> None:
         "hacking_monitor.gold_drop": non_negative, "hacking_monitor.window": (at_least(1), ">= 1"),
         "hacking_monitor.warmup": non_negative,
         "max_kl": (optional(positive), "> 0 or null"), "min_entropy": (optional(non_negative), ">= 0 or null"),
+        "max_approxkl": (optional(positive), "> 0 or null"),
+        "max_entropy_ratio": (optional(lambda v: 0 < v <= 1), "in (0, 1] or null"),
         "clip_eps_high": (optional(positive), "> 0 or null")})
     for key, options in (("kl_estimator", KL_ESTIMATORS), ("kl_in", KL_IN), ("reward", PPO_REWARDS),
                          ("critic", PPO_CRITICS), ("baseline", PPO_BASELINES), ("loss_agg", LOSS_AGGREGATIONS),
@@ -328,6 +405,7 @@ def validate(cfg: DictConfig) -> None:
         check_ppo(algo)
     elif name == "dpo":
         check_dpo(algo)
+    check_numbers(cfg)  # last: the group rules name the stricter ranges first (algo.lr must be > 0)
 
 
 def check_external_data(cfg: DictConfig) -> None:
@@ -347,8 +425,11 @@ def check_external_data(cfg: DictConfig) -> None:
 def exit_on_bad_config(cfg: DictConfig) -> None:
     """The CLI's check: one line on stderr and exit status 2 on a bad value (``HYDRA_FULL_ERROR=1``: raise).
 
-    In a multirun the :class:`ConfigError` is raised (the job is recorded as failed, the others go on)."""
+    In a multirun the :class:`ConfigError` is raised (the job is recorded as failed, the others go on). Under
+    Hydra, the job's ``+key=value`` overrides are checked first (:func:`check_added_keys`)."""
     try:
+        overrides, groups = hydra_overrides_and_groups()
+        check_added_keys(cfg, overrides, groups)
         validate(cfg)
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or is_multirun():
@@ -356,6 +437,53 @@ def exit_on_bad_config(cfg: DictConfig) -> None:
         print(f"rlhf-lab: config error: {err}", file=sys.stderr)
         sys.stderr.flush()
         raise SystemExit(2) from None
+
+
+def hydra_overrides_and_groups() -> tuple[list[str], list[str]]:
+    """The job's overrides and the config groups of its composition (none outside a Hydra app)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+        return list(hc.overrides.task), list(hc.runtime.choices.keys())
+    except Exception:
+        return [], []
+
+
+def composition_error_line(err: BaseException) -> str | None:
+    """One line for an error Hydra raises while composing the config (an option that does not exist, a value of
+    the wrong type, an unknown key, an override that does not parse); None for any other error."""
+    import dataclasses
+    import re
+
+    from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    def first(e: BaseException) -> str:
+        return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+
+    cause = err.__cause__
+    if isinstance(err, MissingConfigException) and "/" in str(err.missing_cfg_file or ""):
+        group, name = str(err.missing_cfg_file).rsplit("/", 1)
+        options = list(err.options or [])
+        near = closest_key(name, options)
+        return (f"{group}={name}: no such option of {group}" + (f" (did you mean {near}?)" if near else "")
+                + f"; available options: {', '.join(options)}")
+    if isinstance(err, OverrideParseException):
+        return f"cannot parse the override {err.override!r}: {first(err)} (Hydra's override grammar)"
+    if isinstance(err, HydraException) and hasattr(cause, "full_key") and type(cause).__name__ in (
+            "ConfigKeyError", "ConfigAttributeError"):
+        m = re.search(r"Could not override '([^']+)'", str(err))
+        key, full = (m.group(1) if m else str(cause.full_key)), str(cause.full_key)
+        parent = full.rsplit(".", 1)[0] + "." if "." in full else ""
+        t = getattr(cause, "object_type", None)
+        fields = [f.name for f in dataclasses.fields(t)] if dataclasses.is_dataclass(t) else []
+        return str(UnknownKey(key, m.group(0).split("'")[1] if m else full, [parent + f for f in fields]))
+    if isinstance(err, HydraException) and hasattr(cause, "full_key"):  # a value of the wrong type
+        return f"{cause.full_key}: {first(cause)} ({first(err).removeprefix('Error merging override ')})"
+    if isinstance(err, (HydraException, OmegaConfBaseException)):
+        return first(err) + (f": {first(cause)}" if cause is not None else "")
+    return None
 
 
 def is_multirun() -> bool:

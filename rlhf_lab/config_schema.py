@@ -136,6 +136,8 @@ class PPOConfig(JobConfig):
     hacking_monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
     max_kl: Optional[float] = MISSING
     min_entropy: Optional[float] = MISSING
+    max_approxkl: Optional[float] = MISSING
+    max_entropy_ratio: Optional[float] = MISSING
 
 
 @dataclass

@@ -5,6 +5,14 @@
   ``rlhf_lab.error = "Interrupted: SIGTERM"`` and the CLI exits with ``128 + signal`` (143, 130).
   :class:`Interrupted` is not an ``Exception`` (nor a ``KeyboardInterrupt``, which Lightning turns into
   exit status 1), so nothing on the way swallows it.
+- Only the first stop signal raises; later ones (a second Ctrl-C, a scheduler's TERM after an INT) are
+  recorded in :data:`RECEIVED` and do nothing else, so they never cut short the cleanup that ends the runs
+  KILLED. The handler itself keeps that state (not a ``SIG_IGN`` it would install): Lightning's teardown
+  re-installs the handlers it found when ``fit`` began, which would undo a ``SIG_IGN``.
+- A signal that arrives in the middle of a database write (the MLflow store's) raises a moment later, once the
+  write is done (:func:`in_critical_code`): cut there, the write would leave the SQLite store locked.
+- Pre-emption: inside :func:`defer_sigterm` (a policy job's training loop) a SIGTERM is acted on at the next
+  step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.callbacks.Preemption`).
 - ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
   ``rlhf_lab.host`` (:func:`process_tags`), and at the next start of a run in the same experiment
   :func:`mark_dead_runs` ends as KILLED the RUNNING runs of this host whose process no longer exists.
@@ -14,10 +22,11 @@ A leaf module (nothing from rlhf_lab, no MLflow at import).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
-from typing import Any
+from typing import Any, Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PID_TAG = "rlhf_lab.pid"
@@ -36,10 +45,94 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+RECEIVED: list[int] = []  # the stop signals this process received since install_signal_handlers, in order
+RAISED = [False]  # whether Interrupted was raised for them (once per process)
+DEFER_SIGTERM = [False]  # inside defer_sigterm: a first SIGTERM waits for the training loop's step boundary
+
+
+RETRYING = [False]  # the next call of the handler is retry_later's, not a new signal
+# Code that a raise must not cut in the middle of: a database write cut there leaves its transaction open and the
+# SQLite store locked, so the run could no longer be ended KILLED (and the error that follows would replace
+# Interrupted).
+CRITICAL_MODULES = ("sqlalchemy", "sqlite3", "alembic", "mlflow.store")  # bounded work (not a lock wait)
+RETRY_S = 0.02
+
+
 def raise_interrupted(signum: int, frame: Any) -> None:
-    for s in SIGNALS:  # a second signal while the runs are being ended does not cut that short
-        signal.signal(s, signal.SIG_IGN)
-    raise Interrupted(signum)
+    """The first stop signal raises :class:`Interrupted` (naming it); any later one is only recorded (see the
+    module's doc). Inside :func:`defer_sigterm` a first SIGTERM is only recorded too: the training loop stops at its
+    next step boundary (:func:`pending_stop`, :func:`stop_now`); a second signal then stops it at once. A signal that
+    arrives inside a database write (:data:`CRITICAL_MODULES`) raises a moment later, once the write is done."""
+    if RETRYING[0]:
+        RETRYING[0] = False
+    else:
+        first = not RECEIVED
+        RECEIVED.append(int(signum))
+        if first and DEFER_SIGTERM[0] and signum == signal.SIGTERM:
+            return
+    if RAISED[0]:
+        return
+    if in_critical_code(frame):
+        retry_later()
+        return
+    stop_now()
+
+
+def in_critical_code(frame: Any, depth: int = 200) -> bool:
+    """Whether `frame` or a caller of it (up to `depth` frames) runs code of :data:`CRITICAL_MODULES`."""
+    while frame is not None and depth > 0:
+        if str(frame.f_globals.get("__name__", "")).startswith(CRITICAL_MODULES):
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
+def retry_later() -> None:
+    """Call the handler again in the main thread in :data:`RETRY_S` seconds, for the first signal received."""
+    import _thread
+    import threading
+
+    def again() -> None:
+        RETRYING[0] = True
+        _thread.interrupt_main(RECEIVED[0])
+
+    t = threading.Timer(RETRY_S, again)
+    t.daemon = True
+    t.start()
+
+
+def pending_stop() -> int | None:
+    """The stop signal received and not yet acted on (a deferred SIGTERM), or None."""
+    return RECEIVED[0] if RECEIVED and not RAISED[0] else None
+
+
+def stop_now() -> None:
+    """Raise :class:`Interrupted` for the first stop signal received."""
+    RAISED[0] = True
+    raise Interrupted(RECEIVED[0])
+
+
+@contextlib.contextmanager
+def defer_sigterm() -> Iterator[None]:
+    """A training loop that checkpoints on pre-emption: a SIGTERM (a scheduler's) received inside waits for the
+    loop's next step boundary, where the loop saves a checkpoint and calls :func:`stop_now`. One still pending when
+    the block ends stops the process there."""
+    DEFER_SIGTERM[0] = True
+    try:
+        yield
+    finally:
+        DEFER_SIGTERM[0] = False
+    if pending_stop() is not None:
+        stop_now()
+
+
+def ignore_signals() -> None:
+    """SIGTERM and SIGINT ignored from here on (the CLI's last cleanup, once a stop signal was received)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
 
 
 def install_signal_handlers() -> dict:
@@ -50,6 +143,8 @@ def install_signal_handlers() -> dict:
     if threading.current_thread() is not threading.main_thread():
         return {}
     previous = {s: signal.getsignal(s) for s in SIGNALS}
+    RECEIVED.clear()
+    RAISED[0] = RETRYING[0] = False
     for s in SIGNALS:
         signal.signal(s, raise_interrupted)
     return previous

@@ -9,7 +9,10 @@
   MLflow and a bad config fails in seconds);
 - :func:`tracking_uri`: where MLflow runs go: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else
   ``sqlite:///mlflow.db`` in the working directory;
-- :func:`write_atomic`: write a file through a temporary file beside it and a rename (never half-written).
+- :func:`write_atomic`: write a file through a temporary file beside it and a rename (never half-written);
+- :func:`tracking_server_problem`, :func:`exit_on_unreachable_server`: why an ``http(s)://`` tracking server
+  cannot be reached, checked at start-up in seconds (MLflow's own requests retry for minutes, which suits an
+  established run, not a first contact).
 """
 
 from __future__ import annotations
@@ -82,3 +85,34 @@ def tracking_uri(cfg: DictConfig | None = None) -> str:
     if cfg is not None and cfg.get("tracking") and cfg.tracking.get("uri"):
         return str(cfg.tracking.uri)
     return DEFAULT_TRACKING_URI
+
+
+def tracking_server_problem(uri: str, timeout: float = 5.0) -> str | None:
+    """For an ``http(s)://`` tracking URI: None when something answers HTTP at ``<uri>/health`` within `timeout`
+    seconds (any status: a server that wants a login is reachable), else one line saying why not. Other URIs
+    (a sqlite file, a folder): None."""
+    import urllib.error
+    import urllib.request
+
+    if not uri.startswith(("http://", "https://")):
+        return None
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except Exception as err:  # refused, no route, DNS, timeout
+        reason = getattr(err, "reason", None) or err
+        return f"cannot reach the MLflow tracking server at {uri} ({reason}); start it (rlhf-lab-server) or point " \
+               "MLFLOW_TRACKING_URI / tracking.uri at a running one"
+
+
+def exit_on_unreachable_server(uri: str) -> None:
+    """A tracking server that does not answer: one line naming it on stderr and exit status 2, within seconds
+    (``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds, default 5), instead of minutes of MLflow's retries."""
+    import sys
+
+    problem = tracking_server_problem(uri, float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 5))
+    if problem:
+        print(f"rlhf-lab: {problem}", file=sys.stderr)
+        raise SystemExit(2)

@@ -37,7 +37,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rlhf_lab.run_states import process_tags
-from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
+from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, exit_on_unreachable_server, override_key, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,7 @@ class MlflowSweepCallback(Callback):
             return
         from rlhf_lab.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
+        exit_on_unreachable_server(tracking_uri(config))  # before any job: in seconds, not minutes of retries per job
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
         params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}

@@ -5,7 +5,9 @@ config, ``sqlite:///mlflow.db`` in the working directory. Lightning's MLFlowLogg
 run that :func:`start_run` opened (otherwise it would fall back to a ``./mlruns`` file store, which
 MLflow >= 3.13 refuses), and leaves the run's status to us: a run that raises is marked FAILED with
 its error as the tag ``rlhf_lab.error``; a run stopped by SIGTERM/SIGINT is marked KILLED, and a run
-left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`).
+left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`). A stage's
+run is FINISHED only after the writes that follow its body (its artifact into the cache, the job's summary):
+:func:`status_after_writes`; a failed save ends it FAILED with the cause.
 """
 
 from __future__ import annotations
@@ -267,6 +269,7 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     if is_job:
         all_tags[JOB_TAG] = "true"
     run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
+    OPEN_RUNS[run.info.run_id] = uri
     try:
         if swept:
             mlflow.log_params(swept)
@@ -283,10 +286,80 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
             mlflow.flush_async_logging()
             mlflow.set_tag("rlhf_lab.error", msg[:5000])
         mlflow.end_run(status="KILLED" if isinstance(err, Interrupted) else "FAILED")
+        OPEN_RUNS.pop(run.info.run_id, None)
         raise
     else:
         mlflow.flush_async_logging()
+        if PENDING:  # the caller still writes (the artifact): it decides the status (status_after_writes)
+            mlflow.end_run(status="RUNNING")  # off MLflow's stack, still RUNNING in the store
+            PENDING[-1].append(run.info.run_id)
+            return
         mlflow.end_run(status="FINISHED")
+        OPEN_RUNS.pop(run.info.run_id, None)
+
+
+PENDING: list[list[str]] = []  # one list per open status_after_writes block: the runs whose status waits on it
+
+
+@contextlib.contextmanager
+def status_after_writes() -> Iterator[None]:
+    """A run that :func:`start_run` ends without error inside this block stays RUNNING until the block ends:
+    FINISHED if it ends normally, FAILED (KILLED for a stop signal) with ``rlhf_lab.error`` if it raises. The
+    writes that follow a stage's run (the artifact published to the cache, the job's summary) thus decide its
+    status too: a run is never FINISHED when its artifact could not be saved."""
+    pending: list[str] = []
+    PENDING.append(pending)
+    try:
+        yield
+    except BaseException as err:
+        leave(pending)
+        status = "KILLED" if isinstance(err, Interrupted) else "FAILED"
+        for run_id in pending:
+            end_stored_run(run_id, status, f"{type(err).__name__}: {err}")
+        raise
+    leave(pending)
+    for run_id in pending:
+        end_stored_run(run_id, "FINISHED")
+
+
+def leave(pending: list[str]) -> None:
+    """Take a block's list off :data:`PENDING` by identity (the lists of nested blocks may be equal, e.g. empty)."""
+    for i in range(len(PENDING) - 1, -1, -1):
+        if PENDING[i] is pending:
+            del PENDING[i]
+            return
+
+
+def end_stored_run(run_id: str, status: str, error: str | None = None) -> None:
+    """Set the status (and the tag ``rlhf_lab.error``) of a run :func:`start_run` opened, off MLflow's stack."""
+    client = mlflow.MlflowClient(OPEN_RUNS.get(run_id, mlflow.get_tracking_uri()))
+    if error:
+        client.set_tag(run_id, "rlhf_lab.error", error[:5000])
+    client.set_terminated(run_id, status=status)
+    OPEN_RUNS.pop(run_id, None)
+
+
+OPEN_RUNS: dict[str, str] = {}  # run id -> tracking URI: the runs start_run opened and has not ended yet
+
+
+def end_open_runs(error: str, status: str = "KILLED") -> list[str]:
+    """End with `status` and the tag ``rlhf_lab.error`` = `error` every run :func:`start_run` opened and did not
+    get to end (a stop signal cut its ending short), and empty MLflow's stack of active runs, so that MLflow's
+    exit hook, which ends what it finds there FINISHED, ends nothing. Returns the ids it ended."""
+    while mlflow.active_run() is not None:
+        run_id = mlflow.active_run().info.run_id
+        OPEN_RUNS.setdefault(run_id, mlflow.get_tracking_uri())
+        try:
+            mlflow.end_run(status=status)  # pops the run off the stack first, then writes the status
+        except Exception:
+            pass
+    ended = []
+    for run_id in list(OPEN_RUNS):
+        with contextlib.suppress(Exception):
+            end_stored_run(run_id, status, error)
+            ended.append(run_id)
+        OPEN_RUNS.pop(run_id, None)
+    return ended
 
 
 def lightning_logger(cfg: DictConfig) -> RunLogger | bool:

@@ -85,12 +85,18 @@ def test_check_is_once_per_process(tmp_path):
     assert cache.get("sft", {"a": 1}) == p  # built in this process: already verified
 
 
-def test_artifact_from_before_manifests_gets_one(tmp_path):
+def test_an_artifact_without_its_manifest_is_quarantined_and_rebuilt(tmp_path, capsys):
+    """The manifest deleted, then the weights damaged: not accepted and re-manifested, but rebuilt."""
     cache, calls = ArtifactCache(tmp_path), []
     p, _ = cache.get_or_build("sft", {"a": 1}, build_weights(calls))
     (p / MANIFEST_FILE).unlink()
+    (p / "model.safetensors").write_bytes(WEIGHTS[:1000])
     C.forget_checks()
-    assert cache.get("sft", {"a": 1}) == p and (p / MANIFEST_FILE).exists() and len(calls) == 1
+    assert cache.get("sft", {"a": 1}) is None and len(quarantined(tmp_path, "sft")) == 1
+    assert f"is corrupt: {MANIFEST_FILE} is missing" in capsys.readouterr().out
+    p2, built = cache.get_or_build("sft", {"a": 1}, build_weights(calls))
+    assert built and len(calls) == 2 and (p2 / "model.safetensors").read_bytes() == WEIGHTS
+    assert manifest_problem(p2) is None
 
 
 def test_killed_builds_are_removed(tmp_path):

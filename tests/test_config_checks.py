@@ -44,6 +44,79 @@ def test_cli_bad_value_exits_2_with_one_line(tmp_path, override, key):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("override, words", [
+    ("+algo.nonsense=1", ["unknown key algo.nonsense", "did you mean"]),
+    ("trainer.max_stepz=3", ["unknown key trainer.max_stepz", "did you mean trainer.max_steps?"]),
+    ("algo.lr=abc", ["algo.lr", "'abc'"]),
+    ("algo=foo", ["algo=foo", "available options: bon"]),
+    ("seed=-1", ["seed must be an integer"]),
+    ("algo.lr=inf", ["algo.lr must be a finite number"]),
+])
+def test_every_config_error_exits_2_with_one_line(tmp_path, override, words):
+    """Hydra's own composition errors (unknown key, wrong type, no such option) as well as the value checks."""
+    r = cli(*TINY, override, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rlhf-lab: config error: "), r.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+@pytest.mark.slow
+def test_a_config_group_option_may_still_be_added(tmp_path):
+    """``+group=option`` (the studies' ``+rm_size=medium``) is no unknown key."""
+    r = cli(*TINY, "+rm_size=medium", "trainer.max_steps=0", cwd=tmp_path)
+    assert r.returncode == 2 and "trainer.max_steps must be" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["algo=foo"], "algo=foo: no such option of algo; available options: bon, dpo, grpo, ppo, pretrain, rloo, rm, sft"),
+    (["labeler=unbaised"], "labeler=unbaised: no such option of labeler (did you mean unbiased?); available options: "
+                           "length_and_filler, length_biased, noisy, sycophantic, unbiased"),
+    (["trainer.max_stepz=3"], "unknown key trainer.max_stepz; did you mean trainer.max_steps?"),
+    (["algo.lr=abc"], "algo.lr: Value 'abc' of type 'str' could not be converted to Float (algo.lr=abc)"),
+    (["algo.lr=[1"], "cannot parse the override 'algo.lr=[1': no viable alternative at input '[1' (Hydra's override "
+                     "grammar)"),
+])
+def test_composition_errors_as_one_line(overrides, line):
+    with pytest.raises(Exception) as exc:
+        compose_cfg(overrides)
+    assert C.composition_error_line(exc.value) == line
+    assert C.composition_error_line(RuntimeError("not Hydra's")) is None
+
+
+def test_added_keys_must_be_config_groups():
+    cfg = compose_cfg(["+algo.nonsense=1"])
+    with pytest.raises(C.UnknownKey) as exc:
+        C.check_added_keys(cfg, ["+algo.nonsense=1"], ["algo", "kl", "rm_size"])
+    assert str(exc.value) == "unknown key algo.nonsense (in +algo.nonsense=1); did you mean algo.steps?"
+    with pytest.raises(C.UnknownKey, match="unknown key algo.lrr .*did you mean algo.lr[?]"):
+        C.check_added_keys(compose_cfg(["++algo.lrr=3"]), ["++algo.lrr=3"], ["algo"])
+    C.check_added_keys(cfg, ["+rm_size=medium", "+hydra.launcher.n_jobs=2", "seed=1", "+hydra/launcher=parallel"],
+                       ["algo", "rm_size"])
+
+
+@pytest.mark.parametrize("overrides, key, value, allowed", [
+    (["seed=-1"], "seed", -1, "an integer in [0, 4294967296)"),
+    (["seed=abc"], "seed", "abc", "an integer in [0, 4294967296)"),
+    (["seed=4294967296"], "seed", 2 ** 32, "an integer in [0, 4294967296)"),
+    (["algo.lr=inf"], "algo.lr", float("inf"), "a finite number (null switches an option off)"),
+    (["sft.lr=inf"], "sft.lr", float("inf"), "a finite number (null switches an option off)"),
+    (["world.sentiment_noise=-0.5"], "world.sentiment_noise", -0.5, ">= 0"),
+    (["generation.temperature=nan"], "generation.temperature", None, "> 0"),
+])
+def test_numbers_are_finite_and_not_negative(overrides, key, value, allowed):
+    with pytest.raises(C.ConfigError) as exc:
+        C.validate(compose_cfg(overrides))
+    assert exc.value.key == key and exc.value.allowed == allowed
+    if value is not None:
+        assert exc.value.value == value
+
+
+def test_negative_numbers_where_they_mean_something():
+    C.validate(compose_cfg(["world.gold.filler=-0.5", "labeler.length_bonus=-0.25", "trainer.devices=-1"]))
+
+
+@pytest.mark.slow
 def test_cli_full_error_shows_the_traceback(tmp_path):
     r = cli("kl.beta=-1", *TINY, cwd=tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
     assert r.returncode != 0 and "Traceback" in r.stderr and "ConfigError" in r.stderr and "kl.beta" in r.stderr

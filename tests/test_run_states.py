@@ -65,6 +65,154 @@ def test_signal_ends_the_run_killed_with_128_plus_signal(tmp_path, sig):
     assert row["tags.rlhf_lab.error"] == f"Interrupted: {signal.Signals(sig).name}"
 
 
+SEQUENCES = {"INT+INT": (signal.SIGINT, signal.SIGINT), "TERM+TERM": (signal.SIGTERM, signal.SIGTERM),
+             "INT+INT+TERM": (signal.SIGINT, signal.SIGINT, signal.SIGTERM)}
+
+
+GAPS = (0, 0.2, 1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SEQUENCES))
+def test_repeated_signals_still_end_the_run_killed(tmp_path, name):
+    """A second (third) stop signal at any moment of the cleanup (Lightning's teardown, which re-installs the
+    handlers, the ending of the MLflow run) leaves the run KILLED with the first signal named, never FINISHED
+    or RUNNING, and the exit status is 128 + the first signal. One job per gap (0, 0.2, 1, 2 s), side by side."""
+    import threading
+
+    sigs = SEQUENCES[name]
+    dirs = [tmp_path / f"gap_{gap}" for gap in GAPS]
+    procs = []
+    for d in dirs:
+        d.mkdir()
+        procs.append(start_job(d))
+    for d, proc in zip(dirs, procs):
+        wait_running(d, proc)
+
+    def send(proc, gap):
+        for i, sig in enumerate(sigs):
+            if i:
+                time.sleep(gap)
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+    threads = [threading.Thread(target=send, args=(p, gap)) for p, gap in zip(procs, GAPS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = signal.Signals(sigs[0]).name
+    for d, proc, gap in zip(dirs, procs, GAPS):
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + sigs[0], (gap, err[-3000:])
+        assert f"stopped by {first}" in err
+        row = runs(d).iloc[0]
+        assert row["status"] == "KILLED", (gap, err[-3000:])
+        assert row["tags.rlhf_lab.error"] == f"Interrupted: {first}"
+
+
+@pytest.mark.slow
+def test_repeated_signals_on_a_policy_job_end_its_run_killed(tmp_path, session_dir):
+    """A PPO job, where a first SIGTERM waits for the step's end (pre-emption checkpoint): TERM+TERM and INT+INT+TERM
+    at 0.2 and 1 s still end its run KILLED with the first signal named and exit 128 + that signal."""
+    import threading
+
+    from tests.conftest import TINY
+
+    job = ["algo=ppo", *TINY, "algo.reward=gold", "algo.batch_size=8", "algo.num_minibatches=2", "algo.ppo_epochs=1",
+           "generation.max_new_tokens=12", "trainer.max_steps=100000", f"cache_dir={session_dir / 'cache'}"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cases = [("TERM+TERM", 0.2), ("TERM+TERM", 1), ("INT+INT+TERM", 0.2), ("INT+INT+TERM", 1)]
+    dirs = [tmp_path / f"{name}_{gap}" for name, gap in cases]
+    procs = []
+    for d in dirs:
+        d.mkdir()
+        procs.append(subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *job], cwd=d, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for d, proc in zip(dirs, procs):
+        t0 = time.time()
+        while True:  # into the PPO steps: the ppo run has logged a step
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.time() - t0 < 900
+            try:
+                with sqlite3.connect(d / "mlflow.db") as con:
+                    if con.execute("select count(*) from metrics where key = 'objective/kl'").fetchone()[0]:
+                        break
+            except sqlite3.Error:
+                pass
+            time.sleep(0.3)
+
+    def send(proc, sigs, gap):
+        for i, sig in enumerate(sigs):
+            if i:
+                time.sleep(gap)
+            if proc.poll() is None:
+                proc.send_signal(sig)
+
+    threads = [threading.Thread(target=send, args=(p, SEQUENCES[name], gap)) for p, (name, gap) in zip(procs, cases)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for d, proc, (name, gap) in zip(dirs, procs, cases):
+        _, err = proc.communicate(timeout=300)
+        first = SEQUENCES[name][0]
+        assert proc.returncode == 128 + first, (name, gap, err[-3000:])
+        rows = runs(d)
+        row = rows[rows["tags.rlhf_lab.stage"] == "ppo"].iloc[0]
+        assert row["status"] == "KILLED", (name, gap, err[-3000:])
+        assert row["tags.rlhf_lab.error"] == f"Interrupted: {signal.Signals(first).name}"
+
+
+def test_only_the_first_stop_signal_raises(monkeypatch):
+    monkeypatch.setattr(run_states, "RECEIVED", [])
+    monkeypatch.setattr(run_states, "RAISED", [False])
+    with pytest.raises(run_states.Interrupted) as e:
+        run_states.raise_interrupted(signal.SIGINT, None)
+    assert e.value.exit_code == 130
+    run_states.raise_interrupted(signal.SIGINT, None)  # recorded, not raised: the cleanup goes on
+    run_states.raise_interrupted(signal.SIGTERM, None)
+    assert run_states.RECEIVED == [signal.SIGINT, signal.SIGINT, signal.SIGTERM]
+
+
+def test_a_signal_inside_a_database_write_raises_once_it_is_done(monkeypatch):
+    """Cut in the middle of a commit, a write leaves the SQLite store locked: the handler raises a moment later."""
+    monkeypatch.setattr(run_states, "RECEIVED", [])
+    monkeypatch.setattr(run_states, "RAISED", [False])
+    previous = run_states.install_signal_handlers()
+    try:
+        fake_write = {"__name__": "sqlalchemy.engine.base", "run_states": run_states, "signal": signal, "sys": sys}
+        exec("def commit():\n    run_states.raise_interrupted(signal.SIGINT, sys._getframe())\n", fake_write)
+        fake_write["commit"]()  # inside the "write": recorded, not raised
+        assert run_states.RECEIVED == [signal.SIGINT] and not run_states.RAISED[0]
+        with pytest.raises(run_states.Interrupted) as e:
+            for _ in range(200):  # the retry comes within RETRY_S, outside the write
+                time.sleep(0.01)
+        assert e.value.exit_code == 130 and run_states.RECEIVED == [signal.SIGINT]
+    finally:
+        run_states.restore_signal_handlers(previous)
+
+
+def test_end_open_runs_ends_a_run_whose_ending_was_cut_short(tmp_path):
+    """A run still on MLflow's stack (the signal came before its end) and a run popped off it but not written
+    (the signal came inside ``mlflow.end_run``) both end KILLED with the error named."""
+    from rlhf_lab import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    popped = mlflow.start_run().info.run_id
+    tracking.OPEN_RUNS[popped] = uri
+    mlflow.tracking.fluent._active_run_stack.get().pop()  # as if end_run was stopped after its pop
+    active = mlflow.start_run().info.run_id
+    assert sorted(tracking.end_open_runs("Interrupted: SIGTERM")) == sorted([popped, active])
+    assert mlflow.active_run() is None and not tracking.OPEN_RUNS
+    client = mlflow.MlflowClient(uri)
+    for run_id in (popped, active):
+        run = client.get_run(run_id)
+        assert run.info.status == "KILLED" and run.data.tags["rlhf_lab.error"] == "Interrupted: SIGTERM"
+
+
 @pytest.mark.slow
 def test_run_of_a_dead_process_is_marked_killed_at_the_next_start(tmp_path):
     proc = start_job(tmp_path)
@@ -86,3 +234,110 @@ def test_interrupted_is_not_an_exception():
     assert not isinstance(err, Exception) and not isinstance(err, KeyboardInterrupt)
     assert str(err) == "SIGTERM" and err.exit_code == 143
     assert run_states.process_alive(os.getpid())
+
+
+def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
+    """Inside status_after_writes a run that ended without error stays RUNNING; a later failure (the artifact
+    could not be saved) ends it FAILED with the cause, a normal end FINISHED."""
+    from omegaconf import OmegaConf
+
+    from rlhf_lab import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = OmegaConf.create({"tracking": {"uri": uri, "experiment": "rlhf-lab"}})
+    client = mlflow.MlflowClient(uri)
+    with pytest.raises(PermissionError):
+        with tracking.status_after_writes():
+            with tracking.start_run(cfg, "pretrain") as run:
+                failed = run.info.run_id
+            assert client.get_run(failed).info.status == "RUNNING" and mlflow.active_run() is None
+            raise PermissionError("[Errno 13] Permission denied: 'cache/pretrain'")
+    run = client.get_run(failed)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["rlhf_lab.error"] == "PermissionError: [Errno 13] Permission denied: 'cache/pretrain'"
+    with tracking.status_after_writes():
+        with tracking.start_run(cfg, "pretrain") as run:
+            finished = run.info.run_id
+    assert client.get_run(finished).info.status == "FINISHED" and not tracking.OPEN_RUNS
+    # nested blocks (an upstream stage built inside the job's): each run waits on its own block
+    with tracking.status_after_writes():
+        with tracking.status_after_writes():  # a cached upstream artifact: no run (an empty list, like the outer's)
+            pass
+        with tracking.status_after_writes():
+            with tracking.start_run(cfg, "sft") as run:
+                inner = run.info.run_id
+        assert client.get_run(inner).info.status == "FINISHED"
+        with tracking.start_run(cfg, "ppo") as run:
+            outer = run.info.run_id
+        assert client.get_run(outer).info.status == "RUNNING"
+    assert client.get_run(outer).info.status == "FINISHED" and not tracking.PENDING
+
+
+@pytest.mark.slow
+def test_a_job_whose_artifact_cannot_be_saved_ends_failed(tmp_path):
+    """The job trains to the end, then cannot write its artifact into the cache (cache_dir under a file): its
+    run is FAILED with the cause, and the exit status is not 0."""
+    (tmp_path / "a_file").write_text("")
+    job = [a for a in LONG_JOB if not a.startswith("trainer.max_steps")]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *job, "trainer.max_steps=3",
+                        f"cache_dir={tmp_path / 'a_file' / 'cache'}"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode != 0
+    row = runs(tmp_path).iloc[0]
+    assert row["status"] == "FAILED" and "Not a directory" in row["tags.rlhf_lab.error"], r.stderr[-2000:]
+
+
+def test_an_unreachable_tracking_server_is_named_in_seconds():
+    import socket
+
+    from rlhf_lab.runtime import tracking_server_problem
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.time()
+    problem = tracking_server_problem(f"http://127.0.0.1:{port}", timeout=2)
+    assert time.time() - t0 < 5
+    assert problem.startswith(f"cannot reach the MLflow tracking server at http://127.0.0.1:{port} (")
+    assert "\n" not in problem
+    assert tracking_server_problem("sqlite:///mlflow.db") is None
+
+
+def test_a_server_that_answers_is_reachable_whatever_its_status():
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    from rlhf_lab.runtime import tracking_server_problem
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert tracking_server_problem(f"http://127.0.0.1:{server.server_port}", timeout=5) is None
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_cli_fails_in_seconds_on_an_unreachable_server(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *LONG_JOB], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert time.time() - t0 < 60  # seconds of start-up, not minutes of retries
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and f"http://127.0.0.1:{port}" in lines[0], r.stderr[-2000:]

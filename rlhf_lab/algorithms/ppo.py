@@ -45,6 +45,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from rlhf_lab import distributed, tracking
+from rlhf_lab.algorithms.guards import Diverged, check_divergence  # noqa: F401  (Diverged: callers catch ppo.Diverged)
 from rlhf_lab.algorithms.rl_math import (
     AdaptiveKLController,
     FixedKLController,
@@ -93,23 +94,6 @@ def check_finite(name: str, x: torch.Tensor, step: int, mask: torch.Tensor | Non
             f"non-finite {name} at PPO step {step} ({int(bad.sum())} values, e.g. "
             f"{x[bad].flatten()[0].item()}); the run is stopped. Lower algo.lr, check the reward model's "
             "scores and the KL coefficient, or enable algo.reward_clip")
-
-
-class Diverged(RuntimeError):
-    """The policy left the region where PPO's numbers mean anything (``algo.max_kl``, ``algo.min_entropy``)."""
-
-
-def check_divergence(stats: dict[str, float], max_kl: float | None, min_entropy: float | None, step: int) -> None:
-    """Stops the run when the step's KL to the reference (``objective/kl``, nats per response) exceeds
-    ``max_kl`` or the policy's mean entropy (``objective/entropy``, nats per token) falls below
-    ``min_entropy``; None turns a bound off."""
-    kl, ent = stats.get("objective/kl"), stats.get("objective/entropy")
-    if max_kl is not None and kl is not None and kl > max_kl:
-        raise Diverged(f"KL to the reference {kl:.4g} nats per response > algo.max_kl={max_kl} at PPO step {step}; "
-                       "the policy diverged: lower algo.lr or raise kl.beta (or raise algo.max_kl)")
-    if min_entropy is not None and ent is not None and ent < min_entropy:
-        raise Diverged(f"policy entropy {ent:.4g} nats per token < algo.min_entropy={min_entropy} at PPO step {step}; "
-                       "the policy collapsed: lower algo.lr or raise kl.beta (or lower algo.min_entropy)")
 
 
 class _Forever(torch.utils.data.IterableDataset):
@@ -316,7 +300,9 @@ class PPOModule(L.LightningModule):
             beta=beta, measured_kl=measured_kl, timer=timer)
         finite = {k: v for k, v in self.last_stats.items() if math.isfinite(v)}
         tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
-        check_divergence(self.last_stats, a.get("max_kl"), a.get("min_entropy"), step)
+        check_divergence(self.last_stats, step, max_kl=a.get("max_kl"), min_entropy=a.get("min_entropy"),
+                         max_approxkl=a.get("max_approxkl"), max_entropy_ratio=a.get("max_entropy_ratio"),
+                         vocab_size=len(self.tok))
 
     # -- the steps ---------------------------------------------------------------------------------
     def restore_rng(self):

@@ -19,6 +19,7 @@ from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, RM_CLAIM_RMS, SHOWN, SUITE_VERSIONS, Claim, Part
+from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import FILE_NAME, merge, merge_commands, read_snapshot, write_snapshot
 from rlhf_lab.analysis.verdicts import (
@@ -408,6 +409,8 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
     if only and not path.is_file():
         raise FileNotFoundError(f"--only updates {path}, which does not exist: write it first with "
                                 "rlhf-lab-report --claims")
+    check_file(path)  # never over files rlhf-lab-report did not write
+    check_file(out / FILE_NAME)
     out.mkdir(parents=True, exist_ok=True)
     kept = out / FILE_NAME
     if only and kept.is_file() and not any(Path(f).resolve() == kept.resolve() for f in runs_files):

@@ -8,6 +8,11 @@
     rlhf-lab-report --claims --only C18  # recompute C18 only, into the existing reports/claims.md
     rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
     rlhf-lab-report clip_eps --no-store --runs reports/claims_runs.json.gz   # a study report from a runs file
+    rlhf-lab-report my_study --out my_reports   # a study of your own (tag rlhf_lab.study) -> my_reports/my_study/
+
+A study is one of the canned studies (sweeps/sweep/*.yaml), or any plain name with ``--out``; reports are written
+inside ``--out`` only, never over a file rlhf-lab-report did not write, and a study with no runs in the store is an
+error (exit 1, nothing written; :mod:`rlhf_lab.analysis.report_files`). Bad names and paths exit 2.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sys
 from rlhf_lab.analysis.claims import only_claims, write_claims_report
 from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
 from rlhf_lab.analysis.gold_validation import write_gold_validation_report
+from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
 from rlhf_lab.analysis.runs import STUDIES
 from rlhf_lab.analysis.snapshot import FILE_NAME
 from rlhf_lab.analysis.study import write_study_report
@@ -31,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--claims", action="store_true", help="write reports/claims.md")
     p.add_argument("--uri", default=None, help="MLflow tracking URI (MLFLOW_TRACKING_URI wins; default "
                    "sqlite:///mlflow.db)")
-    p.add_argument("--out", default="reports", help="output folder (default: reports)")
+    p.add_argument("--out", default=None, help="output folder (default: reports); with it, a study may be any plain "
+                   "name (tag rlhf_lab.study), not only a canned one")
     p.add_argument("--runs", action="append", default=[], metavar="FILE",
                    help="also read the runs kept in FILE (a claims_runs.json.gz an earlier --claims wrote; "
                         "repeatable); a run in the store and the file counts once; for a study, its runs tagged with it")
@@ -50,15 +57,21 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--no-store reads only the --runs files: name at least one (e.g. --runs reports/claims_runs.json.gz)")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    own_out, a.out = a.out is not None, a.out or "reports"
     if a.study:
-        if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/gold_validation.py)
-            path = write_gold_validation_report(a.out, a.uri)
-        else:
-            try:
-                path = write_study_report(a.study, a.out, a.uri, runs_files=a.runs, use_store=not a.no_store)
-            except ValueError as err:  # SnapshotError: an unreadable or edited runs file
-                print(f"rlhf-lab-report: {err}", file=sys.stderr)
-                return 2
+        try:
+            check_study(a.study, own_out)
+            if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/gold_validation.py)
+                path = write_gold_validation_report(a.out, a.uri, require_runs=True)
+            else:
+                path = write_study_report(a.study, a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
+                                          require_runs=True)
+        except ReportError as err:
+            print(f"rlhf-lab-report: {err}", file=sys.stderr)
+            return 1 if isinstance(err, NoRuns) else 2
+        except ValueError as err:  # SnapshotError: an unreadable or edited runs file
+            print(f"rlhf-lab-report: {err}", file=sys.stderr)
+            return 2
         text = path.read_text()
         print(f"wrote {path}")
         cmds = text.split("```bash\n", 1)[1].split("```", 1)[0].strip() if "```bash\n" in text else ""
@@ -67,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             path = write_claims_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
                                        only=a.only.split(",") if a.only else None)
-        except (ValueError, FileNotFoundError) as err:  # SnapshotError is a ValueError
+        except (ValueError, FileNotFoundError) as err:  # SnapshotError and ReportError are ValueErrors
             print(f"rlhf-lab-report: {err}", file=sys.stderr)
             return 2
         print(f"wrote {path} and {path.parent / FILE_NAME}")

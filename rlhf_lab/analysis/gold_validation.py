@@ -34,6 +34,7 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
 from rlhf_lab.analysis.registry import BETA0, BY_ID, fixed
+from rlhf_lab.analysis.report_files import check_folder, no_runs
 from rlhf_lab.analysis.runs import RunData, groups, label, load_study, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
 
@@ -253,13 +254,19 @@ def verdict_lines(res: dict[str, dict[str, ClaimResult]]) -> list[str]:
     return lines
 
 
-def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | None = None) -> Path:
-    """``<out_dir>/gold_rm_validation/README.md`` and its PNGs from the study's PPO runs in the store."""
+def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | None = None,
+                                 require_runs: bool = False) -> Path:
+    """``<out_dir>/gold_rm_validation/README.md`` and its PNGs from the study's PPO runs in the store (with
+    `require_runs`, none raises :class:`~rlhf_lab.analysis.report_files.ReportError` and nothing is written)."""
+    check_folder(Path(out_dir) / STUDY)
     runs_all, parents = load_study(STUDY, uri, stages=("ppo",), history_keys=HISTORY_KEYS)
+    if require_runs and not runs_all:
+        raise no_runs(STUDY, store_uri(uri))
     return write_report(runs_all, parents, Path(out_dir) / STUDY, uri)
 
 
 def write_report(runs_all: Sequence[RunData], parents: Sequence, out: Path, uri: str | None = None) -> Path:
+    check_folder(out)  # never over files rlhf-lab-report did not write
     out.mkdir(parents=True, exist_ok=True)
     cmds = sorted({p.data.tags["rlhf_lab.command"] for p in parents if p.data.tags.get("rlhf_lab.command")})
     lines = [f"# Study `{STUDY}`: gold-RM mode against the world's formula", "",

@@ -131,6 +131,13 @@ def store_uri(uri: str | None = None) -> str:
     return uri or DEFAULT_TRACKING_URI
 
 
+def store_exists(uri: str) -> bool:
+    """False for a ``sqlite:///`` store whose file does not exist (reading it would create it); True otherwise."""
+    if uri.startswith("sqlite:///"):
+        return os.path.isfile(os.path.expanduser(uri[len("sqlite:///"):]))
+    return True
+
+
 def _parse_overrides(text: str) -> dict[str, str]:
     out = {}
     try:
@@ -186,6 +193,8 @@ def load_study(study: str | None, uri: str | None = None, client=None, stages: S
     from mlflow.tracking import MlflowClient
 
     uri = store_uri(uri)
+    if client is None and not store_exists(uri):
+        return [], []  # an empty store, not created by reading it (no mlflow.db left in an empty folder)
     client = client or MlflowClient(tracking_uri=uri)
     mlflow.set_tracking_uri(uri)
     found = mlflow.search_runs(search_all_experiments=True, filter_string=study_filter(study, parent),

@@ -17,6 +17,7 @@ from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
 from rlhf_lab.analysis.quantities import HALF_A, HALF_B, final_gold, final_gold_source, gold_drop
+from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.runs import (
     HISTORY_KEYS,
     POLICY_STAGES,
@@ -146,10 +147,14 @@ def study_runs_from_files(study: str, runs_files: Sequence[Path | str]) -> tuple
 
 def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: str | None = None,
                        parent: str | None = None, runs_files: Sequence[Path | str] = (),
-                       use_store: bool = True) -> Path:
+                       use_store: bool = True, require_runs: bool = False) -> Path:
     """``<out_dir>/<study>/README.md`` and its PNGs from the study's runs in the store (:func:`load_study`) and in
     `runs_files` (:func:`study_runs_from_files`; a run in both: the store's copy), or the files alone when not
-    `use_store`; with `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``)."""
+    `use_store`; with `parent` from that sweep's runs only (``<out_dir>/<study or "sweep">/``). With
+    `require_runs`, a study without runs raises :class:`~rlhf_lab.analysis.report_files.ReportError` naming where
+    it looked (nothing is written)."""
+    out = inside(out_dir, Path(out_dir) / (study or "sweep"))
+    check_folder(out)
     runs_all, parents = (load_study(study, uri, parent=parent, history_keys=STUDY_HISTORY_KEYS) if use_store
                          else ([], []))
     commands = reproduce_commands(study or "<study>", parents) if parents else []
@@ -159,7 +164,9 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
         runs_all = [*(r for r in kept if r.run_id not in ids), *runs_all]
         commands = sorted(set(commands) | set(kept_cmds))
     source = " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files])
-    return write_report(study, runs_all, parents, Path(out_dir) / (study or "sweep"), uri, parent,
+    if require_runs and not runs_all:
+        raise no_runs(study, source)
+    return write_report(study, runs_all, parents, out, uri, parent,
                         commands=commands or None, source=source if runs_files else None,
                         flags=("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files))
 
@@ -167,9 +174,11 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
 def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequence[Any], out: Path,
                  uri: str | None = None, parent: str | None = None, commands: Sequence[str] | None = None,
                  source: str | None = None, flags: str = "") -> Path:
-    """The study report of `runs_all` (all statuses) in folder `out`: README.md and the PNGs it shows. `commands`
-    (else those of the sweep `parents`) reproduce it; `source` names where the runs were read (else the store),
-    `flags` what the last line says ``rlhf-lab-report`` was given besides the study."""
+    """The study report of `runs_all` (all statuses) in folder `out`: README.md and the PNGs it shows (a folder
+    holding files rlhf-lab-report did not write is refused: :func:`~rlhf_lab.analysis.report_files.check_folder`).
+    `commands` (else those of the sweep `parents`) reproduce it; `source` names where the runs were read (else the
+    store), `flags` what the last line says ``rlhf-lab-report`` was given besides the study."""
+    check_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs_all if r.status == "FINISHED"]
     other = [r for r in runs_all if r.status != "FINISHED"]

@@ -161,7 +161,7 @@ def combine(results: Sequence[PartResult]) -> tuple[str, str]:
         if r.part.role == PRECONDITION and r.verdict != HOLDS:
             why = "it does not hold" if r.verdict == DOES_NOT_HOLD else why_open(r)
             if against:
-                return DOES_NOT_HOLD, (f"shown against the claim: " + "; ".join(f"\"{a.part.says}\"" for a in against)
+                return DOES_NOT_HOLD, ("shown against the claim: " + "; ".join(f"\"{a.part.says}\"" for a in against)
                                        + f" (although \"{r.part.says}\" is not shown: {why})")
             return INCONCLUSIVE, f"cannot be tested on these runs: \"{r.part.says}\" is not shown ({why})"
     failed = [r.part.says for r in judged if r.verdict == DOES_NOT_HOLD]

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
+from rlhf_lab.data_errors import data_errors
 from rlhf_lab.runtime import to_plain
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
@@ -86,7 +87,8 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
                   f"artifact for its config yet) -> {cache.path(stage, spec)}", flush=True)
         return mod.build(cfg, tmp, spec)
 
-    path, built = cache.get_or_build(stage, spec, build)
+    with tracking.status_after_writes():  # the stage's run ends FINISHED only once its artifact is in the cache
+        path, built = cache.get_or_build(stage, spec, build)
     if not built:
         announce_reuse(stage, mod.WHAT, path)
     elif job_stage(cfg) != stage:
@@ -236,7 +238,8 @@ def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
 
     if split == "ood":
         return []
-    _, eval_prompts, test_prompts = external_prompts(cfg)
+    with data_errors():
+        _, eval_prompts, test_prompts = external_prompts(cfg)
     n = int(cfg.eval[D.EVAL_SIZE_KEYS[split]])
     return (eval_prompts if split == "eval" else test_prompts)[:n]
 
@@ -387,11 +390,12 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     art = distributed.rank_out_dir(out_dir) / "artifact"
     art.mkdir(parents=True, exist_ok=True)
     spec = mod.spec(cfg)  # ensures the upstream stages first, each as its own run
-    meta = mod.build(cfg, art, spec)
-    if not distributed.is_rank_zero():
-        return meta
-    if getattr(mod, "CACHED", True):
-        meta["cache_path"] = str(cache_for(cfg).publish(stage, spec, art, meta))
-    meta["artifact"] = str(art)
-    (out_dir / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
+    with tracking.status_after_writes():  # the job's run ends FINISHED only after its last write (cache, summary)
+        meta = mod.build(cfg, art, spec)
+        if not distributed.is_rank_zero():
+            return meta
+        if getattr(mod, "CACHED", True):
+            meta["cache_path"] = str(cache_for(cfg).publish(stage, spec, art, meta))
+        meta["artifact"] = str(art)
+        (out_dir / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
     return meta

@@ -36,9 +36,11 @@ from rlhf_lab import distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
-from rlhf_lab.callbacks import PeriodicEval, RewardHackingMonitor
+from rlhf_lab.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
+from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
+from rlhf_lab.run_states import defer_sigterm
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
@@ -80,6 +82,29 @@ def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
     if cfg.algo.reference.get("path"):
         out["reference"] = reference_path(cfg, sft)
     return out
+
+
+# the keys that do not change what a policy job computes (where it logs, how it shows progress, an explicit resume)
+NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.progress_bar", "algo.resume_from")
+
+
+def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
+    """Where a pre-empted policy job leaves the checkpoint it resumes from: ``<cache_dir>/resume/<stage>/<key>.ckpt``,
+    `key` a hash of the job's whole config (but :data:`NOT_COMPUTED`) and its `spec`; so the same command (or the
+    same job under ``skip_finished=true``) finds it, and any other job does not."""
+    import hashlib
+    import json
+
+    plain = to_plain(cfg)
+    for key in NOT_COMPUTED:
+        *parents, last = key.split(".")
+        node = plain
+        for p in parents:
+            node = node.get(p) or {}
+        node.pop(last, None)
+    blob = json.dumps({"stage": stage, "spec": spec, "config": plain}, sort_keys=True, default=str)
+    root = Path(str(cfg.cache_dir)).expanduser().resolve()
+    return root / "resume" / stage / f"{hashlib.sha256(blob.encode()).hexdigest()[:16]}.ckpt"
 
 
 def reference_path(cfg: DictConfig, sft_path) -> str:
@@ -226,7 +251,8 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
     the draw is from the dataset's training prompts (:func:`rlhf_lab.preferences.external_prompts`; a
     prompt-only dataset will do), without replacement within a step when there are enough."""
     if cfg.data.source != "world":
-        pool = external_prompts(cfg)[0]
+        with data_errors():  # one line naming file and line, exit 2 (the CLI); no run has started yet
+            pool = external_prompts(cfg)[0]
 
         def external_fn(step: int) -> list[str]:
             rng = random.Random(f"ppo/{seed}/{step}")
@@ -288,12 +314,20 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             if "objective/gold" in m.last_stats else None,
             gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
             enabled=hm.enabled and a.reward == "rm" and gold.scorer is not None)
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor],
+        resume = resume_checkpoint(cfg, stage, spec)  # pre-empted before: continue from its checkpoint
+        ckpt = a.get("resume_from") or (str(resume) if resume.is_file() else None)
+        if ckpt and ckpt == str(resume):
+            print(f"[rlhf-lab] {stage}: resuming from {resume} (this job was pre-empted before)", flush=True)
+            tracking.set_tag("rlhf_lab.resumed_from", str(resume))
+        preempt = Preemption(resume, step_fn=lambda trainer, m: m.ppo_step)  # last: saves what the others did
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor, preempt],
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(cfg))
         tracking.log_metrics({**mem, **size}, step=0)
         t0 = time.time()
-        trainer.fit(module, ckpt_path=a.get("resume_from") or None)
+        with defer_sigterm():  # a SIGTERM stops at the step's end, after a checkpoint to resume from
+            trainer.fit(module, ckpt_path=ckpt)
+        resume.unlink(missing_ok=True)  # finished: nothing left to resume
         train_s = time.time() - t0
         trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))  # every rank: Lightning synchronises, rank 0 writes
         distributed.check_in_sync(module, "PPO policy and critic")

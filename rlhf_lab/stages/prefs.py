@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab import data as D
 from rlhf_lab import tracking
+from rlhf_lab.data_errors import data_errors
 from rlhf_lab.preferences import (
     PreferencePair,
     load_external,
@@ -110,7 +111,8 @@ def load(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
     pairs with a gold RM (``gold=rm``) are labelled again by the labeler on its scores (seeds ``data.seed`` and
     ``data.seed + 2``, as the world's train and held-out pairs) and carry its gold rewards."""
     if cfg.data.source != "world":
-        train, held = load_external(cfg)
+        with data_errors():  # one line naming file and line, exit 2 (the CLI); no run has started yet
+            train, held = load_external(cfg)
         gold = G.label_scorer(cfg)
         if gold is None:
             return train, held

@@ -1,0 +1,94 @@
+"""Pre-emption: a SIGTERM'd policy job saves a checkpoint at the end of its training step and exits 143 (run KILLED);
+the same command started again resumes from it and ends with the numbers of an uninterrupted run, and its summary's
+baseline is still the SFT policy's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+
+from tests.conftest import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ["algo=ppo", *TINY, "algo.reward=gold", "algo.batch_size=8", "algo.num_minibatches=2", "algo.ppo_epochs=1",
+       "generation.max_new_tokens=12", "eval.n_prompts=8", "eval.n_test_prompts=8", "trainer.max_steps=12"]
+FINAL = ("test/gold_reward", "test/kl", "test/length", "eval/gold_reward", "objective/scores", "objective/kl",
+         "objective/beta", "policy/approxkl")
+
+
+def test_a_deferred_sigterm_waits_for_the_step_boundary(monkeypatch):
+    from rlhf_lab import run_states
+
+    monkeypatch.setattr(run_states, "RECEIVED", [])
+    monkeypatch.setattr(run_states, "RAISED", [False])
+    with pytest.raises(run_states.Interrupted) as e:
+        with run_states.defer_sigterm():
+            run_states.raise_interrupted(signal.SIGTERM, None)  # recorded only: the loop decides when
+            assert run_states.pending_stop() == signal.SIGTERM
+            run_states.raise_interrupted(signal.SIGINT, None)  # a second signal: at once, naming the first
+    assert e.value.exit_code == 143 and run_states.pending_stop() is None
+
+
+def cli(cwd: Path, cache: Path, **popen):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cwd.mkdir(exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *JOB, f"cache_dir={cache}"], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def ppo_steps_logged(db: Path) -> int:
+    try:
+        with sqlite3.connect(db) as con:
+            return con.execute("select count(*) from metrics where key = 'objective/kl'").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def final_numbers(db: Path, status: str = "FINISHED") -> tuple[dict, str]:
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=["rlhf-lab"], output_format="list",
+                              filter_string=f"tags.`rlhf_lab.stage` = 'ppo' and attributes.status = '{status}'")
+    assert len(runs) == 1, [r.info.status for r in runs]
+    return {k: runs[0].data.metrics.get(k) for k in FINAL}, runs[0].info.run_id
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_the_same_command_resumes_to_the_same_numbers(tmp_path, session_dir):
+    cache = session_dir / "cache"
+    a = cli(tmp_path / "a", cache)
+    out_a, err_a = a.communicate(timeout=1200)
+    assert a.returncode == 0, err_a[-3000:]
+    want, _ = final_numbers(tmp_path / "a" / "mlflow.db")
+    assert all(v is not None for v in want.values()), want
+
+    b = cli(tmp_path / "b", cache)
+    t0 = time.time()
+    while ppo_steps_logged(tmp_path / "b" / "mlflow.db") < 3:
+        assert b.poll() is None and time.time() - t0 < 900, b.communicate()[1][-3000:]
+        time.sleep(0.3)
+    b.send_signal(signal.SIGTERM)
+    out_b, err_b = b.communicate(timeout=300)
+    assert b.returncode == 143, err_b[-3000:]
+    assert "pre-empted (SIGTERM) after step" in out_b
+    left = list((cache / "resume" / "ppo").glob("*.ckpt"))
+    assert len(left) == 1
+    killed, _ = final_numbers(tmp_path / "b" / "mlflow.db", "KILLED")
+
+    c = cli(tmp_path / "b", cache)  # the same command again
+    out_c, err_c = c.communicate(timeout=1200)
+    assert c.returncode == 0, err_c[-3000:]
+    assert "resuming from" in out_c and not left[0].exists()  # used, then removed once finished
+    got, _ = final_numbers(tmp_path / "b" / "mlflow.db")
+    assert got == want  # identical, not close
+    # the summary's baseline: the SFT policy's test evaluation of the first start, in both
+    gold = [line for line in out_a.splitlines() if line.strip().startswith("gold ")]
+    assert gold and gold == [line for line in out_c.splitlines() if line.strip().startswith("gold ")]
