@@ -165,7 +165,7 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
         commands = sorted(set(commands) | set(kept_cmds))
     source = " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files])
     if require_runs and not runs_all:
-        raise no_runs(study, source)
+        raise no_runs(study, " and ".join(([store_uri(uri)] if use_store else []) + [str(f) for f in runs_files]))
     return write_report(study, runs_all, parents, out, uri, parent,
                         commands=commands or None, source=source if runs_files else None,
                         flags=("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files))
