@@ -27,6 +27,9 @@ def test_each_bound_names_its_key():
     assert divergence({**ok, "objective/entropy": 5.6}, 3, **BOUNDS) is None
     why = divergence({**ok, "objective/entropy": 5.7}, 3, **BOUNDS)
     assert f"{math.log(384):.3g}" in why and "algo.max_entropy_ratio=0.95" in why
+    # a policy that started near uniform (a barely trained checkpoint) is not stopped for staying there
+    assert divergence({**ok, "objective/entropy": 5.7}, 3, **BOUNDS, start_entropy=5.8) is None
+    assert "max_entropy_ratio" in divergence({**ok, "objective/entropy": 5.7}, 3, **BOUNDS, start_entropy=1.2)
     off = dict(BOUNDS, max_approxkl=None, max_entropy_ratio=None)
     assert divergence({**ok, "policy/approxkl": 1e9, "objective/entropy": 5.9}, 3, **off) is None
     with pytest.raises(Diverged, match="max_approxkl"):

@@ -136,7 +136,7 @@ def test_ppo_resumes_mid_training_with_identical_beta_and_steps(tiny_cfg, tmp_pa
     for k in ("objective/kl", "objective/kl_k3", "objective/gold", "policy/clipfrac", "loss/value",
               "val/explained_variance", "eval/gold_reward", "eval/kl", "time/tokens_per_s"):
         assert f"metrics.{k}" in runs.columns and row[f"metrics.{k}"] == row[f"metrics.{k}"], k
-    assert set(meta_a["eval"]) >= {"eval/gold_reward", "eval/kl"} and "gold" in meta_a["summary"]
+    assert set(meta_a["eval"]) >= {"eval/gold_reward", "eval/kl"} and "test gold" in meta_a["summary"]
     assert (tmp_path / "a" / "artifact" / "config.json").exists()  # the trained policy, save_pretrained
 
 

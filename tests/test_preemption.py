@@ -90,5 +90,5 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_the_same_numbers(tm
     got, _ = final_numbers(tmp_path / "b" / "mlflow.db")
     assert got == want  # identical, not close
     # the summary's baseline: the SFT policy's test evaluation of the first start, in both
-    gold = [line for line in out_a.splitlines() if line.strip().startswith("gold ")]
-    assert gold and gold == [line for line in out_c.splitlines() if line.strip().startswith("gold ")]
+    gold = [line for line in out_a.splitlines() if line.strip().startswith("test gold ")]
+    assert gold and gold == [line for line in out_c.splitlines() if line.strip().startswith("test gold ")]

@@ -4,8 +4,9 @@ where its numbers mean anything, on signals that need no gold reward.
 - collapse: the policy's entropy (``objective/entropy``, nats per token) below ``algo.min_entropy``;
 - drift: the KL to the reference (``objective/kl``, nats per response) above ``algo.max_kl``;
 - destruction: one step's updates moved the policy far (``policy/approxkl``, the k2 estimate of KL(π_old‖π_θ),
-  nats per token, mean over the step's minibatch updates) above ``algo.max_approxkl``, or its samples are near noise
-  (``objective/entropy`` above ``algo.max_entropy_ratio`` × log(vocabulary size), the uniform distribution's).
+  nats per token, mean over the step's minibatch updates) above ``algo.max_approxkl``, or its samples became near
+  noise (``objective/entropy`` above ``algo.max_entropy_ratio`` × log(vocabulary size), the uniform distribution's,
+  where the policy's first step was below it: a barely trained checkpoint that starts near uniform is not stopped).
 
 Each bound is off with null. The defaults sit above what the committed studies logged (the largest
 ``policy/approxkl`` of any step in ``reports/claims_runs.json.gz`` is about 1.8 nats per token, the largest entropy
@@ -29,8 +30,9 @@ FIX = "lower algo.lr or raise kl.beta"
 
 def divergence(stats: dict[str, float], step: int, *, max_kl: float | None = None, min_entropy: float | None = None,
                max_approxkl: float | None = None, max_entropy_ratio: float | None = None,
-               vocab_size: int | None = None) -> str | None:
-    """Why the step's statistics show a diverged policy (one line naming the key), or None."""
+               vocab_size: int | None = None, start_entropy: float | None = None) -> str | None:
+    """Why the step's statistics show a diverged policy (one line naming the key), or None. `start_entropy`: the
+    entropy of the run's first step; the noise bound applies only when it was below the bound."""
     kl, ent, akl = stats.get("objective/kl"), stats.get("objective/entropy"), stats.get("policy/approxkl")
     if max_kl is not None and kl is not None and kl > max_kl:
         return (f"KL to the reference {kl:.4g} nats per response > algo.max_kl={max_kl} at PPO step {step}; "
@@ -44,7 +46,8 @@ def divergence(stats: dict[str, float], step: int, *, max_kl: float | None = Non
                 "(or raise algo.max_approxkl)")
     if max_entropy_ratio is not None and ent is not None and vocab_size and vocab_size > 1:
         uniform = math.log(vocab_size)
-        if ent > max_entropy_ratio * uniform:
+        started_below = start_entropy is None or start_entropy <= max_entropy_ratio * uniform
+        if ent > max_entropy_ratio * uniform and started_below:
             return (f"policy entropy {ent:.4g} nats per token > algo.max_entropy_ratio={max_entropy_ratio} × "
                     f"{uniform:.3g} (uniform over {vocab_size} tokens) at PPO step {step}; the policy samples noise: "
                     f"{FIX} (or raise algo.max_entropy_ratio)")

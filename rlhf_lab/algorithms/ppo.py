@@ -149,6 +149,7 @@ class PPOModule(L.LightningModule):
         self.checkpoint_dir = checkpoint_dir
         self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
         self.last_stats: dict[str, float] = {}
+        self.start_entropy: float | None = None  # the first step's: the divergence guard's noise bound needs it
         self._rng_to_restore = None
         self._packing_checked = False
         self._k = algo.samples_per_prompt
@@ -300,9 +301,11 @@ class PPOModule(L.LightningModule):
             beta=beta, measured_kl=measured_kl, timer=timer)
         finite = {k: v for k, v in self.last_stats.items() if math.isfinite(v)}
         tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
+        if self.start_entropy is None:
+            self.start_entropy = self.last_stats.get("objective/entropy")
         check_divergence(self.last_stats, step, max_kl=a.get("max_kl"), min_entropy=a.get("min_entropy"),
                          max_approxkl=a.get("max_approxkl"), max_entropy_ratio=a.get("max_entropy_ratio"),
-                         vocab_size=len(self.tok))
+                         vocab_size=len(self.tok), start_entropy=self.start_entropy)
 
     # -- the steps ---------------------------------------------------------------------------------
     def restore_rng(self):

@@ -374,7 +374,8 @@ def run_job(cfg: DictConfig, out_dir: Path) -> dict:
 
         # read, check and split the data as the job will (PPO's family: a prompt-only dataset will do) before any
         # upstream stage trains: a bad row or too few prompts for a held-out split fails in seconds, not after training
-        load_examples(cfg, prompt_only=name in PPO_FAMILY)
+        with data_errors():  # one line naming the file and line, or how many prompts a held-out split needs
+            load_examples(cfg, prompt_only=name in PPO_FAMILY)
     out_dir = Path(out_dir)
     try:
         return distributed.launch(cfg, out_dir, run_rank)
