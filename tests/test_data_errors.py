@@ -42,13 +42,13 @@ def test_data_errors_are_one_line_naming_file_and_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_bad_rows_exit_2_with_one_line_and_no_run(tmp_path, session_dir):
+def test_cli_bad_rows_exit_2_with_one_line_and_no_run(tmp_path, session_cache):
     f = write_rows(tmp_path / "pairs.jsonl", bad_line=3)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("HYDRA_FULL_ERROR", None)
     r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", "algo=rm", *[o for o in TINY if not o.startswith("data.")], "data=jsonl", f"data.path={f}",
-                        f"cache_dir={session_dir / 'cache'}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                        f"cache_dir={session_cache}"], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr

@@ -72,13 +72,22 @@ SEQUENCES = {"INT+INT": (signal.SIGINT, signal.SIGINT), "TERM+TERM": (signal.SIG
 GAPS = (0, 0.2, 1, 2)
 
 
+def send(proc, sigs, gap):
+    """The signals `sigs` to `proc`, `gap` seconds apart (while it lives)."""
+    for i, sig in enumerate(sigs):
+        if i:
+            time.sleep(gap)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SEQUENCES))
 def test_repeated_signals_still_end_the_run_killed(tmp_path, name):
     """A second (third) stop signal at any moment of the cleanup (Lightning's teardown, which re-installs the
     handlers, the ending of the MLflow run) leaves the run KILLED with the first signal named, never FINISHED
     or RUNNING, and the exit status is 128 + the first signal. One job per gap (0, 0.2, 1, 2 s), side by side."""
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     sigs = SEQUENCES[name]
     dirs = [tmp_path / f"gap_{gap}" for gap in GAPS]
@@ -86,21 +95,14 @@ def test_repeated_signals_still_end_the_run_killed(tmp_path, name):
     for d in dirs:
         d.mkdir()
         procs.append(start_job(d))
-    for d, proc in zip(dirs, procs):
+
+    def stop(d, proc, gap):  # as soon as this job runs: a job that waits for the others only burns CPU
         wait_running(d, proc)
+        send(proc, sigs, gap)
 
-    def send(proc, gap):
-        for i, sig in enumerate(sigs):
-            if i:
-                time.sleep(gap)
-            if proc.poll() is None:
-                proc.send_signal(sig)
-
-    threads = [threading.Thread(target=send, args=(p, gap)) for p, gap in zip(procs, GAPS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(len(procs)) as pool:
+        for f in [pool.submit(stop, d, p, gap) for d, p, gap in zip(dirs, procs, GAPS)]:
+            f.result()
     first = signal.Signals(sigs[0]).name
     for d, proc, gap in zip(dirs, procs, GAPS):
         _, err = proc.communicate(timeout=120)
@@ -112,15 +114,15 @@ def test_repeated_signals_still_end_the_run_killed(tmp_path, name):
 
 
 @pytest.mark.slow
-def test_repeated_signals_on_a_policy_job_end_its_run_killed(tmp_path, session_dir):
+def test_repeated_signals_on_a_policy_job_end_its_run_killed(tmp_path, session_cache):
     """A PPO job, where a first SIGTERM waits for the step's end (pre-emption checkpoint): TERM+TERM and INT+INT+TERM
     at 0.2 and 1 s still end its run KILLED with the first signal named and exit 128 + that signal."""
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     from tests.conftest import TINY
 
     job = ["algo=ppo", *TINY, "algo.reward=gold", "algo.batch_size=8", "algo.num_minibatches=2", "algo.ppo_epochs=1",
-           "generation.max_new_tokens=12", "trainer.max_steps=100000", f"cache_dir={session_dir / 'cache'}"]
+           "generation.max_new_tokens=12", "trainer.max_steps=100000", f"cache_dir={session_cache}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
     cases = [("TERM+TERM", 0.2), ("TERM+TERM", 1), ("INT+INT+TERM", 0.2), ("INT+INT+TERM", 1)]
@@ -130,9 +132,9 @@ def test_repeated_signals_on_a_policy_job_end_its_run_killed(tmp_path, session_d
         d.mkdir()
         procs.append(subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *job], cwd=d, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for d, proc in zip(dirs, procs):
+    def stop(d, proc, name, gap):  # as soon as this job is into its PPO steps (the ppo run has logged a step)
         t0 = time.time()
-        while True:  # into the PPO steps: the ppo run has logged a step
+        while True:
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.time() - t0 < 900
             try:
@@ -142,19 +144,11 @@ def test_repeated_signals_on_a_policy_job_end_its_run_killed(tmp_path, session_d
             except sqlite3.Error:
                 pass
             time.sleep(0.3)
+        send(proc, SEQUENCES[name], gap)
 
-    def send(proc, sigs, gap):
-        for i, sig in enumerate(sigs):
-            if i:
-                time.sleep(gap)
-            if proc.poll() is None:
-                proc.send_signal(sig)
-
-    threads = [threading.Thread(target=send, args=(p, SEQUENCES[name], gap)) for p, (name, gap) in zip(procs, cases)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(len(procs)) as pool:
+        for f in [pool.submit(stop, d, p, name, gap) for d, p, (name, gap) in zip(dirs, procs, cases)]:
+            f.result()
     for d, proc, (name, gap) in zip(dirs, procs, cases):
         _, err = proc.communicate(timeout=300)
         first = SEQUENCES[name][0]
