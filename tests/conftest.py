@@ -143,3 +143,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                          timing.without_option(list(config.invocation_params.args)))
     timing.write(path, data)
     terminalreporter.write_line(f"test timing written to {path}: {timing.sentence(data)}")
+
+
+# The longest test files first (summed --durations of a full run on 2 cores, longest first): xdist hands out whole
+# files in collection order (`--no-loadscope-reorder` in pyproject's addopts, instead of its default: the files with
+# the most tests first), so these start at once and the many short files fill in around them at the end.
+LONGEST_FIRST = ["test_run_states.py", "test_team_scale.py", "test_ddp.py", "test_ppo.py", "test_sweeps.py",
+                 "test_your_model.py", "test_dpo.py", "test_preemption.py", "test_rm_pipeline.py",
+                 "test_concurrent_starts.py", "test_install.py", "test_suite.py", "test_claims_runs.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than cores, since many tests wait on the processes, servers and downloads they
+    start, and the spare worker uses that time."""
+    return (os.cpu_count() or 1) + 1

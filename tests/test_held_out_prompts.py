@@ -173,6 +173,9 @@ def test_a_job_on_too_few_prompts_fails_before_training_anything(tmp_path):
     cfg = compose_cfg([o for o in TINY if not o.startswith("data.")] + [
         f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
         "algo=rm", "data=jsonl", f"data.path={f}"])
-    with pytest.raises(P.TooFewPrompts, match="3 distinct prompt"):
+    from rlhf_lab.data_errors import DataError
+
+    with pytest.raises(DataError, match="3 distinct prompt") as err:  # the CLI's one line, exit 2
         stages.run_job(cfg, tmp_path / "out")
+    assert isinstance(err.value.__cause__, P.TooFewPrompts)
     assert not (tmp_path / "cache" / "pretrain").exists() and not (tmp_path / "m.db").exists()  # nothing ran
