@@ -79,14 +79,14 @@ def installed_wheel(session_cache):
     root = Path(__file__).resolve().parents[1]
     where = session_cache.parent / "wheel"
     where.mkdir(parents=True, exist_ok=True)
+    def pip(*args: str) -> None:
+        r = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+
     with FileLock(str(where) + ".lock"):
         if not (where / "done").exists():
-            for args in (["wheel", "--no-deps", "-q", "-w", str(where), str(root)],
-                         ["install", "-q", "--no-deps", "--target", str(where / "site"), "{wheel}"]):
-                wheels = list(where.glob("rlhf_lab-*.whl"))
-                args = [str(wheels[0]) if a == "{wheel}" else a for a in args]
-                r = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
-                assert r.returncode == 0, r.stderr
+            pip("wheel", "--no-deps", "-q", "-w", str(where), str(root))
+            pip("install", "-q", "--no-deps", "--target", str(where / "site"), str(next(where.glob("rlhf_lab-*.whl"))))
             (where / "done").write_text("")
     return next(where.glob("rlhf_lab-*.whl")), where / "site"
 
