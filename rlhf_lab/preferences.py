@@ -215,17 +215,34 @@ def split_by_prompt(examples: list[X.Example], eval_fraction: float, test_fracti
     return out
 
 
+EXAMPLES_MEMO: dict[str, dict[str, list[X.Example]]] = {}
+
+
+def data_memo_key(cfg: DictConfig, *extra) -> str:
+    """What determines the rows read from ``data=jsonl|hf``: the data config, the file's size and modification time
+    (a file rewritten in place is read again), the policy checkpoint (its chat template), and `extra`."""
+    policy = cfg.get("policy")
+    where = Path(str(cfg.data.get("path") or cfg.data.get("name") or ""))
+    stat = (where.stat().st_size, where.stat().st_mtime_ns) if where.is_file() else None
+    return json.dumps([to_plain(cfg.data), stat, str(policy.get("name_or_path")) if policy is not None else None,
+                       *extra], sort_keys=True, default=str)
+
+
 def load_examples(cfg: DictConfig, prompt_only: bool = False) -> dict[str, list[X.Example]]:
     """The rows of ``data=jsonl|hf`` as text, every row checked (:func:`rlhf_lab.external_data.read_examples`),
     by split of their prompt (:func:`split_by_prompt`, ``data.eval_fraction``, ``data.test_fraction``); the
-    training rows shuffled with ``data.seed``."""
-    dc = cfg.data
-    rows, key = external_rows(dc)
-    ex = X.read_examples(rows, X.columns_of(dc), str(dc.get("format", "auto")), lambda: chat_renderer(cfg),
-                         prompt_only=prompt_only, key=key)
-    out = split_by_prompt(ex, float(dc.get("eval_fraction", 0.1)), float(dc.get("test_fraction", 0.1)), key)
-    random.Random(int(dc.get("seed", 0))).shuffle(out["train"])
-    return out
+    training rows shuffled with ``data.seed``. Read once per process and configuration (the job reads them before
+    training to fail early, then its stages use them): callers must not change the lists."""
+    memo_key = data_memo_key(cfg, prompt_only)
+    if memo_key not in EXAMPLES_MEMO:
+        dc = cfg.data
+        rows, key = external_rows(dc)
+        ex = X.read_examples(rows, X.columns_of(dc), str(dc.get("format", "auto")), lambda: chat_renderer(cfg),
+                             prompt_only=prompt_only, key=key)
+        out = split_by_prompt(ex, float(dc.get("eval_fraction", 0.1)), float(dc.get("test_fraction", 0.1)), key)
+        random.Random(int(dc.get("seed", 0))).shuffle(out["train"])
+        EXAMPLES_MEMO[memo_key] = out
+    return EXAMPLES_MEMO[memo_key]
 
 
 def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
@@ -246,9 +263,7 @@ def external_prompts(cfg: DictConfig) -> tuple[list[str], list[str], list[str]]:
     split as :func:`load_external`'s pairs): train in row order, eval and test in the order of their hash
     (a fixed pseudo-random order, so the first ``eval.n_prompts`` are a sample, whatever the file's order);
     read once per process and configuration."""
-    policy = cfg.get("policy")
-    memo_key = json.dumps([to_plain(cfg.data), str(policy.get("name_or_path")) if policy is not None else None],
-                          sort_keys=True, default=str)
+    memo_key = data_memo_key(cfg)
     if memo_key not in PROMPTS_MEMO:
         split = load_examples(cfg, prompt_only=True)
         distinct = {s: list(dict.fromkeys(e.prompt for e in split[s])) for s in HELD_OUT}
