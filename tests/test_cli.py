@@ -11,14 +11,19 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from tests import cli_process
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(*args, cwd, timeout=300):
+def cli(*args, cwd, timeout=300, fresh=False):
+    """`python -m rlhf_lab.cli *args` in `cwd`: forked from a warm interpreter (tests/cli_process.py), or with
+    `fresh=True` a new interpreter, start-up included, as a user's shell starts it."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("MLFLOW_TRACKING_URI", None)
+    if not fresh:
+        return cli_process.run(args, cwd=cwd, env=env, timeout=timeout)
     return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
@@ -50,7 +55,7 @@ def test_unknown_option_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
-    r = cli("algo=sft", *TINY, "trainer.max_steps=5", cwd=tmp_path)
+    r = cli("algo=sft", *TINY, "trainer.max_steps=5", cwd=tmp_path, fresh=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "rlhf-lab sft: done" in r.stdout and "mlflow ui --backend-store-uri sqlite:///mlflow.db" in r.stdout
     gold_lines = [ln for ln in r.stdout.splitlines() if "gold" in ln and ln.startswith("  ")]

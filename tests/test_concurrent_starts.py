@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
 import pytest
+
+from tests import cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ["algo=pretrain", "policy=a_tiny", "pretrain.n_texts=200", "trainer.max_steps=1", "eval.every_n_steps=0",
@@ -20,8 +20,7 @@ JOB = ["algo=pretrain", "policy=a_tiny", "pretrain.n_texts=200", "trainer.max_st
 def test_four_jobs_started_together_all_succeed(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *JOB, f"seed={i}"], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    procs = [cli_process.start([*JOB, f"seed={i}"], cwd=tmp_path, env=env) for i in range(4)]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from rlhf_lab import config_checks as C
+from tests import cli_process
 from tests.conftest import TINY, compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +20,7 @@ def cli(*args, cwd, env_extra=None, timeout=120):
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("HYDRA_FULL_ERROR", None)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return cli_process.run(args, cwd=cwd, env=env, timeout=timeout)
 
 
 @pytest.mark.slow

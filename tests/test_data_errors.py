@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import mlflow
@@ -15,6 +13,7 @@ import pytest
 
 from rlhf_lab.data_errors import DataError, data_errors
 from rlhf_lab.preferences import read_jsonl
+from tests import cli_process
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,15 +29,13 @@ def write_rows(path: Path, bad_line: int = 2, n: int = 4) -> Path:
 
 def test_data_errors_are_one_line_naming_file_and_line(tmp_path):
     f = write_rows(tmp_path / "pairs.jsonl", bad_line=2)
-    with pytest.raises(DataError) as exc:
-        with data_errors():
-            read_jsonl(f)
+    with pytest.raises(DataError) as exc, data_errors():
+        read_jsonl(f)
     text = str(exc.value)
     assert "\n" not in text and f"{f}:2" in text and "1 bad row(s) of 4; fix or remove them: " in text
     assert isinstance(exc.value.__cause__, ValueError)  # the data layer's own error, kept as the cause
-    with pytest.raises(DataError, match="no such file"):
-        with data_errors():
-            read_jsonl(tmp_path / "absent.jsonl")
+    with pytest.raises(DataError, match="no such file"), data_errors():
+        read_jsonl(tmp_path / "absent.jsonl")
 
 
 @pytest.mark.slow
@@ -47,9 +44,8 @@ def test_cli_bad_rows_exit_2_with_one_line_and_no_run(tmp_path, session_cache):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("HYDRA_FULL_ERROR", None)
-    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", "algo=rm", *[o for o in TINY if not o.startswith("data.")], "data=jsonl", f"data.path={f}",
-                        f"cache_dir={session_cache}"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=900)
+    r = cli_process.run(["algo=rm", *[o for o in TINY if not o.startswith("data.")], "data=jsonl", f"data.path={f}",
+                         f"cache_dir={session_cache}"], cwd=tmp_path, env=env, timeout=900)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("rlhf-lab: data error:")]

@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import mlflow
 import pytest
 
+from tests import cli_process
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,12 +36,11 @@ def test_a_deferred_sigterm_waits_for_the_step_boundary(monkeypatch):
     assert e.value.exit_code == 143 and run_states.pending_stop() is None
 
 
-def cli(cwd: Path, cache: Path, **popen):
+def cli(cwd: Path, cache: Path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
     cwd.mkdir(exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *JOB, f"cache_dir={cache}"], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return cli_process.start([*JOB, f"cache_dir={cache}"], cwd=cwd, env=env)
 
 
 def ppo_steps_logged(db: Path) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import mlflow
 import pytest
 
 from rlhf_lab import run_states
+from tests import cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
 # a pretrain job long enough to be stopped while its MLflow run is open
@@ -25,8 +25,7 @@ LONG_JOB = ["algo=pretrain", "policy=a_tiny", "pretrain.n_texts=300", "trainer.m
 def start_job(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *LONG_JOB], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return cli_process.start(LONG_JOB, cwd=tmp_path, env=env)
 
 
 def wait_running(tmp_path, proc, timeout=240):
@@ -130,8 +129,7 @@ def test_repeated_signals_on_a_policy_job_end_its_run_killed(tmp_path, session_c
     procs = []
     for d in dirs:
         d.mkdir()
-        procs.append(subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", *job], cwd=d, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(cli_process.start(job, cwd=d, env=env))
     def stop(d, proc, name, gap):  # as soon as this job is into its PPO steps (the ppo run has logged a step)
         t0 = time.time()
         while True:
@@ -249,9 +247,8 @@ def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
     run = client.get_run(failed)
     assert run.info.status == "FAILED"
     assert run.data.tags["rlhf_lab.error"] == "PermissionError: [Errno 13] Permission denied: 'cache/pretrain'"
-    with tracking.status_after_writes():
-        with tracking.start_run(cfg, "pretrain") as run:
-            finished = run.info.run_id
+    with tracking.status_after_writes(), tracking.start_run(cfg, "pretrain") as run:
+        finished = run.info.run_id
     assert client.get_run(finished).info.status == "FINISHED" and not tracking.OPEN_RUNS
     # nested blocks (an upstream stage built inside the job's): each run waits on its own block
     with tracking.status_after_writes():
@@ -275,9 +272,8 @@ def test_a_job_whose_artifact_cannot_be_saved_ends_failed(tmp_path):
     job = [a for a in LONG_JOB if not a.startswith("trainer.max_steps")]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
-    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *job, "trainer.max_steps=3",
-                        f"cache_dir={tmp_path / 'a_file' / 'cache'}"], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = cli_process.run([*job, "trainer.max_steps=3", f"cache_dir={tmp_path / 'a_file' / 'cache'}"], cwd=tmp_path,
+                        env=env, timeout=600)
     assert r.returncode != 0
     row = runs(tmp_path).iloc[0]
     assert row["status"] == "FAILED" and "Not a directory" in row["tags.rlhf_lab.error"], r.stderr[-2000:]
@@ -304,7 +300,7 @@ def test_a_server_that_answers_is_reachable_whatever_its_status():
     import threading
 
     class NotFound(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(404)
             self.end_headers()
 
@@ -330,8 +326,7 @@ def test_cli_fails_in_seconds_on_an_unreachable_server(tmp_path):
         port = s.getsockname()[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *LONG_JOB], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = cli_process.run(LONG_JOB, cwd=tmp_path, env=env, timeout=120)
     assert time.time() - t0 < 60  # seconds of start-up, not minutes of retries
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and f"http://127.0.0.1:{port}" in lines[0], r.stderr[-2000:]

@@ -134,6 +134,7 @@ def run_cli(*args, cwd, timeout=240):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))  # this checkout's code
     for k in ("MLFLOW_TRACKING_URI", sweeping.PARENT_ENV, sweeping.SWEPT_ENV, sweeping.STATE_ENV):
         env.pop(k, None)
+    # a new interpreter, not tests/cli_process.py: joblib's loky workers started from a forked child hang
     return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 

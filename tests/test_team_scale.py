@@ -24,6 +24,7 @@ from rlhf_lab import cli, server, sweeping
 from rlhf_lab.analysis import parent_run
 from rlhf_lab.analysis.runs import RunData, study_filter
 from rlhf_lab.analysis.study import best_setting
+from tests import cli_process
 from tests.test_sweeps import MICRO
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,6 +157,10 @@ def run_cmd(args: list[str], cwd: Path, timeout: int = 480, **env) -> subprocess
     for k in ("MLFLOW_TRACKING_URI", sweeping.PARENT_ENV, sweeping.SWEPT_ENV, sweeping.STATE_ENV):
         if k not in env:
             full.pop(k, None)
+    # forked from a warm interpreter (tests/cli_process.py), but for joblib's launcher: its loky workers, started from
+    # a forked child, hang
+    if args[:2] in (["-m", "rlhf_lab.cli"], ["-m", "rlhf_lab.analysis.cli"]) and "hydra/launcher=parallel" not in args:
+        return cli_process.run(args[2:], cwd=cwd, env=full, timeout=timeout, module=args[1])
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
 
 
