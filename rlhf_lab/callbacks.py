@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import lightning as L
 
@@ -14,9 +14,38 @@ from rlhf_lab.run_states import pending_stop, stop_now
 from rlhf_lab.tracking import log_samples_table
 
 
+EVAL_SCHEDULES = ("every", "log")  # eval.schedule
+
+
+def evaluation_steps(schedule: str, total_steps: int, every_n_steps: int = 0, n_points: int = 0) -> list[int]:
+    """The steps after step 0 at which a job evaluates (the start and the end of training are always evaluated).
+
+    ``every``: each multiple of `every_n_steps` (none when it is 0). ``log``: `n_points` distinct steps spread evenly
+    in log(step) from step 1 to `total_steps` (round(total_steps ** (i / (n_points - 1))), each at least one past
+    the one before), so that a run whose KL rises fast early and then slowly (Gao et al. 2022 measure against
+    √KL) is seen while it rises, with as many evaluations as the flat schedule would spend on the plateau.
+    """
+    if schedule not in EVAL_SCHEDULES:
+        raise ValueError(f"eval.schedule={schedule!r}: one of {', '.join(EVAL_SCHEDULES)}")
+    total = int(total_steps)
+    if schedule == "every":
+        every = int(every_n_steps)
+        return list(range(every, total + 1, every)) if every > 0 else []
+    n = min(int(n_points), total)
+    if n <= 0:
+        return []
+    if n == 1:
+        return [total]
+    steps: list[int] = []
+    for i in range(n):
+        s = max(round(total ** (i / (n - 1))), steps[-1] + 1 if steps else 1)
+        steps.append(min(s, total - (n - 1 - i)))  # room for the ones after it
+    return steps
+
+
 class PeriodicEval(L.Callback):
-    """Every `every_n_steps` optimizer steps (and at the start and end of training) call `evaluate()`,
-    which returns (metrics, rows), and log the metrics with the global step as x-axis.
+    """At the steps `at_steps` (and at the start and end of training) call `evaluate()`, which returns
+    (metrics, rows), and log the metrics with the global step as x-axis (`evaluation_steps` makes the list).
 
     `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and x-axis),
     e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
@@ -24,12 +53,12 @@ class PeriodicEval(L.Callback):
     once at the end of training, never in between, so no choice made during training can look at it.
     """
 
-    def __init__(self, evaluate: Callable[[], tuple[dict, list]], every_n_steps: int, at_start: bool = True,
+    def __init__(self, evaluate: Callable[[], tuple[dict, list]], at_steps: Iterable[int], at_start: bool = True,
                  step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None,
                  test: Callable[[], tuple[dict, list]] | None = None):
         self.evaluate = evaluate
         self.test = test
-        self.every = int(every_n_steps)
+        self.at_steps = frozenset(int(s) for s in at_steps)
         self.at_start = at_start
         self.step_fn = step_fn or (lambda trainer, pl_module: trainer.global_step)
         self.last: dict = {}
@@ -79,7 +108,7 @@ class PeriodicEval(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = self.step_fn(trainer, pl_module)
-        if self.every > 0 and step > 0 and step % self.every == 0:
+        if step > 0 and step in self.at_steps:
             self._run(trainer, step)
 
     def on_train_end(self, trainer, pl_module):

@@ -48,6 +48,7 @@ RM_INITS = ("sft", "pretrain")
 GOLD_SOURCES = ("formula", "rm")  # stages.gold.SOURCES
 RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
 SAMPLERS = ("lab", "hf")  # models.sampling.SAMPLERS (generation.sampler)
+EVAL_SCHEDULES = ("every", "log")  # callbacks.EVAL_SCHEDULES (eval.schedule)
 
 
 class ConfigError(ValueError):
@@ -223,7 +224,9 @@ def check_generation(g: DictConfig) -> None:
 
 def check_eval(e: DictConfig) -> None:
     need_all(e, "eval", {"every_n_steps": non_negative, "n_prompts": (at_least(1), ">= 1"),
-                         "n_samples_logged": non_negative})
+                         "n_samples_logged": non_negative, "n_points": non_negative})
+    if "schedule" in e:
+        choice(e, "eval", "schedule", EVAL_SCHEDULES)
 
 
 def check_trainer(t: DictConfig) -> None:

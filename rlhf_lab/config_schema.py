@@ -224,7 +224,9 @@ class GenerationConfig:
 
 @dataclass
 class EvalConfig:
+    schedule: str = MISSING
     every_n_steps: int = MISSING
+    n_points: int = MISSING
     n_prompts: int = MISSING
     samples_per_prompt: int = MISSING
     n_test_prompts: int = MISSING

@@ -189,3 +189,6 @@ def test_choice_lists_match_the_code():
     assert C.LOSS_AGGREGATIONS == LOSS_AGGREGATIONS and C.KL_LOSS_ESTIMATORS == KL_LOSS_ESTIMATORS
     assert C.PPO_REFERENCE_KINDS == ppo.REFERENCE_KINDS and C.PPO_CRITICS == ppo.CRITICS
     assert C.SAMPLERS == SAMPLERS
+    from rlhf_lab.callbacks import EVAL_SCHEDULES
+
+    assert C.EVAL_SCHEDULES == EVAL_SCHEDULES

@@ -53,6 +53,14 @@ def job_steps(cfg: DictConfig, stage: str, default: int) -> int:
     return int(default)
 
 
+def eval_steps(cfg: DictConfig, total_steps: int) -> list[int]:
+    """The job's evaluation steps after step 0 from ``eval.schedule`` (callbacks.evaluation_steps)."""
+    from rlhf_lab.callbacks import evaluation_steps
+
+    e = cfg.eval
+    return evaluation_steps(e.schedule, total_steps, e.every_n_steps, e.n_points)
+
+
 def generation_spec(cfg: DictConfig) -> dict:
     """The ``generation`` settings that determine sampled text, for an artifact's spec: all but ``sampler`` (both
     samplers draw the same tokens, so the choice does not change an artifact)."""
@@ -310,7 +318,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
                                 warmup_steps=sc.warmup_steps, max_steps=steps)
         is_job = job_stage(cfg) == stage
         ev = PeriodicEval(lambda: evaluate(cfg, model, tok, gold=gold),
-                          every_n_steps=cfg.eval.every_n_steps if is_job else 0, at_start=is_job,
+                          at_steps=eval_steps(cfg, steps) if is_job else (), at_start=is_job,
                           test=(lambda: evaluate(cfg, model, tok, split="test", gold=gold)) if is_job else None)
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev]),
                             logger=tracking.lightning_logger(cfg))

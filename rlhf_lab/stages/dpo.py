@@ -44,6 +44,7 @@ from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     ensure,
+    eval_steps,
     evaluate,
     generation_spec,
     job_steps,
@@ -189,7 +190,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         g = torch.Generator().manual_seed(seed)
         loader = distributed.loader(train_ex, ac.batch_size, g, collate_dpo_pairs(tok.pad_token_id),
                                     drop_last=len(train_ex) >= ac.batch_size, key="algo.batch_size")
-        ev = PeriodicEval(evaluate_dpo, every_n_steps=cfg.eval.every_n_steps, at_start=True,
+        ev = PeriodicEval(evaluate_dpo, at_steps=eval_steps(cfg, steps), at_start=True,
                           test=lambda: evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer,
                                                 split="test", gold=gold))
         kw = trainer_kwargs(cfg, out_dir, steps, "dpo", callbacks=[ev])

@@ -46,6 +46,7 @@ from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     checkpoint_path,
     ensure,
+    eval_steps,
     evaluate,
     job_steps,
     model_size,
@@ -304,8 +305,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
     with tracking.start_run(cfg, stage, params=params, tags=tags) as run:
         eval_scorer = scorer if a.reward == "rm" else None
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, gold=gold),
-                          every_n_steps=cfg.eval.every_n_steps, at_start=True,
-                          step_fn=lambda trainer, m: m.ppo_step,
+                          at_steps=eval_steps(cfg, steps), at_start=True, step_fn=lambda trainer, m: m.ppo_step,
                           test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer,
                                                 split="test", gold=gold))
         hm = a.hacking_monitor
