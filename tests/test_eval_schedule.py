@@ -52,3 +52,18 @@ def test_a_ppo_job_evaluates_at_the_log_spaced_steps(tiny_cfg, tmp_path):
     assert len(runs) == 1
     history = mlflow.MlflowClient().get_metric_history(runs[0].info.run_id, "eval/gold_reward")
     assert [m.step for m in history] == [0, 1, 2, 5]  # the start, 5 ** (0, 1/2, 1) rounded
+
+
+def test_the_gao_study_is_beta_zero_with_log_spaced_evaluations_and_one_rm_per_seed():
+    from rlhf_lab import sweeping
+    from tests.test_sweeps import job_cfg
+
+    jobs = sweeping.plan(["sweep=gao_rm_scaling"], validate=False)
+    cfgs = [job_cfg(j) for j in jobs]
+    assert len(cfgs) == 40
+    assert {(c.kl.name, float(c.kl.beta), c.eval.schedule, int(c.eval.n_points)) for c in cfgs} == {("fixed", 0.0, "log", 12)}
+    assert {c.labeler.name for c in cfgs} == {"unbiased", "length_biased"}
+    sizes = {(c.reward_model.arch.hidden, c.reward_model.arch.layers) for c in cfgs}
+    assert sizes == {(16, 1), (32, 2), (64, 2), (128, 4)}  # micro, tiny, small, medium
+    assert all(int(c.reward_model.seed) == int(c.seed) for c in cfgs) and {int(c.seed) for c in cfgs} == set(range(5))
+    assert {c.policy.arch.hidden for c in cfgs} == {64}  # one policy: a_small
