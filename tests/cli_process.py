@@ -14,7 +14,8 @@ signal sent to `handle.pid` reaches the job itself, so `128 + signal` exit codes
 they happen for a user.
 
 What this does not cover, and where the real `python -m rlhf_lab.cli` is still started: the start-up of a fresh
-interpreter (tests/test_cli.py's job and wheel tests, the sweeps, the launchers, the DDP ranks Lightning starts).
+interpreter (tests/test_cli.py's job and wheel tests), the joblib (`hydra/launcher=parallel`) sweeps, whose loky
+workers hang when started from a forked child, and the second DDP rank, which Lightning starts itself.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 # what a job imports (not rlhf_lab.cli itself, which runpy runs as __main__ as `python -m` does)
 PRELOAD = ["torch", "lightning", "transformers", "mlflow", "hydra", "rlhf_lab.config_checks", "rlhf_lab.run_states",
            "rlhf_lab.runtime", "rlhf_lab.sweeping", "rlhf_lab.stages", "rlhf_lab.algorithms", "tests.cli_process"]
