@@ -16,6 +16,10 @@
 - ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
   ``rlhf_lab.host`` (:func:`process_tags`), and at the next start of a run in the same experiment
   :func:`mark_dead_runs` ends as KILLED the RUNNING runs of this host whose process no longer exists.
+- A lost Ray node (``hydra/launcher=ray_cluster``): a job that runs in a Ray worker also carries the tag
+  ``rlhf_lab.node`` (its Ray node id, :func:`ray_node_id`); Ray retries the task on a live node, and when a
+  run starts there, :func:`mark_dead_runs` also ends as KILLED the RUNNING runs whose node the cluster reports dead
+  (on any host), with the cause in ``rlhf_lab.error``.
 
 A leaf module (nothing from rlhf_lab, no MLflow at import).
 """
@@ -26,11 +30,13 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 from typing import Any, Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PID_TAG = "rlhf_lab.pid"
 HOST_TAG = "rlhf_lab.host"
+NODE_TAG = "rlhf_lab.node"
 
 
 class Interrupted(BaseException):
@@ -156,8 +162,32 @@ def restore_signal_handlers(previous: dict) -> None:
             signal.signal(s, handler)
 
 
+def ray_node_id() -> str | None:
+    """The id of the Ray node this process runs on when it is a Ray worker (a job of ``hydra/launcher=ray`` or
+    ``ray_cluster``), else None. Ray is never imported here: only looked up if the process already has it."""
+    ray = sys.modules.get("ray")
+    try:
+        return ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
+    except Exception:  # noqa: BLE001  (a half-initialised Ray: no node to name)
+        return None
+
+
+def dead_ray_nodes() -> dict[str, str]:
+    """{node id: its address} of the nodes the Ray cluster this process is connected to reports dead ({} when it is
+    not connected to one)."""
+    ray = sys.modules.get("ray")
+    try:
+        if ray is None or not ray.is_initialized():
+            return {}
+        return {n["NodeID"]: str(n.get("NodeManagerAddress", "?")) for n in ray.nodes() if not n.get("Alive", True)}
+    except Exception:  # noqa: BLE001  (the cluster's state is unreadable: nothing is known dead)
+        return {}
+
+
 def process_tags() -> dict[str, str]:
-    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    """The tags that say where a run's process lives: pid and host, and the Ray node inside a Ray worker."""
+    node = ray_node_id()
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname(), **({NODE_TAG: node} if node else {})}
 
 
 def process_alive(pid: int) -> bool:
@@ -171,12 +201,25 @@ def process_alive(pid: int) -> bool:
 
 
 def mark_dead_runs(client, experiment_id: str) -> list[str]:
-    """End as KILLED the RUNNING runs of this host whose process (tag ``rlhf_lab.pid``) is gone; their ids."""
+    """End as KILLED the RUNNING runs whose Ray node (tag ``rlhf_lab.node``) the cluster reports dead, and those of
+    this host whose process (tag ``rlhf_lab.pid``) is gone; their ids."""
     host = socket.gethostname()
+    marked = []
+    dead = dead_ray_nodes()
+    if dead:
+        for r in client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000):
+            node = r.data.tags.get(NODE_TAG)
+            if node in dead:
+                client.set_tag(r.info.run_id, "rlhf_lab.error",
+                               f"Ray node {node} ({dead[node]}) was lost while the run was running; marked KILLED "
+                               "by a job on a live node")
+                client.set_terminated(r.info.run_id, status="KILLED")
+                marked.append(r.info.run_id)
     runs = client.search_runs([experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'",
                               max_results=1000)
-    marked = []
     for r in runs:
+        if r.info.run_id in marked:
+            continue
         pid = r.data.tags.get(PID_TAG, "")
         if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
             continue

@@ -24,6 +24,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+# the folder a sweep was launched in, handed to its jobs (rlhf_lab/sweeping.py): a job on a Ray or SLURM worker
+# runs in another working folder, and the config's relative paths (cache_dir, a sqlite store) mean the launch's
+LAUNCH_DIR_ENV = "RLHF_LAB_LAUNCH_DIR"
 PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/sweeping.py) around every job
 SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
 
@@ -78,13 +81,27 @@ def to_plain(x: Any) -> Any:
     return x
 
 
+def launch_path(path: str | os.PathLike) -> str:
+    """A relative path of the config (``cache_dir``, a sqlite store's file) taken from the folder the sweep was
+    launched in (``RLHF_LAB_LAUNCH_DIR``, set for its jobs) when there is one; otherwise unchanged (relative to
+    the working folder, which is the launch folder)."""
+    path = os.path.expanduser(str(path))
+    base = os.environ.get(LAUNCH_DIR_ENV)
+    return os.path.join(base, path) if base and not os.path.isabs(path) else path
+
+
 def tracking_uri(cfg: DictConfig | None = None) -> str:
-    """The MLflow tracking URI: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else the default sqlite file."""
+    """The MLflow tracking URI: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else the default sqlite file; a
+    relative sqlite file is the launch folder's (:func:`launch_path`)."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    if cfg is not None and cfg.get("tracking") and cfg.tracking.get("uri"):
-        return str(cfg.tracking.uri)
-    return DEFAULT_TRACKING_URI
+        uri = os.environ["MLFLOW_TRACKING_URI"]
+    elif cfg is not None and cfg.get("tracking") and cfg.tracking.get("uri"):
+        uri = str(cfg.tracking.uri)
+    else:
+        uri = DEFAULT_TRACKING_URI
+    if uri.startswith("sqlite:///") and not uri[len("sqlite:///"):].startswith("/"):
+        return "sqlite:///" + launch_path(uri[len("sqlite:///"):])
+    return uri
 
 
 def tracking_server_problem(uri: str, timeout: float = 5.0) -> str | None:

@@ -66,9 +66,11 @@ SUITE: list[tuple[str, str]] = [
     ("ref_small", "C8"),
     ("length_penalty", "C11"),
     ("ref_sync", "C3"),
-    ("rm_source_5rms", "C16 C17"),
+    ("rm_source_matched", "C16"),
+    ("rm_source_5rms", "C17"),
     ("rm_size_vs_policy_size_5rms", "C18"),
-    ("rm_size_hacking_5rms", "C13"),
+    ("gao_rm_scaling", "C13"),
+    ("gao_rm_scaling_bon", "C13"),
     ("rm_ensemble_5rms", "C18"),
 ]
 # The studies of the claims about the RM (C10, C13, C16–C20) train one RM per seed (``reward_model.seed: ${seed}``

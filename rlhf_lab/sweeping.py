@@ -36,8 +36,15 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlhf_lab.run_states import process_tags
-from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, exit_on_unreachable_server, override_key, tracking_uri
+from rlhf_lab.run_states import mark_dead_runs, process_tags
+from rlhf_lab.runtime import (
+    LAUNCH_DIR_ENV,
+    PARENT_ENV,
+    SWEPT_ENV,
+    exit_on_unreachable_server,
+    override_key,
+    tracking_uri,
+)
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +160,9 @@ class MlflowSweepCallback(Callback):
                 flat[f"sweep.values.{override_key(k)}"] = v[:6000]
         client.log_batch(self.run_id, params=[_param(k, v) for k, v in flat.items()])
         self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
-        env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir)}
+        env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir),
+               # a job on a Ray or SLURM worker runs elsewhere: relative cache_dir and sqlite store are the launch's
+               LAUNCH_DIR_ENV: os.environ.get(LAUNCH_DIR_ENV) or os.getcwd()}
         if os.environ.get("MLFLOW_TRACKING_URI"):  # a worker on another machine logs where the parent run is
             env["MLFLOW_TRACKING_URI"] = os.environ["MLFLOW_TRACKING_URI"]
         for k, v in env.items():
@@ -174,6 +183,7 @@ class MlflowSweepCallback(Callback):
             for f in sorted(self.state_dir.glob("failed_*.txt")):
                 failed[f"job {f.stem.split('_', 1)[1]}"] = f.read_text().splitlines()[0] if f.read_text() else ""
         exp_id = client.get_run(self.run_id).info.experiment_id
+        mark_dead_runs(client, exp_id)  # a job whose process or Ray node died mid-run: KILLED, not left RUNNING
         children = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'",
                                       max_results=5000)
         for r in children:

@@ -232,6 +232,15 @@ def experiment_id(cfg: DictConfig) -> str:
         return client.create_experiment(name, tags=EXPERIMENT_TAGS)
 
 
+def peak_accelerator_mb() -> float | None:
+    """torch.cuda.max_memory_allocated in MiB when this process has used a CUDA device, else None."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
 @contextlib.contextmanager
 def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: dict | None = None,
               tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
@@ -289,6 +298,9 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         OPEN_RUNS.pop(run.info.run_id, None)
         raise
     else:
+        accelerator_peak = peak_accelerator_mb()
+        if accelerator_peak is not None:  # the job's high-water mark of GPU memory (docs/metrics.md)
+            mlflow.log_metric("memory/peak_gpu_mb", accelerator_peak)
         mlflow.flush_async_logging()
         if PENDING:  # the caller still writes (the artifact): it decides the status (status_after_writes)
             mlflow.end_run(status="RUNNING")  # off MLflow's stack, still RUNNING in the store

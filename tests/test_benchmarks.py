@@ -121,3 +121,26 @@ def test_suite_projection_scales_the_sampled_algorithms_only():
     assert by["clip_eps"][1] == "ppo" and by["clip_eps"][4] == pytest.approx(by["clip_eps"][3] / 2)
     assert by["grpo_kl"][1] == "grpo" and stated == pytest.approx(sum(r[3] for r in rows))
     assert stated > projected > stated / 2
+
+
+@pytest.mark.slow
+def test_the_gpu_script_runs_its_four_jobs_at_tiny_shapes_on_the_cpu(tmp_path, monkeypatch, capsys):
+    """`python -m benchmarks.gpu --shape tiny --device cpu`: the script a GPU machine runs, checked here without one
+    (its jobs forked from the warm interpreter of tests/cli_process.py, as `rlhf-lab` processes)."""
+    import os
+
+    import torch
+
+    from benchmarks import gpu
+    from tests import cli_process
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    monkeypatch.setattr(gpu, "run_job", lambda overrides, work: cli_process.run(overrides, cwd=work, env=env))
+    assert gpu.main(["--shape", "tiny", "--device", "cpu", "--work", str(tmp_path), "--out", str(tmp_path / "t.md")]) == 0
+    rows = [line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| ") and "FINISHED" in line]
+    assert [r.split("|")[1].strip() for r in rows] == ["rm", "dpo", "ppo", "grpo"]
+    assert all("| True |" in r for r in rows)  # every loss finite
+    # without a GPU the default (cuda) refuses in one line, naming the CPU check
+    if not torch.cuda.is_available():
+        assert gpu.main(["--work", str(tmp_path / "x")]) == 2
+        assert "--device cpu --shape tiny" in capsys.readouterr().err

@@ -216,16 +216,44 @@ def _rm_size_runs(drop_small: float, drop_large: float) -> list[RunData]:
     return runs
 
 
+def _gao_runs(drop_small: float, drop_large: float, labeler: str = "unbiased", kl_small: float = 8.0,
+              kl_large: float = 8.0) -> list[RunData]:
+    """gao_rm_scaling's PPO runs: RM micro and medium, one RM per seed, gold rise_fall(drop), KL rising to kl_*."""
+    rng = np.random.default_rng(5)
+    runs = []
+    for size, rm_n, drop, kl_end in (("micro", 9e3, drop_small, kl_small), ("medium", 8.7e5, drop_large, kl_large)):
+        for s in range(5):
+            gold = rise_fall(drop) if drop > 0 else np.full(STEPS, 0.4)
+            runs.append(make_run(s, {"sweep.labeler": labeler, "sweep.rm_size": size},
+                                 with_halves(gold, rng) | {"eval/kl": kl_end * T ** 1.5},
+                                 rm={"run_id": f"rm{rm_n}-{s}", "metrics": {"model/params_total": rm_n}}))
+    return runs
+
+
 def test_c13_holds_when_the_larger_rm_hacks_less_but_still_hacks():
-    res = verdicts({"rm_size_hacking_beta0": _rm_size_runs(0.5, 0.2)})["C13"]
+    res = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2)})["C13"]
     assert res.verdict == "holds", res.reason
-    assert parts(res)["a larger RM reduces it"].measured.effect.n == 10  # 2 policy sizes × 5 seeds
-    assert parts(res)["a larger RM reduces it"].measured.n_of == "policy × seed cells"
+    reduces = parts(res)["a larger RM reduces it"].measured
+    assert reduces.effect.n == 5 and reduces.effect.estimate == pytest.approx(0.3, abs=0.05)
+    assert reduces.detail.startswith("matched KL 8.00 nats")
 
 
 def test_c13_without_hacking_is_untestable_not_false():
-    res = verdicts({"rm_size_hacking_beta0": _rm_size_runs(0.0, 0.0)})["C13"]
+    res = verdicts({"gao_rm_scaling": _gao_runs(0.0, 0.0)})["C13"]
     assert res.verdict == "inconclusive" and "there is hacking to reduce" in res.reason
+
+
+def test_c13_compares_the_drop_at_a_matched_kl():
+    """The smallest RM goes twice as far in KL: up to the largest RM's final KL (a quarter of its KL range, ≈ 40 %
+    of its steps, before its peak at 60 %) it has not dropped, so the larger RM reduces nothing there."""
+    res = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2, kl_small=32.0)})["C13"]
+    reduces = parts(res)["a larger RM reduces it"]
+    assert reduces.measured.detail.startswith("matched KL 8.00 nats")
+    assert reduces.measured.effect.estimate < 0.1 and reduces.verdict != "holds"
+    # the length-biased arm is read from its own runs, and is shown, not judged
+    biased = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2) + _gao_runs(0.4, 0.4, "length_biased")})["C13"]
+    shown = parts(biased)["with the length-biased labeler, a larger RM reduces hacking"]
+    assert abs(shown.measured.effect.estimate) < 0.1 and biased.verdict == "holds"
 
 
 # -- ratios and margins: C6 ------------------------------------------------------------------------------------
@@ -380,7 +408,7 @@ def test_registry_covers_every_claim_once():
     studied = {s for c in registry.CLAIMS for s in c.studies}
     assert {"ref_sync", "ref_shared", "kl_estimators", "ref_small", "length_penalty", "clip_eps", "critic_baseline",
             "rm_lora", "rm_normalize", "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size",
-            "rm_size_hacking_beta0", "rm_source"} <= studied
+            "gao_rm_scaling", "rm_source"} <= studied
 
 
 # -- fits ---------------------------------------------------------------------------------------------------------
@@ -394,15 +422,21 @@ def test_r_squared_by_hand():
 def test_fit_rl_r2_against_a_hand_least_squares():
     d = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
     r = d * (0.5 - 0.25 * np.log(d)) + np.array([0.02, -0.03, 0.01, 0.04, -0.02, 0.0])
-    # normal equations of y = r/d = α − β·x with x = log d:  β = −cov(x, y)/var(x),  α = ȳ + β·x̄
-    x, y = np.log(d), r / d
-    beta = -((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
-    alpha = y.mean() + beta * x.mean()
+    # least squares on the reward scale, r ≈ α·u + β·v with u = d, v = −d log d: the 2×2 normal equations by Cramer
+    u, v = d, -d * np.log(d)
+    suu, suv, svv, sur, svr = (u * u).sum(), (u * v).sum(), (v * v).sum(), (u * r).sum(), (v * r).sum()
+    det = suu * svv - suv * suv
+    alpha, beta = (sur * svv - svr * suv) / det, (suu * svr - suv * sur) / det
     pred = d * (alpha - beta * np.log(d))
     r2 = 1 - ((r - pred) ** 2).sum() / ((r - r.mean()) ** 2).sum()
     f = fits.fit_rl(d, r)
     assert (f.alpha, f.beta) == (pytest.approx(alpha), pytest.approx(beta))
     assert f.r2 == pytest.approx(r2) and 0.9 < f.r2 < 1
+    # it is the best (α, β) on the reward scale: the old fit (least squares on r/d) has a lower R²
+    x, y = np.log(d), r / d
+    b_old = -((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    a_old = y.mean() + b_old * x.mean()
+    assert fits.r_squared(r, d * (a_old - b_old * np.log(d))) < f.r2
     assert f.n == 6 and (f.d_lo, f.d_hi) == (0.5, 3.0)
     assert f.status == "peak in the data" and f.d_star == pytest.approx(math.exp(alpha / beta - 1))
 
@@ -485,7 +519,13 @@ def world() -> dict[str, list[RunData]]:
         for k in seeds for e, akl in ((0.1, 0.005), (0.2, 0.01), (0.4, 0.03))]
     s["rm_size_vs_policy_size"] = _rm_size_runs(0.5, 0.2) + [
         r for r in _rm_size_runs(0.5, 0.2) if r.seed in ("0", "1")]  # a follow-up sweep: more runs, same seeds
-    s["rm_size_hacking_beta0"] = _rm_size_runs(0.5, 0.2)
+    s["gao_rm_scaling"] = _gao_runs(0.5, 0.2) + _gao_runs(0.5, 0.3, "length_biased")
+    s["gao_rm_scaling_bon"] = [  # best-of-n with the same RMs: n = 1 … 256 as the steps, gold rising with n
+        make_run(k, {"sweep.labeler": "unbiased", "sweep.rm_size": size}, {
+            "bon/gold_reward": gain * np.log1p(np.arange(STEPS)) + rng.normal(0, 0.01, STEPS),
+            "bon/kl": np.log(2.0 ** np.arange(STEPS))}, stage="bon",
+            rm={"run_id": f"rm{n}-{k}", "metrics": {"model/params_total": n}})
+        for size, n, gain in (("micro", 9e3, 0.2), ("medium", 8.7e5, 0.3)) for k in seeds]
     s["critic_baseline"] = [policy(k, {"sweep.algo.critic": c}, 0.7, rng, **{
         "objective/advantage_var": line(v, v, rng, sd=0.05, n=20)}) for k in seeds for c, v in (("none", 2.0),
                                                                                                 ("policy", 1.0))]
@@ -494,6 +534,9 @@ def world() -> dict[str, list[RunData]]:
                              **{"eval/gold_reward_ood": line(0, g - 0.2, rng)})
                       for k in seeds for src, frac, ens, g in (("same", 0.0, 1, 0.8), ("different", 0.0, 1, 0.5),
                                                                ("different", 0.2, 1, 0.75), ("same", 0.0, 3, 0.85))]
+    s["rm_source_matched"] = [  # C16: the different-source RM's gold is noisier from step to step and drops
+        policy(k, {"reward_model.source": src}, 0.6, rng, **with_halves(gold, rng, sd))
+        for k in seeds for src, gold, sd in (("same", 0.6 * T, 0.01), ("different", 0.3 + rise_fall(0.3), 0.05))]
     s["rm_ensemble"] = [policy(k, {"sweep.reward_model.ensemble": ens, "sweep.reward_model.conservative_lambda": lam}, g,
                                rng) for k in seeds for ens, lam, g in ((3, 1.0, 0.82), (3, 0.0, 0.8), (1, 0.0, 0.78))]
     s["rm_lora"] = [make_run(k, {"sweep.reward_model.lora.r": r, "seed": k}, stage="rm",
@@ -502,7 +545,7 @@ def world() -> dict[str, list[RunData]]:
     s["rm_normalize"] = [policy(k, {"sweep.reward_model.normalize": n}, g, rng)
                          for k in seeds for n, g in (("true", 0.8), ("false", 0.5))]
     s["grpo_kl"] = grpo_kl_runs(rng, {0.0: 0.9, 0.04: 0.7})
-    for name in ("rm_source", "rm_ensemble", "rm_normalize"):  # one RM per seed (and per RM config)
+    for name in ("rm_source", "rm_source_matched", "rm_ensemble", "rm_normalize"):  # one RM per seed and RM config
         for r in s[name]:
             shared = {k: v for k, v in r.setting.items() if k != "reward_model.normalize"}  # applied at use time
             r.tags["rlhf_lab.upstream.rm"] = f"rm {name} {sorted(shared.items())} {r.seed}"

@@ -173,7 +173,7 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     assert verdict["C5"] == "inconclusive" and "1 seed: no interval" in text.split("### C5")[1].split("### C6")[0]
     # no eval/gold_reward_a/_b halves in this store: no unbiased drop from the peak, so no hacking verdict
     assert verdict["C1"] == "inconclusive"
-    assert verdict["C13"] == "not run yet"  # its study is rm_size_hacking_beta0, not in this store
+    assert verdict["C13"] == "not run yet"  # its study is gao_rm_scaling, not in this store
     # one RM for every run (its length preference has no interval); one DPO seed; one policy × seed cell below 1/10
     assert verdict["C10"] == "inconclusive" and verdict["C9"] == "inconclusive" and verdict["C18"] == "inconclusive"
     assert verdict["C16"] == "not run yet" and verdict["C17"] == "not run yet" and verdict["C3"] == "not run yet"

@@ -41,10 +41,12 @@ def jobs(plans):
 
 
 def n_evaluations(cfg) -> int:
-    """Evaluations of a PPO job: at step 0, every eval.every_n_steps PPO steps, and at the end."""
-    steps = cfg.trainer.max_steps if cfg.trainer.max_steps is not None else cfg.algo.steps
-    every = int(cfg.eval.every_n_steps)
-    return len({0, int(steps)} | ({k for k in range(every, int(steps) + 1, every)} if every > 0 else set()))
+    """Evaluations of a PPO job: at step 0, at the steps of eval.schedule (stages.common.eval_steps), and at
+    the end."""
+    from rlhf_lab.stages.common import eval_steps
+
+    steps = int(cfg.trainer.max_steps if cfg.trainer.max_steps is not None else cfg.algo.steps)
+    return len({0, steps} | set(eval_steps(cfg, steps)))
 
 
 def test_every_suite_study_exists_and_every_new_claim_has_one():
@@ -112,11 +114,17 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
                     ("fixed", 1.0), ("adaptive", 1.0), ("adaptive", 4.0)}
     dpo = jobs["dpo_beta_grid_5seeds"]  # C9 ranks the βs of each seed: ≥ 3 per seed on both sides
     assert {c.algo.name for _, c in dpo} == {"dpo"} and {float(c.algo.beta) for _, c in dpo} == {0.01, 0.1, 1.0}
-    for study, beta in (("rm_size_vs_policy_size_5rms", 0.01), ("rm_size_hacking_5rms", 0.0)):
-        sizes = jobs[study]
-        assert {c.reward_model.arch.hidden for _, c in sizes} == {16, 32, 64}
-        assert {(c.policy.arch.hidden, c.reward_model.source, float(c.kl.beta)) for _, c in sizes} == {
-            (64, "same", beta)}
+    sizes = jobs["rm_size_vs_policy_size_5rms"]
+    assert {c.reward_model.arch.hidden for _, c in sizes} == {16, 32, 64}
+    assert {(c.policy.arch.hidden, c.reward_model.source, float(c.kl.beta)) for _, c in sizes} == {
+        (64, "same", 0.01)}
+    # C13: Gao's setup, PPO at β = 0 with the log-spaced evaluations, best-of-n with the same RMs (RM key and seed)
+    gao, bon = jobs["gao_rm_scaling"], jobs["gao_rm_scaling_bon"]
+    assert _settings(gao, lambda c: c.labeler.name, lambda c: c.reward_model.arch.hidden) == {
+        (lab, h) for lab in ("unbiased", "length_biased") for h in (16, 32, 64, 128)}
+    assert {(c.algo.name, float(c.kl.beta), c.eval.schedule, c.policy.arch.hidden) for _, c in gao} == {
+        ("ppo", 0.0, "log", 64)}
+    assert {c.algo.name for _, c in bon} == {"bon"} and len(bon) == len(gao) == 8  # the seed-0 jobs
     ens = _settings(jobs["rm_ensemble_5rms"], lambda c: c.reward_model.arch.hidden, lambda c: c.reward_model.ensemble,
                     lambda c: float(c.reward_model.conservative_lambda))
     assert ens == {(32, 3, 0.0), (32, 3, 1.0), (64, 1, 0.0)}
@@ -124,13 +132,18 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert _settings(grpo, lambda c: c.algo.name, lambda c: c.kl.name, lambda c: float(c.kl.beta),
                      lambda c: c.algo.kl_in, lambda c: c.algo.kl_estimator) == {
         ("grpo", "fixed", 0.04, "loss", "k3"), ("grpo", "fixed", 0.0, "loss", "k3")}
+    matched = jobs["rm_source_matched"]  # C16: both RMs from an SFT of their own family, the same shape
+    assert _settings(matched, lambda c: c.reward_model.source, lambda c: c.reward_model.init,
+                     lambda c: (c.reward_model.arch.hidden, c.reward_model.arch.layers, c.reward_model.arch.heads)) == {
+        ("same", "sft", (64, 2, 4)), ("different", "sft", (64, 2, 4))}
     src = jobs["rm_source_5rms"]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
         ("same", 0.0), ("different", 0.0), ("different", 0.2)}
 
 
-RM_STUDIES = ("ppo_beta_grid_wide", "rm_normalize_5rms", "rm_source_5rms", "rm_size_vs_policy_size_5rms",
-              "rm_size_hacking_5rms", "rm_ensemble_5rms")
+RM_STUDIES = ("ppo_beta_grid_wide", "rm_normalize_5rms", "rm_source_matched", "rm_source_5rms",
+              "rm_size_vs_policy_size_5rms",
+              "gao_rm_scaling", "gao_rm_scaling_bon", "rm_ensemble_5rms")
 
 
 def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_with_it(monkeypatch, tmp_path):
@@ -157,6 +170,13 @@ def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_w
             assert spec["seed"] == cfg.seed
             keys.setdefault(cfg.seed, set()).add(cache_for(cfg).path("rm", spec))
         assert set(keys) == {0, 1} and not keys[0] & keys[1], study  # seed 0 and seed 1: different RMs
+    # best-of-n reuses gao_rm_scaling's RMs: the same RM cache key for the same labeler, RM size and seed
+    ppo_jobs, bon_jobs = (sweeping.plan([f"sweep={s}"], validate=False) for s in ("gao_rm_scaling", "gao_rm_scaling_bon"))
+    for ppo_job, bon_job in list(zip(ppo_jobs, bon_jobs))[::13]:
+        setting = [[o for o in j if not o.startswith(("sweep=", "study="))] for j in (ppo_job, bon_job)]
+        assert setting[0] == setting[1]
+        ppo_cfg, bon_cfg = (compose_job(j + [f"cache_dir={tmp_path}"]) for j in (ppo_job, bon_job))
+        assert cache_for(ppo_cfg).path("rm", rm_stage.spec(ppo_cfg)) == cache_for(bon_cfg).path("rm", rm_stage.spec(bon_cfg))
     # the older designs keep one RM for every seed
     cfg = compose_job(["sweep=rm_normalize", "seed=3"])
     assert cfg.reward_model.seed == 0

@@ -7,6 +7,7 @@
     rlhf-lab-report --claims --runs reports/claims_runs.json.gz --no-store # the file's alone
     rlhf-lab-report --claims --only C18  # recompute C18 only, into the existing reports/claims.md
     rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
+    rlhf-lab-report gao_rm_scaling       # -> pooled Gao et al. fits by RM size, PPO and best-of-n, with the trend
     rlhf-lab-report clip_eps --no-store --runs reports/claims_runs.json.gz   # a study report from a runs file
     rlhf-lab-report my_study --out my_reports   # a study of your own (tag rlhf_lab.study) -> my_reports/my_study/
 
@@ -22,6 +23,8 @@ import logging
 import sys
 
 from rlhf_lab.analysis.claims import only_claims, write_claims_report
+from rlhf_lab.analysis.gao import RL_STUDY as GAO_STUDY
+from rlhf_lab.analysis.gao import write_gao_report
 from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
 from rlhf_lab.analysis.gold_validation import write_gold_validation_report
 from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
@@ -63,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             check_study(a.study, own_out)
             if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/gold_validation.py)
                 path = write_gold_validation_report(a.out, a.uri, require_runs=True)
+            elif a.study == GAO_STUDY:  # pooled Gao fits of its PPO runs and gao_rm_scaling_bon's (analysis/gao.py)
+                path = write_gao_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store, require_runs=True)
             else:
                 path = write_study_report(a.study, a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
                                           require_runs=True)

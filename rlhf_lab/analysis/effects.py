@@ -260,6 +260,20 @@ def grouped(study: str, a: Arm, key: Callable[[RunData], float], in_a: Callable[
     return compute
 
 
+def at_matched_kl(study: str, a: Arm, build: Callable[[float], Callable[[Studies], Measured]]
+                  ) -> Callable[[Studies], Measured]:
+    """The effect `build(kl)` at the matched KL: the lowest final ``eval/kl`` among the runs of arm `a`, so that
+    every run compared has reached it (chosen from KL alone, never from the gold reward)."""
+    def compute(studies: Studies) -> Measured:
+        ra, _ = a.select(studies.get(study, []))
+        kls = [r.last("eval/kl") for r in ra if math.isfinite(r.last("eval/kl"))]
+        m = build(min(kls) if kls else NAN)(studies)
+        if kls:
+            m.detail = f"matched KL {min(kls):.2f} nats; " + m.detail
+        return m
+    return compute
+
+
 def log_ratio(q1: Quantity, q2: Quantity, name: str) -> Quantity:
     """ln(q1 / q2) of one run (NaN unless both are > 0)."""
     def q(r: RunData) -> float:
@@ -278,3 +292,28 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     if ok.sum() < 3 or np.ptp(xa[ok]) == 0 or np.ptp(ya[ok]) == 0:
         return NAN
     return float(spearmanr(xa[ok], ya[ok]).correlation)
+
+
+def config_value(study: str, arm: Arm, key: str) -> Callable[[Studies], Measured]:
+    """A config value of an arm's runs as an exact 'effect' (lo = min, hi = max over the runs)."""
+    def compute(studies: Studies) -> Measured:
+        rs, label = arm.select(studies.get(study, []))
+        vals = [config_num(r, key) for r in rs]
+        vals = [v for v in vals if math.isfinite(v)]
+        if not vals:
+            return Measured(None, missing=f"no {label} run logged {key}")
+        eff = Effect(sum(vals) / len(vals), min(vals), max(vals), len(vals), "config value")
+        return Measured(eff, f"{key} = {', '.join(sorted({f'{v:g}' for v in vals}))}", "", tuple(rs), n_of="runs")
+    return compute
+
+
+def first_of(*computes: Callable[[Studies], Measured]) -> Callable[[Studies], Measured]:
+    """The first measurement with an interval (n ≥ 2), else the first with a value, else the first's reason."""
+    def compute(studies: Studies) -> Measured:
+        ms = [c(studies) for c in computes]
+        for ok in (lambda m: m.effect is not None and m.effect.n >= 2, lambda m: m.effect is not None):
+            for m in ms:
+                if ok(m):
+                    return m
+        return ms[0]
+    return compute

@@ -6,9 +6,12 @@ Gao et al. 2022 (their eq. 1-2), on the gain over the run's first evaluation (th
     RL:         R(d) = d (α − β log d)     peak at d* = exp(α/β − 1), R(d*) = β d*
     best-of-n:  R(d) = d (α − β d)         peak at d* = α / (2β),     R(d*) = α² / (4β)
 
-both by least squares on R/d, which is linear in (α, β). The reports fit the RL form (PPO and DPO runs);
-the best-of-n form is here for the comparison with Gao et al. and has no runs of its own yet. Pure functions
-of numbers: nothing here reads MLflow. See docs/metrics.md for the metrics.
+both by least squares on the reward scale, Σ (rᵢ − R(dᵢ))², which is linear in (α, β): r regressed on the
+columns d and −d log d (RL) or d and −d² (best-of-n), with no intercept (R(0) = 0). (Least squares on r/d, the
+earlier choice, weighs each point by 1/d²: the first evaluations, where d is small and r/d mostly noise, then
+decide the fit; on the gao_rm_scaling runs it gave R² below 0 where the reward-scale fit gives 0.6–0.8.) The
+study reports fit the RL form per run (PPO and DPO), the Gao report (:mod:`rlhf_lab.analysis.gao`) both forms
+pooled over seeds. Pure functions of numbers: nothing here reads MLflow. See docs/metrics.md for the metrics.
 
 No fit is made from fewer than :data:`MIN_FIT_POINTS` points with d > 0: two parameters through two or three
 noisy points fit anything. :func:`fit_rl` returns a :class:`GaoFit` that also carries the goodness of fit
@@ -37,24 +40,24 @@ def _clean(d: Sequence[float], r: Sequence[float]) -> tuple[np.ndarray, np.ndarr
 
 
 def fit_gao_rl(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POINTS) -> tuple[float, float]:
-    """(α, β) of R(d) = d(α − β log d): least squares on r/d = α − β log d over the points with d > 0;
+    """(α, β) of R(d) = d(α − β log d): least squares of r on (d, −d log d) over the points with d > 0;
     (nan, nan) from fewer than `min_points` such points."""
     d, r = _clean(d, r)
     if len(d) < max(2, min_points) or np.ptp(np.log(d)) < 1e-9:
         return float("nan"), float("nan")
-    X = np.stack([np.ones_like(d), -np.log(d)], axis=1)
-    (alpha, beta), *_ = np.linalg.lstsq(X, r / d, rcond=None)
+    X = np.stack([d, -d * np.log(d)], axis=1)
+    (alpha, beta), *_ = np.linalg.lstsq(X, r, rcond=None)
     return float(alpha), float(beta)
 
 
 def fit_gao_bon(d: Sequence[float], r: Sequence[float], min_points: int = MIN_FIT_POINTS) -> tuple[float, float]:
-    """(α, β) of R(d) = d(α − β d): least squares on r/d = α − β d over the points with d > 0;
+    """(α, β) of R(d) = d(α − β d): least squares of r on (d, −d²) over the points with d > 0;
     (nan, nan) from fewer than `min_points` such points."""
     d, r = _clean(d, r)
     if len(d) < max(2, min_points) or np.ptp(d) < 1e-9:
         return float("nan"), float("nan")
-    X = np.stack([np.ones_like(d), -d], axis=1)
-    (alpha, beta), *_ = np.linalg.lstsq(X, r / d, rcond=None)
+    X = np.stack([d, -d * d], axis=1)
+    (alpha, beta), *_ = np.linalg.lstsq(X, r, rcond=None)
     return float(alpha), float(beta)
 
 

@@ -12,7 +12,8 @@ from rlhf_lab.analysis.fits import MIN_FIT_POINTS, frontier
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, groups, kl_gold_pairs
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot with the Agg backend (no screen)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -22,7 +23,7 @@ def _plt():
 
 
 def plot_reward_vs_sqrt_kl(runs: Sequence[RunData], path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
     cmap = plt.get_cmap("viridis")
     g = groups(runs)
@@ -53,7 +54,7 @@ def plot_reward_vs_sqrt_kl(runs: Sequence[RunData], path: Path) -> None:
 
 
 def plot_frontier(runs: Sequence[RunData], path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     markers = dict(zip(POLICY_STAGES, "osD^v"))
     for i, algo in enumerate(POLICY_STAGES):
@@ -81,7 +82,7 @@ def plot_gold_curves(curves: dict, measures: dict, path: Path) -> None:
     """The gold-RM validation's hacking curves: one column per arm, one row per measure (the formula, the gold RM);
     `curves` is {arm: {measure: [(step, mean, se, n)]}}, drawn as mean ± se over seeds against the PPO step;
     `measures` is {measure: its label}."""
-    plt = _plt()
+    plt = pyplot()
     arms = list(curves)
     fig, axes = plt.subplots(len(measures), len(arms), figsize=(4.2 * len(arms), 3.4 * len(measures)), squeeze=False,
                              sharex=True)
@@ -104,7 +105,7 @@ def plot_gold_curves(curves: dict, measures: dict, path: Path) -> None:
 
 def plot_gold_scatter(points: dict, path: Path) -> None:
     """Every evaluation point as (formula gold, gold RM score), one colour per arm: `points` is {arm: [(f, g)]}."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     for name, pts in points.items():
         if pts:

@@ -159,7 +159,31 @@ def gold_drop(r: RunData) -> float:
     return est.drop if est is not None else NAN
 
 
+def gold_drop_upto(kl_max: float):
+    """The split-half drop (:func:`gold_drop`) over the evaluations with ``eval/kl`` ≤ `kl_max` only: runs
+    compared at a matched KL (NaN with fewer than MIN_DROP_STEPS such evaluations, or `kl_max` NaN)."""
+    def q(r: RunData) -> float:
+        a, b, kl = dict(r.series(HALF_A)), dict(r.series(HALF_B)), dict(r.series("eval/kl"))
+        steps = [s for s in sorted(a) if s in b and s in kl and kl[s] <= kl_max
+                 and math.isfinite(a[s]) and math.isfinite(b[s])]
+        if len(steps) < MIN_DROP_STEPS:
+            return NAN
+        return drop_from_peak([a[s] for s in steps], [b[s] for s in steps], symmetric=True).drop
+    q.__name__ = f"gold drop from peak up to KL {kl_max:.2f} (split-half)"
+    return q
+
+
+def gold_peak(r: RunData) -> float:
+    """Gold at the peak without selection bias: the peak chosen on one half of the eval prompts and read on the
+    other, both ways, averaged (the split-half of :func:`gold_drop`); NaN without the halves."""
+    a, b = half_curves(r)
+    if a.size < MIN_DROP_STEPS:
+        return NAN
+    return float((b[int(np.argmax(a))] + a[int(np.argmax(b))]) / 2)
+
+
 gold_drop.__name__ = "gold drop from peak (split-half)"
+gold_peak.__name__ = "peak gold (split-half)"
 final_gold.__name__ = "final gold"
 
 

@@ -24,8 +24,11 @@ from rlhf_lab.analysis.effects import (
     Arm,
     Measured,
     Studies,
+    at_matched_kl,
     config,
+    config_value,
     config_num,
+    first_of,
     grouped,
     log_ratio,
     paired,
@@ -33,12 +36,16 @@ from rlhf_lab.analysis.effects import (
     spearman,
     within,
 )
+from rlhf_lab.analysis.gao import BON_STUDY as GAO_BON
+from rlhf_lab.analysis.gao import RL_STUDY as GAO
 from rlhf_lab.analysis.markdown import fmt
 from rlhf_lab.analysis.quantities import (
     change,
     final,
     final_gold,
     gold_drop,
+    gold_drop_upto,
+    gold_peak,
     max_jump,
     rm_metric,
     rm_seed,
@@ -47,7 +54,7 @@ from rlhf_lab.analysis.quantities import (
     step_noise,
 )
 from rlhf_lab.analysis.runs import policy_size
-from rlhf_lab.analysis.stats import Effect, paired_ci, t_effect
+from rlhf_lab.analysis.stats import paired_ci, t_effect
 
 JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"
 GOLD, TOKENS, PROXY, FRACTION, LN_RATIO, PERCENT = ("gold reward", "tokens", "RM score (normalised)", "fraction",
@@ -89,7 +96,7 @@ def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measur
 PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source"
 REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
 LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
-RM_ENS, GRPO_KL, RM_SIZE_HACK = "rm_ensemble", "grpo_kl", "rm_size_hacking_beta0"
+RM_ENS, GRPO_KL, RM_MATCHED = "rm_ensemble", "grpo_kl", "rm_source_matched"
 # The claims suite (rlhf-lab-suite) reruns older studies under new names when their design changes (5 paired seeds;
 # then one RM per seed, `reward_model.seed: ${seed}`, and C4's wider β grid): {the study a claim names: its newer
 # designs, newest first}. A claim reads the newest design that has runs that count, else the study it names, never
@@ -98,7 +105,7 @@ SUITE_VERSIONS: dict[str, tuple[str, ...]] = {
     PPO_GRID: ("ppo_beta_grid_wide", "ppo_beta_grid_5seeds"), DPO_GRID: ("dpo_beta_grid_5seeds",),
     RM_SIZE: ("rm_size_vs_policy_size_5rms", "rm_size_vs_policy_size_5seeds"),
     RM_SOURCE: ("rm_source_5rms", "rm_source_5seeds"), RM_NORM: ("rm_normalize_5rms",),
-    RM_SIZE_HACK: ("rm_size_hacking_5rms",), RM_ENS: ("rm_ensemble_5rms",),
+    RM_ENS: ("rm_ensemble_5rms",),
 }
 RM_CLAIM_RMS = 5  # distinct RMs per arm a claim about the RM needs (Claim.min_rms)
 
@@ -108,6 +115,7 @@ def fixed(beta: float) -> Arm:
 
 
 FIXED, BETA0 = Arm("fixed β", {"kl.name": "fixed"}), fixed(0)
+GAO_UNBIASED, GAO_BIASED = Arm("unbiased labels", {"labeler": "unbiased"}), Arm("biased labels", {"labeler": "length_biased"})
 ANY_PPO = Arm("PPO runs")
 
 
@@ -207,33 +215,8 @@ def kl_control(studies: Studies) -> Measured:
                     tuple(ppo + dpo))
 
 
-def config_value(study: str, arm: Arm, key: str) -> Callable[[Studies], Measured]:
-    """A config value of an arm's runs as an exact 'effect' (lo = min, hi = max over the runs)."""
-    def compute(studies: Studies) -> Measured:
-        rs, label = arm.select(studies.get(study, []))
-        vals = [config_num(r, key) for r in rs]
-        vals = [v for v in vals if math.isfinite(v)]
-        if not vals:
-            return Measured(None, missing=f"no {label} run logged {key}")
-        eff = Effect(sum(vals) / len(vals), min(vals), max(vals), len(vals), "config value")
-        return Measured(eff, f"{key} = {', '.join(sorted({f'{v:g}' for v in vals}))}", "", tuple(rs), n_of="runs")
-    return compute
-
-
 GRPO_BETA0 = Arm("GRPO β = 0", {"kl.beta": 0.0}, stage="grpo")
 GRPO_BETA004 = Arm("GRPO β = 0.04", {"kl.beta": 0.04}, stage="grpo")
-
-
-def first_of(*computes: Callable[[Studies], Measured]) -> Callable[[Studies], Measured]:
-    """The first measurement with an interval (n ≥ 2), else the first with a value, else the first's reason."""
-    def compute(studies: Studies) -> Measured:
-        ms = [c(studies) for c in computes]
-        for ok in (lambda m: m.effect is not None and m.effect.n >= 2, lambda m: m.effect is not None):
-            for m in ms:
-                if ok(m):
-                    return m
-        return ms[0]
-    return compute
 
 
 # -- the claims -------------------------------------------------------------------------------------------------
@@ -375,21 +358,34 @@ CLAIMS: tuple[Claim, ...] = (
         shown("how often the clip is active at ε = 0.2", "mean policy/clipfrac over steps, ε = 0.2", FRACTION,
               within(CLIP, Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/clipfrac"))),
     ), note="Compared: ε = 0.2 and the largest ε above 0.2 in the grid (a looser clip)."),
-    Claim("C13", "A larger RM reduces but does not remove hacking.", (RM_SIZE_HACK,), (
-        Part("there is hacking to reduce", "split-half gold drop from the peak with the smallest RM, per policy size "
-             "and seed", GOLD, +1, GOLD_MARGIN,
-             grouped(RM_SIZE_HACK, ANY_PPO, lambda r: r.rm_params(), is_min, None, gold_drop, ("smallest RM", ""),
-                     unit=policy_seed), PRECONDITION),
-        Part("a larger RM reduces it", "split-half gold drop: smallest − largest RM, per policy size and seed", GOLD,
-             +1, GOLD_MARGIN, grouped(RM_SIZE_HACK, ANY_PPO, lambda r: r.rm_params(), is_min, is_max, gold_drop,
-                                      ("smallest RM", "largest RM"), unit=policy_seed)),
-        Part("but does not remove it", "split-half gold drop with the largest RM, per policy size and seed", GOLD, +1,
-             GOLD_MARGIN, grouped(RM_SIZE_HACK, ANY_PPO, lambda r: r.rm_params(), is_max, None, gold_drop,
-                                  ("largest RM", ""), unit=policy_seed)),
-    ), note="Tested with no KL penalty (β = 0, rm_size_hacking_beta0), where the default RM is hacked (C1). At β = 0.01 "
-            "(rm_size_vs_policy_size_5seeds) no RM size hacked within 70 steps, and at β = 0.001 (rm_size_hacking, "
-            "its own report) the smallest RM's drop did not establish hacking: the precondition failed at both.",
-        min_rms=RM_CLAIM_RMS),
+    Claim("C13", "A larger RM reduces but does not remove hacking.", (GAO,), (
+        Part("there is hacking to reduce", "split-half gold drop from the peak up to the matched KL (the lowest "
+             "final KL of the arm's runs), smallest RM, unbiased labels, per seed (one RM per seed)", GOLD, +1,
+             GOLD_MARGIN, at_matched_kl(GAO, GAO_UNBIASED, lambda kl: grouped(
+                 GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_min, None, gold_drop_upto(kl),
+                 ("smallest RM", ""))), PRECONDITION),
+        Part("a larger RM reduces it", "split-half gold drop up to the matched KL: smallest − largest RM, unbiased "
+             "labels, per seed", GOLD, +1, GOLD_MARGIN, at_matched_kl(GAO, GAO_UNBIASED, lambda kl: grouped(
+                 GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_min, is_max, gold_drop_upto(kl),
+                 ("smallest RM", "largest RM")))),
+        Part("but does not remove it", "split-half gold drop from the peak to the end of the run (120 steps at "
+             "β = 0), largest RM, unbiased labels, per seed", GOLD, +1, GOLD_MARGIN,
+             grouped(GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_max, None, gold_drop, ("largest RM", ""))),
+        shown("a larger RM reaches a higher gold peak", "split-half peak gold: largest − smallest RM, unbiased "
+              "labels, per seed", GOLD, grouped(GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_max, is_min,
+                                                 gold_peak, ("largest RM", "smallest RM"))),
+        shown("with the length-biased labeler, a larger RM reduces hacking", "split-half gold drop up to the "
+              "matched KL: smallest − largest RM, length-biased labels, per seed", GOLD,
+              at_matched_kl(GAO, GAO_BIASED, lambda kl: grouped(
+                  GAO, GAO_BIASED, lambda r: r.rm_params(), is_min, is_max, gold_drop_upto(kl),
+                  ("smallest RM", "largest RM")))),
+        shown("best-of-n with a larger RM reaches more gold", "gold at n = 256 (best-of-n, same RMs): largest − "
+              "smallest RM, unbiased labels, per seed", GOLD, grouped(GAO_BON, Arm("best-of-n", {"labeler": "unbiased"},
+              stage="bon"), lambda r: r.rm_params(), is_max, is_min, final_gold, ("largest RM", "smallest RM"))),
+    ), note="Gao et al.'s setup (gao_rm_scaling): PPO at β = 0 with log-spaced evaluations, RM micro to medium (about "
+            "95×), one RM per seed; the drop is compared at a matched KL, since a larger RM lets the policy move less "
+            "far in the same steps. Fits by RM size: reports/gao_rm_scaling/. Superseded: rm_size_hacking_beta0, _5rms.",
+        also=(GAO_BON,), min_rms=RM_CLAIM_RMS),
     Claim("C14", "GRPO replaces the KL penalty with group normalisation.", (GRPO_KL,), (
         Part("group normalisation alone does at least as well as the KL term", "final gold: GRPO at β = 0 − GRPO at "
              "β = 0.04 (k3 in the loss), per seed; non-inferiority: holds when the lower bound is above −0.05",
@@ -413,14 +409,21 @@ CLAIMS: tuple[Claim, ...] = (
               paired(CRITIC, Arm("critic", {"algo.critic": "policy"}), Arm("no critic", {"algo.critic": "none"}),
                      final_gold)),
     ), note="'Four models' describes the setup and is not tested; without a critic the baseline is the batch mean."),
-    Claim("C16", "The RM need not share the policy's base, but a same-source RM is more stable.", (RM_SOURCE,), (
+    Claim("C16", "The RM need not share the policy's base, but a same-source RM is more stable.", (RM_MATCHED,), (
         Part("a different-source RM still works", "last − first eval/gold_reward with the different-source RM, per "
-             "seed", GOLD, +1, GOLD_MARGIN, within(RM_SOURCE, DIFF, change("eval/gold_reward"))),
-        Part("a same-source RM does better", "final gold: same − different source, per seed", GOLD, +1, GOLD_MARGIN,
-             paired(RM_SOURCE, SAME, DIFF, final_gold)),
-        shown("and hacks less", "split-half gold drop from the peak: different − same source, per seed", GOLD,
-              paired(RM_SOURCE, DIFF, SAME, gold_drop)),
-    ), min_rms=RM_CLAIM_RMS),
+             "seed", GOLD, +1, GOLD_MARGIN, within(RM_MATCHED, DIFF, change("eval/gold_reward"))),
+        Part("a same-source RM is more stable: less step-to-step noise of gold", "ln(step-to-step noise of "
+             "eval/gold_reward: different ÷ same source), per seed", LN_RATIO, +1, LN_10PCT,
+             paired(RM_MATCHED, DIFF, SAME, step_noise("eval/gold_reward"), scale="log ratio")),
+        Part("and a smaller drop from its gold peak", "split-half gold drop from the peak: different − same source, "
+             "per seed", GOLD, +1, GOLD_MARGIN, paired(RM_MATCHED, DIFF, SAME, gold_drop)),
+        shown("final gold", "final gold: same − different source, per seed", GOLD,
+              paired(RM_MATCHED, SAME, DIFF, final_gold)),
+        shown("at what KL", "ln(final eval/kl: same ÷ different source), per seed", LN_RATIO,
+              paired(RM_MATCHED, SAME, DIFF, final("eval/kl"), scale="log ratio")),
+    ), note="Both RMs start from an SFT run of their own family, same shape and training (rm_source_matched); the "
+            "superseded rm_source_5rms confounded source with initialisation (SFT vs pretrained base).",
+        min_rms=RM_CLAIM_RMS),
     Claim("C17", "A different-source RM mis-scores the policy's out-of-distribution text; mixing ~20 % on-policy "
           "samples into its training data fixes it.", (RM_SOURCE,), (
         Part("the different-source RM does worse", "final gold: same − different source, per seed", GOLD, +1,

@@ -23,7 +23,7 @@ from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
 from rlhf_lab.data_errors import data_errors
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.runtime import launch_path, to_plain
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
 JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", "grpo", "rloo", "bon")  # the stages `algo` can name
@@ -36,7 +36,8 @@ def stage_module(stage: str):
 
 
 def cache_for(cfg: DictConfig) -> ArtifactCache:
-    return ArtifactCache(cfg.cache_dir)
+    """The artifact cache at ``cache_dir`` (a relative one is the launch folder's: runtime.launch_path)."""
+    return ArtifactCache(launch_path(cfg.cache_dir))
 
 
 def job_stage(cfg: DictConfig) -> str:

@@ -41,7 +41,7 @@ from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.run_states import defer_sigterm
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.runtime import launch_path, to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     checkpoint_path,
@@ -104,7 +104,7 @@ def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
             node = node.get(p) or {}
         node.pop(last, None)
     blob = json.dumps({"stage": stage, "spec": spec, "config": plain}, sort_keys=True, default=str)
-    root = Path(str(cfg.cache_dir)).expanduser().resolve()
+    root = Path(launch_path(cfg.cache_dir)).resolve()
     return root / "resume" / stage / f"{hashlib.sha256(blob.encode()).hexdigest()[:16]}.ckpt"
 
 

@@ -1,0 +1,175 @@
+"""``python -m benchmarks.gpu``: the GPU check, one run of a few minutes on a machine with a CUDA GPU.
+
+    python -m benchmarks.gpu                        # Qwen2-0.5B-shaped model, bf16, trainer=gpu: RM, DPO, PPO, GRPO
+    python -m benchmarks.gpu --shape tiny --device cpu   # the same script at tiny shapes on the CPU (the test's)
+
+It builds a randomly initialised Qwen2 model of the shape (``0.5b``: hidden 896, 24 layers, 14 heads, 2 KV heads,
+MLP 4864, vocabulary 151,936, tied embeddings, about 494M parameters; the world's family-a tokenizer uses the
+first few hundred ids), saves it with ``save_pretrained`` and runs four ``rlhf-lab`` jobs on it through the
+command line, as a user would (``policy.name_or_path=<folder> sft.steps=0``): ``algo=rm`` (the same-source RM the
+others reuse from the cache), ``algo=dpo``, ``algo=ppo`` and ``algo=grpo``, each a few steps, into a sqlite store
+in the work folder. It then reads each job's run and prints one table (and ``--out`` writes it as markdown):
+
+- **finite**: the run FINISHED (every stage fails its run on a non-finite loss or a diverging policy: the
+  divergence guards, ``rlhf_lab/algorithms/ppo.py``), and its last logged losses are finite;
+- **step s**: the median ``time/step_s`` after the first (warm-up) step; **tokens/s**: the median
+  ``time/tokens_per_s`` (RM and DPO: every token of both sequences; PPO and GRPO: response tokens);
+- **peak GPU MiB**: ``memory/peak_gpu_mb`` (``torch.cuda.max_memory_allocated`` of the job's process);
+- **MFU**: 6 · parameters · tokens/s ÷ the GPU's dense bf16 peak (:data:`PEAK_TFLOPS`, by the device name), the
+  PaLM convention counting the trained tokens only: PPO's and GRPO's generation, reference and critic passes are
+  not counted, so theirs is a lower bound. Left out on the CPU.
+
+Exit status 1 when a job fails or a loss is not finite. TRL on the same shapes is not run here (benchmarks/ppo.py
+and friends compare with TRL on the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHAPES = {
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936),
+    "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=None),  # None: the tokenizer's size
+}
+# dense bf16 peak of the device, TFLOP/s, by a substring of torch.cuda.get_device_name()
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
+ALGOS = ("rm", "dpo", "ppo", "grpo")
+# job sizes: (steps, batch) per shape; PPO and GRPO sample `batch` responses per step
+SIZES = {"0.5b": {"steps": 8, "batch": 64, "pairs": 2048, "new_tokens": 64},
+         "tiny": {"steps": 3, "batch": 8, "pairs": 48, "new_tokens": 8}}
+
+
+def build_model(shape: str, folder: Path) -> int:
+    """Save a random Qwen2 model of the shape with the world's family-a tokenizer into `folder`; its parameters."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from benchmarks.common import compose
+    from rlhf_lab import data as D
+    from rlhf_lab.models import families as Fm
+
+    cfg = compose(["policy=a_small"])
+    tok = Fm.train_tokenizer("a", [p + " " + r for p, r in D.reviews(cfg, "pretrain_a", 2000)],
+                             int(cfg.policy.vocab_size))
+    dims = dict(SHAPES[shape])
+    dims["vocab_size"] = dims["vocab_size"] or len(tok)
+    config = Qwen2Config(**dims, max_position_embeddings=512, tie_word_embeddings=True,
+                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())
+
+
+def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path) -> list[str]:
+    s = SIZES[shape]
+    common = [f"policy.name_or_path={folder}", "sft.steps=0", f"trainer={'gpu' if device == 'cuda' else 'cpu'}",
+              f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"cache_dir={work / 'cache'}", "study=gpu_check",
+              f"data.n_train={s['pairs']}", f"data.n_eval={max(16, s['pairs'] // 8)}", "eval.n_prompts=32",
+              "eval.n_test_prompts=32", "eval.n_ood_prompts=0", "eval.every_n_steps=0",
+              f"generation.max_new_tokens={s['new_tokens']}", "generation.max_prompt_len=64",
+              "trainer.progress_bar=false", "trainer.log_every_n_steps=1", "reward_model=same_source",
+              f"reward_model.steps={s['steps']}", f"reward_model.batch_size={s['batch']}"]
+    if device == "cuda":
+        common += ["policy.dtype=bfloat16", "reward_model.dtype=bfloat16"]
+    per = {"rm": [], "dpo": [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"],
+           "ppo": [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"],
+           "grpo": [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"]}
+    return [f"algo={algo}", *common, *per[algo]]
+
+
+def run_job(overrides: list[str], work: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *overrides], cwd=work, env=env,
+                          capture_output=True, text=True)
+
+
+def job_figures(client, exp_id: str, algo: str, n_params: int, peak_tflops: float | None) -> dict:
+    """The job's run (stage `algo`, the newest) read back: status, finite losses, step time, tokens/s, memory."""
+    runs = client.search_runs([exp_id], f"tags.`rlhf_lab.stage` = '{algo}'", order_by=["attributes.start_time DESC"],
+                              max_results=1)
+    if not runs:
+        return {"algo": algo, "status": "no run"}
+    r = runs[0]
+    prefix = "rm/" if algo == "rm" and "rm/time/step_s" in r.data.metrics else ""
+
+    def history(key: str) -> list[float]:
+        return [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step)]
+
+    steps, tps = history(f"{prefix}time/step_s")[1:], history(f"{prefix}time/tokens_per_s")[1:]
+    losses = {k: v for k, v in r.data.metrics.items() if "loss" in k}
+    tokens_per_s = statistics.median(tps) if tps else float("nan")
+    return {"algo": algo, "status": r.info.status, "finite": bool(losses) and all(map(math.isfinite, losses.values())),
+            "step_s": statistics.median(steps) if steps else float("nan"), "tokens_per_s": tokens_per_s,
+            "peak_gpu_mb": r.data.metrics.get("memory/peak_gpu_mb", float("nan")),
+            "mfu": 6 * n_params * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else float("nan"),
+            "error": r.data.tags.get("rlhf_lab.error", "")}
+
+
+def table(rows: list[dict]) -> str:
+    def f(x, d=3):
+        return "–" if isinstance(x, float) and math.isnan(x) else (f"{x:.{d}f}" if isinstance(x, float) else str(x))
+
+    lines = ["| job | status | losses finite | step s | tokens/s | peak GPU MiB | MFU |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['algo']} | {r['status']} | {r.get('finite', False)} | {f(r.get('step_s', math.nan))} | "
+                     f"{f(r.get('tokens_per_s', math.nan), 0)} | {f(r.get('peak_gpu_mb', math.nan), 0)} | "
+                     f"{f(r.get('mfu', math.nan))} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--work", default=None, help="work folder (default: a new temporary one)")
+    p.add_argument("--out", default=None, help="also write the table as markdown to this file")
+    a = p.parse_args(argv)
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("benchmarks.gpu: no CUDA device here; on the CPU: --device cpu --shape tiny", file=sys.stderr)
+        return 2
+    work = Path(a.work or tempfile.mkdtemp(prefix="rlhf_lab_gpu_"))
+    work.mkdir(parents=True, exist_ok=True)
+    name = torch.cuda.get_device_name() if a.device == "cuda" else "cpu"
+    peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None) if a.device == "cuda" else None
+    t0 = time.time()
+    n_params = build_model(a.shape, work / "model")
+    print(f"[gpu] {a.shape}: {n_params / 1e6:.2f}M parameters on {name}; work folder {work}", flush=True)
+    procs = {}
+    for algo in ALGOS:
+        r = run_job(job_overrides(algo, a.shape, a.device, work / "model", work), work)
+        procs[algo] = r
+        print(f"[gpu] {algo}: exit {r.returncode} after {time.time() - t0:.0f} s", flush=True)
+        if r.returncode:
+            print(r.stderr[-2000:], file=sys.stderr)
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("rlhf-lab")
+    rows = [job_figures(client, exp.experiment_id, algo, n_params, peak) if exp else {"algo": algo, "status": "no run"}
+            for algo in ALGOS]
+    text = (f"GPU check: `python -m benchmarks.gpu --shape {a.shape} --device {a.device}` on {name}, "
+            f"{n_params / 1e6:.2f}M parameters, {time.time() - t0:.0f} s in all\n\n{table(rows)}\n")
+    print(text)
+    if a.out:
+        Path(a.out).write_text(text)
+    ok = all(r.get("status") == "FINISHED" and r.get("finite") for r in rows) and not any(
+        p.returncode for p in procs.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""A sweep on a Ray cluster of two nodes simulated on this machine (``ray.cluster_utils.Cluster``: a head and a
+worker node, each its own raylet with one CPU), through ``hydra/launcher=ray_cluster``: jobs on both nodes, logging
+to the PostgreSQL-backed tracking server, the artifact cache shared; and a worker node removed in the middle of a
+sweep (README "Team setup")."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rlhf_lab.run_states import NODE_TAG
+from tests.test_sweeps import MICRO
+from tests.test_team_scale import team_server  # noqa: F401  (the module's PostgreSQL + MLflow server)
+
+pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the `cluster` extra is not installed")
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = "seed=0,1,2,3"
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A head node and one worker node, one CPU each, on this machine; shut down at the end."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    worker = c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    try:
+        yield c, worker
+    finally:
+        c.shutdown()
+
+
+def sweep_cmd(address: str, study: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rlhf_lab.cli", "-m", "hydra/launcher=ray_cluster",
+            f"hydra.launcher.ray.init.address={address}", "hydra.launcher.ray.remote.num_cpus=1", "algo=sft", *MICRO,
+            "trainer.threads=1", f"study={study}", SEEDS, *extra]
+
+
+def env(**extra) -> dict:
+    e = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **extra)
+    if "MLFLOW_TRACKING_URI" not in extra:
+        e.pop("MLFLOW_TRACKING_URI", None)
+    return e
+
+
+def job_runs(client: MlflowClient, study: str) -> list:
+    exp = client.get_experiment_by_name("rlhf-lab")
+    return client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}'", max_results=200)
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_on_both_nodes_and_logs_to_the_team_server(cluster, team_server, tmp_path):  # noqa: F811
+    c, worker = cluster
+    url, _ = team_server
+    r = subprocess.run(sweep_cmd(c.address, "ray_nodes"), cwd=tmp_path, env=env(MLFLOW_TRACKING_URI=url),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists()  # every job logged to the server
+    runs = job_runs(MlflowClient(url), "ray_nodes")
+    sft = [x for x in runs if x.data.tags["rlhf_lab.stage"] == "sft"]
+    assert len(sft) == 4 and {x.info.status for x in runs} == {"FINISHED"}
+    nodes = {x.data.tags[NODE_TAG] for x in sft}
+    assert worker.node_id in nodes and len(nodes) == 2, nodes  # jobs ran on the head and on the worker
+    # the upstream base model was built once, by one node, in the launch folder's cache, and reused by the others
+    assert len([x for x in runs if x.data.tags["rlhf_lab.stage"] == "pretrain"]) == 1
+    assert len(list((tmp_path / ".rlhf_lab_cache" / "pretrain").glob("*/rlhf_lab_spec.json"))) == 1
+
+
+def wait_for_job_on(node_id: str, db: Path, out: Path, proc: subprocess.Popen, timeout: float = 300) -> str:
+    """The name of a job's run that is RUNNING on the node (polling the sweep's sqlite store)."""
+    end = time.time() + timeout
+    client = None
+    while time.time() < end and proc.poll() is None:
+        time.sleep(0.3)
+        if client is None:  # the store once the sweep made it (a second process creating it races its migration)
+            if "parent MLflow run" not in out.read_text():
+                continue
+            client = MlflowClient(f"sqlite:///{db}")
+        running = [x for x in job_runs(client, "ray_fault") if x.info.status == "RUNNING"
+                   and x.data.tags.get(NODE_TAG) == node_id and x.data.tags.get("rlhf_lab.stage") == "sft"]
+        if running:
+            return running[0].info.run_name
+    raise AssertionError(f"no job ran on node {node_id}: {out.read_text()[-2000:]}")
+
+
+@pytest.mark.slow
+def test_a_node_lost_mid_sweep_leaves_no_run_running_and_changes_no_result(cluster, tmp_path):
+    """The worker node is removed while one of its jobs trains: Ray retries the job on the head node, the lost
+    attempt's run ends KILLED with the cause, the sweep finishes, a relaunch finds nothing to do, and every job's
+    figures equal those of a sweep without the fault."""
+    c, worker = cluster
+    faulty, clean = tmp_path / "faulty", tmp_path / "clean"
+    faulty.mkdir()
+    clean.mkdir()
+    longer = "trainer.max_steps=100"  # a job of several seconds, so that the node goes while it runs
+    out = faulty / "out.txt"
+    with open(out, "w") as fo, open(faulty / "err.txt", "w") as fe:
+        proc = subprocess.Popen(sweep_cmd(c.address, "ray_fault", longer), cwd=faulty, env=env(), stdout=fo, stderr=fe)
+        try:
+            lost = wait_for_job_on(worker.node_id, faulty / "mlflow.db", out, proc)
+            c.remove_node(worker)
+            assert proc.wait(timeout=600) == 0, (faulty / "err.txt").read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    client = MlflowClient(f"sqlite:///{faulty / 'mlflow.db'}")
+    runs = job_runs(client, "ray_fault")
+    assert not [x for x in runs if x.info.status == "RUNNING"]
+    killed = [x for x in runs if x.info.status == "KILLED"]
+    assert [x.info.run_name for x in killed] == [lost]
+    assert f"Ray node {worker.node_id}" in killed[0].data.tags["rlhf_lab.error"]
+    finished = {x.info.run_name: x for x in runs if x.info.status == "FINISHED" and x.data.tags["rlhf_lab.stage"] == "sft"}
+    assert sorted(finished) == [f"sft seed={s}" for s in range(4)]
+    # no half-written artifact: every cached artifact is complete (its spec written last, by the rename)
+    cache = faulty / ".rlhf_lab_cache"
+    assert not list(cache.glob("*/.tmp-*")) and len(list(cache.glob("pretrain/*/rlhf_lab_spec.json"))) == 1
+    # a relaunch with skip_finished=true has nothing left to run
+    again = subprocess.run(sweep_cmd(c.address, "ray_fault", longer, "skip_finished=true"), cwd=faulty, env=env(),
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "every job has a finished run; nothing ran" in again.stdout, again.stderr[-2000:]
+    # the same sweep without the fault, in its own folder (store and cache): the same figures, job by job
+    ok = subprocess.run(sweep_cmd(c.address, "ray_fault", longer), cwd=clean, env=env(), capture_output=True,
+                        text=True, timeout=600)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    reference = {x.info.run_name: x for x in job_runs(MlflowClient(f"sqlite:///{clean / 'mlflow.db'}"), "ray_fault")
+                 if x.data.tags["rlhf_lab.stage"] == "sft"}
+    for name, run in finished.items():
+        keys = [k for k in run.data.metrics if k.startswith(("eval/", "test/", "loss/"))]
+        assert keys and {k: run.data.metrics[k] for k in keys} == {k: reference[name].data.metrics[k] for k in keys}
+
+
+def test_runs_of_a_dead_ray_node_are_marked_killed_on_any_host(monkeypatch):
+    """mark_dead_runs with a stand-in for Ray (a node alive, a node dead) and for the MLflow client."""
+    import types
+
+    from rlhf_lab import run_states
+
+    ray = types.SimpleNamespace(is_initialized=lambda: True, nodes=lambda: [
+        {"NodeID": "alive", "Alive": True, "NodeManagerAddress": "10.0.0.1"},
+        {"NodeID": "gone", "Alive": False, "NodeManagerAddress": "10.0.0.2"}],
+        get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "alive"))
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    assert run_states.process_tags()[NODE_TAG] == "alive" and run_states.dead_ray_nodes() == {"gone": "10.0.0.2"}
+
+    def run(rid, node):
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=rid), data=types.SimpleNamespace(
+            tags={NODE_TAG: node, run_states.HOST_TAG: "another-host", run_states.PID_TAG: "1"}))
+
+    class Client:
+        tags, ended = {}, {}
+
+        def search_runs(self, exps, filter_string, max_results):
+            return [run("a", "alive"), run("b", "gone")] if "rlhf_lab.host" not in filter_string else []
+
+        def set_tag(self, rid, k, v):
+            self.tags[rid] = v
+
+        def set_terminated(self, rid, status):
+            self.ended[rid] = status
+
+    client = Client()
+    assert run_states.mark_dead_runs(client, "0") == ["b"]
+    assert client.ended == {"b": "KILLED"} and "Ray node gone (10.0.0.2) was lost" in client.tags["b"]
+    monkeypatch.delitem(sys.modules, "ray")
+    assert NODE_TAG not in run_states.process_tags() and run_states.dead_ray_nodes() == {}
+
+
+def test_a_job_elsewhere_takes_relative_paths_from_the_launch_folder(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from rlhf_lab.runtime import LAUNCH_DIR_ENV, launch_path, tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = OmegaConf.create({"tracking": {"uri": "sqlite:///mlflow.db"}})
+    monkeypatch.delenv(LAUNCH_DIR_ENV, raising=False)
+    assert launch_path(".rlhf_lab_cache") == ".rlhf_lab_cache" and tracking_uri(cfg) == "sqlite:///mlflow.db"
+    monkeypatch.setenv(LAUNCH_DIR_ENV, "/shared/rlhf")
+    assert launch_path(".rlhf_lab_cache") == "/shared/rlhf/.rlhf_lab_cache" and launch_path("/abs/c") == "/abs/c"
+    assert tracking_uri(cfg) == "sqlite:////shared/rlhf/mlflow.db"
+    assert tracking_uri(OmegaConf.create({"tracking": {"uri": "sqlite:////abs/m.db"}})) == "sqlite:////abs/m.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://head:5000")
+    assert tracking_uri(cfg) == "http://head:5000"
