@@ -235,7 +235,7 @@ def test_c13_holds_when_the_larger_rm_hacks_less_but_still_hacks():
     assert res.verdict == "holds", res.reason
     reduces = parts(res)["a larger RM reduces it"].measured
     assert reduces.effect.n == 5 and reduces.effect.estimate == pytest.approx(0.3, abs=0.05)
-    assert reduces.detail.startswith("matched KL 8.00 nats")
+    assert reduces.detail.startswith("KL matched per seed: 8.0–8.0 nats")
 
 
 def test_c13_without_hacking_is_untestable_not_false():
@@ -248,7 +248,7 @@ def test_c13_compares_the_drop_at_a_matched_kl():
     of its steps, before its peak at 60 %) it has not dropped, so the larger RM reduces nothing there."""
     res = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2, kl_small=32.0)})["C13"]
     reduces = parts(res)["a larger RM reduces it"]
-    assert reduces.measured.detail.startswith("matched KL 8.00 nats")
+    assert reduces.measured.detail.startswith("KL matched per seed: 8.0–8.0 nats")
     assert reduces.measured.effect.estimate < 0.1 and reduces.verdict != "holds"
     # the length-biased arm is read from its own runs, and is shown, not judged
     biased = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2) + _gao_runs(0.4, 0.4, "length_biased")})["C13"]

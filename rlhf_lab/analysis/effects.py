@@ -260,17 +260,45 @@ def grouped(study: str, a: Arm, key: Callable[[RunData], float], in_a: Callable[
     return compute
 
 
-def at_matched_kl(study: str, a: Arm, build: Callable[[float], Callable[[Studies], Measured]]
-                  ) -> Callable[[Studies], Measured]:
-    """The effect `build(kl)` at the matched KL: the lowest final ``eval/kl`` among the runs of arm `a`, so that
-    every run compared has reached it (chosen from KL alone, never from the gold reward)."""
+def grouped_at_matched_kl(study: str, a: Arm, key: Callable[[RunData], float],
+                          in_a: Callable[[float, list[float]], bool], in_b: Callable[[float, list[float]], bool],
+                          q_at: Callable[[float], Quantity], labels: tuple[str, str], side: str = "diff",
+                          unit: Callable[[RunData], Any] = seed_of) -> Callable[[Studies], Measured]:
+    """As :func:`grouped`, at a KL matched inside each unit: the lowest final ``eval/kl`` among the unit's runs of
+    groups a and b, which every one of them reached (chosen from KL alone, never from the gold reward); the
+    quantity is ``q_at(that KL)``. `side`: "diff" (a − b per unit) or "a" (group a's value per unit)."""
     def compute(studies: Studies) -> Measured:
         ra, _ = a.select(studies.get(study, []))
-        kls = [r.last("eval/kl") for r in ra if math.isfinite(r.last("eval/kl"))]
-        m = build(min(kls) if kls else NAN)(studies)
-        if kls:
-            m.detail = f"matched KL {min(kls):.2f} nats; " + m.detail
-        return m
+        if not ra:
+            return Measured(None, missing=_missing_arm(study, [(ra, a.label)], studies))
+        per_unit: dict[Any, dict[float, list[RunData]]] = {}
+        for r in ra:
+            if math.isfinite(key(r)):
+                per_unit.setdefault(unit(r), {}).setdefault(key(r), []).append(r)
+        values, ga, gb, kls = [], [], [], []
+        for cells in per_unit.values():
+            keys = sorted(cells)
+            in_ga = [r for k in keys if in_a(k, keys) for r in cells[k]]
+            in_gb = [r for k in keys if in_b(k, keys) for r in cells[k]]
+            finals = [r.last("eval/kl") for r in in_ga + in_gb]
+            if not in_ga or not in_gb or not all(map(math.isfinite, finals)):
+                continue
+            q = q_at(min(finals))
+            xa, xb = ([v for v in map(q, g) if math.isfinite(v)] for g in (in_ga, in_gb))
+            if xa and xb:
+                ga.append(float(np.mean(xa)))
+                gb.append(float(np.mean(xb)))
+                kls.append(min(finals))
+                values.append(ga[-1] - gb[-1] if side == "diff" else ga[-1])
+        q0 = q_at(NAN)
+        if not values:
+            return Measured(None, missing=f"no unit ({n_of(unit)}) has {labels[0]} and {labels[1]} with a value of "
+                                          f"{_name(q0)}", runs=tuple(ra), n_of=n_of(unit))
+        detail = (f"KL matched per {n_of(unit)[:-1]}: {fmt(min(kls), 1)}–{fmt(max(kls), 1)} nats; "
+                  f"{labels[0]}: {summary(dict(enumerate(ga)), n_of(unit))}")
+        if side == "diff":
+            detail += f"; {labels[1]}: {summary(dict(enumerate(gb)), n_of(unit))}"
+        return _measured(t_effect(values, method="paired t" if side == "diff" else "t"), detail, q0, ra, unit)
     return compute
 
 

@@ -33,6 +33,7 @@ from rlhf_lab.analysis.study import reproduce_commands, study_runs_from_files
 
 RL_STUDY, BON_STUDY = "gao_rm_scaling", "gao_rm_scaling_bon"
 N_BOOT = 2000
+R2_GOOD = 0.9  # a fit "that fits": R² of the binned means at least this
 LEVEL = 0.95
 Curve = tuple[np.ndarray, np.ndarray]  # (d = √KL, gold gain over the start) of one run
 ESTIMATES = ("alpha", "beta", "d_star", "r_star")
@@ -321,6 +322,10 @@ def write_gao_report(out_dir: Path | str = "reports", uri: str | None = None, ru
             rows = fit_rows(fits, params, lab, form)
             if rows:
                 lines += [f"### {title}", "", md_table(header, rows), ""]
+        low = [f"{'RL' if form == 'rl' else 'BoN'} {size} ({fmt(fits[(lab, size, form)].r2_means)})"
+               for form in ("rl", "bon") for size in sizes
+               if (lab, size, form) in fits and not fits[(lab, size, form)].r2_means >= R2_GOOD]
+        lines += [f"Pooled fits with R² (binned means) below {R2_GOOD}: {', '.join(low) if low else 'none'}.", ""]
         trend_rows = []
         for form in ("rl", "bon"):
             gs = [fits.get((lab, s, form)) for s in sizes]

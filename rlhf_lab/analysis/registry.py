@@ -24,12 +24,12 @@ from rlhf_lab.analysis.effects import (
     Arm,
     Measured,
     Studies,
-    at_matched_kl,
     config,
     config_value,
     config_num,
     first_of,
     grouped,
+    grouped_at_matched_kl,
     log_ratio,
     paired,
     same,
@@ -154,6 +154,10 @@ policy_seed.n_of = "policy × seed cells"  # type: ignore[attr-defined]
 def rm_ratio(r) -> float:
     n = r.n_params()
     return r.rm_params() / n if n > 0 else float("nan")
+
+
+def rm_n(r) -> float:
+    return r.rm_params()
 
 
 def is_min(v: float, vs: list[float]) -> bool:
@@ -359,32 +363,29 @@ CLAIMS: tuple[Claim, ...] = (
               within(CLIP, Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/clipfrac"))),
     ), note="Compared: ε = 0.2 and the largest ε above 0.2 in the grid (a looser clip)."),
     Claim("C13", "A larger RM reduces but does not remove hacking.", (GAO,), (
-        Part("there is hacking to reduce", "split-half gold drop from the peak up to the matched KL (the lowest "
-             "final KL of the arm's runs), smallest RM, unbiased labels, per seed (one RM per seed)", GOLD, +1,
-             GOLD_MARGIN, at_matched_kl(GAO, GAO_UNBIASED, lambda kl: grouped(
-                 GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_min, None, gold_drop_upto(kl),
-                 ("smallest RM", ""))), PRECONDITION),
+        Part("there is hacking to reduce", "split-half gold drop from the peak up to the matched KL (per seed, the "
+             "lower final KL of its smallest- and largest-RM runs), smallest RM, unbiased labels (one RM per seed)",
+             GOLD, +1, GOLD_MARGIN, grouped_at_matched_kl(GAO, GAO_UNBIASED, rm_n, is_min, is_max, gold_drop_upto,
+                                                          ("smallest RM", "largest RM"), side="a"), PRECONDITION),
         Part("a larger RM reduces it", "split-half gold drop up to the matched KL: smallest − largest RM, unbiased "
-             "labels, per seed", GOLD, +1, GOLD_MARGIN, at_matched_kl(GAO, GAO_UNBIASED, lambda kl: grouped(
-                 GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_min, is_max, gold_drop_upto(kl),
-                 ("smallest RM", "largest RM")))),
+             "labels, per seed", GOLD, +1, GOLD_MARGIN, grouped_at_matched_kl(
+                 GAO, GAO_UNBIASED, rm_n, is_min, is_max, gold_drop_upto, ("smallest RM", "largest RM"))),
         Part("but does not remove it", "split-half gold drop from the peak to the end of the run (120 steps at "
              "β = 0), largest RM, unbiased labels, per seed", GOLD, +1, GOLD_MARGIN,
-             grouped(GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_max, None, gold_drop, ("largest RM", ""))),
+             grouped(GAO, GAO_UNBIASED, rm_n, is_max, None, gold_drop, ("largest RM", ""))),
         shown("a larger RM reaches a higher gold peak", "split-half peak gold: largest − smallest RM, unbiased "
-              "labels, per seed", GOLD, grouped(GAO, GAO_UNBIASED, lambda r: r.rm_params(), is_max, is_min,
-                                                 gold_peak, ("largest RM", "smallest RM"))),
+              "labels, per seed", GOLD, grouped(GAO, GAO_UNBIASED, rm_n, is_max, is_min, gold_peak,
+                                                 ("largest RM", "smallest RM"))),
         shown("with the length-biased labeler, a larger RM reduces hacking", "split-half gold drop up to the "
               "matched KL: smallest − largest RM, length-biased labels, per seed", GOLD,
-              at_matched_kl(GAO, GAO_BIASED, lambda kl: grouped(
-                  GAO, GAO_BIASED, lambda r: r.rm_params(), is_min, is_max, gold_drop_upto(kl),
-                  ("smallest RM", "largest RM")))),
+              grouped_at_matched_kl(GAO, GAO_BIASED, rm_n, is_min, is_max, gold_drop_upto,
+                                    ("smallest RM", "largest RM"))),
         shown("best-of-n with a larger RM reaches more gold", "gold at n = 256 (best-of-n, same RMs): largest − "
               "smallest RM, unbiased labels, per seed", GOLD, grouped(GAO_BON, Arm("best-of-n", {"labeler": "unbiased"},
-              stage="bon"), lambda r: r.rm_params(), is_max, is_min, final_gold, ("largest RM", "smallest RM"))),
+              stage="bon"), rm_n, is_max, is_min, final_gold, ("largest RM", "smallest RM"))),
     ), note="Gao et al.'s setup (gao_rm_scaling): PPO at β = 0 with log-spaced evaluations, RM micro to medium (about "
-            "95×), one RM per seed; the drop is compared at a matched KL, since a larger RM lets the policy move less "
-            "far in the same steps. Fits by RM size: reports/gao_rm_scaling/. Superseded: rm_size_hacking_beta0, _5rms.",
+            "95×), one RM per seed. The runs end at very different KLs, so the drop is compared per seed at the KL "
+            "both runs reached. Fits by RM size: reports/gao_rm_scaling/. Superseded: rm_size_hacking_beta0, _5rms.",
         also=(GAO_BON,), min_rms=RM_CLAIM_RMS),
     Claim("C14", "GRPO replaces the KL penalty with group normalisation.", (GRPO_KL,), (
         Part("group normalisation alone does at least as well as the KL term", "final gold: GRPO at β = 0 − GRPO at "
