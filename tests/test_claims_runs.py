@@ -234,8 +234,9 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
                                   "--no-store --runs"), new[-1]
         covered.append(study)
     # the studies whose runs the committed file keeps (issue 25): their reports must stay recomputable
-    assert {"gao_rm_scaling", "clip_eps", "critic_baseline", "length_penalty", "ref_small", "rm_normalize",
-            "rm_size_hacking_beta0", "rm_ensemble", "rm_size_vs_policy_size_5seeds"} <= set(covered), covered
+    assert {"gao_rm_scaling", "dpo_beta_grid_5seeds", "rm_normalize_5rms", "clip_eps", "critic_baseline",
+            "length_penalty", "ref_small", "rm_size_hacking_beta0", "rm_ensemble",
+            "rm_size_vs_policy_size_5seeds"} <= set(covered), covered
 
 
 def test_a_study_report_from_a_runs_file_on_the_command_line(tmp_path, capsys):

@@ -22,9 +22,13 @@ SEEDS = "seed=0,1,2,3"
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    """A head node and one worker node, one CPU each, on this machine; shut down at the end."""
+def cluster(tmp_path, monkeypatch):
+    """A head node and one worker node, one CPU each, on this machine; shut down at the end (the RAY_ADDRESS it
+    sets in this process is restored)."""
     from ray.cluster_utils import Cluster
+
+    monkeypatch.setenv("RAY_ADDRESS", "")
+    monkeypatch.delenv("RAY_ADDRESS")
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     worker = c.add_node(num_cpus=1)

@@ -273,7 +273,9 @@ def check_two_job_sweep(r: subprocess.CompletedProcess, cwd: Path) -> None:
 @pytest.mark.slow
 def test_a_sweep_through_a_local_ray_instance(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the `cluster` extra is not installed")
+    # address=local: a new local instance even when a Ray cluster runs on this machine (tests/test_ray_cluster.py)
     r = run_cmd(["-m", "rlhf_lab.cli", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+                 "hydra.launcher.ray.init.address=local",
                  "+hydra.launcher.ray.init.include_dashboard=false", "algo=sft", *MICRO, "trainer.threads=1",
                  "study=ray_smoke", "seed=0,1"], tmp_path, RAY_DEDUP_LOGS="0")
     check_two_job_sweep(r, tmp_path)
