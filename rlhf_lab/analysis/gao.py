@@ -202,7 +202,7 @@ def _peak_cells(g: GroupFit) -> list[str]:
     return [_ci_cell(f.d_star, g.ci("d_star"), 2) + where, _ci_cell(f.r_star, g.ci("r_star"))]
 
 
-def fit_rows(fits: dict[tuple[str, str], GroupFit], params: dict[str, float], labeler: str, form: str) -> list[list]:
+def fit_rows(fits: dict[tuple[str, str, str], GroupFit], params: dict[str, float], labeler: str, form: str) -> list[list]:
     rows = []
     for size in params:
         g = fits.get((labeler, size, form))
