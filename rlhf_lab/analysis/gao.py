@@ -284,9 +284,9 @@ def write_gao_report(out_dir: Path | str = "reports", uri: str | None = None, ru
     runs = [r for r in runs_all if r.status == "FINISHED"]
     groups = by_group(runs)
     labelers = sorted({k[0] for k in groups}, key=lambda s: (s != "unbiased", s))
-    sizes = sorted({k[1] for k in groups}, key=lambda s: _params(
-        [r for (lab, sz), rs in groups.items() if sz == s for r in rs]))
-    params = {s: _params([r for (lab, sz), rs in groups.items() if sz == s for r in rs]) for s in sizes}
+    params = {s: _params([r for (_, sz), rs in groups.items() if sz == s for r in rs]) for s in {k[1] for k in groups}}
+    sizes = sorted(params, key=params.get)
+    params = {s: params[s] for s in sizes}  # in order of size: the tables' and the figure's order
     fits = compute_fits(groups, n_boot)
     lines = [f"# Study `{RL_STUDY}`: Gao et al. (2022) on the gold world", "",
              "Reproduce (then `rlhf-lab-report gao_rm_scaling`):", "", "```bash", *cmds, "```", ""]
