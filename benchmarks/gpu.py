@@ -83,10 +83,8 @@ def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path) 
               f"reward_model.steps={s['steps']}", f"reward_model.batch_size={s['batch']}"]
     if device == "cuda":
         common += ["policy.dtype=bfloat16", "reward_model.dtype=bfloat16"]
-    per = {"rm": [], "dpo": [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"],
-           "ppo": [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"],
-           "grpo": [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"]}
-    return [f"algo={algo}", *common, *per[algo]]
+    sized = [] if algo == "rm" else [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"]  # rm: reward_model.*
+    return [f"algo={algo}", *common, *sized]
 
 
 def run_job(overrides: list[str], work: Path) -> subprocess.CompletedProcess:
