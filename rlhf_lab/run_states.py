@@ -13,6 +13,10 @@
   write is done (:func:`in_critical_code`): cut there, the write would leave the SQLite store locked.
 - Pre-emption: inside :func:`defer_sigterm` (a policy job's training loop) a SIGTERM is acted on at the next
   step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.callbacks.Preemption`).
+- Lightning installs its own SIGTERM handler in front of ours (``fit`` composes the two) and its loops raise their
+  own ``SIGTERMException`` (a ``SystemExit`` without code: exit status 0) at the next epoch's end when it saw one. A
+  SIGTERM that ours deferred (out of a database write) could thus end the job FAILED with status 0: every ``fit``
+  runs inside :func:`lightning_sigterm_as_interrupted`, which turns that exception into :class:`Interrupted`.
 - ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
   ``rlhf_lab.host`` (:func:`process_tags`), and at the next start of a run in the same experiment
   :func:`mark_dead_runs` ends as KILLED the RUNNING runs of this host whose process no longer exists.
@@ -21,7 +25,7 @@
   run starts there, :func:`mark_dead_runs` also ends as KILLED the RUNNING runs whose node the cluster reports dead
   (on any host), with the cause in ``rlhf_lab.error``.
 
-A leaf module (nothing from rlhf_lab, no MLflow at import).
+A leaf module (nothing from rlhf_lab, no MLflow or Lightning at import).
 """
 
 from __future__ import annotations
@@ -130,6 +134,21 @@ def defer_sigterm() -> Iterator[None]:
         DEFER_SIGTERM[0] = False
     if pending_stop() is not None:
         stop_now()
+
+
+@contextlib.contextmanager
+def lightning_sigterm_as_interrupted() -> Iterator[None]:
+    """Lightning's ``SIGTERMException`` raised inside the block (its handler saw a SIGTERM that ours had deferred)
+    is raised as :class:`Interrupted` (SIGTERM), the same stop: the run ends KILLED and the CLI exits 143."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        yield
+    except SIGTERMException:
+        if not RECEIVED:
+            RECEIVED.append(int(signal.SIGTERM))
+        RAISED[0] = True  # a retry of our handler still pending does nothing
+        raise Interrupted(RECEIVED[0]) from None
 
 
 def ignore_signals() -> None:

@@ -578,6 +578,9 @@ def test_claims_read_the_5_seed_rerun_of_a_study_when_it_has_runs(monkeypatch):
     stored = {"ppo_beta_grid": [policy(k, {"sweep.kl.beta": 0.1}, 0.5, rng) for k in range(3)],
               "ppo_beta_grid_5seeds": [policy(k, {"sweep.kl.beta": 0.1}, 0.7, rng) for k in range(5)],
               "rm_source": [policy(k, {"reward_model.source": "same"}, 0.6, rng) for k in range(2)]}
+    for name, rs in stored.items():
+        for r in rs:
+            r.tags["rlhf_lab.study"] = name  # as load_study's runs carry it
     monkeypatch.setattr(C, "load_study", lambda name, uri=None, **kw: (stored.get(name, []), []))
     studies, present, _ = C.load_claim_studies(None, ["ppo_beta_grid", "rm_source"])
     assert len(studies["ppo_beta_grid"]) == 5 and present["ppo_beta_grid"] == 5  # the rerun, not a mix

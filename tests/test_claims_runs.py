@@ -58,7 +58,7 @@ def test_a_corrupted_or_foreign_runs_file_is_refused(tmp_path):
         snapshot.read_snapshot(path)
 
 
-def test_merge_unites_by_run_id_and_keeps_one_design_per_study():
+def test_merge_unites_by_run_id_and_keeps_every_design_and_a_claim_reads_one():
     rng = np.random.default_rng(3)
     old = [policy(k, {"sweep.kl.beta": 0.1}, 0.5, rng) for k in range(3)]
     for r in old:
@@ -70,12 +70,15 @@ def test_merge_unites_by_run_id_and_keeps_one_design_per_study():
     for r in rerun:
         r.tags["rlhf_lab.study"] = "ppo_beta_grid_5seeds"
     pref = {"ppo_beta_grid": "ppo_beta_grid_5seeds"}
-    merged = snapshot.merge({"ppo_beta_grid": old}, {"ppo_beta_grid": rerun}, pref, C.counts)
-    assert [r.run_id for r in merged["ppo_beta_grid"]] == [r.run_id for r in rerun]  # the rerun, not a mix
+    merged = snapshot.merge({"ppo_beta_grid": old}, {"ppo_beta_grid": rerun})
+    assert len(merged["ppo_beta_grid"]) == 8  # the file keeps both designs (the older one's report stays regenerable)
+    read = snapshot.one_design(merged, pref, C.counts)
+    assert [r.run_id for r in read["ppo_beta_grid"]] == [r.run_id for r in rerun]  # the rerun, not a mix
+    assert [r.run_id for r in C.counted(merged)[0]["ppo_beta_grid"]] == [r.run_id for r in rerun]
     for r in rerun:
         r.status = "FAILED"
-    merged = snapshot.merge({"ppo_beta_grid": old}, {"ppo_beta_grid": rerun}, pref, C.counts)
-    assert len(merged["ppo_beta_grid"]) == 8  # no rerun run counts: the older design's runs stay
+    read = snapshot.one_design(merged, pref, C.counts)
+    assert [r.run_id for r in read["ppo_beta_grid"]] == [r.run_id for r in old]  # no rerun run counts: the older design
 
 
 def test_the_verdicts_from_the_runs_file_alone_are_those_of_the_runs(tmp_path):

@@ -186,6 +186,37 @@ def test_a_signal_inside_a_database_write_raises_once_it_is_done(monkeypatch):
         run_states.restore_signal_handlers(previous)
 
 
+def test_lightnings_own_sigterm_exit_is_a_stop_signal_not_exit_0(monkeypatch, tmp_path):
+    """Lightning's SIGTERM handler runs before ours and its fit loop raises SIGTERMException (a SystemExit without
+    code: exit 0) at the epoch's end; when ours deferred the signal (a database write), that exception must still
+    end the job as a SIGTERM stop (Interrupted: KILLED, exit 143). Simulated: Lightning's flag set by a step."""
+    import lightning as L
+    import torch
+
+    monkeypatch.setattr(run_states, "RECEIVED", [])
+    monkeypatch.setattr(run_states, "RAISED", [False])
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch, batch_idx):
+            self.trainer._signal_connector.received_sigterm = True  # what Lightning's handler does on a SIGTERM
+            return (self.w - batch).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)
+    with pytest.raises(run_states.Interrupted) as e:
+        with run_states.lightning_sigterm_as_interrupted():
+            trainer.fit(Module(), torch.utils.data.DataLoader(torch.ones(2, 1), batch_size=1))
+    assert e.value.exit_code == 143 and run_states.RAISED[0]
+    run_states.raise_interrupted(signal.SIGTERM, None)  # our handler's pending retry: nothing more is raised
+
+
 def test_end_open_runs_ends_a_run_whose_ending_was_cut_short(tmp_path):
     """A run still on MLflow's stack (the signal came before its end) and a run popped off it but not written
     (the signal came inside ``mlflow.end_run``) both end KILLED with the error named."""

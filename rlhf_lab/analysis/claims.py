@@ -12,6 +12,7 @@ A claim whose studies have no runs is **not run yet** (with the command), one th
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -20,8 +21,15 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, RM_CLAIM_RMS, SHOWN, SUITE_VERSIONS, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
-from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, load_study, store_uri
-from rlhf_lab.analysis.snapshot import FILE_NAME, merge, merge_commands, read_snapshot, write_snapshot
+from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
+from rlhf_lab.analysis.snapshot import (
+    FILE_NAME,
+    merge,
+    merge_commands,
+    one_design,
+    read_snapshot,
+    write_snapshot,
+)
 from rlhf_lab.analysis.verdicts import (
     ALPHA,
     MIN_EVALS,
@@ -46,17 +54,14 @@ CLAIM_STAGES = (*POLICY_STAGES, "rm")
 
 def load_claim_runs(uri: str | None = None, names: Sequence[str] | None = None
                     ) -> tuple[dict[str, list[RunData]], dict[str, list[str]]]:
-    """({study: all its runs}, {study: the commands of its sweep parents}) from the store: a study's 5-seed rerun
-    (``SUITE_VERSIONS``, newest first) when some of its runs count, else the study the claim names."""
+    """({study: all its runs, every design}, {study: the commands of its sweep parents}) from the store: the runs of
+    the study a claim names and of its claims-suite reruns (``SUITE_VERSIONS``); :func:`counted` picks one design."""
     studies, commands = {}, {}
     for name in names or study_names():
         runs, parents = [], []
-        for version in SUITE_VERSIONS.get(name, ()):  # the claims suite's reruns, newest design first
-            runs, parents = load_study(version, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
-            if any(counts(r) for r in runs):
-                break
-        if not any(counts(r) for r in runs):
-            runs, parents = load_study(name, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
+        for version in (*SUITE_VERSIONS.get(name, ()), name):
+            more, more_parents = load_study(version, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
+            runs, parents = runs + more, parents + more_parents
         studies[name] = runs
         commands[name] = sorted({p.data.tags["rlhf_lab.command"] for p in parents
                                  if p.data.tags.get("rlhf_lab.command")})
@@ -64,8 +69,21 @@ def load_claim_runs(uri: str | None = None, names: Sequence[str] | None = None
 
 
 def counted(studies: dict[str, list[RunData]]) -> tuple[dict[str, list[RunData]], dict[str, int]]:
-    """({study: the runs that count}, {study: how many runs it has})."""
+    """({study: the runs that count}, {study: how many runs it has}), of one design per study: its newest rerun
+    (``SUITE_VERSIONS``) with a run that counts, else the study the claim names (:func:`snapshot.one_design`)."""
+    studies = one_design(studies, SUITE_VERSIONS, counts)
     return {k: [r for r in v if counts(r)] for k, v in studies.items()}, {k: len(v) for k, v in studies.items()}
+
+
+def design_commands(runs: dict[str, list[RunData]], commands: dict[str, list[str]]) -> dict[str, list[str]]:
+    """{study: the commands of the design its `runs` are of} (``sweep=<tag>`` naming a study tag of its runs), or all
+    of its commands when none names one."""
+    out = {}
+    for name, cmds in commands.items():
+        tags = {r.tags.get(STUDY_TAG) for r in runs.get(name, [])}
+        mine = [c for c in cmds if set(re.findall(r"\bsweep=(\S+)", c)) & tags]
+        out[name] = mine or cmds
+    return out
 
 
 def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = None
@@ -83,10 +101,10 @@ def gather_runs(uri: str | None, runs_files: Sequence[Path | str] = (), use_stor
     commands: dict[str, list[str]] = {}
     for f in runs_files:
         s, c = read_snapshot(f)
-        runs, commands = merge(runs, s, SUITE_VERSIONS, counts), merge_commands(commands, c)
+        runs, commands = merge(runs, s), merge_commands(commands, c)
     if use_store:
         s, c = load_claim_runs(uri)
-        runs, commands = merge(runs, s, SUITE_VERSIONS, counts), merge_commands(commands, c)
+        runs, commands = merge(runs, s), merge_commands(commands, c)
     for name in study_names():
         runs.setdefault(name, [])
     return runs, commands
@@ -98,8 +116,7 @@ def evaluate_claims(uri: str | None = None, studies: dict[str, list[RunData]] | 
     if studies is None:
         runs, present, commands = load_claim_studies(uri, study_names(claims))
     else:
-        present = {k: len(v) for k, v in studies.items()}
-        runs, commands = {k: [r for r in v if counts(r)] for k, v in studies.items()}, {}
+        (runs, present), commands = counted(studies), {}
     return judge_all(claims, runs, present, commands)
 
 
@@ -423,7 +440,7 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
     else:
         all_runs, commands, source = studies, {}, f"`{store_uri(uri)}`"
     runs, present = counted(all_runs)
-    results = judge_all(CLAIMS, runs, present, commands)
+    results = judge_all(CLAIMS, runs, present, design_commands(runs, commands))
     seen = list({r.run_id: r for name in study_names() for r in runs.get(name, [])}.values())
     text = render(results, source, seen) + "\n"
     if only:

@@ -90,22 +90,33 @@ def read_snapshot(path: Path | str) -> tuple[Studies, Commands]:
     return studies, commands
 
 
-def merge(older: Studies, newer: Studies, preferred: dict[str, str | tuple[str, ...]] | None = None,
-          counts: Callable[[RunData], bool] = lambda r: True) -> Studies:
-    """The union of two {study: runs} by run id (a run in both: `newer`'s copy). Where `preferred` names a study's
-    newer designs (their tags, newest first, e.g. ``SUITE_VERSIONS``' reruns), only the runs of the first tag with a
-    run of the union that `counts` are kept: a claim reads one design, never a mix."""
-    preferred = preferred or {}
+def merge(older: Studies, newer: Studies) -> Studies:
+    """The union of two {study: runs} by run id (a run in both: `newer`'s copy). Every design's runs are kept (the
+    file holds the runs of every committed study report, superseded designs included): a claim picks one design
+    when it is judged (:func:`one_design`)."""
     out: Studies = {}
     for name in list(dict.fromkeys([*older, *newer])):
         by_id = {r.run_id: r for r in older.get(name, [])}
         by_id.update({r.run_id: r for r in newer.get(name, [])})
-        runs = list(by_id.values())
+        out[name] = list(by_id.values())
+    return out
+
+
+def one_design(studies: Studies, preferred: dict[str, str | tuple[str, ...]],
+               counts: Callable[[RunData], bool] = lambda r: True) -> Studies:
+    """Where `preferred` names a study's newer designs (their tags, newest first, e.g. ``SUITE_VERSIONS``' reruns),
+    only the runs of the first tag with a run that `counts`; else the runs of none of those tags (the study the claim
+    names): a claim reads one design, never a mix."""
+    out: Studies = {}
+    for name, runs in studies.items():
         tags = preferred.get(name) or ()
-        for tag in (tags,) if isinstance(tags, str) else tags:
+        tags = (tags,) if isinstance(tags, str) else tuple(tags)
+        for tag in tags:
             if any(r.tags.get(STUDY_TAG) == tag and counts(r) for r in runs):
                 runs = [r for r in runs if r.tags.get(STUDY_TAG) == tag]
                 break
+        else:
+            runs = [r for r in runs if r.tags.get(STUDY_TAG) not in tags]
         out[name] = runs
     return out
 

@@ -24,6 +24,7 @@ from rlhf_lab import distributed, tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse
 from rlhf_lab.data_errors import data_errors
 from rlhf_lab.runtime import launch_path, to_plain
+from rlhf_lab.run_states import lightning_sigterm_as_interrupted
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
 JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", "grpo", "rloo", "bon")  # the stages `algo` can name
@@ -326,7 +327,8 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         size = model_size(model)
         tracking.log_metrics(size, step=0)
         t0 = time.time()
-        trainer.fit(module, loader)
+        with lightning_sigterm_as_interrupted():
+            trainer.fit(module, loader)
         distributed.check_in_sync(model, stage)
         if not distributed.is_rank_zero():
             return {"stage": stage}

@@ -38,6 +38,7 @@ from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
 from rlhf_lab.preferences import label_pairs, validate_pairs
+from rlhf_lab.run_states import lightning_sigterm_as_interrupted
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
@@ -200,7 +201,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         size = model_size(policy)
         tracking.log_metrics({**size, "time/reference_precompute_s": t_pre}, step=0)
         t0 = time.time()
-        trainer.fit(module, loader)
+        with lightning_sigterm_as_interrupted():
+            trainer.fit(module, loader)
         train_s = time.time() - t0
         distributed.check_in_sync(module.model, "DPO policy")
         if not distributed.is_rank_zero():  # rank 0 saves and logs

@@ -40,7 +40,7 @@ from rlhf_lab.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
 from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
-from rlhf_lab.run_states import defer_sigterm
+from rlhf_lab.run_states import defer_sigterm, lightning_sigterm_as_interrupted
 from rlhf_lab.runtime import launch_path, to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
@@ -325,7 +325,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
                             logger=tracking.lightning_logger(cfg))
         tracking.log_metrics({**mem, **size}, step=0)
         t0 = time.time()
-        with defer_sigterm():  # a SIGTERM stops at the step's end, after a checkpoint to resume from
+        # a SIGTERM stops at the step's end, after a checkpoint to resume from
+        with defer_sigterm(), lightning_sigterm_as_interrupted():
             trainer.fit(module, ckpt_path=ckpt)
         resume.unlink(missing_ok=True)  # finished: nothing left to resume
         train_s = time.time() - t0

@@ -39,6 +39,7 @@ from rlhf_lab.runtime import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages.common import cache_for, ensure, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
+from rlhf_lab.run_states import lightning_sigterm_as_interrupted
 
 WHAT = "reward model"
 SOURCES = ("same", "different", "pretrained")
@@ -204,7 +205,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             label = "rm" if k == 1 else f"rm member {i + 1}/{k}"
             trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, "rm", label=label),
                                 logger=tracking.lightning_logger(cfg))
-            trainer.fit(module, loader)
+            with lightning_sigterm_as_interrupted():
+                trainer.fit(module, loader)
             distributed.check_in_sync(model, f"reward model member {i}")
             if int(rc.lora.r) > 0:
                 model = model.merge_and_unload()
