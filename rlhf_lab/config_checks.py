@@ -357,6 +357,8 @@ def check_ppo(a: DictConfig) -> None:
     if path and sync:
         raise ConfigError("algo.reference.sync_every", sync,
                           "0 when algo.reference.path is set (a re-synced reference is the policy itself)")
+    if (ref_seed := get(a, "reference.seed")) is not None and (int(ref_seed) < 0 or "@" not in str(path or "")):
+        raise ConfigError("algo.reference.seed", ref_seed, ">= 0 with algo.reference.path=<stage>@<preset>, else null")
     if kind == "lora_disabled":
         if path:
             raise ConfigError("algo.reference.path", path, "null with algo.reference.kind=lora_disabled")
@@ -377,9 +379,9 @@ def check_dpo(a: DictConfig) -> None:
     if a.label_smoothing and loss != "sigmoid":
         raise ConfigError("algo.label_smoothing", a.label_smoothing, "0 unless algo.loss_type=sigmoid")
     kind = choice(a, "algo", "reference.kind", DPO_REFERENCE_KINDS)
-    if get(a, "reference.sync_every"):
-        raise ConfigError("algo.reference.sync_every", get(a, "reference.sync_every"),
-                          "0 for DPO (a PPO option: DPO's reference stays fixed)")
+    for key, unset in (("sync_every", 0), ("seed", None)):  # PPO options: DPO's reference is a fixed checkpoint
+        if get(a, f"reference.{key}") != unset:
+            raise ConfigError(f"algo.reference.{key}", get(a, f"reference.{key}"), f"{unset} for DPO (a PPO option)")
     if kind == "lora_disabled" and get(a, "lora.r") == 0:
         raise ConfigError("algo.lora.r", 0, "> 0 with algo.reference.kind=lora_disabled (e.g. 8)")
     if kind == "lora_disabled" and get(a, "reference.path"):
@@ -426,10 +428,9 @@ def check_external_data(cfg: DictConfig) -> None:
 
 
 def exit_on_bad_config(cfg: DictConfig) -> None:
-    """The CLI's check: one line on stderr and exit status 2 on a bad value (``HYDRA_FULL_ERROR=1``: raise).
-
-    In a multirun the :class:`ConfigError` is raised (the job is recorded as failed, the others go on). Under
-    Hydra, the job's ``+key=value`` overrides are checked first (:func:`check_added_keys`)."""
+    """The CLI's check: one line on stderr and exit status 2 on a bad value (``HYDRA_FULL_ERROR=1``: raise). In a
+    multirun the :class:`ConfigError` is raised (the job is recorded as failed, the others go on). Under Hydra, the
+    job's ``+key=value`` overrides are checked first (:func:`check_added_keys`)."""
     try:
         overrides, groups = hydra_overrides_and_groups()
         check_added_keys(cfg, overrides, groups)

@@ -82,6 +82,7 @@ class ReferenceConfig:
     kind: str = MISSING
     path: Optional[str] = MISSING
     sync_every: int = MISSING
+    seed: Optional[int] = MISSING
 
 
 @dataclass

@@ -63,7 +63,7 @@ SUITE: list[tuple[str, str]] = [
     ("grpo_kl", "C14"),
     ("dpo_beta_grid_5seeds", "C9"),
     ("rm_normalize_5rms", "C20"),
-    ("ref_small", "C8"),
+    ("ref_size", "C8"),
     ("length_penalty", "C11"),
     ("ref_sync", "C3"),
     ("rm_source_matched", "C16"),

@@ -406,7 +406,7 @@ def test_registry_covers_every_claim_once():
         assert c.studies and judged, c.id
         assert all(p.direction in (1, -1) and (p.margin is None or p.margin > 0) for p in judged), c.id
     studied = {s for c in registry.CLAIMS for s in c.studies}
-    assert {"ref_sync", "ref_shared", "kl_estimators", "ref_small", "length_penalty", "clip_eps", "critic_baseline",
+    assert {"ref_sync", "ref_shared", "kl_estimators", "ref_size", "length_penalty", "clip_eps", "critic_baseline",
             "rm_lora", "rm_normalize", "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size",
             "gao_rm_scaling", "rm_source"} <= studied
 
@@ -472,6 +472,14 @@ def policy(seed: int, params: dict, gold_end: float, rng: np.random.Generator, s
     return make_run(seed, params, c, stage=stage, metrics=metrics)
 
 
+def ref_size_runs(rng: np.random.Generator, by_preset: dict[str, tuple[float, float]]) -> list[RunData]:
+    """C8's ref_size: {preset: (its reference's own gold, the policy's final gold)}, two labelers, 5 seeds."""
+    return [policy(k, {"sweep.algo.reference.path": f"sft@{p}", "sweep.labeler": lab}, g + rng.normal(0, 0.02), rng,
+                   _metrics={"reference/gold_reward": ref + rng.normal(0, 0.02),
+                             "eval/length": 10.0 if p == "a_tiny" else 12.0})
+            for k in range(5) for p, (ref, g) in by_preset.items() for lab in ("unbiased", "length_biased")]
+
+
 def world() -> dict[str, list[RunData]]:
     rng = np.random.default_rng(12)
     seeds = range(5)
@@ -507,8 +515,7 @@ def world() -> dict[str, list[RunData]]:
     s["kl_estimators"] = [policy(k, {"sweep.algo.kl_estimator": est, "sweep.algo.kl_in": where}, 0.7, rng, **{
         "objective/kl_k1": line(0, 5, rng, sd=0.5, n=20), "objective/kl_k3": line(0, 5, rng, sd=0.1, n=20)})
         for k in seeds for est, where in (("k1", "reward"), ("k3", "reward"), ("k3", "loss"))]
-    s["ref_small"] = [policy(k, {"sweep.algo.reference.path": path}, g, rng)
-                      for k in seeds for path, g in (("null", 0.8), ("/ckpt/a_tiny", 0.5))]
+    s["ref_size"] = ref_size_runs(rng, {"a_tiny": (-0.3, 0.5), "a_small": (-0.1, 0.8), "a_medium": (0.0, 0.85)})
     s["length_penalty"] = [policy(k, {"sweep.algo.length_penalty": a}, 0.7, rng, **{
         "eval/length": line(15.0, end, rng, sd=0.2)}) for k in seeds for a, end in ((0, 25.0), (0.01, 20.0),
                                                                                     (0.05, 16.0))]
@@ -625,3 +632,17 @@ def test_a_policy_runs_data_keys_come_from_its_upstream_rm_run():
     assert r.value("data.on_policy_fraction", 0.0) == "0.2"
     assert r.value("algo.name", "ppo") == "ppo"  # other keys never from the RM run (a cached RM: another job's)
     assert registry.DIFF_MIX.matches(r) and not registry.DIFF.matches(r)
+
+
+def test_c8_compares_references_that_differ_only_in_size_and_needs_the_smaller_to_be_worse():
+    rng = np.random.default_rng(8)
+    res = verdicts({"ref_size": ref_size_runs(rng, {"a_tiny": (-0.3, 0.5), "a_small": (-0.1, 0.8),
+                                                      "a_medium": (0.0, 0.85)})})["C8"]
+    assert res.verdict == "holds", res.reason
+    p = parts(res)
+    assert p["a smaller reference caps the policy"].measured.effect.estimate == pytest.approx(0.3, abs=0.05)
+    above = p["how far above its reference the policy gets (a_tiny)"].measured.effect
+    assert above.estimate == pytest.approx(0.8, abs=0.05) and above.n == 5
+    # references of equal gold: the precondition fails, and a smaller one that gives the same gold is no cap
+    res = verdicts({"ref_size": ref_size_runs(rng, {"a_tiny": (-0.1, 0.8), "a_small": (-0.1, 0.8)})})["C8"]
+    assert res.verdict == "inconclusive", res.reason

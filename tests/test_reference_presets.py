@@ -80,3 +80,32 @@ def test_sft_at_preset_builds_or_reuses_that_presets_sft_and_shares_the_tokenize
     assert ppo["params.algo.reference.path"] == "sft@a_tiny" and len(runs) == 5  # nothing rebuilt
     assert ppo["tags.rlhf_lab.upstream.reference"] == upstream_run(small, tiny_sft)  # the a_tiny SFT's run
     assert ppo["tags.rlhf_lab.upstream.reference"] in set(runs[runs["tags.rlhf_lab.stage"] == "sft"]["run_id"])
+    # the reference, another model than the policy, is evaluated once on the test prompts: reference/* at step 0
+    assert ppo["metrics.reference/gold_reward"] == pytest.approx(
+        ppo_stage.evaluate_reference(small, ref, tok, None, ppo_stage.G.load_gold(small))["reference/gold_reward"])
+    assert "metrics.reference/length" in ppo and "metrics.reference/kl" not in ppo
+
+    # algo.reference.seed: the same preset pretrained and fine-tuned with seeds 1000 + r, its own model
+    seeded = compose_cfg(["policy=a_small", *common, "algo.reference.path=sft@a_small", "algo.reference.seed=0"])
+    own = ppo_stage.spec(compose_cfg(["policy=a_small", *common, "algo.reference.path=sft@a_small"]))
+    assert own["reference"] == own["sft"]  # without a seed, sft@a_small is the policy itself
+    ref_spec = ppo_stage.spec(seeded)
+    assert ref_spec["reference"] not in (own["sft"], spec["reference"])
+    assert F.same_tokenizer(F.load_tokenizer(ref_spec["sft"]), F.load_tokenizer(ref_spec["reference"]))
+    built = mlflow.search_runs(experiment_names=["rlhf-lab"], filter_string="params.seed = '1000'")
+    assert sorted(built["tags.rlhf_lab.stage"]) == ["pretrain", "sft"]  # its own pretraining and SFT, seed 1000
+    assert ppo_stage.spec(seeded)["reference"] == ref_spec["reference"]  # then reused from the cache
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["algo=ppo", "algo.reference.seed=1"], "algo.reference.seed"),  # no preset to build
+    (["algo=ppo", "algo.reference.path=/some/folder", "algo.reference.seed=1"], "algo.reference.seed"),
+    (["algo=ppo", "algo.reference.path=sft@a_tiny", "algo.reference.seed=-1"], "algo.reference.seed"),
+    (["algo=dpo", "algo.reference.seed=1"], "algo.reference.seed"),  # PPO only
+])
+def test_reference_seed_is_refused_where_it_builds_nothing(overrides, key):
+    from rlhf_lab.config_checks import ConfigError, check_dpo, check_ppo
+
+    cfg = compose_cfg(overrides)
+    with pytest.raises(ConfigError, match=key):
+        (check_dpo if "algo=dpo" in overrides else check_ppo)(cfg.algo)

@@ -96,8 +96,10 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert _settings(shared, lambda c: c.algo.lora.r, lambda c: c.algo.critic) == {(16, "policy")}
     kl = _settings(jobs["kl_estimators"], lambda c: c.algo.kl_estimator, lambda c: c.algo.kl_in)
     assert kl == {("k1", "reward"), ("k3", "reward"), ("k3", "loss")}
-    refs = _settings(jobs["ref_small"], lambda c: c.algo.reference.path)
-    assert refs == {(None,), ("sft@a_tiny",)} and parse_preset_ref("sft@a_tiny") == ("sft", "a_tiny")
+    refs = _settings(jobs["ref_size"], lambda c: c.algo.reference.path, lambda c: c.algo.reference.seed,
+                     lambda c: c.labeler.name)
+    assert {r[0] for r in refs} == {"sft@a_tiny", "sft@a_small", "sft@a_medium"} and {r[1] for r in refs} == {0}
+    assert {r[2] for r in refs} == {"unbiased", "length_biased"} and parse_preset_ref("sft@a_tiny") == ("sft", "a_tiny")
     lp = jobs["length_penalty"]
     assert {c.labeler.length_bonus > 0 for _, c in lp} == {True}
     assert {float(c.algo.length_penalty) for _, c in lp} == {0.0, 0.1}
@@ -397,7 +399,7 @@ def test_a_run_of_another_study_design_is_not_finished_for_this_one(store):
 
 
 def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch, tmp_path, capsys):
-    """rlhf-lab-suite --studies ref_small on a machine whose store has nothing else must not rewrite every other
+    """rlhf-lab-suite --studies ref_size on a machine whose store has nothing else must not rewrite every other
     claim as "not run yet": with a claims.md in --out, its report names the claims those studies test (--only:
     every section is recomputed from the runs read, the runs file beside the report included, and a section whose
     runs are in none of them is refused, not dropped)."""
@@ -405,14 +407,14 @@ def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch
     monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     monkeypatch.setattr(suite, "prepare", lambda study, overrides: [])  # no on-policy job to prepare here
     out = tmp_path / "reports"
-    assert suite.run(["ref_small"], [], 2, report=True, out=str(out)) == 0
+    assert suite.run(["ref_size"], [], 2, report=True, out=str(out)) == 0
     assert "--only" not in launched[-1]  # no claims.md yet: the whole report
     out.mkdir()
     (out / "claims.md").write_text("# Claims\n")
-    assert suite.run(["ref_small", "rm_lora"], [], 2, report=True, out=str(out), runs_files=["r.json.gz"]) == 0
+    assert suite.run(["ref_size", "rm_lora"], [], 2, report=True, out=str(out), runs_files=["r.json.gz"]) == 0
     assert launched[-1][-4:-1] == ["--runs", "r.json.gz", "--only"]
     only = launched[-1][launched[-1].index("--only") + 1].split(",")
-    # ref_small tests C8; rm_lora C19 and C10's RM half, and C10 shares ppo_beta_grid with C1, C2, C4, C5 and C9
+    # ref_size tests C8; rm_lora C19 and C10's RM half, and C10 shares ppo_beta_grid with C1, C2, C4, C5 and C9
     assert only == ["C1", "C2", "C4", "C5", "C8", "C9", "C10", "C19"]
     assert "every section of" in capsys.readouterr().out
     assert suite.run([s for s, _ in suite.SUITE], [], 2, report=True, out=str(out)) == 0
@@ -422,7 +424,7 @@ def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch
 def test_a_suite_stopped_by_max_minutes_updates_only_what_ran(monkeypatch, tmp_path, capsys):
     launched = studies_on_a_fake_clock(monkeypatch)
     (tmp_path / "claims.md").write_text("# Claims\n")
-    assert suite.run(["ref_small", "ref_sync"], [], 2, report=True, out=str(tmp_path), max_minutes=15) == 0
+    assert suite.run(["ref_size", "ref_sync"], [], 2, report=True, out=str(tmp_path), max_minutes=60) == 0
     assert launched[-1][-2:] == ["--only", "C8"]  # ref_sync (C3) did not start: C3 keeps its section
     launched.clear()
     assert suite.run(["ref_sync"], [], 2, report=True, out=str(tmp_path), max_minutes=1) == 0

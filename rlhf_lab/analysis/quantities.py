@@ -76,6 +76,15 @@ def change(key: str):
     return q
 
 
+def above_reference(r: RunData) -> float:
+    """Final gold (:func:`final_gold`) minus the gold of the run's reference, ``reference/gold_reward`` (measured on
+    the same test prompts at step 0, when the reference is another model): how far above it the policy got."""
+    return final_gold(r) - _finite(r.metrics.get("reference/gold_reward"))
+
+
+above_reference.__name__ = "final gold − reference/gold_reward"
+
+
 def first(key: str):
     def q(r: RunData) -> float:
         return _finite(r.first(key))

@@ -20,26 +20,66 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, …: read from here too)
+    above_range,
+    below_range,
+    fixed,
+    in_range,
+    is_max,
+    is_min,
+    kl_beta,
+    kl_control,
+    kl_near_target,
+    policy_seed,
+    ref_arm,
+    rm_n,
+    rm_ratio,
+    ANY_PPO,
+    BETA0,
+    CLIP,
+    CRITIC,
+    DIFF,
+    DIFF_MIX,
+    DPO_GRID,
+    FIXED,
+    GAO_BIASED,
+    GAO_UNBIASED,
+    GRPO_BETA0,
+    GRPO_BETA004,
+    GRPO_KL,
+    KL_EST,
+    LEN_PEN,
+    PPO_GRID,
+    REF_SHARED,
+    REF_SIZE,
+    REF_SMALL,
+    REF_SYNC,
+    RM_CLAIM_RMS,
+    RM_ENS,
+    RM_LORA,
+    RM_MATCHED,
+    RM_NORM,
+    RM_SIZE,
+    RM_SOURCE,
+    SAME,
+    SUITE_VERSIONS,
+)
 from rlhf_lab.analysis.effects import (
     Arm,
     Measured,
     Studies,
-    config,
     config_value,
-    config_num,
     first_of,
     grouped,
     grouped_at_matched_kl,
     log_ratio,
     paired,
-    same,
-    spearman,
     within,
 )
 from rlhf_lab.analysis.gao import BON_STUDY as GAO_BON
 from rlhf_lab.analysis.gao import RL_STUDY as GAO
-from rlhf_lab.analysis.markdown import fmt
 from rlhf_lab.analysis.quantities import (
+    above_reference,
     change,
     final,
     final_gold,
@@ -53,8 +93,6 @@ from rlhf_lab.analysis.quantities import (
     step_median,
     step_noise,
 )
-from rlhf_lab.analysis.runs import policy_size
-from rlhf_lab.analysis.stats import paired_ci, t_effect
 
 JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"
 GOLD, TOKENS, PROXY, FRACTION, LN_RATIO, PERCENT = ("gold reward", "tokens", "RM score (normalised)", "fraction",
@@ -89,138 +127,6 @@ class Claim:
 
 def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measured]) -> Part:
     return Part(says, effect, unit, None, None, compute, SHOWN)
-
-
-# -- studies and arms -------------------------------------------------------------------------------------------
-
-PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source"
-REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
-LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
-RM_ENS, GRPO_KL, RM_MATCHED = "rm_ensemble", "grpo_kl", "rm_source_matched"
-# The claims suite (rlhf-lab-suite) reruns older studies under new names when their design changes (5 paired seeds;
-# then one RM per seed, `reward_model.seed: ${seed}`, and C4's wider β grid): {the study a claim names: its newer
-# designs, newest first}. A claim reads the newest design that has runs that count, else the study it names, never
-# a mix of designs.
-SUITE_VERSIONS: dict[str, tuple[str, ...]] = {
-    PPO_GRID: ("ppo_beta_grid_wide", "ppo_beta_grid_5seeds"), DPO_GRID: ("dpo_beta_grid_5seeds",),
-    RM_SIZE: ("rm_size_vs_policy_size_5rms", "rm_size_vs_policy_size_5seeds"),
-    RM_SOURCE: ("rm_source_5rms", "rm_source_5seeds"), RM_NORM: ("rm_normalize_5rms",),
-    RM_ENS: ("rm_ensemble_5rms",),
-}
-RM_CLAIM_RMS = 5  # distinct RMs per arm a claim about the RM needs (Claim.min_rms)
-
-
-def fixed(beta: float) -> Arm:
-    return Arm(f"fixed β = {beta:g}", {"kl.name": "fixed", "kl.beta": beta})
-
-
-FIXED, BETA0 = Arm("fixed β", {"kl.name": "fixed"}), fixed(0)
-GAO_UNBIASED, GAO_BIASED = Arm("unbiased labels", {"labeler": "unbiased"}), Arm("biased labels", {"labeler": "length_biased"})
-ANY_PPO = Arm("PPO runs")
-
-
-def rm_arm(source: str, label: str, fraction: float = 0.0, ensemble: int = 1) -> Arm:
-    return Arm(label, {"reward_model.source": source, "data.on_policy_fraction": fraction,
-                       "reward_model.ensemble": ensemble})
-
-
-SAME, DIFF = rm_arm("same", "same-source RM"), rm_arm("different", "different-source RM")
-DIFF_MIX = rm_arm("different", "different-source RM, 20 % on-policy pairs", fraction=0.2)
-
-
-def kl_beta(r) -> float:
-    return config_num(r, "kl.beta")
-
-
-def in_range(b: float, _: list[float]) -> bool:
-    return 0.01 - 1e-12 <= b <= 0.1 + 1e-12
-
-
-def below_range(b: float, _: list[float]) -> bool:
-    return b < 0.01 - 1e-12
-
-
-def above_range(b: float, _: list[float]) -> bool:
-    return b > 0.1 + 1e-12
-
-
-def policy_seed(r) -> tuple[str, str]:
-    return policy_size(r), r.seed
-
-
-policy_seed.n_of = "policy × seed cells"  # type: ignore[attr-defined]
-
-
-def rm_ratio(r) -> float:
-    n = r.n_params()
-    return r.rm_params() / n if n > 0 else float("nan")
-
-
-def rm_n(r) -> float:
-    return r.rm_params()
-
-
-def is_min(v: float, vs: list[float]) -> bool:
-    return len(vs) > 1 and v == min(vs)
-
-
-def is_max(v: float, vs: list[float]) -> bool:
-    return len(vs) > 1 and v == max(vs)
-
-
-# -- bespoke effects ------------------------------------------------------------------------------------------
-
-
-def kl_near_target(target: float) -> Callable[[Studies], Measured]:
-    """C5 at one KL target: per adaptive-KL run with that `kl.target`, ln 2 − |ln(final eval/kl ÷ target)|: > 0 when
-    KL ends within a factor 2 of it. One run per seed: each target is its own effect (not pooled)."""
-    def compute(studies: Studies) -> Measured:
-        runs = [r for r in studies.get(PPO_GRID, []) if r.stage == "ppo" and same(config(r, "kl.name"), "adaptive")
-                and same(config(r, "kl.target"), target)]
-        if not runs:
-            return Measured(None, missing=f"no finished adaptive-KL run with kl.target = {target:g} in {PPO_GRID}")
-        units = {str(config(r, "kl.unit")) for r in runs} - {"sequence", "None"}
-        if units:
-            return Measured(None, missing=f"kl.unit={sorted(units)}: the target is not per response like eval/kl")
-        short = [r for r in runs if r.fnum("steps") * r.fnum("algo.batch_size") < r.fnum("kl.horizon")]
-        if short:
-            return Measured(None, missing=f"{len(short)} runs saw fewer responses than the controller's horizon "
-                                          f"({short[0].fnum('kl.horizon'):g}): β could not adapt yet")
-        values, ratios = {}, []
-        for r in runs:
-            kl = r.last("eval/kl")
-            if kl > 0:
-                values.setdefault(r.seed, []).append(math.log(2) - abs(math.log(kl / target)))
-                ratios.append(kl / target)
-        detail = (f"final eval/kl ÷ target {target:g}: {fmt(sum(ratios) / len(ratios), 2)} ({len(ratios)} runs)"
-                  if ratios else "")
-        eff = t_effect([sum(v) / len(v) for v in values.values()], method="t")
-        return Measured(eff if eff.n else None, detail, "" if eff.n else "no run with a positive final eval/kl",
-                        tuple(runs))
-    return compute
-
-
-def kl_control(studies: Studies) -> Measured:
-    """C9: per seed, |Spearman ρ(β, final eval/kl)| over PPO's fixed-β grid minus the same over DPO's β grid."""
-    ppo = [r for r in studies.get(PPO_GRID, []) if r.stage == "ppo" and same(config(r, "kl.name"), "fixed")]
-    dpo = [r for r in studies.get(DPO_GRID, []) if r.stage == "dpo"]
-    if not ppo or not dpo:
-        return Measured(None, missing="needs finished fixed-β PPO runs and DPO runs")
-    rho = {}
-    for name, rs, key in (("PPO", ppo, "kl.beta"), ("DPO", dpo, "algo.beta")):
-        by_seed: dict[str, list[tuple[float, float]]] = {}
-        for r in rs:
-            by_seed.setdefault(r.seed, []).append((config_num(r, key), r.last("eval/kl")))
-        rho[name] = {s: abs(spearman([p[0] for p in pts], [p[1] for p in pts])) for s, pts in by_seed.items()}
-    detail = "; ".join(f"{n} |ρ| per seed: " + ", ".join(f"{s}: {fmt(v, 2)}" for s, v in sorted(d.items()))
-                       for n, d in rho.items())
-    eff = paired_ci(rho["PPO"], rho["DPO"])
-    return Measured(eff if eff.n else None, detail, "" if eff.n else "no seed has ≥ 3 β values in both grids",
-                    tuple(ppo + dpo))
-
-
-GRPO_BETA0 = Arm("GRPO β = 0", {"kl.beta": 0.0}, stage="grpo")
-GRPO_BETA004 = Arm("GRPO β = 0.04", {"kl.beta": 0.04}, stage="grpo")
 
 
 # -- the claims -------------------------------------------------------------------------------------------------
@@ -309,12 +215,28 @@ CLAIMS: tuple[Claim, ...] = (
                            Arm("k1 in the reward", {"algo.kl_estimator": "k1", "algo.kl_in": "reward"}), final_gold)),
     ), note="Per-token k1 values are not logged, so 'can be negative' is not measured; the standard fix is Schulman's "
             "k3, not the notes' kl_div / JS."),
-    Claim("C8", "A reference smaller than the policy caps the policy.", (REF_SMALL,), (
-        Part("a smaller reference caps the policy", "final gold: the SFT policy as reference − a smaller reference "
-             "(algo.reference.path set), per seed", GOLD, +1, GOLD_MARGIN,
-             paired(REF_SMALL, Arm("default reference", {"algo.reference.path": None}),
-                    Arm("smaller reference", unless={"algo.reference.path": None}), final_gold)),
-    )),
+    Claim("C8", "A reference smaller than the policy caps the policy.", (REF_SIZE,), (
+        Part("the smaller reference is the worse model", "reference/gold_reward (each reference's own gold, test "
+             "prompts): a_small − a_tiny reference, per seed", GOLD, +1, GOLD_MARGIN,
+             paired(REF_SIZE, ref_arm("a_small", "unbiased"), ref_arm("a_tiny", "unbiased"),
+                    final("reference/gold_reward")), PRECONDITION),
+        Part("a smaller reference caps the policy", "final gold: a reference of the policy's size (a_small) − a "
+             "smaller one (a_tiny), both other models than the policy, unbiased labels, per seed", GOLD, +1,
+             GOLD_MARGIN, paired(REF_SIZE, ref_arm("a_small", "unbiased"), ref_arm("a_tiny", "unbiased"), final_gold)),
+        shown("the same under length-biased labels", "final gold: a_small − a_tiny reference, length-biased labels, "
+              "per seed", GOLD, paired(REF_SIZE, ref_arm("a_small", "length_biased"),
+                                       ref_arm("a_tiny", "length_biased"), final_gold)),
+        shown("a larger reference lifts it", "final gold: a_medium − a_small reference, unbiased labels, per seed",
+              GOLD, paired(REF_SIZE, ref_arm("a_medium", "unbiased"), ref_arm("a_small", "unbiased"), final_gold)),
+        shown("how far above its reference the policy gets (a_tiny)", "final gold − the reference's own gold, a_tiny "
+              "reference, unbiased labels", GOLD, within(REF_SIZE, ref_arm("a_tiny", "unbiased"), above_reference)),
+        shown("final length: the brake ref_small confounded", "final eval/length: a_small − a_tiny reference, "
+              "length-biased labels, per seed", TOKENS,
+              paired(REF_SIZE, ref_arm("a_small", "length_biased"), ref_arm("a_tiny", "length_biased"),
+                     final("eval/length"))),
+    ), note="Every reference is another model than the policy, pretrained and fine-tuned the same way with its own "
+            "seed (ref_size); the superseded ref_small compared the policy as its own reference with a smaller "
+            "other model, a difference in more than size."),
     Claim("C9", "DPO's reference is implicit (the SFT model), and DPO gives less fine-grained KL control than PPO.",
           (PPO_GRID, DPO_GRID), (
         Part("β sets PPO's KL more reliably than DPO's", "|Spearman ρ(β, final eval/kl)| over PPO's fixed-β grid − "

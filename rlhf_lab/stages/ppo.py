@@ -108,9 +108,18 @@ def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
     return root / "resume" / stage / f"{hashlib.sha256(blob.encode()).hexdigest()[:16]}.ckpt"
 
 
+REFERENCE_SEED_BASE = 1000  # algo.reference.seed r builds the reference with pretrain.seed = sft.seed = 1000 + r
+
+
 def reference_path(cfg: DictConfig, sft_path) -> str:
     """``algo.reference.path`` as a checkpoint folder: ``sft@a_tiny`` is the SFT artifact of the ``a_tiny`` policy
-    preset (every other setting as in `cfg`; same tokenizer as the policy's SFT checkpoint, checked)."""
+    preset (every other setting as in `cfg`; same tokenizer as the policy's SFT checkpoint, checked). With
+    ``algo.reference.seed`` r, that preset is pretrained and fine-tuned with seeds :data:`REFERENCE_SEED_BASE` + r
+    (its own model, never the policy's, whatever its size)."""
+    ref_seed = cfg.algo.reference.get("seed")
+    if ref_seed is not None:
+        cfg = copy.deepcopy(cfg)
+        cfg.pretrain.seed = cfg.sft.seed = REFERENCE_SEED_BASE + int(ref_seed)
     return checkpoint_path(cfg, cfg.algo.reference.path, "algo.reference.path", tokenizer_of=sft_path)
 
 
@@ -246,6 +255,16 @@ def load_reward(cfg: DictConfig, gold=None):
 # the run
 
 
+def evaluate_reference(cfg: DictConfig, reference, tok, scorer, gold) -> dict[str, float]:
+    """A reference that is another model than the SFT policy (``algo.reference.path``), evaluated once like the
+    policy's held-out evaluation (``test/*``: the same test prompts and sampling seed), logged at step 0 as
+    ``reference/*`` (``reference/gold_reward``, its ``_se``, ``reference/length``, …): what the policy is pulled
+    towards (C8). The OOD slice and the KL (zero, to itself) are left out."""
+    metrics, _ = evaluate(cfg, reference, tok, scorer=scorer, split="test", gold=gold)
+    return {"reference/" + k[len("test/"):]: v for k, v in metrics.items()
+            if k.startswith("test/") and not k.startswith("test/kl")}
+
+
 def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, world: int = 1):
     """PPO's prompts: `step -> prompts`, a fresh seeded draw of `n_prompts` **train-split** prompts per PPO
     step (never an eval, test or OOD prompt); each of `world` ranks takes its share. With ``data=jsonl|hf``
@@ -324,6 +343,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(cfg))
         tracking.log_metrics({**mem, **size}, step=0)
+        ref_metrics = {}
+        if spec.get("reference") and ckpt is None and distributed.is_rank_zero():  # another model: its own gold
+            ref_metrics = evaluate_reference(cfg, reference, tok, eval_scorer, gold)
+            tracking.log_metrics(ref_metrics, step=0)
         t0 = time.time()
         # a SIGTERM stops at the step's end, after a checkpoint to resume from
         with defer_sigterm(), lightning_sigterm_as_interrupted():
@@ -354,6 +377,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
                                   "(test prompts; the world's formula beside the gold RM)")
         if gold.source == "rm":
             summary["gold is"] = G.describe(cfg)
+        if "reference/gold_reward" in ref_metrics:
+            summary["reference"] = (f"its own test gold {ref_metrics['reference/gold_reward']:.3f} "
+                                    f"({cfg.algo.reference.path})")
         if "test/proxy_reward" in t1:
             summary["proxy"] = (f"{t0.get('test/proxy_reward', float('nan')):.3f} -> "
                                 f"{t1['test/proxy_reward']:.3f} (test prompts)")
