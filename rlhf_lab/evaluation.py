@@ -12,7 +12,10 @@ per-prompt means / √#prompts, :func:`rlhf_lab.metrics.cluster_mean_se`); the s
 ``halves=True`` adds the two fixed halves of the prompts (:func:`rlhf_lab.metrics.half_a`) as
 `<prefix>gold_reward_a|_b` with their `_se`, for the split-half drop from the peak
 (:func:`rlhf_lab.analysis.stats.drop_from_peak`). With a gold reward model (``gold=rm``) the gold is its score and
-the world's formula is measured on the same samples as `<prefix>formula_gold_reward` (SE and halves likewise). ``seed`` samples with a fixed torch seed inside a forked
+the world's formula is measured on the same samples as `<prefix>formula_gold_reward` (SE and halves likewise). With
+``samples_per_prompt`` ≥ 2, a proxy and a gold, `<prefix>proxy_gold_agreement` is the proxy's accuracy against gold
+on pairs of one prompt's responses (:func:`rlhf_lab.metrics.pair_agreement`; SE clustered by prompt): how well the
+RM ranks the evaluated policy's own samples (at step 0 the SFT policy's). ``seed`` samples with a fixed torch seed inside a forked
 RNG: every evaluation of a run (and of every run) draws the same random numbers, and the training's RNG
 stream does not depend on when or how often it evaluates.
 """
@@ -25,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from rlhf_lab.metrics import cluster_mean_se, distinct_n, filler_rate, half_a, unique_rate
+from rlhf_lab.metrics import cluster_mean_se, distinct_n, filler_rate, half_a, pair_agreement, unique_rate
 from rlhf_lab.models.sampling import Rollout, response_logprobs, sample
 from rlhf_lab.world import GoldWeights, count_fillers, gold_reward
 
@@ -120,6 +123,11 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeight
     rewards = {**gold_measures, **({"proxy_reward": proxy} if proxy else {})}
     for name, vals in rewards.items():
         metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
+    if proxy and golds and k >= 2:  # the proxy's accuracy against gold on pairs of these responses (C17)
+        values, pair_groups = pair_agreement(proxy, golds, groups)
+        if values:
+            metrics[f"{prefix}proxy_gold_agreement"], metrics[f"{prefix}proxy_gold_agreement_se"] = cluster_mean_se(
+                values, pair_groups)
     if halves and gold_measures:
         in_a = half_a(prompts)
         for half, want in (("a", True), ("b", False)):

@@ -58,3 +58,26 @@ def half_a(prompts: Sequence[str]) -> list[bool]:
     order = sorted(range(len(prompts)), key=lambda i: (prompt_hash(prompts[i], "half/"), i))
     a = set(order[: len(prompts) // 2])
     return [i in a for i in range(len(prompts))]
+
+
+def pair_agreement(proxy: Sequence[float], gold: Sequence[float], groups: Sequence[Hashable],
+                   tie: float = 1e-9) -> tuple[list[float], list[Hashable]]:
+    """Whether the proxy ranks two responses to one prompt as gold does: over every pair i < j within a group
+    (a prompt's samples) whose gold rewards differ by more than `tie`, 1 when the proxy orders them the same way,
+    0 when the other way, 0.5 when the proxy ties. Returns (the values, their groups), for :func:`cluster_mean_se`:
+    the mean is the proxy's pairwise accuracy against gold on these responses (e.g. the policy's own samples).
+    One response per group gives no pair."""
+    by: dict = {}
+    for j, g in enumerate(groups):
+        by.setdefault(g, []).append(j)
+    values, out_groups = [], []
+    for g, idx in by.items():
+        for a in range(len(idx)):
+            for b in range(a + 1, len(idx)):
+                i, j = idx[a], idx[b]
+                dg, dp = gold[i] - gold[j], proxy[i] - proxy[j]
+                if abs(dg) <= tie:
+                    continue
+                values.append(0.5 if dp == 0 else float((dg > 0) == (dp > 0)))
+                out_groups.append(g)
+    return values, out_groups

@@ -19,7 +19,7 @@ stop the suite; the suite names it at the end and exits with status 1. The track
 (``MLFLOW_TRACKING_URI``, else ``tracking.uri``); pass the same overrides on every launch, since they are part
 of each job's identity.
 
-A study that needs an artifact made first (``PREPARE``: ``rm_source_5rms``' on-policy PPO policy, claim C17)
+A study that needs an artifact made first (``PREPARE``: ``rm_mis_scoring``' on-policy PPO policy, claim C17)
 gets it from one ``rlhf-lab`` job run into a fixed folder under the working folder before the study; a later
 launch reuses that folder when its job finished (its ``summary.json`` and artifact are there) and redoes it
 otherwise.
@@ -67,7 +67,7 @@ SUITE: list[tuple[str, str]] = [
     ("length_penalty", "C11"),
     ("ref_sync", "C3"),
     ("rm_source_matched", "C16"),
-    ("rm_source_5rms", "C17"),
+    ("rm_mis_scoring", "C17"),
     ("rm_size_vs_policy_size_5rms", "C18"),
     ("gao_rm_scaling", "C13"),
     ("gao_rm_scaling_bon", "C13"),
@@ -82,7 +82,13 @@ _ON_POLICY = ("suite_artifacts/rm_source_on_policy",
               ["study=rm_source_on_policy", "algo=ppo", "reward_model=different_source", "kl=fixed", "kl.beta=0.01",
                "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
               "data.on_policy_path")
-PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY, "rm_source_5seeds": _ON_POLICY}
+# C17's newer design: the on-policy pairs come from a policy trained against the same-source RM, not the RM they fix
+_ON_POLICY_OTHER_RM = ("suite_artifacts/rm_mis_scoring_on_policy",
+                       ["study=rm_mis_scoring_on_policy", "algo=ppo", "reward_model=same_source", "kl=fixed",
+                        "kl.beta=0.01", "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
+                       "data.on_policy_path")
+PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY, "rm_source_5seeds": _ON_POLICY,
+                                                  "rm_mis_scoring": _ON_POLICY_OTHER_RM}
 SEEDS = 5  # seeds of every suite study file (0–4); --more-seeds adds 5, 6, …
 UPSTREAM_MIN = 30  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs incl. MiniLM), 2 cores
 

@@ -408,7 +408,7 @@ def test_registry_covers_every_claim_once():
     studied = {s for c in registry.CLAIMS for s in c.studies}
     assert {"ref_sync", "ref_shared", "kl_estimators", "ref_size", "length_penalty", "clip_eps", "critic_baseline",
             "rm_lora", "rm_normalize", "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size",
-            "gao_rm_scaling", "rm_source"} <= studied
+            "gao_rm_scaling", "rm_mis_scoring"} <= studied
 
 
 # -- fits ---------------------------------------------------------------------------------------------------------
@@ -541,6 +541,11 @@ def world() -> dict[str, list[RunData]]:
                              **{"eval/gold_reward_ood": line(0, g - 0.2, rng)})
                       for k in seeds for src, frac, ens, g in (("same", 0.0, 1, 0.8), ("different", 0.0, 1, 0.5),
                                                                ("different", 0.2, 1, 0.75), ("same", 0.0, 3, 0.85))]
+    s["rm_mis_scoring"] = [  # C17: the RM's accuracy on the policy's samples falls most for the different source
+        policy(k, {"reward_model.source": src, "sweep.data.on_policy_fraction": frac, "sweep.labeler": lab}, g, rng,
+               **{"eval/proxy_gold_agreement": line(0.8, acc, rng)})
+        for k in seeds for lab in ("unbiased", "length_biased")
+        for src, frac, g, acc in (("same", 0.0, 0.8, 0.78), ("different", 0.0, 0.5, 0.65), ("different", 0.2, 0.75, 0.74))]
     s["rm_source_matched"] = [  # C16: the different-source RM's gold is noisier from step to step and drops
         policy(k, {"reward_model.source": src}, 0.6, rng, **with_halves(gold, rng, sd))
         for k in seeds for src, gold, sd in (("same", 0.6 * T, 0.01), ("different", 0.3 + rise_fall(0.3), 0.05))]
@@ -552,7 +557,7 @@ def world() -> dict[str, list[RunData]]:
     s["rm_normalize"] = [policy(k, {"sweep.reward_model.normalize": n}, g, rng)
                          for k in seeds for n, g in (("true", 0.8), ("false", 0.5))]
     s["grpo_kl"] = grpo_kl_runs(rng, {0.0: 0.9, 0.04: 0.7})
-    for name in ("rm_source", "rm_source_matched", "rm_ensemble", "rm_normalize"):  # one RM per seed and RM config
+    for name in ("rm_source", "rm_mis_scoring", "rm_source_matched", "rm_ensemble", "rm_normalize"):  # one RM per seed
         for r in s[name]:
             shared = {k: v for k, v in r.setting.items() if k != "reward_model.normalize"}  # applied at use time
             r.tags["rlhf_lab.upstream.rm"] = f"rm {name} {sorted(shared.items())} {r.seed}"

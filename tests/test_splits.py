@@ -15,7 +15,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 from rlhf_lab import data as D
-from rlhf_lab.metrics import cluster_mean_se, half_a
+from rlhf_lab.metrics import cluster_mean_se, half_a, pair_agreement
 from rlhf_lab.world import (
     ALL_SPLITS,
     SPLITS,
@@ -199,3 +199,21 @@ def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     assert m1["eval/gold_reward"] == pytest.approx(mean, abs=1e-3)
     assert m1["eval/gold_reward_se"] == pytest.approx(se, abs=1e-3)
     assert m1["eval/gold_reward"] == pytest.approx((m1["eval/gold_reward_a"] + m1["eval/gold_reward_b"]) / 2)
+    # a proxy that is the gold ranks every pair of a prompt's samples as gold does; its negation none
+    from rlhf_lab.evaluation import as_gold_scorer
+
+    gold = as_gold_scorer(D.gold_weights(cfg))
+    for scorer, want in ((gold, 1.0), (lambda *a: -gold(*a), 0.0)):
+        m, _ = evaluate_policy(model, tok, prompts, cfg.generation, D.gold_weights(cfg), scorer=scorer, **kw)
+        assert m["eval/proxy_gold_agreement"] == pytest.approx(want)
+    assert "eval/proxy_gold_agreement" not in m1  # no proxy: nothing to rank
+
+
+def test_pair_agreement_against_hand_computation():
+    # prompt "a": 3 samples, gold 0, 1, 2 and proxy 0, 2, 1: pairs (0,1) agree, (0,2) agree, (1,2) disagree -> 2/3
+    # prompt "b": gold 1, 1 (a gold tie: no pair), prompt "c": gold 0, 1, proxy 5, 5 (a proxy tie: 0.5)
+    values, groups = pair_agreement([0, 2, 1, 3, 4, 5, 5], [0, 1, 2, 1, 1, 0, 1], ["a", "a", "a", "b", "b", "c", "c"])
+    assert values == [1.0, 1.0, 0.0, 0.5] and groups == ["a", "a", "a", "c"]
+    m, se = cluster_mean_se(values, groups)  # per prompt: 2/3 and 0.5 -> 7/12, sd of (2/3, 1/2) / √2
+    assert m == pytest.approx(7 / 12) and se == pytest.approx(abs(2 / 3 - 0.5) / math.sqrt(2) / math.sqrt(2))
+    assert pair_agreement([1.0, 2.0], [0.0, 1.0], [0, 1]) == ([], [])  # one response per prompt: no pair

@@ -138,12 +138,15 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert _settings(matched, lambda c: c.reward_model.source, lambda c: c.reward_model.init,
                      lambda c: (c.reward_model.arch.hidden, c.reward_model.arch.layers, c.reward_model.arch.heads)) == {
         ("same", "sft", (64, 2, 4)), ("different", "sft", (64, 2, 4))}
-    src = jobs["rm_source_5rms"]
-    assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for _, c in src} == {
-        ("same", 0.0), ("different", 0.0), ("different", 0.2)}
+    src = jobs["rm_mis_scoring"]  # C17: the RM's accuracy on pairs of the policy's own samples, two labelers
+    assert _settings(src, lambda c: c.reward_model.source, lambda c: float(c.data.on_policy_fraction),
+                     lambda c: c.labeler.name, lambda c: c.eval.samples_per_prompt) == {
+        (s, f, lab, 2) for s, f in (("same", 0.0), ("different", 0.0), ("different", 0.2))
+        for lab in ("unbiased", "length_biased")}
+    assert "reward_model=same_source" in suite.PREPARE["rm_mis_scoring"][1]  # not the RM the pairs fix
 
 
-RM_STUDIES = ("ppo_beta_grid_wide", "rm_normalize_5rms", "rm_source_matched", "rm_source_5rms",
+RM_STUDIES = ("ppo_beta_grid_wide", "rm_normalize_5rms", "rm_source_matched", "rm_mis_scoring",
               "rm_size_vs_policy_size_5rms",
               "gao_rm_scaling", "gao_rm_scaling_bon", "rm_ensemble_5rms")
 

@@ -20,6 +20,7 @@ PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_s
 REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
 LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
 RM_ENS, GRPO_KL, RM_MATCHED, REF_SIZE = "rm_ensemble", "grpo_kl", "rm_source_matched", "ref_size"
+RM_MIS = "rm_mis_scoring"
 # The claims suite (rlhf-lab-suite) reruns older studies under new names when their design changes (5 paired seeds;
 # then one RM per seed, `reward_model.seed: ${seed}`, and C4's wider β grid): {the study a claim names: its newer
 # designs, newest first}. A claim reads the newest design that has runs that count, else the study it names, never
@@ -54,6 +55,14 @@ def rm_arm(source: str, label: str, fraction: float = 0.0, ensemble: int = 1) ->
 
 
 SAME, DIFF = rm_arm("same", "same-source RM"), rm_arm("different", "different-source RM")
+
+
+def mis_arm(source: str, fraction: float, labeler: str) -> Arm:
+    """C17's ``rm_mis_scoring``: the runs against `source`'s RM with `fraction` on-policy pairs under `labeler`."""
+    label = {"same": "same-source RM", "different": "different-source RM"}[source]
+    label += ", 20 % on-policy pairs" if fraction else ""
+    return Arm(f"{label}, {labeler.replace('_', '-')} labels",
+               {"reward_model.source": source, "data.on_policy_fraction": fraction, "labeler": labeler})
 DIFF_MIX = rm_arm("different", "different-source RM, 20 % on-policy pairs", fraction=0.2)
 
 

@@ -30,6 +30,7 @@ from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, �
     kl_beta,
     kl_control,
     kl_near_target,
+    mis_arm,
     policy_seed,
     ref_arm,
     rm_n,
@@ -58,6 +59,7 @@ from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, �
     RM_ENS,
     RM_LORA,
     RM_MATCHED,
+    RM_MIS,
     RM_NORM,
     RM_SIZE,
     RM_SOURCE,
@@ -95,6 +97,7 @@ from rlhf_lab.analysis.quantities import (
 )
 
 JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"
+AGREEMENT = final("eval/proxy_gold_agreement")  # the RM's accuracy against gold on the policy's own samples
 GOLD, TOKENS, PROXY, FRACTION, LN_RATIO, PERCENT = ("gold reward", "tokens", "RM score (normalised)", "fraction",
                                                     "ln ratio", "%")
 GOLD_MARGIN = 0.05          # gold reward: the old report's floor; the eval noise of one evaluation is ≈ 0.03
@@ -348,16 +351,31 @@ CLAIMS: tuple[Claim, ...] = (
             "superseded rm_source_5rms confounded source with initialisation (SFT vs pretrained base).",
         min_rms=RM_CLAIM_RMS),
     Claim("C17", "A different-source RM mis-scores the policy's out-of-distribution text; mixing ~20 % on-policy "
-          "samples into its training data fixes it.", (RM_SOURCE,), (
-        Part("the different-source RM does worse", "final gold: same − different source, per seed", GOLD, +1,
-             GOLD_MARGIN, paired(RM_SOURCE, SAME, DIFF, final_gold), PRECONDITION),
-        Part("20 % on-policy pairs improve it", "final gold: different source with − without on-policy pairs, per "
-             "seed", GOLD, +1, GOLD_MARGIN, paired(RM_SOURCE, DIFF_MIX, DIFF, final_gold)),
-        shown("and close the gap to same-source", "final gold: different source with on-policy pairs − same source",
-              GOLD, paired(RM_SOURCE, DIFF_MIX, SAME, final_gold)),
-        shown("on out-of-distribution prompts", "final eval/gold_reward_ood: with − without on-policy pairs", GOLD,
-              paired(RM_SOURCE, DIFF_MIX, DIFF, final("eval/gold_reward_ood"))),
-    ), min_rms=RM_CLAIM_RMS),
+          "samples into its training data fixes it.", (RM_MIS,), (
+        Part("a different-source RM mis-scores the policy's text", "final eval/proxy_gold_agreement (the RM's "
+             "accuracy against gold on pairs of the policy's own samples): same − different source, unbiased labels, "
+             "per seed", FRACTION, +1, 0.02,
+             paired(RM_MIS, mis_arm("same", 0, "unbiased"), mis_arm("different", 0, "unbiased"), AGREEMENT)),
+        Part("20 % on-policy pairs fix the mis-scoring", "final eval/proxy_gold_agreement: different source with − "
+             "without on-policy pairs, unbiased labels, per seed", FRACTION, +1, 0.02,
+             paired(RM_MIS, mis_arm("different", 0.2, "unbiased"), mis_arm("different", 0, "unbiased"), AGREEMENT)),
+        Part("and the policy's gold", "final gold: different source with − without on-policy pairs, unbiased labels, "
+             "per seed", GOLD, +1, GOLD_MARGIN,
+             paired(RM_MIS, mis_arm("different", 0.2, "unbiased"), mis_arm("different", 0, "unbiased"), final_gold)),
+        shown("the different-source RM's accuracy from SFT samples to the policy's own", "last − first "
+              "eval/proxy_gold_agreement, different source, unbiased labels", FRACTION,
+              within(RM_MIS, mis_arm("different", 0, "unbiased"), change("eval/proxy_gold_agreement"))),
+        shown("the fix under length-biased labels", "final eval/proxy_gold_agreement: different source with − without "
+              "on-policy pairs, length-biased labels, per seed", FRACTION,
+              paired(RM_MIS, mis_arm("different", 0.2, "length_biased"), mis_arm("different", 0, "length_biased"),
+                     AGREEMENT)),
+        shown("and its gold under length-biased labels", "final gold: different source with − without on-policy "
+              "pairs, length-biased labels, per seed", GOLD,
+              paired(RM_MIS, mis_arm("different", 0.2, "length_biased"), mis_arm("different", 0, "length_biased"),
+                     final_gold)),
+    ), note="The on-policy pairs come from a policy trained against the same-source RM, not the RM they fix, and are "
+            "labelled like the rest (rm_mis_scoring); the superseded rm_source_5rms drew them from a policy trained "
+            "against the RM being fixed and never measured the mis-scoring.", min_rms=RM_CLAIM_RMS),
     Claim("C18", "The RM should be ≥ 1/10 of the policy's size, and an ensemble of 3–5 small RMs ≈ one larger RM.",
           (RM_SIZE,), (
         Part("an RM below 1/10 of the policy does worse", "final gold: mean over RMs ≥ 1/10 of the policy's params − "
