@@ -212,11 +212,12 @@ def test_frontier_report_puts_every_algorithm_and_best_of_n_on_one_frontier(tmp_
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     exp = client.create_experiment("rlhf-lab")
-    for stage, kl in (("ppo", 16.0), ("grpo", 9.0)):
+    for stage, kl, train_s in (("ppo", 16.0, 100.0), ("grpo", 9.0, 50.0)):
         for seed in (0, 1):
             _log_run(client, exp, stage, "algo_frontier", {"kl.name": "fixed", "kl.beta": 0.1, "seed": seed,
-                                                           "sweep.frontier": f"{stage}_0.1", "sweep.seed": seed},
-                     _ppo_curves(kl, 0.4, 0.1, 0.3))
+                                                           "sweep.frontier": f"{stage}_0.1", "sweep.seed": seed,
+                                                           "steps": 80, "algo.batch_size": 64},
+                     _ppo_curves(kl, 0.4, 0.1, 0.3) | {"time/train_s": [(80, train_s)]})
     ns = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     d = np.sqrt([fits.bon_kl(n) for n in ns])
     _log_run(client, exp, "bon", "algo_frontier", {"seed": 0, "sweep.frontier": "bon", "sweep.seed": 0},
@@ -227,6 +228,17 @@ def test_frontier_report_puts_every_algorithm_and_best_of_n_on_one_frontier(tmp_
     table = text.split("## Gold reward – KL frontier")[1].split("| algo |")[1].split("\n\n")[0]
     frontier_rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")}
     assert frontier_rows == {"ppo", "grpo", "bon"}
+    # the budget: 80 steps x 64 responses for both RL algorithms, none for best-of-n; and at equal wall time (50 s,
+    # GRPO's median) PPO's evaluations up to step 40 only (40/80 of its 100 s)
+    budget = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[3:5]] for line in table.splitlines()
+              if line.startswith("| ")}
+    assert budget["ppo"] == ["5120", "100"] and budget["grpo"] == ["5120", "50"] and budget["bon"][0] == "– (none)"
+    timed = text.split("**At equal wall time** (50 s")[1].split("| algo |")[1].split("\n\n")[0]
+    timed_rows = {line.split("|")[1].strip(): line.split("|") for line in timed.splitlines() if line.startswith("| ")}
+    assert set(timed_rows) == {"ppo", "grpo"}
+    early = _ppo_curves(16.0, 0.4, 0.1, 0.3)  # PPO's best gold among its evaluations at steps 0 … 40
+    best_early = max(g for (s, g), (_, kl) in zip(early["eval/gold_reward"], early["eval/kl"]) if s <= 40)
+    assert float(timed_rows["ppo"][3]) == pytest.approx(best_early, abs=1e-3)
     row = next(line for line in text.splitlines() if line.startswith("| `frontier=bon`"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "bon" and cells[10].startswith("0.900") and cells[11].startswith("0.200")  # α, β of BoN form

@@ -84,6 +84,23 @@ def test_headers_state_the_job_counts_and_each_study_fits_a_session(plans):
         assert minutes is not None and 0 < minutes <= 120, (study, minutes)
 
 
+@pytest.mark.slow  # composes the 13 jobs of seed 0
+def test_every_algorithm_of_the_frontier_study_is_evaluated_at_least_6_times_on_one_sample_budget():
+    """algo_frontier (issue 29): ≥ 6 evaluations per run, DPO included; the RL algorithms generate the same number
+    of policy samples in training (steps × responses per step)."""
+    js = sweeping.plan(["sweep=algo_frontier"], validate=False)
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        cfgs = [compose("config", overrides=j) for j in js if "seed=0" in j]
+    samples = set()
+    for cfg in cfgs:
+        if cfg.algo.name == "bon":
+            continue
+        assert n_evaluations(cfg) >= 6, (cfg.algo.name, n_evaluations(cfg))
+        if cfg.algo.name != "dpo":
+            samples.add(int(cfg.algo.steps) * int(cfg.algo.batch_size))
+    assert len(cfgs) == 13 and samples == {3840}
+
+
 def _settings(js, *getters):
     return {tuple(g(c) for g in getters) for _, c in js}
 

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
+import numpy as np
+
 from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
@@ -81,6 +83,72 @@ def peak_cell(fits: Sequence[GaoFit]) -> str:
     if len(ok) < len(fits):
         parts.append(f"{len(fits) - len(ok)} runs: {_too_few([f for f in fits if not f.ok])}")
     return "; ".join(parts)
+
+
+def training_samples(r: RunData) -> float:
+    """Policy samples a run generated while training: steps × ``algo.batch_size`` (responses per step) for ppo,
+    grpo and rloo; for online DPO two responses per prompt, ``algo.online_prompts`` every ``algo.online_every``
+    steps; 0 for offline DPO (it trains on the preference pairs the RM also learned from); NaN for best-of-n, which
+    trains nothing (its ``algo.n_max`` samples per prompt are drawn at evaluation)."""
+    steps = r.fnum("steps")
+    if r.stage in ("ppo", "grpo", "rloo"):
+        return steps * r.fnum("algo.batch_size")
+    if r.stage == "dpo":
+        if str(r.value("algo.online", "False")).lower() != "true":
+            return 0.0
+        return 2 * r.fnum("algo.online_prompts") * math.ceil(steps / r.fnum("algo.online_every"))
+    return float("nan")
+
+
+def train_time(r: RunData) -> float:
+    """The run's ``time/train_s`` (its whole fit, evaluations included), NaN when it logged none."""
+    return float(r.metrics.get("time/train_s", float("nan")))
+
+
+def frontier_tables(runs: Sequence[RunData]) -> list[str]:
+    """The frontier table per algorithm: best gold on its gold–KL frontier over every evaluation of its runs; with
+    several algorithms also each one's budget (policy samples generated in training, training wall time) and the
+    same frontier at equal wall time: only the evaluations reached within the shortest median training time among
+    the algorithms that train (an evaluation at step s of a run of S steps counts as reached at s/S of its
+    ``time/train_s``)."""
+    by_algo = {a: [r for r in runs if r.stage == a] for a in POLICY_STAGES}
+    by_algo = {a: rs for a, rs in by_algo.items() if rs}
+    several = len(by_algo) > 1
+    train_s = {a: float(np.median([train_time(r) for r in rs])) for a, rs in by_algo.items()}
+    budget = min((t for a, t in train_s.items() if a != "bon" and math.isfinite(t)), default=float("nan"))
+    rows, timed = [], []
+    for algo, rs in by_algo.items():
+        pairs = [(r, s, kl, g) for r in rs for (s, kl), (_, g) in kl_gold_pairs(r)]
+        f = frontier([(kl, g) for _, _, kl, g in pairs])
+        if not f:
+            continue
+        best = max(f, key=lambda p: p[1])
+        row = [algo, len(rs), fmt(best[1]), fmt(best[0], 2), len(f)]
+        if several:
+            samples = [training_samples(r) for r in rs]
+            row[2:2] = [fmt(float(np.mean(samples)), 0) if all(map(math.isfinite, samples)) else "– (none)",
+                        fmt(train_s[algo], 0)]
+            if algo != "bon" and math.isfinite(budget):
+                early = frontier([(kl, g) for r, s, kl, g in pairs
+                                  if s / max(r.fnum("steps"), 1) * train_time(r) <= budget + 1e-9])
+                if early:
+                    b = max(early, key=lambda p: p[1])
+                    timed.append([algo, len(rs), fmt(b[1]), fmt(b[0], 2), len(early)])
+        rows.append(row)
+    if not rows:
+        return []
+    head = ["algo", "runs", "best gold on frontier", "at KL", "frontier points"]
+    if not several:
+        return [md_table(head, rows), ""]
+    out = ["**Budget.** Policy samples generated in training per run (mean): steps × responses per step for PPO, GRPO "
+           "and RLOO; offline DPO samples none (it trains on the preference pairs the RM learned from); best-of-n "
+           "trains nothing. Training time: the median `time/train_s` (evaluations included).", "",
+           md_table(head[:2] + ["samples in training", "training time (s)"] + head[2:], rows), ""]
+    if timed:
+        out += [f"**At equal wall time** ({fmt(budget, 0)} s, the shortest median training time; best-of-n left out): "
+                "the frontier of the evaluations each algorithm had reached by then.", "",
+                md_table(head, timed), ""]
+    return out
 
 
 def data_note(runs: Sequence[RunData]) -> str:
@@ -235,15 +303,7 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
     if any(r.stage in POLICY_STAGES for r in runs):
         plot_frontier(runs, out / "frontier.png")
         lines += ["## Gold reward – KL frontier", "", "![frontier](frontier.png)", ""]
-        rows = []
-        for algo in POLICY_STAGES:
-            rs = [r for r in runs if r.stage == algo]
-            f = frontier([(kl, g) for r in rs for (_, kl), (_, g) in kl_gold_pairs(r)])
-            if f:
-                best = max(f, key=lambda p: p[1])
-                rows.append([algo, len(rs), fmt(best[1]), fmt(best[0], 2), len(f)])
-        if rows:
-            lines += [md_table(["algo", "runs", "best gold on frontier", "at KL", "frontier points"], rows), ""]
+        lines += frontier_tables([r for r in runs if r.stage in POLICY_STAGES])
 
     ppo = [r for r in runs if r.stage == "ppo"]
     if ppo and (len({rm_size(r) for r in ppo}) > 1 or len({policy_size(r) for r in ppo}) > 1):
