@@ -104,3 +104,19 @@ def test_report_from_a_runs_file_is_byte_identical_and_names_its_trend(tmp_path)
     trend = [line for line in text.splitlines() if line.startswith("| BoN α")]
     assert len(trend) == 2 and all("| rises |" in line for line in trend)
     assert "30 PPO runs (β = 0) and 30 best-of-n runs" in text
+
+
+def test_a_fit_below_r2_good_says_why_from_the_data():
+    """misfit_note fits the form to the rise alone: a rise that follows it and a collapse after the peak faster than
+    it allows; a convex rise (quadratic in √KL) that then turns over, which a form whose curvature has one sign cannot
+    follow."""
+    d = np.array([0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.1, 2.4, 2.7, 3.0, 3.3, 3.6, 4.0, 4.5, 5.0])
+    collapse = np.where(d <= 2.1, gao_rl(d, 0.8, 0.3), gao_rl(2.1, 0.8, 0.3) - 1.5 * (d - 2.1))
+    note = gao.misfit_note(gao.fit_group([(d, collapse)] * 5, "rl", n_boot=10))
+    assert "the rise alone follows the form (R² 1.00 up to the mean curve's peak at √KL 2.10)" in note, note
+    assert "gold falls faster after its peak" in note
+    rise = np.where(d <= 3.6, 0.1 * d ** 2, 0.1 * 3.6 ** 2 - 0.5 * (d - 3.6))  # convex, then it turns over
+    g = gao.fit_group([(d, rise)] * 5, "rl", n_boot=10)
+    note = gao.misfit_note(g)
+    assert g.r2_means < gao.R2_GOOD and "rises convexly in √KL" in note and "peak at √KL 3.60" in note, note
+    assert "−β/d has one sign for every d" in note

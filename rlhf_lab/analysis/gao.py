@@ -104,6 +104,7 @@ class GroupFit:
     n_seeds: int
     r2_means: float
     boot: list[GaoFit] = field(default_factory=list)
+    means: Curve = field(default_factory=lambda: (np.zeros(0), np.zeros(0)))  # the binned means (mean_curve)
 
     def ci(self, what: str) -> tuple[float, float]:
         return percentile_ci([getattr(f, what) for f in self.boot])
@@ -115,7 +116,39 @@ class GroupFit:
 
 def fit_group(curves: Sequence[Curve], form: str, n_boot: int = N_BOOT, seed: int = 0) -> GroupFit:
     fit = pooled_fit(curves, form)
-    return GroupFit(form, fit, len(curves), r2_of_means(fit, curves), bootstrap_fits(curves, form, n_boot, seed))
+    return GroupFit(form, fit, len(curves), r2_of_means(fit, curves), bootstrap_fits(curves, form, n_boot, seed),
+                    mean_curve(curves))
+
+
+def misfit_note(g: GroupFit) -> str:
+    """Why a pooled fit misses its mean curve (the binned means, :func:`mean_curve`), from the data: the form fitted
+    to the rise alone (the binned means up to the highest one), whether that fit follows the rise (R² ≥
+    :data:`R2_GOOD`) and how far it falls from the peak to the last bin against how far the mean gold falls; and
+    the rise's curvature (least squares of the gain on d and d²): a convex rise (its d² term gives ≥ 10 % of the
+    peak gain) followed by a peak, which neither form can follow (the RL form's curvature is −β/d, best-of-n's −2β:
+    one sign for every d)."""
+    d, r = (np.asarray(x, dtype=float) for x in g.means)
+    k = int(np.argmax(r)) if d.size else -1
+    form = "d(α − β log d)" if g.form == "rl" else "d(α − β d)"
+    pre = (fit_bon if g.form == "bon" else fit_rl)(d[:k + 1], r[:k + 1], MIN_FIT_POINTS)
+    if not pre.ok:
+        return f"only {k + 1} binned means up to the mean curve's peak (√KL {d[k]:.2f}): too few to say" if k >= 0 \
+            else "no points"
+    curv = float(np.linalg.lstsq(np.stack([d[:k + 1], d[:k + 1] ** 2], 1), r[:k + 1], rcond=None)[0][1])
+    peak = f"up to the mean curve's peak at √KL {d[k]:.2f}"
+    bend = "−β/d" if g.form == "rl" else "−2β"
+    if curv > 0 and curv * d[k] ** 2 >= 0.1 * r[k] and k < d.size - 1:  # convex: ≥ 10 % of the peak gain from d²
+        return (f"the mean gold rises convexly in √KL (d² term {curv:+.3f} {peak}) and then turns over; the form's "
+                f"curvature {bend} has one sign for every d, so with a peak (β > 0) {form} is concave throughout and "
+                "cannot follow both")
+    if pre.r2 >= R2_GOOD and k < d.size - 1:
+        fall, fall_fit = float(r[k] - r[-1]), float(pre.curve(d[k:k + 1])[0] - pre.curve(d[-1:])[0])
+        how = "faster" if fall > fall_fit else "more slowly"
+        fit_does = f"falls {fall_fit:.2f}" if fall_fit >= 0 else f"still rises {-fall_fit:.2f}"
+        return (f"the rise alone follows the form (R² {pre.r2:.2f} {peak}), but from there to √KL {d[-1]:.2f} the "
+                f"mean gold falls {fall:.2f} where that fit {fit_does}: gold falls {how} after its peak than {form} "
+                "allows")
+    return f"the form fitted to the rise alone has R² {pre.r2:.2f} ({peak}; d² term of the rise {curv:+.3f})"
 
 
 def slope(x: Sequence[float], y: Sequence[float]) -> float:
@@ -322,10 +355,15 @@ def write_gao_report(out_dir: Path | str = "reports", uri: str | None = None, ru
             rows = fit_rows(fits, params, lab, form)
             if rows:
                 lines += [f"### {title}", "", md_table(header, rows), ""]
-        low = [f"{'RL' if form == 'rl' else 'BoN'} {size} ({fmt(fits[(lab, size, form)].r2_means)})"
+        low = [f"- {'RL' if form == 'rl' else 'BoN'} {size} ({fmt(fits[(lab, size, form)].r2_means)}): "
+               f"{misfit_note(fits[(lab, size, form)])}."
                for form in ("rl", "bon") for size in sizes
                if (lab, size, form) in fits and not fits[(lab, size, form)].r2_means >= R2_GOOD]
-        lines += [f"Pooled fits with R² (binned means) below {R2_GOOD}: {', '.join(low) if low else 'none'}.", ""]
+        lines += ([f"Pooled fits with R² (binned means) below {R2_GOOD}, and why, from their binned means (the form "
+                   "fitted to the rise alone, up to the highest mean; the rise's curvature, the d² term of a least-"
+                   "squares fit on d and d²; a rise counts as convex when that term gives at least 10 % of the peak "
+                   "gain):", "", *low, ""] if low else
+                  [f"Pooled fits with R² (binned means) below {R2_GOOD}: none.", ""])
         trend_rows = []
         for form in ("rl", "bon"):
             gs = [fits.get((lab, s, form)) for s in sizes]
