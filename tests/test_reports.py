@@ -149,6 +149,12 @@ def test_study_report_has_plots_tables_fits_and_the_command(store, tmp_path):
     assert cells[14].startswith("1.000") and cells[15] == "8 ± 0"  # R² of a noiseless curve, fitted points
     # d* = exp(α/β − 1) = e³ ≈ 20 lies far beyond the largest √KL of the data (2): not printed as a peak
     assert cells[12].startswith("beyond the data") and "20." not in cells[12]
+    # the runs it read travel with it: regenerated from that file alone, the markdown is the same but its last line
+    kept = out / "runs.json.gz"
+    again = write_study_report("ppo_beta_grid", tmp_path / "again", runs_files=[kept], use_store=False).read_text()
+    assert again.splitlines()[:-1] == text.splitlines()[:-1]
+    assert again.splitlines()[-1].startswith(f"Runs read from `{kept}`")
+    assert not (tmp_path / "again" / "ppo_beta_grid" / "runs.json.gz").exists()  # from files: nothing new to keep
 
 
 @pytest.mark.slow

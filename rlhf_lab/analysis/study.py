@@ -234,9 +234,28 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
     source = " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files])
     if require_runs and not runs_all:
         raise no_runs(study, " and ".join(([store_uri(uri)] if use_store else []) + [str(f) for f in runs_files]))
-    return write_report(study, runs_all, parents, out, uri, parent,
+    path = write_report(study, runs_all, parents, out, uri, parent,
                         commands=commands or None, source=source if runs_files else None,
                         flags=("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files))
+    if use_store and study and parent is None and runs_all:  # the evidence travels with the report
+        write_runs_file(out / RUNS_FILE, study, runs_all, commands)
+    return path
+
+
+RUNS_FILE = "runs.json.gz"  # beside a study report written from a store: the runs it read (snapshot's format)
+
+
+def write_runs_file(path: Path, study: str, runs: Sequence[RunData], commands: Sequence[str]) -> None:
+    """The runs a study report read from a store, in a checksummed runs file beside it (:mod:`snapshot`), so that a
+    clone regenerates the report with ``rlhf-lab-report STUDY --no-store --runs <out>/<study>/runs.json.gz``.
+    Runs already kept in such a file (an earlier report's, or the claims' file when passed with ``--runs``) stay."""
+    from rlhf_lab.analysis.report_files import check_file
+    from rlhf_lab.analysis.snapshot import merge, read_snapshot, write_snapshot
+
+    check_file(path)
+    old = read_snapshot(path) if path.is_file() else ({}, {})
+    kept = merge(old[0], {study: list(runs)})
+    write_snapshot(path, kept, {study: sorted(set(old[1].get(study, [])) | set(commands))})
 
 
 def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequence[Any], out: Path,
