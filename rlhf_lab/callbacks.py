@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -67,12 +68,15 @@ class PeriodicEval(L.Callback):
         self.test_last: dict = {}
         self._done_steps: set[int] = set()
         self._test_steps: set[int] = set()
+        self.seconds = 0.0  # wall time spent in evaluate() and test() (this process; a job's time/eval_s)
 
     def _run(self, trainer: L.Trainer, step: int):
         if step in self._done_steps or trainer.global_rank != 0:
             return
         self._done_steps.add(step)
+        t0 = time.time()
         metrics, rows = self.evaluate()
+        self.seconds += time.time() - t0
         tracking.log_metrics(metrics, step=step)
         log_samples_table([dict(r, step=step) for r in rows], f"samples/step_{step:06d}.json")
         if not self.first:
@@ -83,7 +87,9 @@ class PeriodicEval(L.Callback):
         if self.test is None or step in self._test_steps or trainer.global_rank != 0:
             return
         self._test_steps.add(step)
+        t0 = time.time()
         metrics, rows = self.test()
+        self.seconds += time.time() - t0
         tracking.log_metrics(metrics, step=step)
         log_samples_table([dict(r, step=step) for r in rows], f"samples/test_step_{step:06d}.json")
         if not self.test_first:

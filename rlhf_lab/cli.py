@@ -11,10 +11,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from rlhf_lab import STARTED
 from rlhf_lab.config_checks import composition_error_line, exit_on_bad_config
 from rlhf_lab.data_errors import DataError
 from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
-from rlhf_lab.runtime import exit_on_unreachable_server, quiet_libraries, tracking_uri
+from rlhf_lab.runtime import JOB_CLOCK, exit_on_unreachable_server, quiet_libraries, tracking_uri
 from rlhf_lab.sweeping import mark_job
 
 
@@ -99,6 +100,7 @@ USER_FULL_ERROR: list[str | None] = [None]  # the user's HYDRA_FULL_ERROR, put b
 
 @hydra.main(config_path="pkg://rlhf_lab.conf", config_name="config", version_base="1.3")
 def _app(cfg: DictConfig) -> float | None:
+    entered = time.time()
     restore_full_error()  # composed: from here on Hydra reports a job's errors as it always does
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
@@ -113,6 +115,8 @@ def _app(cfg: DictConfig) -> float | None:
         threads = set_threads(cfg)
         out_dir = Path(HydraConfig.get().runtime.output_dir)
         t0 = time.time()
+        # time/startup_s from the process's start; a sweep worker's later jobs (joblib keeps it warm) from their entry
+        JOB_CLOCK.update(process=entered if "job" in JOB_CLOCK else STARTED, job=t0)
         meta = run_job(cfg, out_dir)
         if meta.get("run_id") and "experiment_id" not in meta:
             from rlhf_lab import tracking

@@ -12,18 +12,38 @@
 - :func:`write_atomic`: write a file through a temporary file beside it and a rename (never half-written);
 - :func:`tracking_server_problem`, :func:`exit_on_unreachable_server`: why an ``http(s)://`` tracking server
   cannot be reached, checked at start-up in seconds (MLflow's own requests retry for minutes, which suits an
-  established run, not a first contact).
+  established run, not a first contact);
+- :data:`JOB_CLOCK`, :func:`job_phases`: when the process and the job started (the CLI sets them), for a job's
+  ``time/startup_s`` and ``time/setup_s``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+# {"process": the process's start (rlhf_lab.STARTED; for a sweep worker's later jobs, when the job entered the
+# CLI), "job": when the CLI handed the composed, checked config to the job's stage}: set by rlhf_lab.cli, empty
+# when a stage is called directly (tests, the API)
+JOB_CLOCK: dict[str, float] = {}
+
+
+def job_phases(now: float | None = None) -> dict[str, float]:
+    """``time/startup_s`` (process start to the job's stage: imports, config composition and checks, the tracking
+    store's first contact) and ``time/setup_s`` (from there to `now`, e.g. the start of training: the heavy imports,
+    upstream stages built or loaded from the cache, models loaded), for what :data:`JOB_CLOCK` holds."""
+    now = time.time() if now is None else now
+    out = {}
+    if "process" in JOB_CLOCK and "job" in JOB_CLOCK:
+        out["time/startup_s"] = JOB_CLOCK["job"] - JOB_CLOCK["process"]
+    if "job" in JOB_CLOCK:
+        out["time/setup_s"] = now - JOB_CLOCK["job"]
+    return out
 # the folder a sweep was launched in, handed to its jobs (rlhf_lab/sweeping.py): a job on a Ray or SLURM worker
 # runs in another working folder, and the config's relative paths (cache_dir, a sqlite store) mean the launch's
 LAUNCH_DIR_ENV = "RLHF_LAB_LAUNCH_DIR"

@@ -149,6 +149,9 @@ def test_policy_as_own_reference_gives_zero_kl_rloo_shared_base(tiny_cfg, tmp_pa
     for k in ("objective/kl_k1", "objective/kl_k2", "objective/kl_k3"):
         assert set(_history(db, meta["run_id"], k).values()) == {0.0}
     assert _history(db, meta["run_id"], "val/explained_variance") == {}  # no critic
+    (eval_s,), (train_s,) = (_history(db, meta["run_id"], k).values() for k in ("time/eval_s", "time/train_s"))
+    assert 0 < eval_s < train_s  # the evaluations' share of the fit (the job summary's time line)
+    assert "evaluations" in meta["summary"]["time"] and "setup" not in meta["summary"]["time"]  # no CLI: no clock
     # shared base (LoRA) runs end to end and reports a KL that grows from 0
     meta = stages.run_job(tiny_cfg(*PPO_TINY, "algo.reference.kind=lora_disabled", "algo.lora.r=16", "algo.lr=3e-3", mlflow_db=db), tmp_path / "b")
     kl = _history(db, meta["run_id"], "objective/kl_k3")

@@ -361,3 +361,12 @@ def test_cli_fails_in_seconds_on_an_unreachable_server(tmp_path):
     assert time.time() - t0 < 60  # seconds of start-up, not minutes of retries
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and f"http://127.0.0.1:{port}" in lines[0], r.stderr[-2000:]
+
+
+def test_job_phases_read_the_clock_the_cli_sets(monkeypatch):
+    from rlhf_lab import runtime
+
+    monkeypatch.setattr(runtime, "JOB_CLOCK", {})
+    assert runtime.job_phases(now=10.0) == {}  # a stage called directly: no start-up or setup to report
+    monkeypatch.setattr(runtime, "JOB_CLOCK", {"process": 1.0, "job": 4.0})
+    assert runtime.job_phases(now=10.0) == {"time/startup_s": 3.0, "time/setup_s": 6.0}

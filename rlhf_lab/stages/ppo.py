@@ -41,7 +41,7 @@ from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.run_states import defer_sigterm, lightning_sigterm_as_interrupted
-from rlhf_lab.runtime import launch_path, to_plain
+from rlhf_lab.runtime import job_phases, launch_path, to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     checkpoint_path,
@@ -255,6 +255,18 @@ def load_reward(cfg: DictConfig, gold=None):
 # the run
 
 
+def time_summary(phases: dict[str, float], train_s: float, eval_s: float, stage: str) -> str:
+    """The job summary's ``time`` line: start-up, setup (when the CLI ran the job), the training steps and the
+    evaluations within the fit (``time/train_s`` − ``time/eval_s`` and ``time/eval_s``)."""
+    parts = []
+    if "time/startup_s" in phases:
+        parts.append(f"start-up {phases['time/startup_s']:.0f} s")
+    if "time/setup_s" in phases:
+        parts.append(f"setup {phases['time/setup_s']:.0f} s (upstream stages, models)")
+    parts += [f"{stage.upper()} steps {train_s - eval_s:.0f} s", f"evaluations {eval_s:.0f} s"]
+    return ", ".join(parts)
+
+
 def evaluate_reference(cfg: DictConfig, reference, tok, scorer, gold) -> dict[str, float]:
     """A reference that is another model than the SFT policy (``algo.reference.path``), evaluated once like the
     policy's held-out evaluation (``test/*``: the same test prompts and sampling seed), logged at step 0 as
@@ -347,6 +359,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         if spec.get("reference") and ckpt is None and distributed.is_rank_zero():  # another model: its own gold
             ref_metrics = evaluate_reference(cfg, reference, tok, eval_scorer, gold)
             tracking.log_metrics(ref_metrics, step=0)
+        phases = job_phases()  # time/startup_s, time/setup_s: what the job spent before training (rlhf-lab only)
+        tracking.log_metrics(phases, step=0)
         t0 = time.time()
         # a SIGTERM stops at the step's end, after a checkpoint to resume from
         with defer_sigterm(), lightning_sigterm_as_interrupted():
@@ -361,7 +375,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         tok.save_pretrained(out_dir)
         final.save_pretrained(out_dir)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        tracking.log_metrics({"time/train_s": train_s, "memory/peak_rss_mb": peak}, step=module.ppo_step)
+        tracking.log_metrics({"time/train_s": train_s, "time/eval_s": ev.seconds, "memory/peak_rss_mb": peak},
+                             step=module.ppo_step)
         first, last = ev.first, ev.last
         summary = {
             "test gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
@@ -369,6 +384,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
+            "time": time_summary(phases, train_s, ev.seconds, stage),
         }
         summary.update(held_out_summary(ev))
         t0, t1 = ev.test_first, ev.test_last
