@@ -14,7 +14,10 @@
   cannot be reached, checked at start-up in seconds (MLflow's own requests retry for minutes, which suits an
   established run, not a first contact);
 - :data:`JOB_CLOCK`, :func:`job_phases`: when the process and the job started (the CLI sets them), for a job's
-  ``time/startup_s`` and ``time/setup_s``.
+  ``time/startup_s`` and ``time/setup_s``;
+- the resolver ``${rlhf_lab.launch_dir:}`` (registered on import): the folder a multirun is launched from, cached,
+  so that a job on a Ray or SLURM worker writes its Hydra output folder under the launch folder (``hydra.sweep.dir``
+  in conf/config.yaml), not under its own working folder.
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def launch_dir() -> str:
+    """``${rlhf_lab.launch_dir:}``: the working folder where it is first resolved. Registered with Hydra's
+    ``use_cache`` (like ``${now:}``): a launcher resolves ``hydra.sweep.dir`` in the process that launches the sweep
+    and copies that config's resolver cache into every job's config (``load_sweep_config``), and the cache travels
+    with the pickled config, so a job on another machine resolves the launch folder, not its own."""
+    return os.getcwd()
+
+
+if not OmegaConf.has_resolver("rlhf_lab.launch_dir"):  # on import: a Ray worker resolves the job's config too
+    OmegaConf.register_new_resolver("rlhf_lab.launch_dir", launch_dir, use_cache=True)
 # {"process": the process's start (rlhf_lab.STARTED; for a sweep worker's later jobs, when the job entered the
 # CLI), "job": when the CLI handed the composed, checked config to the job's stage}: set by rlhf_lab.cli, empty
 # when a stage is called directly (tests, the API)

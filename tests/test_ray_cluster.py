@@ -73,6 +73,8 @@ def test_a_sweep_runs_on_both_nodes_and_logs_to_the_team_server(cluster, team_se
     # the upstream base model was built once, by one node, in the launch folder's cache, and reused by the others
     assert len([x for x in runs if x.data.tags["rlhf_lab.stage"] == "pretrain"]) == 1
     assert len(list((tmp_path / ".rlhf_lab_cache" / "pretrain").glob("*/rlhf_lab_spec.json"))) == 1
+    # every job's Hydra output folder (its .hydra config) is under the launch folder, wherever the job ran
+    assert len(list(tmp_path.glob("multirun/*/*/*/.hydra/config.yaml"))) == 4, sorted(tmp_path.rglob(".hydra"))
 
 
 def wait_for_job_on(node_id: str, db: Path, out: Path, proc: subprocess.Popen, timeout: float = 300) -> str:
