@@ -95,6 +95,7 @@ def skip_if_finished(cfg: DictConfig) -> tuple[bool, float | None]:
 
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
+JOBS_RUN = [0]  # jobs this process has run (a sweep worker runs several)
 USER_FULL_ERROR: list[str | None] = [None]  # the user's HYDRA_FULL_ERROR, put back once the config is composed
 
 
@@ -116,8 +117,12 @@ def _app(cfg: DictConfig) -> float | None:
         out_dir = Path(HydraConfig.get().runtime.output_dir)
         t0 = time.time()
         # time/startup_s from the process's start; a sweep worker's later jobs (joblib keeps it warm) from their entry
-        JOB_CLOCK.update(process=entered if "job" in JOB_CLOCK else STARTED, job=t0)
-        meta = run_job(cfg, out_dir)
+        JOB_CLOCK.update(process=entered if JOBS_RUN[0] else STARTED, job=t0)
+        try:
+            meta = run_job(cfg, out_dir)
+        finally:  # only this job reads the clock: a stage called later in this process (the API, a test) has none
+            JOB_CLOCK.clear()
+            JOBS_RUN[0] += 1
         if meta.get("run_id") and "experiment_id" not in meta:
             from rlhf_lab import tracking
 

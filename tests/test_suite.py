@@ -307,9 +307,14 @@ def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(sto
 def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp_path, monkeypatch, capsys):
     from rlhf_lab import cli, stages
 
+    import rlhf_lab
+    from rlhf_lab import runtime
+
     uri, client, exp = store
-    calls = []
-    monkeypatch.setattr(stages, "run_job", lambda cfg, out: calls.append(int(cfg.seed)) or {"eval": {}})
+    calls, clocks = [], []
+    monkeypatch.setattr(stages, "run_job", lambda cfg, out: calls.append(int(cfg.seed)) or clocks.append(
+        dict(runtime.JOB_CLOCK)) or {"eval": {}})
+    monkeypatch.setattr(cli, "JOBS_RUN", [0])  # as in a fresh process
     monkeypatch.chdir(tmp_path)
     done = fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=1", f"tracking.uri={uri}"], gold=0.5)
     monkeypatch.setattr(sys, "argv", ["rlhf-lab", "-m", "study=unit", "seed=0,1,2", f"tracking.uri={uri}",
@@ -318,6 +323,9 @@ def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp
     cli.main()  # the basic launcher: jobs one after the other, in this process
     out = capsys.readouterr().out
     assert calls == [0, 2] and out.count("skipped (finished run") == 1 and f"finished run {done}" in out
+    # time/startup_s: the first job from the process's start, the next one (a warm process) from its own entry
+    assert clocks[0]["process"] == rlhf_lab.STARTED and clocks[1]["process"] > clocks[0]["job"]
+    assert runtime.JOB_CLOCK == {}  # no clock left for a stage called later in this process
     sweeps = lambda: client.search_runs([exp], "tags.`rlhf_lab.stage` = 'sweep'")  # noqa: E731
     n_parents = len(sweeps())
     calls.clear()
