@@ -10,6 +10,7 @@ that reproduces the study. Only FINISHED runs enter figures and tables; a study 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -208,8 +209,9 @@ def study_runs_from_files(study: str, runs_files: Sequence[Path | str]) -> tuple
         for key, rs in studies.items():
             mine = [r for r in rs if r.tags.get(STUDY_TAG) == study and r.stage in POLICY_STAGES]
             runs.update({r.run_id: r for r in mine})
-            if mine:
-                cmds |= set(commands.get(key, []))
+            if mine:  # the commands of this study's sweeps (a key's file entry holds every design's)
+                cmds |= {c for c in commands.get(key, []) if re.search(rf"\bsweep={re.escape(study)}(\s|$)", c)} \
+                    or set(commands.get(key, []))
     return list(runs.values()), sorted(cmds)
 
 
