@@ -11,11 +11,16 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab import STARTED
 from rlhf_lab.config_checks import composition_error_line, exit_on_bad_config
 from rlhf_lab.data_errors import DataError
 from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
-from rlhf_lab.runtime import JOB_CLOCK, exit_on_unreachable_server, quiet_libraries, tracking_uri
+from rlhf_lab.runtime import (
+    exit_on_unreachable_server,
+    quiet_libraries,
+    start_job_clock,
+    stop_job_clock,
+    tracking_uri,
+)
 from rlhf_lab.sweeping import mark_job
 
 
@@ -95,7 +100,6 @@ def skip_if_finished(cfg: DictConfig) -> tuple[bool, float | None]:
 
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
-JOBS_RUN = [0]  # jobs this process has run (a sweep worker runs several)
 USER_FULL_ERROR: list[str | None] = [None]  # the user's HYDRA_FULL_ERROR, put back once the config is composed
 
 
@@ -115,14 +119,11 @@ def _app(cfg: DictConfig) -> float | None:
 
         threads = set_threads(cfg)
         out_dir = Path(HydraConfig.get().runtime.output_dir)
-        t0 = time.time()
-        # time/startup_s from the process's start; a sweep worker's later jobs (joblib keeps it warm) from their entry
-        JOB_CLOCK.update(process=entered if JOBS_RUN[0] else STARTED, job=t0)
+        t0 = start_job_clock(entered)  # time/startup_s, time/setup_s (runtime.job_phases)
         try:
             meta = run_job(cfg, out_dir)
-        finally:  # only this job reads the clock: a stage called later in this process (the API, a test) has none
-            JOB_CLOCK.clear()
-            JOBS_RUN[0] += 1
+        finally:
+            stop_job_clock()
         if meta.get("run_id") and "experiment_id" not in meta:
             from rlhf_lab import tracking
 

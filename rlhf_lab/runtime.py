@@ -13,8 +13,8 @@
 - :func:`tracking_server_problem`, :func:`exit_on_unreachable_server`: why an ``http(s)://`` tracking server
   cannot be reached, checked at start-up in seconds (MLflow's own requests retry for minutes, which suits an
   established run, not a first contact);
-- :data:`JOB_CLOCK`, :func:`job_phases`: when the process and the job started (the CLI sets them), for a job's
-  ``time/startup_s`` and ``time/setup_s``;
+- :func:`start_job_clock`, :func:`stop_job_clock`, :func:`job_phases`: when the process and the job started (the
+  CLI sets them around the job), for a job's ``time/startup_s`` and ``time/setup_s``;
 - the resolver ``${rlhf_lab.launch_dir:}`` (registered on import): the folder a multirun is launched from, cached,
   so that a job on a Ray or SLURM worker writes its Hydra output folder under the launch folder (``hydra.sweep.dir``
   in conf/config.yaml), not under its own working folder.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -43,9 +44,26 @@ def launch_dir() -> str:
 if not OmegaConf.has_resolver("rlhf_lab.launch_dir"):  # on import: a Ray worker resolves the job's config too
     OmegaConf.register_new_resolver("rlhf_lab.launch_dir", launch_dir, use_cache=True)
 # {"process": the process's start (rlhf_lab.STARTED; for a sweep worker's later jobs, when the job entered the
-# CLI), "job": when the CLI handed the composed, checked config to the job's stage}: set by rlhf_lab.cli, empty
-# when a stage is called directly (tests, the API)
+# CLI), "job": when the CLI handed the composed, checked config to the job's stage}: set by rlhf_lab.cli around the
+# job (here, not in the CLI's module: a joblib worker gets the CLI's task function pickled by value, globals copied),
+# empty when a stage is called directly (tests, the API)
 JOB_CLOCK: dict[str, float] = {}
+JOBS_STARTED = [0]  # jobs this process has started (a sweep worker runs several)
+
+
+def start_job_clock(entered: float) -> float:
+    """Start the job's clock (now) and return it; `entered`: when the job entered the CLI. The process's start is
+    ``rlhf_lab.STARTED`` (the package's first import) for its first job, `entered` for a warm worker's later ones."""
+    now = time.time()
+    first = JOBS_STARTED[0] == 0
+    JOB_CLOCK.update(process=getattr(sys.modules.get("rlhf_lab"), "STARTED", entered) if first else entered, job=now)
+    JOBS_STARTED[0] += 1
+    return now
+
+
+def stop_job_clock() -> None:
+    """The job is over: a stage called later in this process (the API, a test) reports no start-up or setup."""
+    JOB_CLOCK.clear()
 
 
 def job_phases(now: float | None = None) -> dict[str, float]:

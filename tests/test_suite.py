@@ -314,7 +314,7 @@ def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp
     calls, clocks = [], []
     monkeypatch.setattr(stages, "run_job", lambda cfg, out: calls.append(int(cfg.seed)) or clocks.append(
         dict(runtime.JOB_CLOCK)) or {"eval": {}})
-    monkeypatch.setattr(cli, "JOBS_RUN", [0])  # as in a fresh process
+    monkeypatch.setattr(runtime, "JOBS_STARTED", [0])  # as in a fresh process
     monkeypatch.chdir(tmp_path)
     done = fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=1", f"tracking.uri={uri}"], gold=0.5)
     monkeypatch.setattr(sys, "argv", ["rlhf-lab", "-m", "study=unit", "seed=0,1,2", f"tracking.uri={uri}",
