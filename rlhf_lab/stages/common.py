@@ -254,7 +254,8 @@ def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
     return (eval_prompts if split == "eval" else test_prompts)[:n]
 
 
-def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None):
+def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None,
+             ood: bool = True):
     """Metrics and a samples table of `policy` on fixed evaluation prompts.
 
     `gold` (:class:`rlhf_lab.evaluation.Gold`): the job's gold, :func:`rlhf_lab.stages.gold.load_gold` (with a gold
@@ -264,7 +265,7 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     ``eval`` (every evaluation during training): ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with
     the SEs and the halves A/B. ``test`` (the start and the end of a policy job only): ``test/*`` on
     ``eval.n_test_prompts`` test-split prompts, plus the OOD slice (``eval/gold_reward_ood``, ``_se``, and
-    the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 (rewards only, no forward passes).
+    the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 and `ood` (rewards only, no forward passes).
     Each prompt list samples with its own fixed seed (common random numbers across evaluations and runs)."""
     from rlhf_lab.evaluation import Gold, evaluate_policy
 
@@ -280,7 +281,7 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
         raise ValueError(f"evaluate(split={split!r}): choose eval or test")
     metrics, rows = evaluate_policy(policy, tok, evaluation_prompts(cfg, "test"), reference=reference,
                                     n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
-    ood_prompts = evaluation_prompts(cfg, "ood") if int(e.n_ood_prompts) > 0 else []
+    ood_prompts = evaluation_prompts(cfg, "ood") if ood and int(e.n_ood_prompts) > 0 else []
     if ood_prompts:
         ood, _ = evaluate_policy(policy, tok, ood_prompts, prefix="", seed=seed("ood"),
                                  details=False, **kw)

@@ -272,9 +272,8 @@ def evaluate_reference(cfg: DictConfig, reference, tok, scorer, gold) -> dict[st
     policy's held-out evaluation (``test/*``: the same test prompts and sampling seed), logged at step 0 as
     ``reference/*`` (``reference/gold_reward``, its ``_se``, ``reference/length``, …): what the policy is pulled
     towards (C8). The OOD slice and the KL (zero, to itself) are left out."""
-    metrics, _ = evaluate(cfg, reference, tok, scorer=scorer, split="test", gold=gold)
-    return {"reference/" + k[len("test/"):]: v for k, v in metrics.items()
-            if k.startswith("test/") and not k.startswith("test/kl")}
+    metrics, _ = evaluate(cfg, reference, tok, scorer=scorer, split="test", gold=gold, ood=False)
+    return {"reference/" + k[len("test/"):]: v for k, v in metrics.items() if not k.startswith("test/kl")}
 
 
 def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, world: int = 1):
