@@ -243,7 +243,7 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
     assert {"gao_rm_scaling", "dpo_beta_grid_5seeds", "rm_normalize_5rms", "clip_eps", "critic_baseline",
             "length_penalty", "ref_small", "rm_size_hacking_beta0", "rm_ensemble",
             "rm_size_vs_policy_size_5seeds", "ref_size", "rm_source_matched", "rm_source_5rms",
-            "rm_size_vs_policy_size_5rms", "rm_ensemble_5rms", "rm_mis_scoring"} <= set(covered), covered
+            "rm_size_vs_policy_size_5rms", "rm_ensemble_5rms", "rm_mis_scoring", "algo_frontier"} <= set(covered), covered
 
 
 def test_a_study_report_from_a_runs_file_on_the_command_line(tmp_path, capsys):
