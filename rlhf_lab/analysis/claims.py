@@ -12,7 +12,6 @@ A claim whose studies have no runs is **not run yet** (with the command), one th
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -24,6 +23,7 @@ from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import (
     FILE_NAME,
+    commands_of,
     merge,
     merge_commands,
     one_design,
@@ -78,12 +78,8 @@ def counted(studies: dict[str, list[RunData]]) -> tuple[dict[str, list[RunData]]
 def design_commands(runs: dict[str, list[RunData]], commands: dict[str, list[str]]) -> dict[str, list[str]]:
     """{study: the commands of the design its `runs` are of} (``sweep=<tag>`` naming a study tag of its runs), or all
     of its commands when none names one."""
-    out = {}
-    for name, cmds in commands.items():
-        tags = {r.tags.get(STUDY_TAG) for r in runs.get(name, [])}
-        mine = [c for c in cmds if set(re.findall(r"\bsweep=(\S+)", c)) & tags]
-        out[name] = mine or cmds
-    return out
+    return {name: commands_of(cmds, {r.tags.get(STUDY_TAG) for r in runs.get(name, [])})
+            for name, cmds in commands.items()}
 
 
 def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = None

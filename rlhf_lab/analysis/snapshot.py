@@ -19,8 +19,9 @@ import gzip
 import hashlib
 import io
 import json
+import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData
 from rlhf_lab.runtime import write_atomic
@@ -119,6 +120,14 @@ def one_design(studies: Studies, preferred: dict[str, str | tuple[str, ...]],
             runs = [r for r in runs if r.tags.get(STUDY_TAG) not in tags]
         out[name] = runs
     return out
+
+
+def commands_of(commands: Sequence[str], tags: Iterable[str]) -> list[str]:
+    """The commands whose ``sweep=<study>`` names one of the study tags `tags` (a file entry holds the commands of
+    every design of its key), or all of them when none does."""
+    tags = set(tags)
+    mine = [c for c in commands if set(re.findall(r"\bsweep=(\S+)", c)) & tags]
+    return mine or list(commands)
 
 
 def merge_commands(*all_commands: Commands) -> Commands:

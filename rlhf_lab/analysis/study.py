@@ -10,7 +10,6 @@ that reproduces the study. Only FINISHED runs enter figures and tables; a study 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -200,7 +199,7 @@ def best_setting(runs: Sequence[RunData]) -> BestSetting | None:
 def study_runs_from_files(study: str, runs_files: Sequence[Path | str]) -> tuple[list[RunData], list[str]]:
     """(the policy runs of `study`, its sweep commands) kept in runs files (:mod:`~rlhf_lab.analysis.snapshot`): the
     runs tagged ``rlhf_lab.study = study`` under any key, each once (a later file's copy wins), in the order kept."""
-    from rlhf_lab.analysis.snapshot import read_snapshot
+    from rlhf_lab.analysis.snapshot import commands_of, read_snapshot
 
     runs: dict[str, RunData] = {}
     cmds: set[str] = set()
@@ -210,8 +209,7 @@ def study_runs_from_files(study: str, runs_files: Sequence[Path | str]) -> tuple
             mine = [r for r in rs if r.tags.get(STUDY_TAG) == study and r.stage in POLICY_STAGES]
             runs.update({r.run_id: r for r in mine})
             if mine:  # the commands of this study's sweeps (a key's file entry holds every design's)
-                cmds |= {c for c in commands.get(key, []) if re.search(rf"\bsweep={re.escape(study)}(\s|$)", c)} \
-                    or set(commands.get(key, []))
+                cmds |= set(commands_of(commands.get(key, []), [study]))
     return list(runs.values()), sorted(cmds)
 
 
