@@ -217,6 +217,8 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
 
     from rlhf_lab.analysis.gao import RL_STUDY as GAO_STUDY
     from rlhf_lab.analysis.gao import write_gao_report
+    from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
+    from rlhf_lab.analysis.gold_validation import write_gold_validation_report
     from rlhf_lab.analysis.study import write_study_report
 
     root = Path(__file__).resolve().parents[1] / "reports"
@@ -232,7 +234,8 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
         if "## Runs" not in text or not runs or not set(runs) <= have:
             continue
         study = readme.parent.name
-        write = write_gao_report if study == GAO_STUDY else partial(write_study_report, study)  # its own report
+        own_writer = {GAO_STUDY: write_gao_report, GOLD_STUDY: write_gold_validation_report}  # their own reports
+        write = own_writer.get(study, partial(write_study_report, study))
         again = write(tmp_path, runs_files=files, use_store=False)
         old, new = text.rstrip("\n").split("\n"), again.read_text().rstrip("\n").split("\n")
         assert old[:-1] == new[:-1], study
@@ -243,7 +246,8 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
     assert {"gao_rm_scaling", "dpo_beta_grid_5seeds", "rm_normalize_5rms", "clip_eps", "critic_baseline",
             "length_penalty", "ref_small", "rm_size_hacking_beta0", "rm_ensemble",
             "rm_size_vs_policy_size_5seeds", "ref_size", "rm_source_matched", "rm_source_5rms",
-            "rm_size_vs_policy_size_5rms", "rm_ensemble_5rms", "rm_mis_scoring", "algo_frontier"} <= set(covered), covered
+            "rm_size_vs_policy_size_5rms", "rm_ensemble_5rms", "rm_mis_scoring", "algo_frontier",
+            "gold_rm_validation"} <= set(covered), covered
 
 
 def test_a_study_report_from_a_runs_file_on_the_command_line(tmp_path, capsys):

@@ -7,6 +7,7 @@
     rlhf-lab-report --claims --runs reports/claims_runs.json.gz --no-store # the file's alone
     rlhf-lab-report --claims --only C18  # recompute C18 only, into the existing reports/claims.md
     rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
+                                         #    and its runs file reports/gold_rm_validation/runs.json.gz
     rlhf-lab-report gao_rm_scaling       # -> pooled Gao et al. fits by RM size, PPO and best-of-n, with the trend
     rlhf-lab-report clip_eps --no-store --runs reports/claims_runs.json.gz   # a study report from a runs file
     rlhf-lab-report my_study --out my_reports   # a study of your own (tag rlhf_lab.study) -> my_reports/my_study/
@@ -54,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error("name a study or pass --claims")
     if not a.claims and a.only:
         p.error("--only goes with --claims")
-    if a.study == GOLD_STUDY and (a.runs or a.no_store):
-        p.error(f"{GOLD_STUDY} reads the tracking store only: drop --runs and --no-store")
     if a.no_store and not a.runs:
         p.error("--no-store reads only the --runs files: name at least one (e.g. --runs reports/claims_runs.json.gz)")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -65,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check_study(a.study, own_out)
             if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/gold_validation.py)
-                path = write_gold_validation_report(a.out, a.uri, require_runs=True)
+                path = write_gold_validation_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
+                                                    require_runs=True)
             elif a.study == GAO_STUDY:  # pooled Gao fits of its PPO runs and gao_rm_scaling_bon's (analysis/gao.py)
                 path = write_gao_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store, require_runs=True)
             else:

@@ -37,6 +37,7 @@ from rlhf_lab.analysis.registry import BETA0, BY_ID, fixed
 from rlhf_lab.analysis.report_files import check_folder, no_runs
 from rlhf_lab.analysis.runs import RunData, groups, label, load_study, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
+from rlhf_lab.analysis.study import RUNS_FILE, reproduce_commands, study_runs_from_files, write_runs_file
 
 STUDY = "gold_rm_validation"
 FORMULA, RM = "formula", "rm"
@@ -255,31 +256,52 @@ def verdict_lines(res: dict[str, dict[str, ClaimResult]]) -> list[str]:
 
 
 def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | None = None,
+                                 runs_files: Sequence[Path | str] = (), use_store: bool = True,
                                  require_runs: bool = False) -> Path:
-    """``<out_dir>/gold_rm_validation/README.md`` and its PNGs from the study's PPO runs in the store (with
-    `require_runs`, none raises :class:`~rlhf_lab.analysis.report_files.ReportError` and nothing is written)."""
-    check_folder(Path(out_dir) / STUDY)
-    runs_all, parents = load_study(STUDY, uri, stages=("ppo",), history_keys=HISTORY_KEYS)
+    """``<out_dir>/gold_rm_validation/README.md`` and its PNGs from the study's PPO runs in the store and in
+    `runs_files` (a run in both: the store's copy), or the files alone when not `use_store` (with `require_runs`,
+    none raises :class:`~rlhf_lab.analysis.report_files.ReportError` and nothing is written). Read from a store,
+    the runs it read are kept beside the report in ``runs.json.gz`` (:func:`~rlhf_lab.analysis.study.write_runs_file`),
+    so that a clone regenerates it with ``rlhf-lab-report gold_rm_validation --no-store --runs
+    reports/gold_rm_validation/runs.json.gz``."""
+    out = Path(out_dir) / STUDY
+    check_folder(out)
+    runs_all, parents = (load_study(STUDY, uri, stages=("ppo",), history_keys=HISTORY_KEYS) if use_store
+                         else ([], []))
+    commands = reproduce_commands(STUDY, parents) if parents else []
+    if runs_files:
+        kept, kept_cmds = study_runs_from_files(STUDY, runs_files)
+        ids = {r.run_id for r in runs_all}
+        runs_all = [*(r for r in kept if r.run_id not in ids and r.stage == "ppo"), *runs_all]
+        commands = sorted(set(commands) | set(kept_cmds))
+    places = ([store_uri(uri)] if use_store else []) + [str(f) for f in runs_files]
     if require_runs and not runs_all:
-        raise no_runs(STUDY, store_uri(uri))
-    return write_report(runs_all, parents, Path(out_dir) / STUDY, uri)
+        raise no_runs(STUDY, " and ".join(places))
+    flags = ("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files)
+    path = write_report(runs_all, commands, out, source=" and ".join(f"`{p}`" for p in places), flags=flags)
+    if use_store and runs_all:  # the evidence travels with the report
+        write_runs_file(out / RUNS_FILE, STUDY, runs_all, commands)
+    return path
 
 
-def write_report(runs_all: Sequence[RunData], parents: Sequence, out: Path, uri: str | None = None) -> Path:
+def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path, source: str | None = None,
+                 flags: str = "") -> Path:
+    """The report of `runs_all` (all statuses) in folder `out`; `commands` reproduce it, `source` names where the
+    runs were read (default: the default store), `flags` what ``rlhf-lab-report`` was given besides the study."""
     check_folder(out)  # never over files rlhf-lab-report did not write
     out.mkdir(parents=True, exist_ok=True)
-    cmds = sorted({p.data.tags["rlhf_lab.command"] for p in parents if p.data.tags.get("rlhf_lab.command")})
+    source = source or f"`{store_uri(None)}`"
     lines = [f"# Study `{STUDY}`: gold-RM mode against the world's formula", "",
              "PPO with `gold=rm_world`: the gold reward is a larger same-source RM (the `a_medium` backbone) trained on the formula's labels "
              "(unbiased labeler, `conf/gold/rm_world.yaml`); it labels the proxy RM's pairs through the "
              "length-biased labeler, and every evaluation scores the same samples with the gold RM "
              "(`eval/gold_reward`, its normalised score) and with the formula (`eval/formula_gold_reward`, gold "
              "units). Does the gold RM measure the hacking the formula measures?", "",
-             "Reproduce (then `rlhf-lab-report gold_rm_validation`):", "", "```bash",
-             *(cmds or [f"rlhf-lab -m sweep={STUDY} hydra/launcher=parallel"]), "```", ""]
+             f"Reproduce (then `rlhf-lab-report {STUDY}`):", "", "```bash",
+             *(commands or [f"rlhf-lab -m sweep={STUDY} hydra/launcher=parallel"]), "```", ""]
     runs = [r for r in runs_all if r.status == "FINISHED"]
     if not runs:
-        lines += [f"**Not run yet**: no finished PPO runs with tag `rlhf_lab.study={STUDY}` in `{store_uri(uri)}`.", ""]
+        lines += [f"**Not run yet**: no finished PPO runs with tag `rlhf_lab.study={STUDY}` in {source}.", ""]
         (out / "README.md").write_text("\n".join(lines))
         return out / "README.md"
     other = [r for r in runs_all if r.status != "FINISHED"]
@@ -321,6 +343,6 @@ def write_report(runs_all: Sequence[RunData], parents: Sequence, out: Path, uri:
               *verdict_lines(res)]
     lines += ["## Runs", "", md_table(["run", "setting", "seed", "status"],
                                       [[f"`{r.run_id}`", f"`{label(r)}`", r.seed, r.status] for r in runs_all]), "",
-              f"Tracking store: `{store_uri(uri)}`; generated by `rlhf-lab-report {STUDY}`.", ""]
+              f"Runs read from {source}; generated by `rlhf-lab-report {STUDY}{flags}`.", ""]
     (out / "README.md").write_text("\n".join(lines))
     return out / "README.md"
