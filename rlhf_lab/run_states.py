@@ -243,8 +243,8 @@ def mark_dead_runs(client, experiment_id: str) -> list[str]:
         if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
             continue
         client.set_tag(r.info.run_id, "rlhf_lab.error",
-                       f"process {pid} on {host} ended without ending the run (kill -9, power loss, OOM killer?); "
-                       "marked KILLED at the next start")
+                       f"process {pid} on {host} ended without ending the run (kill -9, power loss, OOM killer? or "
+                       "it lost the tracking server); marked KILLED at the next start")
         client.set_terminated(r.info.run_id, status="KILLED")
         marked.append(r.info.run_id)
     if marked:

@@ -10,9 +10,9 @@
 - :func:`tracking_uri`: where MLflow runs go: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else
   ``sqlite:///mlflow.db`` in the working directory;
 - :func:`write_atomic`: write a file through a temporary file beside it and a rename (never half-written);
-- :func:`tracking_server_problem`, :func:`exit_on_unreachable_server`: why an ``http(s)://`` tracking server
-  cannot be reached, checked at start-up in seconds (MLflow's own requests retry for minutes, which suits an
-  established run, not a first contact);
+- :func:`tracking_server_unreachable`, :func:`tracking_server_problem`, :func:`exit_on_unreachable_server`: why an
+  ``http(s)://`` tracking server cannot be reached, checked at start-up in seconds (MLflow's own requests retry for
+  minutes, which suits an established run, not a first contact);
 - :func:`start_job_clock`, :func:`stop_job_clock`, :func:`job_phases`: when the process and the job started (the
   CLI sets them around the job), for a job's ``time/startup_s`` and ``time/setup_s``;
 - the resolver ``${rlhf_lab.launch_dir:}`` (registered on import): the folder a multirun is launched from, cached,
@@ -157,10 +157,10 @@ def tracking_uri(cfg: DictConfig | None = None) -> str:
     return uri
 
 
-def tracking_server_problem(uri: str, timeout: float = 5.0) -> str | None:
+def tracking_server_unreachable(uri: str, timeout: float = 5.0) -> str | None:
     """For an ``http(s)://`` tracking URI: None when something answers HTTP at ``<uri>/health`` within `timeout`
-    seconds (any status: a server that wants a login is reachable), else one line saying why not. Other URIs
-    (a sqlite file, a folder): None."""
+    seconds (any status: a server that wants a login is reachable), else why not (refused, timed out, ...). Other
+    URIs (a sqlite file, a folder): None."""
     import urllib.error
     import urllib.request
 
@@ -172,9 +172,19 @@ def tracking_server_problem(uri: str, timeout: float = 5.0) -> str | None:
     except urllib.error.HTTPError:
         return None
     except Exception as err:  # refused, no route, DNS, timeout
-        reason = getattr(err, "reason", None) or err
-        return f"cannot reach the MLflow tracking server at {uri} ({reason}); start it (rlhf-lab-server) or point " \
-               "MLFLOW_TRACKING_URI / tracking.uri at a running one"
+        return str(getattr(err, "reason", None) or err)
+
+
+def tracking_server_problem(uri: str, timeout: float = 5.0) -> str | None:
+    """One line saying why the tracking server at `uri` cannot be used and what to do, or None
+    (:func:`tracking_server_unreachable`). Inside a sweep's job it also says how to finish the sweep."""
+    reason = tracking_server_unreachable(uri, timeout)
+    if reason is None:
+        return None
+    hint = ("; the sweep stops here: once the server answers, run the same command again with skip_finished=true "
+            "(the jobs that finished are skipped)" if os.environ.get(PARENT_ENV) else "")
+    return f"cannot reach the MLflow tracking server at {uri} ({reason}); start it (rlhf-lab-server) or point " \
+           f"MLFLOW_TRACKING_URI / tracking.uri at a running one{hint}"
 
 
 def exit_on_unreachable_server(uri: str) -> None:

@@ -134,6 +134,15 @@ class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled:
             return
+        try:
+            self.open_parent_run(config)
+        except Exception as err:  # Hydra would turn it into a warning, and the jobs would run without their parent
+            print(f"rlhf-lab: the sweep could not open its parent MLflow run in {tracking_uri(config)} "
+                  f"({type(err).__name__}: {str(err)[:300]}); no job ran", file=sys.stderr)
+            raise SystemExit(2) from err
+
+    def open_parent_run(self, config: DictConfig) -> None:
+        """The sweep's parent run, and the environment that makes every job its child."""
         from rlhf_lab.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
         exit_on_unreachable_server(tracking_uri(config))  # before any job: in seconds, not minutes of retries per job

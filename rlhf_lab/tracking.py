@@ -8,6 +8,12 @@ its error as the tag ``rlhf_lab.error``; a run stopped by SIGTERM/SIGINT is mark
 left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`). A stage's
 run is FINISHED only after the writes that follow its body (its artifact into the cache, the job's summary):
 :func:`status_after_writes`; a failed save ends it FAILED with the cause.
+
+A tracking server that stops answering in the middle of a run: MLflow retries each request
+(``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, default 7, with exponential backoff: about 4 minutes in all), so a
+server restarted within that window costs the job a pause and nothing else. Past it the job fails with
+:class:`TrackingServerLost`, one line naming the server; its run stays RUNNING on the server (nothing can
+reach it) until the next start marks it KILLED, and ``skip_finished=true`` reruns it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.distributed import is_rank_zero
 from rlhf_lab.run_states import Interrupted, mark_dead_runs, process_tags
-from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_uri
+from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_server_unreachable, tracking_uri
 
 
 
@@ -222,14 +228,21 @@ def store_lock(uri: str) -> contextlib.AbstractContextManager:
 def experiment_id(cfg: DictConfig) -> str:
     """The id of the config's experiment. The store (a sqlite file: its tables, its schema migrations) and
     the experiment (tagged :data:`EXPERIMENT_TAGS`) are created once, under :func:`store_lock`, so any
-    number of processes may start at the same moment in a fresh folder."""
+    number of processes may start at the same moment in a fresh folder; on a tracking server (no lock) the
+    process that loses the race to create the experiment uses the one the winner created."""
     uri, name = tracking_uri(cfg), experiment_name(cfg)
     with store_lock(uri):
         client = mlflow.MlflowClient(uri)
         exp = client.get_experiment_by_name(name)
         if exp is not None:
             return exp.experiment_id
-        return client.create_experiment(name, tags=EXPERIMENT_TAGS)
+        try:
+            return client.create_experiment(name, tags=EXPERIMENT_TAGS)
+        except mlflow.exceptions.MlflowException as err:  # a server has no file lock: another process was first
+            exp = client.get_experiment_by_name(name) if err.error_code == "RESOURCE_ALREADY_EXISTS" else None
+            if exp is None:
+                raise
+            return exp.experiment_id
 
 
 def peak_accelerator_mb() -> float | None:
@@ -291,11 +304,19 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         yield run
     except BaseException as err:
         msg = f"{type(err).__name__}: {err}"
-        with contextlib.suppress(Exception):
-            mlflow.flush_async_logging()
-            mlflow.set_tag("rlhf_lab.error", msg[:5000])
-        mlflow.end_run(status="KILLED" if isinstance(err, Interrupted) else "FAILED")
+        lost = server_lost(uri) if not isinstance(err, Interrupted) else None
+        with no_retries(lost):  # the server is gone: the run cannot be ended; seconds, not minutes of retries
+            with contextlib.suppress(Exception):
+                mlflow.flush_async_logging()
+                mlflow.set_tag("rlhf_lab.error", msg[:5000])
+            try:
+                mlflow.end_run(status="KILLED" if isinstance(err, Interrupted) else "FAILED")  # off the stack first
+            except Exception:
+                if not lost:
+                    raise
         OPEN_RUNS.pop(run.info.run_id, None)
+        if lost:
+            raise TrackingServerLost(uri, stage, run.info.run_id, lost) from err
         raise
     else:
         accelerator_peak = peak_accelerator_mb()
@@ -308,6 +329,42 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
             return
         mlflow.end_run(status="FINISHED")
         OPEN_RUNS.pop(run.info.run_id, None)
+
+
+class TrackingServerLost(RuntimeError):
+    """The tracking server stopped answering during a run, past MLflow's retries: one line saying so and what to do."""
+
+    def __init__(self, uri: str, stage: str, run_id: str, reason: str):
+        super().__init__(
+            f"lost the MLflow tracking server at {uri} during the {stage} run {run_id} ({reason}); MLflow retried "
+            f"each request {os.environ.get('MLFLOW_HTTP_REQUEST_MAX_RETRIES') or 7} times "
+            "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR). The run stays RUNNING there until the next rlhf-lab start marks it "
+            "KILLED; once the server answers, relaunch with skip_finished=true")
+
+
+def server_lost(uri: str) -> str | None:
+    """Why the ``http(s)://`` tracking server at `uri` does not answer now (a 5 s check), else None (also for a
+    sqlite file or a folder)."""
+    return tracking_server_unreachable(uri, 5.0)
+
+
+@contextlib.contextmanager
+def no_retries(active: object) -> Iterator[None]:
+    """While `active`: MLflow's HTTP requests are tried once with a 5 s timeout (its own environment variables)."""
+    if not active:
+        yield
+        return
+    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(keys)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 PENDING: list[list[str]] = []  # one list per open status_after_writes block: the runs whose status waits on it
@@ -326,8 +383,12 @@ def status_after_writes() -> Iterator[None]:
     except BaseException as err:
         leave(pending)
         status = "KILLED" if isinstance(err, Interrupted) else "FAILED"
+        lost = next(filter(None, (server_lost(OPEN_RUNS.get(r, "")) for r in pending)), None)
         for run_id in pending:
-            end_stored_run(run_id, status, f"{type(err).__name__}: {err}")
+            if lost:  # nothing reaches the server: the run stays RUNNING there until the next start ends it
+                OPEN_RUNS.pop(run_id, None)
+            else:
+                end_stored_run(run_id, status, f"{type(err).__name__}: {err}")
         raise
     leave(pending)
     for run_id in pending:

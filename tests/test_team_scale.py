@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -149,14 +150,82 @@ def test_cluster_launchers_compose_and_differ_from_the_local_ones_only_in_execut
     assert set(local) - {"_target_"} <= set(slurm)  # the SLURM executor adds settings, drops none
 
 
+def test_the_process_that_loses_the_race_to_create_the_experiment_on_a_server_uses_the_winners(monkeypatch):
+    """On a tracking server there is no file lock: two sweeps starting at once both find no experiment and both
+    create it; the server refuses the second (measured: 2 of 5 such races on PostgreSQL). The loser reads the id."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_ALREADY_EXISTS
+    from omegaconf import OmegaConf
+
+    from rlhf_lab import tracking
+
+    class Exp:
+        experiment_id = "7"
+
+    class Client:
+        looked = 0
+
+        def __init__(self, uri):
+            pass
+
+        def get_experiment_by_name(self, name):
+            Client.looked += 1
+            return None if Client.looked == 1 else Exp()  # created by the other process in between
+
+        def create_experiment(self, name, tags=None):
+            raise MlflowException(f"Experiment(name={name}) already exists", error_code=RESOURCE_ALREADY_EXISTS)
+
+    monkeypatch.setattr(mlflow, "MlflowClient", Client)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
+    cfg = OmegaConf.create({"tracking": {"experiment": "rlhf-lab"}})
+    assert tracking.experiment_id(cfg) == "7" and Client.looked == 2
+
+    class Refused(Client):
+        def create_experiment(self, name, tags=None):
+            raise MlflowException("permission denied", error_code=PERMISSION_DENIED)
+
+    Client.looked = 0
+    monkeypatch.setattr(mlflow, "MlflowClient", Refused)
+    with pytest.raises(MlflowException, match="permission denied"):  # any other refusal is the user's to see
+        tracking.experiment_id(cfg)
+
+
+def test_a_sweep_that_cannot_open_its_parent_run_stops_before_any_job(monkeypatch, capsys):
+    """Hydra turns a callback's exception into a warning; the jobs would then run without their parent run (no
+    study report, no summary). The sweep stops instead, with one line."""
+    from omegaconf import OmegaConf
+
+    cb = sweeping.MlflowSweepCallback()
+
+    def broken(config):
+        raise RuntimeError("the store said no")
+
+    monkeypatch.setattr(cb, "open_parent_run", broken)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////tmp/x.db")
+    with pytest.raises(SystemExit) as exit_:
+        cb.on_multirun_start(OmegaConf.create({}))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["rlhf-lab: the sweep could not open its parent MLflow run in sqlite:////tmp/x.db (RuntimeError: "
+                   "the store said no); no job ran"]
+
+
 # -- processes --------------------------------------------------------------------------------------------
 
 
-def run_cmd(args: list[str], cwd: Path, timeout: int = 480, **env) -> subprocess.CompletedProcess:
+def cmd_env(**env) -> dict[str, str]:
+    """The environment of a command of this checkout's code: ours plus `env`, without a tracking URI or a sweep's
+    variables unless `env` sets them."""
     full = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **env)  # this checkout's code
     for k in ("MLFLOW_TRACKING_URI", sweeping.PARENT_ENV, sweeping.SWEPT_ENV, sweeping.STATE_ENV):
         if k not in env:
             full.pop(k, None)
+    return full
+
+
+def run_cmd(args: list[str], cwd: Path, timeout: int = 480, **env) -> subprocess.CompletedProcess:
+    full = cmd_env(**env)
     # forked from a warm interpreter (tests/cli_process.py), but for joblib's launcher: its loky workers, started from
     # a forked child, hang
     if args[:2] in (["-m", "rlhf_lab.cli"], ["-m", "rlhf_lab.analysis.cli"]) and "hydra/launcher=parallel" not in args:
@@ -249,6 +318,128 @@ def test_a_parallel_sweep_logs_to_the_server_and_its_report_comes_from_there(tea
     text = (tmp_path / "reports" / "team_smoke" / "README.md").read_text()
     assert "4 finished runs (dpo)" in text and f"Tracking store: `{url}`" in text
     assert (tmp_path / "reports" / "team_smoke" / "gold_vs_sqrt_kl.png").stat().st_size > 1000
+
+
+# a DPO job long enough (60 steps, an evaluation every 5) for the server to go away in its middle
+DPO_LONGER = [*DPO_MICRO, "data.n_train=64", "trainer.max_steps=60", "eval.every_n_steps=5"]
+
+
+def start_sweep(args: list[str], cwd: Path, **env) -> subprocess.Popen:
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", "-m", *args], cwd=cwd, env=cmd_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def study_runs(url: str, study: str) -> list:
+    client = MlflowClient(url)
+    exp = client.get_experiment_by_name("rlhf-lab")  # None until the first run of a fresh server
+    return client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}'", max_results=200) if exp \
+        else []
+
+
+def wait_mid_job(url: str, study: str, proc: subprocess.Popen, points: int = 5, timeout: float = 240) -> str:
+    """The id of the study's first job run once it has logged `points` DPO losses (the job is mid-training)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        for r in study_runs(url, study):
+            if r.data.tags.get("rlhf_lab.job") == "true" and \
+                    len(MlflowClient(url).get_metric_history(r.info.run_id, "loss/dpo")) >= points:
+                return r.info.run_id
+        time.sleep(0.3)
+    raise AssertionError(f"no job of {study} reached {points} steps in {timeout} s")
+
+
+def job_finals(url: str, study: str) -> dict[str, tuple]:
+    """{run name: (status, loss/dpo steps, eval steps, final test gold, final eval KL)} of the study's FINISHED jobs."""
+    client = MlflowClient(url)
+    out = {}
+    for r in study_runs(url, study):
+        if r.data.tags.get("rlhf_lab.job") == "true" and r.info.status == "FINISHED":
+            out[r.info.run_name] = ([m.step for m in client.get_metric_history(r.info.run_id, "loss/dpo")],
+                                    [m.step for m in client.get_metric_history(r.info.run_id, "eval/gold_reward")],
+                                    r.data.metrics["test/gold_reward"], r.data.metrics["eval/kl"])
+    return out
+
+
+@pytest.mark.slow
+def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunch_finishes_it(team_server,
+                                                                                              tmp_path):
+    """Issue 31: the tracking server (PostgreSQL and MLflow) stopped and started again while a job trains.
+    Within MLflow's retries the job pauses and loses no point; past them (1 retry here) the job fails with one line,
+    the sweep stops saying how to finish it, and a relaunch with skip_finished=true marks the orphaned runs KILLED
+    and finishes the sweep with the figures of the first sweep."""
+    url, folder = team_server
+    port = int(url.rsplit(":", 1)[1])
+    sweep = [*DPO_LONGER, "seed=0,1"]
+
+    def restart(down: float = 0.0) -> None:
+        assert server.stop(folder)
+        time.sleep(down)
+        assert server.start(folder, port=port) == url
+
+    a = start_sweep([*sweep, "study=restart_a"], tmp_path / "a", MLFLOW_TRACKING_URI=url)
+    wait_mid_job(url, "restart_a", a)
+    restart(down=3)
+    out = a.communicate(timeout=480)[0]
+    assert a.returncode == 0, out[-3000:]
+    finals = job_finals(url, "restart_a")
+    assert sorted(finals) == ["dpo seed=0", "dpo seed=1"]
+    for losses, evals, *_ in finals.values():  # every point once: none lost, none doubled by a retried request
+        assert losses == list(range(60)) and evals == list(range(0, 61, 5))
+
+    # past the retries: the server stays down until the sweep has given up
+    few = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0"}
+    b = start_sweep([*sweep, "study=restart_b"], tmp_path / "b", MLFLOW_TRACKING_URI=url, **few)
+    orphan = wait_mid_job(url, "restart_b", b)
+    assert server.stop(folder)
+    out = b.communicate(timeout=300)[0]
+    assert server.start(folder, port=port) == url
+    assert b.returncode == 2, out[-3000:]
+    assert f"[rlhf-lab] job 0 FAILED: TrackingServerLost: lost the MLflow tracking server at {url} during the dpo " \
+           f"run {orphan}" in out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith(f"rlhf-lab: cannot reach the MLflow tracking server at {url}") and \
+        "run the same command again with skip_finished=true" in last, last
+    assert MlflowClient(url).get_run(orphan).info.status == "RUNNING"  # nothing could reach the server to end it
+
+    again = run_cmd(["-m", "rlhf_lab.cli", "-m", *sweep, "study=restart_b", "skip_finished=true"], tmp_path / "b",
+                    MLFLOW_TRACKING_URI=url)
+    assert again.returncode == 0, again.stderr[-3000:]
+    runs = {r.info.run_id: r for r in study_runs(url, "restart_b")}
+    assert runs[orphan].info.status == "KILLED" and "lost the tracking server" in runs[orphan].data.tags[
+        "rlhf_lab.error"]
+    assert "RUNNING" not in {r.info.status for r in runs.values()}
+    assert job_finals(url, "restart_b") == finals  # the relaunch finished the sweep with the same figures
+
+
+@pytest.mark.slow
+def test_two_users_sweeps_at_once_against_one_server_stay_apart(team_server, tmp_path):
+    """Issue 31: two users (their own folders and caches) launch a sweep of the same study at the same moment on one
+    machine against one server: each sweep's parent has exactly its own jobs, no live run is taken for a dead one
+    (each job's start marks the dead processes' runs of its host KILLED), and the study's report reads both."""
+    url, _ = team_server
+    procs = {user: start_sweep([*DPO_MICRO, "study=two_users", f"seed={seeds}"], tmp_path / user,
+                               MLFLOW_TRACKING_URI=url) for user, seeds in (("ann", "0,1"), ("bob", "2,3"))}
+    outs = {user: p.communicate(timeout=480)[0] for user, p in procs.items()}
+    for user, p in procs.items():
+        assert p.returncode == 0, (user, outs[user][-3000:])
+        assert "of dead processes KILLED" not in outs[user]
+        assert len(list((tmp_path / user / ".rlhf_lab_cache" / "pretrain").glob("*/rlhf_lab_spec.json"))) == 1
+    runs = study_runs(url, "two_users")
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    parents = [r for r in runs if r.data.tags["rlhf_lab.stage"] == "sweep"]
+    assert len(parents) == 2, outs  # each sweep its parent (it lost one when both created the experiment at once)
+    children = {p.data.tags["rlhf_lab.pid"]: sorted(r.info.run_name for r in runs
+                                                     if r.data.tags.get("mlflow.parentRunId") == p.info.run_id
+                                                     and r.data.tags.get("rlhf_lab.job") == "true")
+                for p in parents}
+    assert sorted(children.values()) == [["dpo seed=0", "dpo seed=1"], ["dpo seed=2", "dpo seed=3"]]
+    rep = run_cmd(["-m", "rlhf_lab.analysis.cli", "two_users", "--uri", url, "--out", str(tmp_path / "reports")],
+                  tmp_path)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    text = (tmp_path / "reports" / "two_users" / "README.md").read_text()
+    assert "4 finished runs (dpo); seeds 0, 1, 2, 3" in text
 
 
 def check_two_job_sweep(r: subprocess.CompletedProcess, cwd: Path) -> None:
