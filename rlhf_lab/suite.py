@@ -29,7 +29,11 @@ inconclusive: an inconclusive judged effect states the seeds 80 % power would ne
 report, :func:`rlhf_lab.analysis.verdicts.seeds_to_decide`); where N ≤ CAP, the study runs again with
 ``seed=5,…,N−1`` (resumable like the rest), provided its projected time (the header's minutes × (N − 5)/5) fits
 what is left of ``--max-minutes``; then the report is written again. An effect that needs more than CAP seeds, or
-whose seeds do not fit the budget, keeps its "needs about N seeds" in the report.
+whose seeds do not fit the budget, keeps its "needs about N seeds" in the report. Before a study gets more seeds,
+the suite checks that today's code reproduces it (:func:`reproduction_problem`): one job reruns the study's first
+seed-0 run (its own overrides, under the study name ``<study>_reproduce``) and its final test and eval gold and KL
+must equal the stored run's; otherwise the new seeds would be pooled with runs that other code produced (seen: a
+study whose runs came from an earlier version with another SFT baseline), so they are not run and the suite says why.
 
 The expected wall times are the ``about N min`` of each study file's header (``sweeps/sweep/<study>.yaml``),
 for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, preference pairs, RMs) cached.
@@ -224,10 +228,59 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
     return 0
 
 
+REPRODUCED_KEYS = ("test/gold_reward", "eval/gold_reward", "eval/kl")  # what a rerun of seed 0 must give again
+
+
+def stored_seed0_run(study: str, overrides: list[str], out: str, runs_files: list[str]):
+    """The study's first FINISHED policy run of seed 0 (by its overrides) in the store and the runs files the report
+    reads, or None."""
+    from rlhf_lab.analysis.claims import gather_runs
+    from rlhf_lab.analysis.runs import POLICY_STAGES
+
+    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
+    kept = Path(out) / "claims_runs.json.gz"
+    files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
+    runs, _ = gather_runs(uri[-1] if uri else None, files, use_store=True)
+    mine = [r for rs in runs.values() for r in rs if r.tags.get("rlhf_lab.study") == study and r.seed == "0"
+            and r.status == "FINISHED" and r.stage in POLICY_STAGES and r.tags.get("rlhf_lab.overrides")]
+    return min(mine, key=lambda r: r.tags["rlhf_lab.overrides"], default=None)
+
+
+def reproduction_problem(study: str, overrides: list[str], out: str, runs_files: list[str]) -> str | None:
+    """None when today's code reproduces the study's stored seed-0 run (one job, its own overrides, study
+    ``<study>_reproduce``, output in ``suite_reproduce/<study>``): :data:`REPRODUCED_KEYS` equal to 1e-9 relative;
+    else why not. A study without a stored seed-0 run has nothing to mix: None."""
+    old = stored_seed0_run(study, overrides, out, runs_files)
+    if old is None:
+        return None
+    job = [o for o in old.tags["rlhf_lab.overrides"].split() if not o.startswith(("skip_finished=", "study="))]
+    folder = Path("suite_reproduce", study).resolve()
+    shutil.rmtree(folder, ignore_errors=True)
+    cmd = [sys.executable, "-m", "rlhf_lab.cli", *job, *overrides, f"study={study}_reproduce",
+           f"hydra.run.dir={folder}"]
+    print(f"[rlhf-lab-suite] {study}: does today's code reproduce run {old.run_id}? rlhf-lab {' '.join(cmd[3:])}",
+          flush=True)
+    if subprocess.call(cmd) != 0:
+        return f"its seed-0 job could not be rerun (output: {folder})"
+    try:
+        new = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return f"its seed-0 rerun left no summary.json in {folder}"
+    got = {**new.get("eval", {}), **new.get("test", {})}
+    for key in REPRODUCED_KEYS:
+        a, b = old.metrics.get(key), got.get(key)
+        if a is None or b is None or abs(a - b) > 1e-9 * max(1.0, abs(a)):
+            return (f"its seed-0 run {old.run_id} (commit {old.tags.get('rlhf_lab.git_commit', '?')[:7]}) has {key} "
+                    f"{a}, today's code gives {b}")
+    return None
+
+
 def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str], n_jobs: int, t0: float,
-               max_minutes: float | None, failed: list[str]) -> list[str]:
+               max_minutes: float | None, failed: list[str],
+               check: Callable[[str], str | None] = lambda study: None) -> list[str]:
     """Run each study of `studies` whose claims need N > 5 seeds (`needed`: {claim study key: N}) with seeds 5 … N−1
-    when its projected time fits what is left of `max_minutes`; the studies extended."""
+    when its projected time fits what is left of `max_minutes` and `check(study)` (:func:`reproduction_problem`)
+    finds nothing wrong; the studies extended."""
     plan: dict[str, int] = {}
     for key, n in needed.items():
         study = suite_study(key, studies)
@@ -242,6 +295,12 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
             print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds; {n - SEEDS} more are expected to take "
                   f"about {projected:.0f} min, past --max-minutes {format(max_minutes, 'g')} ({spent:.0f} spent): not "
                   f"run, the report says \"needs about {n} seeds\"", flush=True)
+            continue
+        problem = check(study)
+        if problem:
+            print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds, but today's code does not reproduce "
+                  f"it: {problem}. More seeds would be pooled with runs other code made: not run; rerun the study "
+                  "in full (under a new name, or after removing its old runs) to extend it", flush=True)
             continue
         print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds for 80 % power; running seeds "
               f"{SEEDS}–{n - 1} (expected about {projected:.0f} min)", flush=True)
@@ -268,7 +327,8 @@ def write_report(overrides: list[str], out: str, runs_files: list[str] | None, o
 
 def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out: str,
         max_minutes: float | None = None, runs_files: list[str] | None = None, seeds_cap: int | None = None,
-        needs: Callable[..., dict[str, int]] = measured_needs) -> int:
+        needs: Callable[..., dict[str, int]] = measured_needs,
+        reproduces: Callable[..., str | None] = reproduction_problem) -> int:
     """Run the studies in order; with `max_minutes`, stop before the first study whose expected time (its header's,
     a study's full time even when some of its jobs are done) would end past that budget. With `seeds_cap`, after the
     report, run more seeds where the claims need them (:func:`more_seeds`; `needs`: {claim study key: seeds}) and
@@ -305,7 +365,7 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
         write_report(overrides, out, runs_files, only, failed)
         if seeds_cap and "rlhf-lab-report --claims" not in failed:
             if more_seeds(ran, needs(overrides, out, runs_files or [], seeds_cap), overrides, n_jobs, t0, max_minutes,
-                          failed):
+                          failed, check=lambda study: reproduces(study, overrides, out, runs_files or [])):
                 write_report(overrides, out, runs_files, report_claims(ran, out), failed)
     print(f"\n[rlhf-lab-suite] total wall time {fmt_minutes(time.time() - t0)} for {len(studies) - len(left)} studies"
           + (f"; failed: {', '.join(failed)} (launch the same command again to re-run what is missing)"

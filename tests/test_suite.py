@@ -470,7 +470,7 @@ def test_more_seeds_runs_the_seeds_an_inconclusive_claim_needs_when_they_fit_the
         return {"clip_eps": 11, "ref_sync": 20, "ppo_beta_grid": 4}  # ppo_beta_grid: ≤ 5 seeds, nothing to add
 
     rc = suite.run(["clip_eps", "ref_sync"], [], 2, report=True, out="reports", max_minutes=60, seeds_cap=20,
-                   needs=needs)
+                   needs=needs, reproduces=lambda *a: None)
     out = capsys.readouterr().out
     assert rc == 0 and asked == [20]
     sweeps = [next(a for a in c if a.startswith("sweep=")) + " " + " ".join(a for a in c if a.startswith("seed="))
@@ -488,3 +488,48 @@ def test_more_seeds_runs_the_seeds_an_inconclusive_claim_needs_when_they_fit_the
     assert suite.seed_override(8) == "seed=5,6,7"
     with pytest.raises(SystemExit):
         suite.main(["--more-seeds", "5"])
+
+
+def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reproduce(monkeypatch, capsys, tmp_path):
+    """Measured on 2026-12-02: seed 0 of ppo_beta_grid_wide's β = 0 arm, rerun with the code of the day, ended at test
+    gold −0.050 where its stored run (made by an earlier commit, another SFT baseline at step 0) has −0.345; seeds
+    5 and 6 added to it would have mixed two versions. The suite reruns the stored seed-0 run first and adds seeds
+    only when it comes out the same."""
+    import json
+    import subprocess
+
+    from rlhf_lab.analysis.runs import RunData
+
+    monkeypatch.chdir(tmp_path)
+    stored = RunData("abc", "ppo", "FINISHED", {}, {"rlhf_lab.overrides": "+ppo_kl=fixed_0 seed=0 sweep=clip_eps "
+                                                    "skip_finished=True", "rlhf_lab.git_commit": "1bb3091aaaa"},
+                     {"test/gold_reward": -0.345, "eval/gold_reward": -0.352, "eval/kl": 102.0}, seed="0")
+    monkeypatch.setattr(suite, "stored_seed0_run", lambda *a: stored)
+    calls, gives = [], {}
+
+    def call(cmd):  # the rerun: writes its summary.json where hydra.run.dir says
+        calls.append(cmd)
+        folder = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps({"test": {"test/gold_reward": gives["test"]},
+                                                         "eval": {"eval/gold_reward": -0.352, "eval/kl": 102.0}}))
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", call)
+    gives["test"] = -0.345
+    assert suite.reproduction_problem("clip_eps", ["cache_dir=/c"], "reports", []) is None
+    assert calls[0][3:] == ["+ppo_kl=fixed_0", "seed=0", "sweep=clip_eps", "cache_dir=/c", "study=clip_eps_reproduce",
+                            f"hydra.run.dir={tmp_path / 'suite_reproduce' / 'clip_eps'}"]
+    gives["test"] = -0.050
+    assert suite.reproduction_problem("clip_eps", [], "reports", []) == (
+        "its seed-0 run abc (commit 1bb3091) has test/gold_reward -0.345, today's code gives -0.05")
+    monkeypatch.setattr(suite, "stored_seed0_run", lambda *a: None)
+    assert suite.reproduction_problem("clip_eps", [], "reports", []) is None  # nothing stored: nothing to mix
+
+    launched = studies_on_a_fake_clock(monkeypatch)
+    rc = suite.run(["clip_eps"], [], 2, report=True, out="reports", seeds_cap=20,
+                   needs=lambda *a: {"clip_eps": 11}, reproduces=lambda study, *a: "its seed-0 run abc differs")
+    out = capsys.readouterr().out
+    assert rc == 0 and not [c for c in launched if any(a.startswith("seed=") for a in c)]
+    assert "clip_eps: its claims need about 11 seeds, but today's code does not reproduce it: its seed-0 run abc " \
+           "differs. More seeds would be pooled with runs other code made: not run" in out

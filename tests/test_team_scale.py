@@ -320,8 +320,8 @@ def test_a_parallel_sweep_logs_to_the_server_and_its_report_comes_from_there(tea
     assert (tmp_path / "reports" / "team_smoke" / "gold_vs_sqrt_kl.png").stat().st_size > 1000
 
 
-# a DPO job long enough (60 steps, an evaluation every 5) for the server to go away in its middle
-DPO_LONGER = [*DPO_MICRO, "data.n_train=64", "trainer.max_steps=60", "eval.every_n_steps=5"]
+# a DPO job long enough (30 steps, an evaluation every 5) for the server to go away in its middle
+DPO_LONGER = [*DPO_MICRO, "data.n_train=64", "trainer.max_steps=30", "eval.every_n_steps=5"]
 
 
 def start_sweep(args: list[str], cwd: Path, **env) -> subprocess.Popen:
@@ -386,7 +386,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     finals = job_finals(url, "restart_a")
     assert sorted(finals) == ["dpo seed=0", "dpo seed=1"]
     for losses, evals, *_ in finals.values():  # every point once: none lost, none doubled by a retried request
-        assert losses == list(range(60)) and evals == list(range(0, 61, 5))
+        assert losses == list(range(30)) and evals == list(range(0, 31, 5))
 
     # past the retries: the server stays down until the sweep has given up
     few = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0"}
