@@ -533,3 +533,26 @@ def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reprodu
     assert rc == 0 and not [c for c in launched if any(a.startswith("seed=") for a in c)]
     assert "clip_eps: its claims need about 11 seeds, but today's code does not reproduce it: its seed-0 run abc " \
            "differs. More seeds would be pooled with runs other code made: not run" in out
+
+
+def test_more_seeds_launched_with_other_display_keys_join_their_arms(store):
+    """Measured on 2026-12-02: rm_normalize_5rms' seeds 5–8, launched with trainer.progress_bar=false, became arms of
+    their own beside seeds 0–4 (the key varied across the study's runs), and C20 read 4–5 RMs per arm instead of
+    9. A key that does not change what a job computes (runtime.NOT_COMPUTED) names no arm; one that does, does."""
+    from rlhf_lab.analysis.runs import load_study
+    from rlhf_lab.analysis.snapshot import run_from_dict, run_to_dict
+    from rlhf_lab.runtime import computes
+
+    uri, client, exp = store
+    for seed in range(4):
+        extra = ["trainer.progress_bar=False", "cache_dir=/elsewhere"] if seed >= 2 else []
+        for norm in ("true", "false"):
+            fake_run(client, exp, "ppo", "norm", [f"reward_model.normalize={norm}", f"seed={seed}",
+                                                  "sweep=rm_normalize_5rms", "skip_finished=True", *extra], gold=0.5)
+    runs, _ = load_study("norm", uri)
+    assert sorted({tuple(r.setting.items()) for r in runs}) == [(("reward_model.normalize", "false"),),
+                                                                (("reward_model.normalize", "true"),)]
+    assert not computes("trainer.progress_bar") and not computes("tracking.uri") and computes("trainer.max_steps")
+    old = run_to_dict(runs[0])
+    old["setting"] = {**old["setting"], "trainer.progress_bar": "False"}  # as a file written before the fix keeps it
+    assert run_from_dict(old).setting == runs[0].setting

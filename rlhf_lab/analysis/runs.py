@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from rlhf_lab.analysis.fits import GaoFit, fit_bon, fit_rl
-from rlhf_lab.runtime import DEFAULT_TRACKING_URI
+from rlhf_lab.runtime import DEFAULT_TRACKING_URI, computes
 
 STUDY_TAG = "rlhf_lab.study"
 POLICY_STAGES = ("ppo", "grpo", "rloo", "dpo", "bon")  # policy runs a study report reads
@@ -226,9 +226,8 @@ def load_study(study: str | None, uri: str | None = None, client=None, stages: S
         # the swept keys, plus the keys a follow-up sweep fixed on its command line (e.g. more seeds of one cell)
         setting = {**_parse_overrides(rd.tags.get("rlhf_lab.overrides", "")), **sweep}
         rd.seed = str(setting.pop("seed", rd.params.get("seed", "0")))
-        for k in ("sweep", "study"):
-            setting.pop(k, None)
-        rd.setting = setting
+        setting.pop("sweep", None)
+        rd.setting = {k: v for k, v in setting.items() if computes(k)}  # not where it logged, how it showed progress
         runs.append(rd)
     # a setting is named by the keys that vary across the study's runs
     keys = sorted({k for r in runs for k in r.setting})

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData
-from rlhf_lab.runtime import write_atomic
+from rlhf_lab.runtime import computes, write_atomic
 
 FORMAT = 1
 FILE_NAME = "claims_runs.json.gz"
@@ -51,6 +51,7 @@ def run_from_dict(d: dict) -> RunData:
     known = {f.name for f in dataclasses.fields(RunData)}
     run = RunData(**{k: v for k, v in d.items() if k in known})
     run.history = {k: [(int(s), float(v)) for s, v in pts] for k, pts in (d.get("history") or {}).items()}
+    run.setting = {k: v for k, v in run.setting.items() if computes(k)}  # a file written before they were left out
     return run
 
 

@@ -41,7 +41,7 @@ from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.run_states import defer_sigterm, lightning_sigterm_as_interrupted
-from rlhf_lab.runtime import job_phases, launch_path, to_plain
+from rlhf_lab.runtime import NOT_COMPUTED, job_phases, launch_path, to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     checkpoint_path,
@@ -85,13 +85,11 @@ def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
     return out
 
 
-# the keys that do not change what a policy job computes (where it logs, how it shows progress, an explicit resume)
-NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.progress_bar", "algo.resume_from")
 
 
 def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
     """Where a pre-empted policy job leaves the checkpoint it resumes from: ``<cache_dir>/resume/<stage>/<key>.ckpt``,
-    `key` a hash of the job's whole config (but :data:`NOT_COMPUTED`) and its `spec`; so the same command (or the
+    `key` a hash of the job's whole config (but :data:`~rlhf_lab.runtime.NOT_COMPUTED`) and its `spec`; so the same command (or the
     same job under ``skip_finished=true``) finds it, and any other job does not."""
     import hashlib
     import json
