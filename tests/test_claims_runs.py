@@ -266,3 +266,27 @@ def test_a_study_report_from_a_runs_file_on_the_command_line(tmp_path, capsys):
     assert "not a readable runs file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["clip_eps", "--only", "C12"])
+
+
+def test_a_job_run_again_replaces_its_earlier_run_instead_of_joining_it():
+    """A study rerun on a fresh machine (or by other code) beside the runs kept in a file: of each job (study, stage,
+    setting, seed) only the newest FINISHED run counts, so a unit is never the mean of two code versions' runs."""
+    def run(seed, gold, start, beta="0.1", status="FINISHED", shown="False"):
+        overrides = f"kl.beta={beta} seed={seed} sweep=grid skip_finished=True trainer.progress_bar={shown}"
+        return RunData(f"r{seed}_{start}", "ppo", status, {}, {"rlhf_lab.study": "grid", "rlhf_lab.overrides": overrides},
+                       {"eval/gold_reward": gold}, {"eval/gold_reward": [(k, gold) for k in range(0, 70, 10)]},
+                       setting={"kl.beta": beta}, seed=str(seed), start_time=start)
+
+    old = [run(s, 0.1, 1000 + s) for s in range(3)]
+    new = [run(s, 0.9, 2000 + s, shown="True") for s in range(2)]  # the progress bar makes no other job
+    failed = run(2, 5.0, 3000, status="FAILED")
+    kept = snapshot.newest_per_job([*old, *new, failed], lambda r: r.status == "FINISHED")
+    assert {(r.seed, r.metrics["eval/gold_reward"]) for r in kept if r.status == "FINISHED"} == {
+        ("0", 0.9), ("1", 0.9), ("2", 0.1)}  # seed 2 was not rerun: its only run stays
+    assert failed in kept  # a run that does not count is left as it is
+    other = run(0, 0.3, 500, beta="1")
+    assert other in snapshot.newest_per_job([*old, other])  # another setting is another job
+    unknown = RunData("u", "ppo", "FINISHED", {}, {}, {}, seed="0")
+    assert unknown in snapshot.newest_per_job([*new, unknown])  # no overrides tag: never taken for another run
+    counting, present = C.counted({"ppo_beta_grid": [*old, *new]})
+    assert len(counting["ppo_beta_grid"]) == 3 and present["ppo_beta_grid"] == 5

@@ -26,6 +26,7 @@ from rlhf_lab.analysis.snapshot import (
     commands_of,
     merge,
     merge_commands,
+    newest_per_job,
     one_design,
     read_snapshot,
     write_snapshot,
@@ -70,9 +71,11 @@ def load_claim_runs(uri: str | None = None, names: Sequence[str] | None = None
 
 def counted(studies: dict[str, list[RunData]]) -> tuple[dict[str, list[RunData]], dict[str, int]]:
     """({study: the runs that count}, {study: how many runs it has}), of one design per study: its newest rerun
-    (``SUITE_VERSIONS``) with a run that counts, else the study the claim names (:func:`snapshot.one_design`)."""
+    (``SUITE_VERSIONS``) with a run that counts, else the study the claim names (:func:`snapshot.one_design`); of a
+    job run twice, the newer run (:func:`snapshot.newest_per_job`)."""
     studies = one_design(studies, SUITE_VERSIONS, counts)
-    return {k: [r for r in v if counts(r)] for k, v in studies.items()}, {k: len(v) for k, v in studies.items()}
+    return ({k: [r for r in newest_per_job(v, counts) if counts(r)] for k, v in studies.items()},
+            {k: len(v) for k, v in studies.items()})
 
 
 def design_commands(runs: dict[str, list[RunData]], commands: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -138,6 +138,16 @@ def store_exists(uri: str) -> bool:
     return True
 
 
+def job_key(r: RunData) -> tuple | None:
+    """What identifies the job a run ran: its study, stage and the overrides it was launched with (tag
+    ``rlhf_lab.overrides``, seed included) but those that do not change what it computes; None without that tag."""
+    text = r.tags.get("rlhf_lab.overrides")
+    if not text:
+        return None
+    overrides = {k: v for k, v in _parse_overrides(text).items() if computes(k)}
+    return r.tags.get(STUDY_TAG), r.stage, tuple(sorted(overrides.items()))
+
+
 def _parse_overrides(text: str) -> dict[str, str]:
     out = {}
     try:

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from rlhf_lab.analysis.runs import STUDY_TAG, RunData
+from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key
 from rlhf_lab.runtime import computes, write_atomic
 
 FORMAT = 1
@@ -121,6 +121,21 @@ def one_design(studies: Studies, preferred: dict[str, str | tuple[str, ...]],
             runs = [r for r in runs if r.tags.get(STUDY_TAG) not in tags]
         out[name] = runs
     return out
+
+
+def newest_per_job(runs: Sequence[RunData], counts: Callable[[RunData], bool] = lambda r: True) -> list[RunData]:
+    """`runs` with, of the runs that `counts` of one job (:func:`~rlhf_lab.analysis.runs.job_key`: study, stage, the
+    overrides that change what it computes), only the newest (MLflow start time): a study run again (a fresh
+    machine's rerun beside the runs kept in a file, another code version) replaces its earlier runs instead of being
+    pooled with them. Runs that do not count, or whose job is not known, are kept as they are."""
+    newest: dict[tuple, RunData] = {}
+    for r in runs:
+        job = job_key(r)
+        if counts(r) and job is not None:
+            if job not in newest or r.start_time >= newest[job].start_time:
+                newest[job] = r
+    keep = {id(r) for r in newest.values()}
+    return [r for r in runs if not counts(r) or job_key(r) is None or id(r) in keep]
 
 
 def commands_of(commands: Sequence[str], tags: Iterable[str]) -> list[str]:

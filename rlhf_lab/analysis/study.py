@@ -231,6 +231,9 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
         ids = {r.run_id for r in runs_all}
         runs_all = [*(r for r in kept if r.run_id not in ids), *runs_all]
         commands = sorted(set(commands) | set(kept_cmds))
+    from rlhf_lab.analysis.snapshot import newest_per_job
+
+    runs_all = newest_per_job(runs_all, lambda r: r.status == "FINISHED")  # a job run again: its newer run
     source = " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files])
     if require_runs and not runs_all:
         raise no_runs(study, " and ".join(([store_uri(uri)] if use_store else []) + [str(f) for f in runs_files]))
