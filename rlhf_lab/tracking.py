@@ -304,7 +304,7 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
         yield run
     except BaseException as err:
         msg = f"{type(err).__name__}: {err}"
-        lost = server_lost(uri) if not isinstance(err, Interrupted) else None
+        lost = tracking_server_unreachable(uri) if not isinstance(err, Interrupted) else None
         with no_retries(lost):  # the server is gone: the run cannot be ended; seconds, not minutes of retries
             with contextlib.suppress(Exception):
                 mlflow.flush_async_logging()
@@ -338,14 +338,8 @@ class TrackingServerLost(RuntimeError):
         super().__init__(
             f"lost the MLflow tracking server at {uri} during the {stage} run {run_id} ({reason}); MLflow retried "
             f"each request {os.environ.get('MLFLOW_HTTP_REQUEST_MAX_RETRIES') or 7} times "
-            "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR). The run stays RUNNING there until the next rlhf-lab start marks it "
-            "KILLED; once the server answers, relaunch with skip_finished=true")
-
-
-def server_lost(uri: str) -> str | None:
-    """Why the ``http(s)://`` tracking server at `uri` does not answer now (a 5 s check), else None (also for a
-    sqlite file or a folder)."""
-    return tracking_server_unreachable(uri, 5.0)
+            "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR). The run stays RUNNING there until "
+            "the next rlhf-lab start marks it KILLED; once the server answers, relaunch with skip_finished=true")
 
 
 @contextlib.contextmanager
@@ -383,7 +377,7 @@ def status_after_writes() -> Iterator[None]:
     except BaseException as err:
         leave(pending)
         status = "KILLED" if isinstance(err, Interrupted) else "FAILED"
-        lost = next(filter(None, (server_lost(OPEN_RUNS.get(r, "")) for r in pending)), None)
+        lost = next(filter(None, (tracking_server_unreachable(OPEN_RUNS.get(r, "")) for r in pending)), None)
         for run_id in pending:
             if lost:  # nothing reaches the server: the run stays RUNNING there until the next start ends it
                 OPEN_RUNS.pop(run_id, None)
