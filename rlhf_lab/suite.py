@@ -188,17 +188,25 @@ def seed_override(n: int) -> str:
     return "seed=" + ",".join(str(k) for k in range(SEEDS, n))
 
 
-def measured_needs(overrides: list[str], out: str, runs_files: list[str], cap: int) -> dict[str, int]:
-    """{claim study key: seeds its inconclusive claims need, ≤ cap}, from the runs the report read (the store, the
-    --runs files and the runs file beside the report)."""
-    from rlhf_lab.analysis.claims import counted, gather_runs
-    from rlhf_lab.analysis.registry import CLAIMS
-    from rlhf_lab.analysis.verdicts import judge_all, seeds_to_decide
+def report_runs(overrides: list[str], out: str, runs_files: list[str]):
+    """The runs and commands the claims report reads: the store (``tracking.uri`` among `overrides`, else the usual
+    one), the --runs files and the runs file beside the report in `out`."""
+    from rlhf_lab.analysis.claims import gather_runs
 
     uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
     kept = Path(out) / "claims_runs.json.gz"
     files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
-    runs, commands = gather_runs(uri[-1] if uri else None, files, use_store=True)
+    return gather_runs(uri[-1] if uri else None, files, use_store=True)
+
+
+def measured_needs(overrides: list[str], out: str, runs_files: list[str], cap: int) -> dict[str, int]:
+    """{claim study key: seeds its inconclusive claims need, ≤ cap}, from the runs the report read (the store, the
+    --runs files and the runs file beside the report)."""
+    from rlhf_lab.analysis.claims import counted
+    from rlhf_lab.analysis.registry import CLAIMS
+    from rlhf_lab.analysis.verdicts import judge_all, seeds_to_decide
+
+    runs, commands = report_runs(overrides, out, runs_files)
     counting, present = counted(runs)
     return seeds_to_decide(judge_all(CLAIMS, counting, present, commands), cap)
 
@@ -234,13 +242,9 @@ REPRODUCED_KEYS = ("test/gold_reward", "eval/gold_reward", "eval/kl")  # what a 
 def stored_seed0_run(study: str, overrides: list[str], out: str, runs_files: list[str]):
     """The study's first FINISHED policy run of seed 0 (by its overrides) in the store and the runs files the report
     reads, or None."""
-    from rlhf_lab.analysis.claims import gather_runs
     from rlhf_lab.analysis.runs import POLICY_STAGES
 
-    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
-    kept = Path(out) / "claims_runs.json.gz"
-    files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
-    runs, _ = gather_runs(uri[-1] if uri else None, files, use_store=True)
+    runs, _ = report_runs(overrides, out, runs_files)
     mine = [r for rs in runs.values() for r in rs if r.tags.get("rlhf_lab.study") == study and r.seed == "0"
             and r.status == "FINISHED" and r.stage in POLICY_STAGES and r.tags.get("rlhf_lab.overrides")]
     return min(mine, key=lambda r: r.tags["rlhf_lab.overrides"], default=None)
