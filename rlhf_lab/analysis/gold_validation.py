@@ -35,9 +35,9 @@ from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
 from rlhf_lab.analysis.registry import BETA0, BY_ID, fixed
 from rlhf_lab.analysis.report_files import check_folder, no_runs
-from rlhf_lab.analysis.runs import RunData, groups, label, load_study, store_uri
+from rlhf_lab.analysis.runs import RunData, groups, label, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
-from rlhf_lab.analysis.study import RUNS_FILE, reproduce_commands, study_runs_from_files, write_runs_file
+from rlhf_lab.analysis.study import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
 
 STUDY = "gold_rm_validation"
 FORMULA, RM = "formula", "rm"
@@ -266,19 +266,13 @@ def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | Non
     reports/gold_rm_validation/runs.json.gz``."""
     out = Path(out_dir) / STUDY
     check_folder(out)
-    runs_all, parents = (load_study(STUDY, uri, stages=("ppo",), history_keys=HISTORY_KEYS) if use_store
-                         else ([], []))
-    commands = reproduce_commands(STUDY, parents) if parents else []
-    if runs_files:
-        kept, kept_cmds = study_runs_from_files(STUDY, runs_files)
-        ids = {r.run_id for r in runs_all}
-        runs_all = [*(r for r in kept if r.run_id not in ids and r.stage == "ppo"), *runs_all]
-        commands = sorted(set(commands) | set(kept_cmds))
-    places = ([store_uri(uri)] if use_store else []) + [str(f) for f in runs_files]
+    runs_all, _, commands = gather_study_runs(STUDY, uri, runs_files, use_store, stages=("ppo",),
+                                              history_keys=HISTORY_KEYS)
+    places = read_from(uri, runs_files, use_store)
     if require_runs and not runs_all:
         raise no_runs(STUDY, " and ".join(places))
-    flags = ("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files)
-    path = write_report(runs_all, commands, out, source=" and ".join(f"`{p}`" for p in places), flags=flags)
+    path = write_report(runs_all, commands, out, source=" and ".join(f"`{p}`" for p in places),
+                        flags=report_flags(runs_files, use_store))
     if use_store and runs_all:  # the evidence travels with the report
         write_runs_file(out / RUNS_FILE, STUDY, runs_all, commands)
     return path

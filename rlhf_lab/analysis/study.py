@@ -213,6 +213,35 @@ def study_runs_from_files(study: str, runs_files: Sequence[Path | str]) -> tuple
     return list(runs.values()), sorted(cmds)
 
 
+def gather_study_runs(study: str | None, uri: str | None, runs_files: Sequence[Path | str] = (),
+                      use_store: bool = True, parent: str | None = None, stages: Sequence[str] = POLICY_STAGES,
+                      history_keys: Sequence[str] = STUDY_HISTORY_KEYS) -> tuple[list[RunData], list, list[str]]:
+    """(the study's runs of `stages`, its sweep parents, the commands that reproduce it) from the store
+    (:func:`load_study`, unless not `use_store`) and `runs_files` (:func:`study_runs_from_files`; a run in both: the
+    store's copy); of a job run twice, its newer FINISHED run (:func:`~rlhf_lab.analysis.snapshot.newest_per_job`)."""
+    from rlhf_lab.analysis.snapshot import newest_per_job
+
+    runs_all, parents = (load_study(study, uri, parent=parent, stages=stages, history_keys=history_keys)
+                         if use_store else ([], []))
+    commands = reproduce_commands(study or "<study>", parents) if parents else []
+    if runs_files and study:
+        kept, kept_cmds = study_runs_from_files(study, runs_files)
+        ids = {r.run_id for r in runs_all}
+        runs_all = [*(r for r in kept if r.run_id not in ids and r.stage in stages), *runs_all]
+        commands = sorted(set(commands) | set(kept_cmds))
+    return newest_per_job(runs_all, lambda r: r.status == "FINISHED"), parents, commands
+
+
+def read_from(uri: str | None, runs_files: Sequence[Path | str], use_store: bool) -> list[str]:
+    """Where a report read its runs: the store (unless not `use_store`), then the runs files."""
+    return ([store_uri(uri)] if use_store else []) + [str(f) for f in runs_files]
+
+
+def report_flags(runs_files: Sequence[Path | str], use_store: bool) -> str:
+    """What ``rlhf-lab-report`` was given besides the study, for a report's last line."""
+    return ("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files)
+
+
 def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: str | None = None,
                        parent: str | None = None, runs_files: Sequence[Path | str] = (),
                        use_store: bool = True, require_runs: bool = False) -> Path:
@@ -223,23 +252,13 @@ def write_study_report(study: str | None, out_dir: Path | str = "reports", uri: 
     it looked (nothing is written)."""
     out = inside(out_dir, Path(out_dir) / (study or "sweep"))
     check_folder(out)
-    runs_all, parents = (load_study(study, uri, parent=parent, history_keys=STUDY_HISTORY_KEYS) if use_store
-                         else ([], []))
-    commands = reproduce_commands(study or "<study>", parents) if parents else []
-    if runs_files and study:
-        kept, kept_cmds = study_runs_from_files(study, runs_files)
-        ids = {r.run_id for r in runs_all}
-        runs_all = [*(r for r in kept if r.run_id not in ids), *runs_all]
-        commands = sorted(set(commands) | set(kept_cmds))
-    from rlhf_lab.analysis.snapshot import newest_per_job
-
-    runs_all = newest_per_job(runs_all, lambda r: r.status == "FINISHED")  # a job run again: its newer run
-    source = " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [f"`{f}`" for f in runs_files])
+    runs_all, parents, commands = gather_study_runs(study, uri, runs_files, use_store, parent=parent)
+    places = read_from(uri, runs_files, use_store)
     if require_runs and not runs_all:
-        raise no_runs(study, " and ".join(([store_uri(uri)] if use_store else []) + [str(f) for f in runs_files]))
-    path = write_report(study, runs_all, parents, out, uri, parent,
-                        commands=commands or None, source=source if runs_files else None,
-                        flags=("" if use_store else " --no-store") + "".join(f" --runs {f}" for f in runs_files))
+        raise no_runs(study, " and ".join(places))
+    path = write_report(study, runs_all, parents, out, uri, parent, commands=commands or None,
+                        source=" and ".join(f"`{p}`" for p in places) if runs_files else None,
+                        flags=report_flags(runs_files, use_store))
     if use_store and study and parent is None and runs_all:  # the evidence travels with the report
         write_runs_file(out / RUNS_FILE, study, runs_all, commands)
     return path
