@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,grpo,sampling,ppo,memory,scaling] [--threads N]``.
+"""Run the benchmarks: ``python -m benchmarks.run [--quick] [--only dpo,rm,grpo,sampling,ppo,ppo_trl,memory,scaling] [--threads N]``.
 
 Prints each benchmark's tables as it finishes and writes them, with the date, the machine and the exact
 command, to ``benchmarks/results.md`` (written to a temporary file, then renamed). The file is merged section by
@@ -22,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCHMARKS = ("dpo", "rm", "grpo", "sampling", "ppo", "memory", "scaling")
-AGREEMENT_CHECKED = ("dpo", "rm", "grpo", "sampling")  # benchmarks whose agreement check sets the exit status
+BENCHMARKS = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_trl", "memory", "scaling")
+# benchmarks whose agreement check sets the exit status
+AGREEMENT_CHECKED = ("dpo", "rm", "grpo", "sampling", "ppo_trl")
 
 # steps per run / warm-up steps (not timed) / rounds alternating the two sides
 SIZES = {
@@ -33,6 +34,7 @@ SIZES = {
         "grpo": dict(steps=10, warmup=2, rounds=4),
         "sampling": dict(steps=16, warmup=2),
         "ppo": dict(steps=8, warmup=2, rounds=3),
+        "ppo_trl": dict(steps=10, warmup=2, rounds=4),
         "memory": dict(preset="a_large", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 32, 64, 128], batches=[8, 16, 32, 64], steps=4, warmup=1),
     },
@@ -42,6 +44,7 @@ SIZES = {
         "grpo": dict(steps=3, warmup=1, rounds=1),
         "sampling": dict(steps=4, warmup=1),
         "ppo": dict(steps=3, warmup=1, rounds=1),
+        "ppo_trl": dict(steps=3, warmup=1, rounds=1),
         "memory": dict(preset="a_medium", steps=2, overrides=["algo.batch_size=16", "generation.max_new_tokens=32"]),
         "scaling": dict(lengths=[16, 64], batches=[8, 32], steps=2, warmup=1),
     },
@@ -140,6 +143,11 @@ def summary_rows(sections: dict) -> dict[str, list[str]]:
             value += f"; before v2 ÷ now {d['options_ratio']:.2f}×"
             check += "; target ≥ 1.3×: " + ("met" if d["options_ratio"] >= 1.3 else "NOT met")
         rows["ppo"] = ["PPO step, ours/bare − 1; settings before v2 ÷ today's", value, check]
+    if "ppo_trl" in sections:
+        d = sections["ppo_trl"].data
+        met = "met" if d["ratio"] <= d["target"] else "NOT met"
+        rows["ppo_trl"] = ["PPO step, ours/TRL 1.9.2 step time", f"{d['ratio']:.2f}×",
+                           f"{agreement(d)}; target ≤ {d['target']}×: {met}"]
     if "memory" in sections:
         d = sections["memory"].data
         rows["memory"] = ["PPO peak RSS, separate/shared_base", f"{d['ratio_rss']:.2f}×",
@@ -223,6 +231,13 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_"))
     try:
         sections = run_all(args, sizes, work)
+    except RuntimeError as err:
+        from benchmarks.ppo_trl import TRLUnavailable
+
+        if not isinstance(err, TRLUnavailable):
+            raise
+        print(f"[benchmarks] {err}", file=sys.stderr, flush=True)  # one line: pip could not install TRL 1.9.2
+        return 2
     finally:
         shutil.rmtree(work, ignore_errors=True)
         from benchmarks import ppo
@@ -252,6 +267,10 @@ def run_all(args, sizes: dict, work: Path) -> dict:
     print(f"[benchmarks] {'quick' if args.quick else 'full'} run of {','.join(args.only)} "
           f"({args.threads} torch thread(s)); work folder {work}", flush=True)
 
+    if "ppo_trl" in args.only:  # TRL 1.9.2 in its own folder: installed (once) before any benchmark runs
+        from benchmarks import ppo_trl
+
+        ppo_trl.ensure_trl()
     cfg = C.compose([])  # policy=a_small, algo=ppo: the project's defaults
     wm = C.make_world_model(cfg, work / "world")
 
@@ -283,6 +302,12 @@ def run_all(args, sizes: dict, work: Path) -> dict:
         from benchmarks import ppo
 
         done("ppo", ppo.run(cfg, wm, **sizes["ppo"]))
+    if "ppo_trl" in args.only:
+        from benchmarks import ppo_trl
+
+        pcfg = ppo_trl.config()  # the issue's shape: hidden 128, 2 layers, 32 response tokens, fixed β
+        done("ppo_trl", ppo_trl.run(pcfg, C.make_world_model(pcfg, work / "world_ppo_trl"), tol=AGREEMENT_TOL,
+                                    work=work, **sizes["ppo_trl"]))
     if "memory" in args.only:
         from benchmarks import memory
 

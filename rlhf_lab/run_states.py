@@ -68,11 +68,40 @@ CRITICAL_MODULES = ("sqlalchemy", "sqlite3", "alembic", "mlflow.store")  # bound
 RETRY_S = 0.02
 
 
+NESTED: list[int] = []  # stop signals whose handler ran inside another one's: handled once that one ends
+
+
 def raise_interrupted(signum: int, frame: Any) -> None:
     """The first stop signal raises :class:`Interrupted` (naming it); any later one is only recorded (see the
     module's doc). Inside :func:`defer_sigterm` a first SIGTERM is only recorded too: the training loop stops at its
     next step boundary (:func:`pending_stop`, :func:`stop_now`); a second signal then stops it at once. A signal that
-    arrives inside a database write (:data:`CRITICAL_MODULES`) raises a moment later, once the write is done."""
+    arrives inside a database write (:data:`CRITICAL_MODULES`) raises a moment later, once the write is done.
+
+    Python runs a handler wherever the main thread checks for signals, also inside another handler, even before its
+    first line: signals sent at the same instant (INT, INT, TERM) could then name the later one. So a handler called
+    inside this one's frames only queues its signal (:data:`NESTED`), and this one handles the queue when it ends
+    (also when it raises): the signal whose handler started first stays the first."""
+    if in_handler(frame):
+        NESTED.append(int(signum))
+        return
+    try:
+        handle_signal(signum, frame)
+    finally:
+        while NESTED:
+            handle_signal(NESTED.pop(0), frame)
+
+
+def in_handler(frame: Any) -> bool:
+    """Whether `frame` or a caller of it is :func:`raise_interrupted` (a signal handled inside another's handler)."""
+    while frame is not None:
+        if frame.f_code is raise_interrupted.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def handle_signal(signum: int, frame: Any) -> None:
+    """The body of :func:`raise_interrupted`, for one signal."""
     if RETRYING[0]:
         RETRYING[0] = False
     else:
@@ -169,6 +198,7 @@ def install_signal_handlers() -> dict:
         return {}
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     RECEIVED.clear()
+    NESTED.clear()
     RAISED[0] = RETRYING[0] = False
     for s in SIGNALS:
         signal.signal(s, raise_interrupted)

@@ -1,5 +1,6 @@
-"""The benchmark runner's results file (merged section by section) and the GRPO benchmark's settings mapping;
-one slow smoke run of ``python -m benchmarks.run --only grpo --quick`` (needs TRL: ``pip install -e ".[bench]"``)."""
+"""The benchmark runner's results file (merged section by section) and the GRPO and PPO-vs-TRL benchmarks' settings
+mappings; slow smoke runs of ``python -m benchmarks.run --only grpo|ppo_trl --quick`` (need TRL: ``pip install -e
+".[bench]"``; ``ppo_trl`` also installs TRL 1.9.2 into ``~/.cache/rlhf_lab_bench`` on first use)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,43 @@ def test_grpo_benchmark_quick_run(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     _, rows, sections = R.parse_results(out.read_text())
     assert list(sections) == ["grpo"] and "loss agrees" in rows["grpo"]
+
+
+def test_ppo_trl_settings_map_ours_to_trl_1_9_2():
+    from benchmarks.ppo_trl import config, trl_settings
+
+    cfg = config()
+    s = trl_settings(cfg)
+    c, o = s["config"], s["optim"]
+    assert cfg.policy.arch.hidden == 128 and cfg.policy.arch.layers == 2 and c["response_length"] == 32
+    assert c["per_device_train_batch_size"] == int(cfg.algo.batch_size) == 64 and c["gradient_accumulation_steps"] == 1
+    assert c["num_mini_batches"] == 4 and c["num_ppo_epochs"] == 4 and c["local_rollout_forward_batch_size"] == 64
+    assert c["kl_coef"] == pytest.approx(float(cfg.kl.beta)) and c["kl_estimator"] == "k1"
+    assert (c["cliprange"], c["cliprange_value"], c["vf_coef"], c["gamma"], c["lam"]) == (0.2, 0.2, 0.1, 1.0, 0.95)
+    assert c["whiten_rewards"] is False and c["missing_eos_penalty"] is None and c["stop_token_id"] is None
+    assert c["bf16"] is False and c["gradient_checkpointing"] is False and c["num_sample_generations"] == 0
+    assert (o["policy_lr"], o["value_lr"], o["eps"], o["max_grad_norm"]) == (3e-4, 1e-3, 1e-5, 1.0)
+    with pytest.raises(ValueError, match="critic"):
+        trl_settings(compose_cfg(["algo.critic=shared", "kl=fixed"]))
+    with pytest.raises(ValueError, match="'kl'"):
+        trl_settings(compose_cfg([]))  # the adaptive controller: TRL's kl_coef is fixed
+
+
+@pytest.mark.slow
+def test_ppo_trl_benchmark_quick_run(tmp_path):
+    """Ours vs TRL 1.9.2's PPOTrainer (installed on first use into ~/.cache/rlhf_lab_bench, run in its own process):
+    the section, its summary row and the first-batch agreement."""
+    pytest.importorskip("trl", reason="needs the bench extra: pip install -e \".[bench]\"")
+    out = tmp_path / "results.md"
+    p = subprocess.run([sys.executable, "-m", "benchmarks.run", "--only", "ppo_trl", "--quick", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if p.returncode == 2 and "pip install" in p.stderr:
+        pytest.skip(p.stderr.strip().splitlines()[-1])  # TRL 1.9.2 could not be installed (no package index)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    _, rows, sections = R.parse_results(out.read_text())
+    assert list(sections) == ["ppo_trl"] and "loss agrees" in rows["ppo_trl"] and "target ≤ 0.67×" in rows["ppo_trl"]
+    md = sections["ppo_trl"][1]
+    assert "TRL 1.9.2 PPOTrainer" in md and "TRL side imported rlhf_lab: no" in md and "DIFFERS" not in md
 
 
 def test_suite_throughput_section_is_kept_with_the_team_section():

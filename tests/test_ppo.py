@@ -152,6 +152,11 @@ def test_policy_as_own_reference_gives_zero_kl_rloo_shared_base(tiny_cfg, tmp_pa
     (eval_s,), (train_s,) = (_history(db, meta["run_id"], k).values() for k in ("time/eval_s", "time/train_s"))
     assert 0 < eval_s < train_s  # the evaluations' share of the fit (the job summary's time line)
     assert "evaluations" in meta["summary"]["time"] and "setup" not in meta["summary"]["time"]  # no CLI: no clock
+    # the steps' time split into its phases: each the sum of that phase's per-step time/* metric
+    for key, name in (("time/rollout_s", "generation"), ("time/update_s", "update")):
+        total = sum(_history(db, meta["run_id"], key).values())
+        assert f"{name} {total:.1f} s" in meta["summary"]["time"], (key, meta["summary"]["time"])
+    assert ", the rest " in meta["summary"]["time"]
     # shared base (LoRA) runs end to end and reports a KL that grows from 0
     meta = stages.run_job(tiny_cfg(*PPO_TINY, "algo.reference.kind=lora_disabled", "algo.lora.r=16", "algo.lr=3e-3", mlflow_db=db), tmp_path / "b")
     kl = _history(db, meta["run_id"], "objective/kl_k3")

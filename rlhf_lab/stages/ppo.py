@@ -253,15 +253,27 @@ def load_reward(cfg: DictConfig, gold=None):
 # the run
 
 
-def time_summary(phases: dict[str, float], train_s: float, eval_s: float, stage: str) -> str:
+STEP_PHASES = (("time/rollout_s", "generation"), ("time/score_s", "scoring"),
+               ("time/forward_s", "old, reference and value passes"), ("time/update_s", "update"))
+
+
+def time_summary(phases: dict[str, float], train_s: float, eval_s: float, stage: str,
+                 step_totals: dict[str, float] | None = None) -> str:
     """The job summary's ``time`` line: start-up, setup (when the CLI ran the job), the training steps and the
-    evaluations within the fit (``time/train_s`` − ``time/eval_s`` and ``time/eval_s``)."""
+    evaluations within the fit (``time/train_s`` − ``time/eval_s`` and ``time/eval_s``). With `step_totals` (the
+    module's ``phase_totals``: the per-step ``time/*`` metrics summed over the steps), the steps' time split into
+    generation, scoring, the no-grad passes, the update and the rest (statistics, gold, logging, Lightning)."""
     parts = []
     if "time/startup_s" in phases:
         parts.append(f"start-up {phases['time/startup_s']:.0f} s")
     if "time/setup_s" in phases:
         parts.append(f"setup {phases['time/setup_s']:.0f} s (upstream stages, models)")
-    parts += [f"{stage.upper()} steps {train_s - eval_s:.0f} s", f"evaluations {eval_s:.0f} s"]
+    steps = f"{stage.upper()} steps {train_s - eval_s:.0f} s"
+    if step_totals and all(k in step_totals for k, _ in STEP_PHASES):
+        split = [f"{name} {step_totals[k]:.1f} s" for k, name in STEP_PHASES]
+        rest = (train_s - eval_s) - sum(step_totals[k] for k, _ in STEP_PHASES)
+        steps += f" ({', '.join(split)}, the rest {max(rest, 0.0):.1f} s)"
+    parts += [steps, f"evaluations {eval_s:.0f} s"]
     return ", ".join(parts)
 
 
@@ -381,7 +393,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
-            "time": time_summary(phases, train_s, ev.seconds, stage),
+            "time": time_summary(phases, train_s, ev.seconds, stage, module.phase_totals),
         }
         summary.update(held_out_summary(ev))
         t0, t1 = ev.test_first, ev.test_last
