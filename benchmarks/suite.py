@@ -51,16 +51,63 @@ SIDES = {
 SAMPLE_ALGOS = ("ppo", "grpo", "rloo")  # the algorithms whose jobs the PPO sample's ratio is applied to
 
 
+# where a job's time goes: (name, how it is read from the run's metrics). "sum" metrics are per PPO step and summed
+# over the steps; the others are logged once. The job summary's `time` line shows the same split.
+PHASES = (("start-up (imports, config, store)", "time/startup_s", "once"),
+          ("setup (upstream stages from the cache, models)", "time/setup_s", "once"),
+          ("generation", "time/rollout_s", "sum"), ("scoring (reward model)", "time/score_s", "sum"),
+          ("no-grad passes (old, reference, values)", "time/forward_s", "sum"),
+          ("update (PPO epochs × minibatches)", "time/update_s", "sum"),
+          ("evaluations (eval/* and test/*)", "time/eval_s", "once"))
+
+
+def phase_seconds(client, run) -> dict[str, float]:
+    """{phase name: seconds} of one job run (:data:`PHASES`), plus ``the rest of the steps`` (statistics, gold,
+    logging, Lightning) and ``after training`` (the run's end minus the fit's: saving, the last writes)."""
+    out = {}
+    for name, key, how in PHASES:
+        hist = [m.value for m in client.get_metric_history(run.info.run_id, key)]
+        out[name] = (sum(hist) if how == "sum" else hist[-1]) if hist else float("nan")
+    steps = sum(m.value for m in client.get_metric_history(run.info.run_id, "time/step_s"))
+    train = run.data.metrics.get("time/train_s", float("nan"))
+    eval_s = out["evaluations (eval/* and test/*)"]
+    out["the rest of the steps (statistics, gold, logging)"] = steps - sum(
+        out[n] for n, k, h in PHASES if h == "sum")
+    out["Lightning around the steps"] = train - eval_s - steps
+    return out
+
+
 def run_facts(client, run) -> dict:
-    """seed, run seconds, mean PPO step seconds (``time/step_s``), final test gold, and the eval gold curve
-    {step: value} of one job run (`client`: an ``MlflowClient`` on its store)."""
+    """seed, run seconds, mean PPO step seconds (``time/step_s``), final test gold, the eval gold curve
+    {step: value} and the time per phase (:func:`phase_seconds`) of one job run (`client`: an ``MlflowClient`` on
+    its store)."""
     curve = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/gold_reward")}
     steps = [m.value for m in client.get_metric_history(run.info.run_id, "time/step_s")]
     return {"seed": int(run.data.params.get("seed", -1)),
             "seconds": (run.info.end_time - run.info.start_time) / 1000,
             "step_s": sum(steps) / len(steps) if steps else float("nan"),
             "test_gold": run.data.metrics.get("test/gold_reward", float("nan")),
-            "curve": curve}
+            "curve": curve, "phases": phase_seconds(client, run)}
+
+
+def phase_rows(sides: dict) -> list[list]:
+    """Rows (phase, mean seconds per job on each side, share of today's job slot): a job slot is the sweep's wall
+    time × 2 jobs at a time ÷ jobs; what the runs do not account for is the sweep's own (processes, Hydra, the
+    parent run, a job's start before its run)."""
+    names = list(next(iter(sides.values()))[0]["runs"][0]["phases"])
+    rows, slot = [], {}
+    for n, rounds in sides.items():
+        runs = [f for r in rounds for f in r["runs"]]
+        slot[n] = 2 * sum(r["wall"] for r in rounds) / len(runs)
+    mean = {n: {p: sum(f["phases"][p] for r in rounds for f in r["runs"]) / sum(len(r["runs"]) for r in rounds)
+                for p in names} for n, rounds in sides.items()}
+    for p in names:
+        rows.append([p, *(mean[n][p] for n in sides), f"{100 * mean['today'][p] / slot['today']:.0f}%"])
+    accounted = {n: sum(v for v in mean[n].values() if v == v) for n in sides}
+    rows.append(["outside the job's run (sweep, processes, Hydra, start of a job before its run)",
+                 *(slot[n] - accounted[n] for n in sides), f"{100 * (slot['today'] - accounted['today']) / slot['today']:.0f}%"])
+    rows.append(["**job slot** (wall × 2 ÷ jobs)", *(slot[n] for n in sides), "100%"])
+    return rows
 
 
 def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: int) -> dict:
@@ -165,6 +212,11 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
                     "wall before ÷ this", "mean PPO step s", "step before ÷ this"], rows), "",
              "(The PPO step, `time/step_s`, is rollout, scoring and update; a job also pays its start-up, the "
              "evaluations and the final test evaluation, which v2 speeds up less.)", "",
+             "**Where a job's time goes** (mean seconds per job, from each run's `time/*` metrics, the same split "
+             "as the job summary's `time` line; start-up is paid by a worker's first job only, later jobs of the "
+             "same joblib worker reuse its imports):", "",
+             table(["phase", *(f"{SIDES[n][0]} s" for n in sides), "share of today's job slot"], phase_rows(sides)),
+             "",
              repro_line(sides), "",
              f"**Training result unchanged?** Final `test/gold_reward` per seed, round 1 (paired: same seed on both "
              f"sides). today − before: **{eff.estimate:+.3f} [{eff.lo:+.3f}, {eff.hi:+.3f}]** (95% t, n = {eff.n}); "

@@ -182,3 +182,20 @@ def test_the_gpu_script_runs_its_four_jobs_at_tiny_shapes_on_the_cpu(tmp_path, m
     if not torch.cuda.is_available():
         assert gpu.main(["--work", str(tmp_path / "x")]) == 2
         assert "--device cpu --shape tiny" in capsys.readouterr().err
+
+
+def test_suite_benchmark_splits_a_job_slot_into_its_phases():
+    """Two jobs per side, two at a time: the slot is wall × 2 ÷ jobs; each phase is its mean over the jobs; what the
+    phases do not account for is the sweep's own time (slot − their sum), and the share is of today's slot."""
+    from benchmarks.suite import phase_rows
+
+    def side(wall, update, evals):
+        runs = [{"phases": {"update": u, "evaluations": e}} for u, e in zip(update, evals)]
+        return [{"wall": wall, "runs": runs}]
+
+    rows = phase_rows({"before": side(100.0, [60.0, 80.0], [10.0, 10.0]),
+                       "today": side(50.0, [30.0, 20.0], [5.0, 5.0])})
+    by = {r[0]: r[1:] for r in rows}
+    assert by["update"] == [70.0, 25.0, "50%"] and by["evaluations"] == [10.0, 5.0, "10%"]
+    outside = next(r for r in rows if r[0].startswith("outside"))
+    assert outside[1:] == [100.0 - 80.0, 50.0 - 30.0, "40%"] and rows[-1][1:] == [100.0, 50.0, "100%"]
