@@ -237,6 +237,17 @@ class _TimedProxy:
         return getattr(self._obj, name)
 
 
+def with_rest(phases: list[dict], step_times: list[float], keys: tuple[str, ...] | None = None) -> list[dict]:
+    """Each timed step's phases (only `keys`, 0 where missing, when given), plus ``step`` (the interval between step
+    ends) and ``update`` = step − the others."""
+    out = []
+    for ph, dt in zip(phases, step_times):
+        if keys is not None:
+            ph = {k: ph.get(k, 0.0) for k in keys}
+        out.append({**ph, "step": dt, "update": dt - sum(ph.values())})
+    return out
+
+
 def median(xs) -> float:
     xs = list(xs)
     return statistics.median(xs) if xs else float("nan")

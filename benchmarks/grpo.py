@@ -32,7 +32,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table
+from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table, with_rest
 from benchmarks.train_sides import LightningClock, alternate, grad_norm, hf_common_args, throughput
 
 LOSS_TYPES = {"seq_mean_token_mean": "grpo", "token_mean": "bnpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -183,14 +183,6 @@ def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> S
         lightning_run(module, steps, [LightningClock(clock), Phases()])
     clock.phases = with_rest(stats[warmup:], clock.step_times())
     return clock
-
-
-def with_rest(phases: list[dict], step_times: list[float]) -> list[dict]:
-    """Each timed step's phases, plus ``step`` (the interval between step ends) and ``update`` = step − the others."""
-    out = []
-    for ph, dt in zip(phases, step_times):
-        out.append({**ph, "step": dt, "update": dt - sum(ph.values())})
-    return out
 
 
 def run_trl(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> StepClock:

@@ -55,7 +55,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table
+from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table, with_rest
 from benchmarks.train_sides import LightningClock, alternate
 
 TRL_VERSION = "1.9.2"
@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # tokens; a fixed β (TRL's kl_coef; the default adaptive controller moves β by < 1% per step at these sizes)
 OVERRIDES = ["policy.arch.hidden=128", "policy.arch.layers=2", "generation.max_new_tokens=32", "kl=fixed"]
 TARGET = 0.67  # ours ≤ 0.67 × TRL's step time
+PHASE_KEYS = ("generation", "score", "forward")  # timed phases of a step; the rest of it is the update
 
 
 class TRLUnavailable(RuntimeError):
@@ -272,15 +273,6 @@ PHASES = [
 ]
 
 
-def with_rest(phases: list[dict], step_times: list[float]) -> list[dict]:
-    """Each timed step's phases, plus ``step`` (the interval between step ends) and ``update`` = step − the others."""
-    out = []
-    for ph, dt in zip(phases, step_times):
-        ph = {k: ph.get(k, 0.0) for k in ("generation", "score", "forward")}
-        out.append({**ph, "step": dt, "update": dt - sum(ph.values())})
-    return out
-
-
 def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> StepClock:
     """Our PPO for `steps` steps; the clock's ``phases``: each timed step's seconds per phase (the module's own
     ``time/*`` statistics)."""
@@ -299,7 +291,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> S
 
     with sampling_full_length(), mlflow_run():
         lightning_run(module, steps, [LightningClock(clock), Phases()])
-    clock.phases = with_rest(stats[warmup:], clock.step_times())
+    clock.phases = with_rest(stats[warmup:], clock.step_times(), PHASE_KEYS)
     return clock
 
 
@@ -308,7 +300,7 @@ def run_trl_timed(job: dict, work: Path, steps: int, warmup: int, name: str) -> 
     if len(res["stamps"]) != steps:
         raise RuntimeError(f"the TRL side ran {len(res['stamps'])} PPO steps, not {steps}")
     clock = StepClock(warmup, stamps=res["stamps"], threads=res["threads"])
-    clock.phases = with_rest(res["phases"][warmup:], clock.step_times())
+    clock.phases = with_rest(res["phases"][warmup:], clock.step_times(), PHASE_KEYS)
     clock.rlhf_lab_imported = res["rlhf_lab_imported"]
     return clock
 

@@ -104,8 +104,9 @@ def phase_rows(sides: dict) -> list[list]:
     for p in names:
         rows.append([p, *(mean[n][p] for n in sides), f"{100 * mean['today'][p] / slot['today']:.0f}%"])
     accounted = {n: sum(v for v in mean[n].values() if v == v) for n in sides}
+    outside = {n: slot[n] - accounted[n] for n in sides}
     rows.append(["outside the job's run (sweep, processes, Hydra, start of a job before its run)",
-                 *(slot[n] - accounted[n] for n in sides), f"{100 * (slot['today'] - accounted['today']) / slot['today']:.0f}%"])
+                 *outside.values(), f"{100 * outside['today'] / slot['today']:.0f}%"])
     rows.append(["**job slot** (wall × 2 ÷ jobs)", *(slot[n] for n in sides), "100%"])
     return rows
 

@@ -199,3 +199,18 @@ def test_suite_benchmark_splits_a_job_slot_into_its_phases():
     assert by["update"] == [70.0, 25.0, "50%"] and by["evaluations"] == [10.0, 5.0, "10%"]
     outside = next(r for r in rows if r[0].startswith("outside"))
     assert outside[1:] == [100.0 - 80.0, 50.0 - 30.0, "40%"] and rows[-1][1:] == [100.0, 50.0, "100%"]
+
+
+def test_seed_parallel_benchmark_gives_each_model_its_own_gradient(capsys):
+    """K models trained as one batch (torch.func over stacked parameters): each model's gradient in the batch equals
+    its gradient alone, and both sides are timed (tiny shapes, one round)."""
+    import re
+
+    from benchmarks import seed_parallel
+
+    assert seed_parallel.main(["--seeds", "2", "--rounds", "1", "--batch", "2", "--prompt", "4",
+                               "--response", "4"]) == 0
+    out = capsys.readouterr().out
+    diff = float(re.search(r"largest gradient difference, a model in the batch vs alone: (\S+)", out).group(1))
+    assert diff < 1e-6, out
+    assert re.search(r"one after the other ÷ together \d+\.\d\d×", out), out
