@@ -1,15 +1,18 @@
-"""Claims-suite throughput, before and after v2: ``python -m benchmarks.suite [--seeds 4] [--steps 60]``.
+"""Claims-suite throughput against a baseline: ``python -m benchmarks.suite [--baseline v2|v1] [--seeds 4] [--steps 60]``.
 
 The claims suite (``rlhf-lab-suite``) is about 200 PPO, GRPO and DPO jobs of a few minutes each, run 2 at a
 time on 2 cores; its wall time decides how many verdicts a session gives. This benchmark measures it on a
 sample: the default PPO job at the suite's usual length (``--steps`` PPO steps, an evaluation every 10) over
 ``--seeds`` seeds, launched as the suite launches a study (``rlhf-lab -m … hydra/launcher=parallel
-hydra.launcher.n_jobs=2``), once with the settings before v2 and once with today's defaults, one after the
+hydra.launcher.n_jobs=2``), once with the baseline's settings and once with today's defaults, one after the
 other in this invocation (``--rounds 2`` repeats them in the reverse order), into one tracking store:
 
-- before v2: ``algo.packing=false algo.trim_minibatches=false reward_model.packing=false generation.sampler=hf``
-  (padded passes, untrimmed minibatches, Hugging Face ``generate``);
-- today: the defaults (padding-free passes and trimmed minibatches, the lab's KV-cache sampler).
+- ``--baseline v2`` (the default; performance v3's "before"): ``eval.reuse_start=false`` (every job computes the
+  SFT policy's start-of-run evaluations itself); the two sides must give the same numbers to the digit;
+- ``--baseline v1`` (before v2): also ``algo.packing=false algo.trim_minibatches=false reward_model.packing=false
+  generation.sampler=hf`` (padded passes, untrimmed minibatches, Hugging Face ``generate``);
+- today: the defaults (padding-free passes and trimmed minibatches, the lab's KV-cache sampler, the start-of-run
+  evaluations computed once and reused from the artifact cache).
 
 It reports the wall time and jobs per hour of each side and their ratio, and whether the training result is
 unchanged: each seed's final test-split gold reward and its evaluation curve with both settings (paired by
@@ -17,12 +20,13 @@ seed: the same data, initialisation and sampling seed), the mean difference with
 settings compute the same losses to float noise, and sampling then amplifies that noise, so the runs are
 expected to differ like two seeds' noise apart, not systematically.
 
-From the sample's ratio it projects the whole suite's wall time: the study files' stated times (``rlhf-lab-suite
---dry-run``; measured with the code before v2) for the studies the sample speaks for (PPO, GRPO, RLOO), the
-stated time unchanged for the others (DPO). A projection, labelled so: the full suite takes longer than a
-working session.
+With ``--baseline v1``, it projects the whole suite's wall time from the sample's ratio: the study files' stated
+times (``rlhf-lab-suite --dry-run``; measured with the code before v2) for the studies the sample speaks for (PPO,
+GRPO, RLOO), the stated time unchanged for the others (DPO). A projection, labelled so: the full suite takes longer
+than a working session.
 
-The upstream stages (base model, SFT, pairs, RM) are built by a warm-up job first, into ``--cache-dir``
+The upstream stages (base model, SFT, pairs, RM) are built by a warm-up job first (which keeps no start-of-run
+evaluation: today's side builds its own in round 1, as a study's first job does), into ``--cache-dir``
 (default: a fresh folder, about 15 min on 2 cores; point it at a claims folder's ``.rlhf_lab_cache`` to reuse
 its stages), so that both sides time only their own jobs. The result goes to the section "Claims-suite
 throughput" of benchmarks/results.md (replaced in place; ``python -m benchmarks.run`` keeps it).
@@ -43,11 +47,12 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 BEGIN, END = "<!-- suite-throughput: python -m benchmarks.suite -->", "<!-- /suite-throughput -->"
-SIDES = {
-    "before": ("before v2", ["algo.packing=false", "algo.trim_minibatches=false", "reward_model.packing=false",
-                             "generation.sampler=hf"]),
-    "today": ("today's defaults", []),
+BASELINES = {
+    "v2": ("v2 (before v3)", ["eval.reuse_start=false"]),
+    "v1": ("before v2", ["algo.packing=false", "algo.trim_minibatches=false", "reward_model.packing=false",
+                         "generation.sampler=hf", "eval.reuse_start=false"]),
 }
+SIDES = {"before": BASELINES["v2"], "today": ("today's defaults", [])}  # main() sets "before" from --baseline
 SAMPLE_ALGOS = ("ppo", "grpo", "rloo")  # the algorithms whose jobs the PPO sample's ratio is applied to
 
 
@@ -204,15 +209,29 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
     gold_rows = [[f["seed"], f["test_gold"], g["test_gold"], g["test_gold"] - f["test_gold"]]
                  for f, g in zip(sides["before"][0]["runs"], sides["today"][0]["runs"])]
     curve_rows = [[s, b, t, t - b] for s, b, t in zip(gold["steps"], gold["curve_before"], gold["curve_today"])]
-    proj_rows, stated, projected = proj
-    lines = [BEGIN, "## Claims-suite throughput: jobs per hour before and after v2", "", *run_lines(started, secs, cmd, load), "",
+    if proj is None:
+        projection = ["**The suite, projected**: only against `--baseline v1` (the study files' stated times were "
+                      "measured before v2).", ""]
+    else:
+        proj_rows, stated, projected = proj
+        n = sum(r[2] for r in proj_rows)
+        projection = [
+            f"**The suite, projected.** The studies' stated times (study file headers, `rlhf-lab-suite --dry-run`; "
+            f"measured or estimated with the code before v2) with the sample's ratio ({ratio:.2f}×) applied to "
+            f"the {', '.join(SAMPLE_ALGOS).upper()} studies and the others unchanged: **{stated:.0f} min → "
+            f"{projected:.0f} min** with 2 jobs at a time, {n} jobs ({60 * n / stated:.0f} → {60 * n / projected:.0f}"
+            " jobs per hour). A projection from the sample, not a measurement of the whole suite (which takes "
+            "longer than a working session).", "",
+            table(["study", "algorithm", "jobs", "stated min", "projected min"], proj_rows), ""]
+    lines = [BEGIN, f"## Claims-suite throughput: jobs per hour, {SIDES['before'][0]} and today's defaults", "",
+             *run_lines(started, secs, cmd, load), "",
              f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
              f"launched as the suite launches a study (2 jobs at a time), {args.rounds} round(s); wall time of "
              "`rlhf-lab -m …` from start to exit. Upstream stages cached by a warm-up job.", "",
              table(["settings", "overrides", "wall s", "jobs", "jobs per hour", "mean job run s",
                     "wall before ÷ this", "mean PPO step s", "step before ÷ this"], rows), "",
-             "(The PPO step, `time/step_s`, is rollout, scoring and update; a job also pays its start-up, the "
-             "evaluations and the final test evaluation, which v2 speeds up less.)", "",
+             "(The PPO step, `time/step_s`, is rollout, scoring and update; a job also pays its start-up and the "
+             "evaluations.)", "",
              "**Where a job's time goes** (mean seconds per job, from each run's `time/*` metrics, the same split "
              "as the job summary's `time` line; start-up is paid by a worker's first job only, later jobs of the "
              "same joblib worker reuse its imports):", "",
@@ -224,15 +243,7 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
              f"means {gold['before_mean']:.3f} before, {gold['today_mean']:.3f} today.", "",
              table(["seed", "test gold before", "test gold today", "today − before"], gold_rows), "",
              f"Seed-mean `eval/gold_reward` curve (largest difference {gold['max_curve_diff']:.3f}):", "",
-             table(["step", "before", "today", "today − before"], curve_rows), "",
-             f"**The suite, projected.** The studies' stated times (study file headers, `rlhf-lab-suite --dry-run`; "
-             f"measured or estimated with the code before v2) with the sample's ratio ({ratio:.2f}×) applied to "
-             f"the {', '.join(SAMPLE_ALGOS).upper()} studies and the others unchanged: **{stated:.0f} min → "
-             f"{projected:.0f} min** with 2 jobs at a time, {sum(r[2] for r in proj_rows)} jobs "
-             f"({60 * sum(r[2] for r in proj_rows) / stated:.0f} → {60 * sum(r[2] for r in proj_rows) / projected:.0f}"
-             " jobs per hour). A projection from the sample, not a measurement of the whole suite (which takes "
-             "longer than a working session).", "",
-             table(["study", "algorithm", "jobs", "stated min", "projected min"], proj_rows), "", END]
+             table(["step", "before", "today", "today − before"], curve_rows), "", *projection, END]
     return "\n".join(lines)
 
 
@@ -246,14 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="rounds; round 2 runs the sides in reverse order")
     ap.add_argument("--cache-dir", default=None, help="the artifact cache (default: a fresh one in the work folder)")
     ap.add_argument("--out", default=str(RESULTS), help="the results file")
+    ap.add_argument("--baseline", choices=sorted(BASELINES), default="v2",
+                    help="the settings the defaults are compared with: v2 (eval.reuse_start=false; default) or v1 "
+                         "(before v2)")
     args = ap.parse_args(argv)
+    SIDES["before"] = BASELINES[args.baseline]
     started, t0, load0 = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_suite_"))
     cache = Path(args.cache_dir).resolve() if args.cache_dir else work / "cache"
     common = [f"cache_dir={cache}", f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"algo.steps={args.steps}",
               "eval.every_n_steps=10", "trainer.progress_bar=false"]
     try:
-        secs, _ = rlhf_lab([*common, "study=warmup", "algo.steps=1", "eval.every_n_steps=0"], work / "warmup",
+        secs, _ = rlhf_lab([*common, "study=warmup", "algo.steps=1", "eval.every_n_steps=0", "eval.reuse_start=false"],
+                           work / "warmup",
                            timeout=4 * 3600)
         print(f"[suite-bench] warm-up job (builds or reuses the upstream stages): {secs:.0f} s", flush=True)
         sides: dict[str, list] = {"before": [], "today": []}
@@ -263,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         gold = gold_comparison(sides["before"][0]["runs"], sides["today"][0]["runs"])
         ratio = sum(r["wall"] for r in sides["before"]) / sum(r["wall"] for r in sides["today"])
         text = section(argv, started, (load0[0], os.getloadavg()[0]), time.time() - t0, args, sides, gold,
-                       suite_projection(ratio))
+                       suite_projection(ratio) if args.baseline == "v1" else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     from benchmarks.common import write_marked_section

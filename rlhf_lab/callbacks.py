@@ -56,8 +56,10 @@ class PeriodicEval(L.Callback):
 
     def __init__(self, evaluate: Callable[[], tuple[dict, list]], at_steps: Iterable[int], at_start: bool = True,
                  step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None,
-                 test: Callable[[], tuple[dict, list]] | None = None):
+                 test: Callable[[], tuple[dict, list]] | None = None,
+                 start: Callable[[str, Callable[[], tuple[dict, list]]], tuple[dict, list]] | None = None):
         self.evaluate = evaluate
+        self.start = start  # (split, compute) -> (metrics, rows) for the evaluations at the start (a cache of them)
         self.test = test
         self.at_steps = frozenset(int(s) for s in at_steps)
         self.at_start = at_start
@@ -70,12 +72,12 @@ class PeriodicEval(L.Callback):
         self._test_steps: set[int] = set()
         self.seconds = 0.0  # wall time spent in evaluate() and test() (this process; a job's time/eval_s)
 
-    def _run(self, trainer: L.Trainer, step: int):
+    def _run(self, trainer: L.Trainer, step: int, at_start: bool = False):
         if step in self._done_steps or trainer.global_rank != 0:
             return
         self._done_steps.add(step)
         t0 = time.time()
-        metrics, rows = self.evaluate()
+        metrics, rows = self.start("eval", self.evaluate) if at_start and self.start else self.evaluate()
         self.seconds += time.time() - t0
         tracking.log_metrics(metrics, step=step)
         log_samples_table([dict(r, step=step) for r in rows], f"samples/step_{step:06d}.json")
@@ -83,12 +85,12 @@ class PeriodicEval(L.Callback):
             self.first = metrics
         self.last = metrics
 
-    def _run_test(self, trainer: L.Trainer, step: int):
+    def _run_test(self, trainer: L.Trainer, step: int, at_start: bool = False):
         if self.test is None or step in self._test_steps or trainer.global_rank != 0:
             return
         self._test_steps.add(step)
         t0 = time.time()
-        metrics, rows = self.test()
+        metrics, rows = self.start("test", self.test) if at_start and self.start else self.test()
         self.seconds += time.time() - t0
         tracking.log_metrics(metrics, step=step)
         log_samples_table([dict(r, step=step) for r in rows], f"samples/test_step_{step:06d}.json")
@@ -109,8 +111,8 @@ class PeriodicEval(L.Callback):
     def on_train_start(self, trainer, pl_module):
         if self.at_start and not self.first:  # not when resumed: the start was evaluated before the checkpoint
             step = self.step_fn(trainer, pl_module)
-            self._run(trainer, step)
-            self._run_test(trainer, step)
+            self._run(trainer, step, at_start=True)
+            self._run_test(trainer, step, at_start=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = self.step_fn(trainer, pl_module)

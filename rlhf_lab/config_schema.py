@@ -234,6 +234,7 @@ class EvalConfig:
     n_ood_prompts: int = MISSING
     n_samples_logged: int = MISSING
     batch_size: int = MISSING
+    reuse_start: bool = MISSING
 
 
 @dataclass

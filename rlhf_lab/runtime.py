@@ -82,7 +82,19 @@ def job_phases(now: float | None = None) -> dict[str, float]:
 LAUNCH_DIR_ENV = "RLHF_LAB_LAUNCH_DIR"
 # the config keys that do not change what a job computes (where it logs, how it shows progress, an explicit resume):
 # left out of a pre-empted job's checkpoint key (stages/ppo.py) and of a run's setting in the reports (analysis/runs.py)
-NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.progress_bar", "algo.resume_from")
+NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.progress_bar", "algo.resume_from",
+                "eval.reuse_start")
+
+
+def drop_keys(plain: dict, keys) -> dict:
+    """`plain` (a config as plain containers, changed in place and returned) without the dotted `keys`."""
+    for key in keys:
+        *parents, last = key.split(".")
+        node = plain
+        for part in parents:
+            node = node.get(part) or {}
+        node.pop(last, None)
+    return plain
 
 
 def computes(key: str) -> bool:

@@ -7,6 +7,7 @@ The maths is tested in test_rl_math.py; these tests run the module on tiny sizes
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -268,3 +269,25 @@ def test_divergence_stops_the_run_failed(tiny_cfg, tmp_path, overrides, match):
         stages.run_job(tiny_cfg(*PPO_TINY, *overrides, mlflow_db=db), tmp_path / "out")
     row = _runs(db).iloc[0]
     assert row["tags.rlhf_lab.stage"] == "ppo" and row["status"] == "FAILED" and "algo." in row["tags.rlhf_lab.error"]
+
+
+def test_the_start_of_run_evaluation_is_computed_once_and_reused_to_the_digit(tiny_cfg, tmp_path):
+    """eval.reuse_start: a job of another seed, β and learning rate reuses the SFT policy's start evaluations of an
+    earlier job (eval/*, test/* and the OOD slice, from the artifact cache), the same numbers as computing them; the
+    job's training is the same as with them computed; another evaluation setting computes its own."""
+    db = tmp_path / "mlflow.db"
+    base = [*PPO_TINY, "algo.reward=rm", "eval.n_ood_prompts=4"]
+    off = stages.run_job(tiny_cfg(*base, "seed=3", "eval.reuse_start=false", mlflow_db=db), tmp_path / "off")
+    a = stages.run_job(tiny_cfg(*base, "seed=3", mlflow_db=db), tmp_path / "a")
+    b = stages.run_job(tiny_cfg(*base, "seed=4", "kl.beta=0.5", "algo.lr=1e-3", mlflow_db=db), tmp_path / "b")
+    c = stages.run_job(tiny_cfg(*base, "seed=3", "eval.n_prompts=6", mlflow_db=db), tmp_path / "c")
+    for key in ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/entropy", "eval/length", "test/gold_reward",
+                "test/proxy_reward", "eval/gold_reward_ood"):
+        assert len({_history(db, m["run_id"], key)[0] for m in (off, a, b)}) == 1, key
+    assert a["test"] == off["test"] and a["eval"] == off["eval"]  # reused or computed: the same training
+    tags = {m["run_id"]: r for m in (off, a, b, c) for _, r in _runs(db).iterrows() if r["run_id"] == m["run_id"]}
+    start = [tags[m["run_id"]].get("tags.rlhf_lab.start_eval.eval") for m in (off, a, b, c)]
+    assert start[0] is None or start[0] != start[0]  # computed by the job itself: no artifact named
+    assert start[1] == start[2] and Path(start[1], "start_evaluation.json").is_file()  # one artifact, both jobs
+    assert start[3] != start[1]  # eval.n_prompts changes the evaluation: its own
+    assert tags[a["run_id"]]["tags.rlhf_lab.start_eval.test"] == tags[b["run_id"]]["tags.rlhf_lab.start_eval.test"]

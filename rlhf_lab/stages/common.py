@@ -21,9 +21,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
-from rlhf_lab.cache import ArtifactCache, announce_reuse
+from rlhf_lab.cache import ArtifactCache, announce_reuse, write_json_atomic
 from rlhf_lab.data_errors import data_errors
-from rlhf_lab.runtime import launch_path, to_plain
+from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, launch_path, to_plain
 from rlhf_lab.run_states import lightning_sigterm_as_interrupted
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
@@ -287,6 +287,74 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
                                  details=False, **kw)
         metrics.update({f"eval/{OOD_NAMES[k]}": v for k, v in ood.items() if k in OOD_NAMES})
     return metrics, rows
+
+
+# The config keys that cannot change a policy job's evaluations at its start, where the policy is still the SFT
+# policy: its seed (every evaluation samples with the world's own seeds), the KL controller, when later evaluations
+# run, and the settings of the rollouts and updates. Every other key (and the code) is part of the start's key.
+START_EVAL_IGNORES = (
+    "seed", "kl", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points", "algo.steps",
+    "algo.batch_size", "algo.samples_per_prompt", "algo.ppo_epochs", "algo.num_minibatches", "algo.lr",
+    "algo.critic_lr", "algo.clip_eps", "algo.clip_eps_high", "algo.loss_agg", "algo.value_clip_eps", "algo.vf_coef",
+    "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",
+    "algo.trim_minibatches", "algo.kl_estimator", "algo.kl_in", "algo.baseline", "algo.advantage_scale",
+    "algo.length_penalty", "algo.missing_eos_penalty", "algo.reward_clip", "algo.checkpoint_every",
+    "algo.hacking_monitor", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl", "algo.max_entropy_ratio",
+    "algo.reference.sync_every")
+START_EVAL_FILE = "start_evaluation.json"
+_SOURCE_DIGEST: list[str] = []
+
+
+def source_digest() -> str:
+    """A digest of this package's Python sources (once per process): evaluations cached under it are never
+    reused by other code."""
+    if not _SOURCE_DIGEST:
+        import hashlib
+
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256()
+        for f in sorted(root.rglob("*.py")):
+            h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
+        _SOURCE_DIGEST.append(h.hexdigest()[:16])
+    return _SOURCE_DIGEST[0]
+
+
+def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
+    """For ``eval.reuse_start`` (default true): the policy job's evaluations at its start (``eval/*`` and ``test/*``
+    of the SFT policy, before any update), kept in the artifact cache (``start_eval/``) and reused by every job that
+    would compute the same ones: the same SFT policy, reference, reward, gold and evaluation settings, and the same
+    code, whatever its seed, β or update settings (:data:`START_EVAL_IGNORES`). Reused, the metrics and sample rows
+    are the computed ones to the last digit (the evaluations sample under their own seeds, outside the training's
+    random stream, so skipping them changes nothing else). Returns `(split, compute) -> (metrics, rows)` for
+    :class:`rlhf_lab.callbacks.PeriodicEval`, or None (``eval.reuse_start=false``: computed by every job)."""
+    if not cfg.eval.get("reuse_start", False):
+        return None
+    config = drop_keys(to_plain(cfg), (*NOT_COMPUTED, *START_EVAL_IGNORES))
+    base = {"job": stage, "sft": str(spec["sft"]), "reference": spec.get("reference"), "config": config,
+            "code": source_digest()}
+    cache = cache_for(cfg)
+
+    def start(split: str, compute):
+        done: list = []
+
+        def build(tmp: Path):
+            done.append(compute())
+            write_json_atomic(tmp / START_EVAL_FILE, {"metrics": done[0][0], "rows": done[0][1]})
+            return {"split": split}
+
+        try:
+            path, built = cache.get_or_build("start_eval", {**base, "split": split}, build)
+        except OSError as err:  # a read-only or full cache: the job computes its own, as with reuse_start=false
+            print(f"[rlhf-lab] {stage}: could not keep the start-of-run evaluation in the cache ({err}); computed "
+                  "by this job (eval.reuse_start=false silences this)", flush=True)
+            return done[0] if done else compute()
+        if not built:
+            announce_reuse(stage, f"start-of-run evaluation ({split}/*) of the SFT policy", path)
+        tracking.set_tag(f"rlhf_lab.start_eval.{split}", str(path))
+        data = json.loads((path / START_EVAL_FILE).read_text())
+        return data["metrics"], data["rows"]
+
+    return start
 
 
 def model_size(model, *also_trained) -> dict[str, float]:

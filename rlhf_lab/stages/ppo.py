@@ -41,7 +41,7 @@ from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.run_states import defer_sigterm, lightning_sigterm_as_interrupted
-from rlhf_lab.runtime import NOT_COMPUTED, job_phases, launch_path, to_plain
+from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, job_phases, launch_path, to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     checkpoint_path,
@@ -53,6 +53,7 @@ from rlhf_lab.stages.common import (
     stage_seed,
     gold_summary,
     held_out_summary,
+    start_evaluation,
     trainer_kwargs,
     upstream_run,
 )
@@ -94,13 +95,7 @@ def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
     import hashlib
     import json
 
-    plain = to_plain(cfg)
-    for key in NOT_COMPUTED:
-        *parents, last = key.split(".")
-        node = plain
-        for p in parents:
-            node = node.get(p) or {}
-        node.pop(last, None)
+    plain = drop_keys(to_plain(cfg), NOT_COMPUTED)
     blob = json.dumps({"stage": stage, "spec": spec, "config": plain}, sort_keys=True, default=str)
     root = Path(launch_path(cfg.cache_dir)).resolve()
     return root / "resume" / stage / f"{hashlib.sha256(blob.encode()).hexdigest()[:16]}.ckpt"
@@ -346,6 +341,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         eval_scorer = scorer if a.reward == "rm" else None
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, gold=gold),
                           at_steps=eval_steps(cfg, steps), at_start=True, step_fn=lambda trainer, m: m.ppo_step,
+                          start=start_evaluation(cfg, stage, spec),
                           test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer,
                                                 split="test", gold=gold))
         hm = a.hacking_monitor
