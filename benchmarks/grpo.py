@@ -96,16 +96,17 @@ def trl_reward(scorer, eos_id: int):
 # the two sides
 
 
-def ours_module(cfg: DictConfig, wm: WorldModel, tok, reference_dir=None):
-    """``PPOModule`` with the grpo config, as ``stages.ppo.build`` makes it (models by ``build_models``)."""
+def ours_module(cfg: DictConfig, wm: WorldModel, tok, reference_dir=None, check=None):
+    """``PPOModule`` with the config's algo (grpo here; ``check``: the stage's ``check_config``, default grpo's), as
+    ``stages.ppo.build`` makes it (models by ``build_models``), the RM of :func:`make_scorer`."""
     from rlhf_lab import data as D
     from rlhf_lab.algorithms.ppo import PPOModule
     from rlhf_lab.models import families as Fm
-    from rlhf_lab.stages.grpo import check_config
+    from rlhf_lab.stages import grpo
     from rlhf_lab.stages.ppo import build_models, prompt_stream
 
     a = cfg.algo
-    check_config(a)
+    (check or grpo.check_config)(a)
     scorer = make_scorer(cfg, wm, tok)
     policy, reference, critic = build_models(a, wm.lm_dir, tok, scorer)
     if reference_dir is not None:

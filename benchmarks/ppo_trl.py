@@ -230,21 +230,12 @@ def full_length(model, tok):
 
 
 def ours_module(cfg: DictConfig, wm: WorldModel, tok, reference_dir=None):
-    """``PPOModule`` with the ppo config, as ``stages.ppo.build`` makes it (models by ``build_models``)."""
-    from benchmarks.grpo import make_scorer
-    from rlhf_lab import data as D
-    from rlhf_lab.algorithms.ppo import PPOModule
-    from rlhf_lab.models import families as Fm
-    from rlhf_lab.stages.ppo import build_models, check_config
+    """``PPOModule`` with the ppo config, as ``stages.ppo.build`` makes it (the GRPO benchmark's builder with the
+    ppo stage's config check)."""
+    from benchmarks import grpo
+    from rlhf_lab.stages.ppo import check_config
 
-    a = cfg.algo
-    check_config(a)
-    scorer = make_scorer(cfg, wm, tok)
-    policy, reference, critic = build_models(a, wm.lm_dir, tok, scorer)
-    if reference_dir is not None:
-        reference = Fm.load_causal_lm(reference_dir, tok).requires_grad_(False).eval()
-    return PPOModule(policy, reference, critic, tok, scorer, prompt_fn(cfg), a, cfg.kl, cfg.generation,
-                     D.gold_weights(cfg))
+    return grpo.ours_module(cfg, wm, tok, reference_dir, check=check_config)
 
 
 @contextlib.contextmanager

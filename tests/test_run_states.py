@@ -168,28 +168,35 @@ def test_only_the_first_stop_signal_raises(monkeypatch):
     assert run_states.RECEIVED == [signal.SIGINT, signal.SIGINT, signal.SIGTERM]
 
 
+def nested(outer: int, inner: int) -> run_states.Interrupted:
+    """``raise_interrupted(outer)`` with `inner`'s handler run at the very entry of outer's, before its first line,
+    as Python may run it (a profile hook on the call); the Interrupted it raises."""
+    fired = []
+
+    def inner_arrives(frame, event, arg):
+        if event == "call" and frame.f_code is run_states.raise_interrupted.__code__ and not fired:
+            fired.append(frame.f_locals["signum"])
+            run_states.raise_interrupted(inner, frame)
+
+    sys.setprofile(inner_arrives)
+    try:
+        with pytest.raises(run_states.Interrupted) as e:
+            run_states.raise_interrupted(outer, None)
+    finally:
+        sys.setprofile(None)
+    assert fired == [outer]
+    return e.value
+
+
 def test_a_signal_handled_as_another_signals_handler_starts_comes_after_it(monkeypatch):
     """INT, INT, TERM sent at once: Python may run TERM's handler inside INT's, before INT's first line (seen as exit
-    143 instead of 130, about 1 run in 5). A profile hook runs TERM's handler at the very entry of INT's: INT is
-    still the first signal, the one raised, and TERM is recorded after it."""
+    143 instead of 130, about 1 run in 5). INT is still the first signal, the one raised, and TERM is recorded after
+    it."""
     monkeypatch.setattr(run_states, "RECEIVED", [])
     monkeypatch.setattr(run_states, "RAISED", [False])
     monkeypatch.setattr(run_states, "NESTED", [])
-    fired = []
-
-    def term_arrives(frame, event, arg):
-        if event == "call" and frame.f_code is run_states.raise_interrupted.__code__ and not fired:
-            fired.append(frame.f_locals["signum"])
-            run_states.raise_interrupted(signal.SIGTERM, frame)  # TERM's handler, before INT's first line
-
-    sys.setprofile(term_arrives)
-    try:
-        with pytest.raises(run_states.Interrupted) as e:
-            run_states.raise_interrupted(signal.SIGINT, None)
-    finally:
-        sys.setprofile(None)
-    assert fired == [signal.SIGINT]
-    assert e.value.exit_code == 130 and run_states.RECEIVED == [signal.SIGINT, signal.SIGTERM]
+    assert nested(signal.SIGINT, signal.SIGTERM).exit_code == 130
+    assert run_states.RECEIVED == [signal.SIGINT, signal.SIGTERM]
 
 
 def test_a_second_signal_inside_a_deferred_sigterms_handler_still_stops_at_once(monkeypatch):
@@ -199,20 +206,8 @@ def test_a_second_signal_inside_a_deferred_sigterms_handler_still_stops_at_once(
     monkeypatch.setattr(run_states, "RAISED", [False])
     monkeypatch.setattr(run_states, "NESTED", [])
     monkeypatch.setattr(run_states, "DEFER_SIGTERM", [True])
-    fired = []
-
-    def int_arrives(frame, event, arg):
-        if event == "call" and frame.f_code is run_states.raise_interrupted.__code__ and not fired:
-            fired.append(1)
-            run_states.raise_interrupted(signal.SIGINT, frame)
-
-    sys.setprofile(int_arrives)
-    try:
-        with pytest.raises(run_states.Interrupted) as e:
-            run_states.raise_interrupted(signal.SIGTERM, None)
-    finally:
-        sys.setprofile(None)
-    assert e.value.exit_code == 143 and run_states.RECEIVED == [signal.SIGTERM, signal.SIGINT]
+    assert nested(signal.SIGTERM, signal.SIGINT).exit_code == 143
+    assert run_states.RECEIVED == [signal.SIGTERM, signal.SIGINT]
 
 
 def test_a_signal_inside_a_database_write_raises_once_it_is_done(monkeypatch):
