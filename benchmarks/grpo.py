@@ -33,7 +33,7 @@ import torch
 from omegaconf import DictConfig
 
 from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table, with_rest
-from benchmarks.train_sides import LightningClock, alternate, grad_norm, hf_common_args, throughput
+from benchmarks.train_sides import LightningClock, StepPhases, alternate, grad_norm, hf_common_args, throughput
 
 LOSS_TYPES = {"seq_mean_token_mean": "grpo", "token_mean": "bnpo", "seq_mean_token_sum_norm": "dr_grpo"}
 
@@ -167,13 +167,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> S
 
     module = ours_module(cfg, wm, tok)
     clock = StepClock(warmup)
-    stats: list[dict] = []
-
-    class Phases(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            st = module.last_stats
-            stats.append({"generation": st["time/rollout_s"], "reward": st["time/score_s"],
-                          "logps": st["time/forward_s"]})
+    phases = StepPhases({"generation": "time/rollout_s", "reward": "time/score_s", "logps": "time/forward_s"})
 
     def sample(model, tk, *args, **kw):
         with suppress_eos(model, tk.eos_token_id):
@@ -181,8 +175,8 @@ def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> S
 
     base = ppo.sample
     with patch.object(ppo, "sample", sample), mlflow_run():
-        lightning_run(module, steps, [LightningClock(clock), Phases()])
-    clock.phases = with_rest(stats[warmup:], clock.step_times())
+        lightning_run(module, steps, [LightningClock(clock), phases])
+    clock.phases = with_rest(phases.stats[warmup:], clock.step_times())
     return clock
 
 

@@ -51,12 +51,11 @@ import time
 from pathlib import Path
 from unittest.mock import patch
 
-import lightning as L
 import torch
 from omegaconf import DictConfig
 
 from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table, with_rest
-from benchmarks.train_sides import LightningClock, alternate
+from benchmarks.train_sides import LightningClock, StepPhases, alternate
 
 TRL_VERSION = "1.9.2"
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,17 +271,10 @@ def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> S
 
     module = ours_module(cfg, wm, tok)
     clock = StepClock(warmup)
-    stats: list[dict] = []
-
-    class Phases(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            st = module.last_stats
-            stats.append({"generation": st["time/rollout_s"], "score": st["time/score_s"],
-                          "forward": st["time/forward_s"]})
-
+    phases = StepPhases({"generation": "time/rollout_s", "score": "time/score_s", "forward": "time/forward_s"})
     with sampling_full_length(), mlflow_run():
-        lightning_run(module, steps, [LightningClock(clock), Phases()])
-    clock.phases = with_rest(stats[warmup:], clock.step_times(), PHASE_KEYS)
+        lightning_run(module, steps, [LightningClock(clock), phases])
+    clock.phases = with_rest(phases.stats[warmup:], clock.step_times(), PHASE_KEYS)
     return clock
 
 

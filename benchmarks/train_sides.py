@@ -23,6 +23,18 @@ class LightningClock(L.Callback):
         self.clock.tick()
 
 
+class StepPhases(L.Callback):
+    """After every step, the PPO module's own phase times (its ``time/*`` statistics) under the benchmark's names:
+    ``names`` maps a name to a metric, e.g. ``{"generation": "time/rollout_s"}``; ``stats``: one dict per step."""
+
+    def __init__(self, names: dict[str, str]):
+        self.names = names
+        self.stats: list[dict] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.stats.append({name: pl_module.last_stats[metric] for name, metric in self.names.items()})
+
+
 def lightning_fit(module: L.LightningModule, loader, steps: int, warmup: int, grad_clip: float | None,
                   log_every: int = 10) -> StepClock:
     """Train `module` for `steps` optimizer steps the way the project's jobs do (``pipeline.trainer_kwargs``:
