@@ -248,6 +248,18 @@ def with_rest(phases: list[dict], step_times: list[float], keys: tuple[str, ...]
     return out
 
 
+def phase_medians(clocks: dict, phases) -> tuple[dict, str]:
+    """The median seconds of each phase (`phases`: (key, label) pairs) over the timed steps of every side's clocks
+    (``{"ours": [...], "trl": [...]}``, each with ``phases``), and the "where the time goes" table of the two."""
+    med = {side: {k: median(ph[k] for c in cs for ph in c.phases) for k, _ in phases} for side, cs in clocks.items()}
+    text = ("Where the time goes, median ms per step over the timed steps of all rounds (the phases' medians need not "
+            "add up to the step's):\n\n" + table(
+                ["phase", "ours ms", "TRL ms", "ratio ours/TRL"],
+                [[label, 1000 * med["ours"][k], 1000 * med["trl"][k], med["ours"][k] / med["trl"][k]]
+                 for k, label in phases]))
+    return med, text
+
+
 def median(xs) -> float:
     xs = list(xs)
     return statistics.median(xs) if xs else float("nan")

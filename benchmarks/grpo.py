@@ -32,7 +32,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table, with_rest
+from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, phase_medians, table, with_rest
 from benchmarks.train_sides import LightningClock, StepPhases, alternate, grad_norm, hf_common_args, throughput
 
 LOSS_TYPES = {"seq_mean_token_mean": "grpo", "token_mean": "bnpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -385,18 +385,14 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int, t
 
     clocks = alternate(rounds, run_side)
     tp = throughput(clocks, B)
-    med = {side: {k: median(ph[k] for c in cs for ph in c.phases) for k, _ in PHASES} for side, cs in clocks.items()}
+    med, phase_text = phase_medians(clocks, PHASES)
     sec = Section("GRPO training throughput (ours vs TRL GRPOTrainer)", __doc__.split("\n\n", 1)[1].strip())
     sec.tables.append(table(
         ["side", "completions/s", "ms/step", "timed steps", "ratio ours/TRL"],
         [["ours (PPOModule, algo=grpo, + Lightning)", tp["rate"]["ours"], tp["step_ms"]["ours"], tp["steps"]["ours"],
           tp["ratio"]],
          ["TRL GRPOTrainer", tp["rate"]["trl"], tp["step_ms"]["trl"], tp["steps"]["trl"], 1.0]]))
-    sec.tables.append("Where the time goes, median ms per step over the timed steps of all rounds (the phases' medians "
-                      "need not add up to the step's):\n\n" + table(
-                          ["phase", "ours ms", "TRL ms", "ratio ours/TRL"],
-                          [[label, 1000 * med["ours"][k], 1000 * med["trl"][k], med["ours"][k] / med["trl"][k]]
-                           for k, label in PHASES]))
+    sec.tables.append(phase_text)
     sec.tables.append(
         f"First step, same initial weights, the same {B} completions (sampled by ours: {agree['n_ended']} ended with "
         f"EOS, {agree['mean_len']:.1f} tokens on average; reference: other random weights, so the KL term is not 0); "

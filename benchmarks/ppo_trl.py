@@ -54,7 +54,7 @@ from unittest.mock import patch
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, table, with_rest
+from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, phase_medians, table, with_rest
 from benchmarks.train_sides import LightningClock, StepPhases, alternate
 
 TRL_VERSION = "1.9.2"
@@ -516,7 +516,7 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int, t
     ratio = step["ours"] / step["trl"]
     per_round = [(o.seconds() / o.n_timed()) / (t.seconds() / t.n_timed())
                  for o, t in zip(clocks["ours"], clocks["trl"])]
-    med = {side: {k: median(ph[k] for c in cs for ph in c.phases) for k, _ in PHASES} for side, cs in clocks.items()}
+    med, phase_text = phase_medians(clocks, PHASES)
     threads_seen = sorted({n for cs in clocks.values() for c in cs for n in c.threads})
     n_timed = {side: sum(c.n_timed() for c in cs) for side, cs in clocks.items()}
     isolated = not any(c.rlhf_lab_imported for c in clocks["trl"]) and not agree["rlhf_lab_imported"]
@@ -526,11 +526,7 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int, t
         ["side", "ms/step", "responses/s", "timed steps", "step time ratio ours/TRL"],
         [["ours (PPOModule, algo=ppo, + Lightning)", 1000 * step["ours"], B / step["ours"], n_timed["ours"], ratio],
          [f"TRL {TRL_VERSION} PPOTrainer (own process)", 1000 * step["trl"], B / step["trl"], n_timed["trl"], 1.0]]))
-    sec.tables.append("Where the time goes, median ms per step over the timed steps of all rounds (the phases' medians "
-                      "need not add up to the step's):\n\n" + table(
-                          ["phase", "ours ms", "TRL ms", "ratio ours/TRL"],
-                          [[label, 1000 * med["ours"][k], 1000 * med["trl"][k], med["ours"][k] / med["trl"][k]]
-                           for k, label in PHASES]))
+    sec.tables.append(phase_text)
     sec.tables.append(
         f"First step, same initial weights, the same {B} responses ({agree['n_tokens']} tokens each, sampled by ours "
         f"with EOS and pad suppressed), the same minibatch permutations; reference: other random weights (`lm_ref`) on "
