@@ -233,6 +233,54 @@ def run_trl(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> St
 # first-step agreement
 
 
+class StepRecorder:
+    """One real training step of a ``PPOModule`` (:func:`lightning_run`, inside an MLflow run), recorded from outside:
+    ``rec[name]`` = (args, kwargs, result) of the first call of ``rollout``, ``score``, ``update`` and of what
+    :meth:`first_call` wraps; ``rec["loss"]``: every ``manual_backward``'s loss, ``rec["grad"]``: the gradient norm
+    of the models `grad_of` after it; ``rec["perm"]``: the ``torch.randperm`` permutations of the batch (`batch`)."""
+
+    def __init__(self, module, batch: int, grad_of: tuple):
+        self.module, self.batch, self.grad_of = module, batch, grad_of
+        self.rec: dict = {"loss": [], "grad": [], "perm": []}
+
+    def first_call(self, name: str, fn):
+        def wrapped(*args, **kw):
+            out = fn(*args, **kw)
+            self.rec.setdefault(name, (args, kw, out))
+            return out
+        return wrapped
+
+    def run(self, *contexts) -> dict:
+        """The step, inside `contexts` (more patches); returns :attr:`rec`."""
+        import contextlib
+
+        from benchmarks.ppo import mlflow_run
+
+        m, rec = self.module, self.rec
+        base_backward, base_randperm = m.manual_backward, torch.randperm
+
+        def backward(loss, *args, **kw):
+            rec["loss"].append(float(loss))
+            out = base_backward(loss, *args, **kw)
+            rec["grad"].append(grad_norm(*self.grad_of))
+            return out
+
+        def randperm(n, *args, **kw):
+            p = base_randperm(n, *args, **kw)
+            if n == self.batch:
+                rec["perm"].append(p.clone())
+            return p
+
+        m.manual_backward = backward
+        for name in ("rollout", "score", "update"):
+            setattr(m, name, self.first_call(name, getattr(m, name)))
+        with contextlib.ExitStack() as stack:
+            for c in (*contexts, patch.object(torch, "randperm", randperm), mlflow_run()):
+                stack.enter_context(c)
+            lightning_run(m, 1, [])
+        return rec
+
+
 def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok) -> dict:
     """Both sides' first GRPO step on the same completions, through their own code.
 
@@ -246,40 +294,11 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok) -> dict:
     AdamW step on each side, so the importance ratio and the clip are no longer trivially 1. The reference has
     other random weights than the policy (``lm_ref``), so that the KL term is not 0.
     """
-    from benchmarks.ppo import mlflow_run
-
     a = cfg.algo
     torch.manual_seed(0)
     module = ours_module(cfg, wm, tok, reference_dir=wm.lm_dir.parent / "lm_ref")
-    rec: dict = {"loss": [], "grad": [], "perm": []}
     B = int(a.batch_size)
-
-    def record(name, fn):
-        def wrapped(*args, **kw):
-            out = fn(*args, **kw)
-            rec.setdefault(name, (args, kw, out))
-            return out
-        return wrapped
-
-    def backward(loss, *args, **kw):
-        rec["loss"].append(float(loss))
-        out = base_backward(loss, *args, **kw)
-        rec["grad"].append(grad_norm(module.policy))
-        return out
-
-    def randperm(n, *args, **kw):
-        p = base_randperm(n, *args, **kw)
-        if n == B:
-            rec["perm"].append(p.clone())
-        return p
-
-    base_backward, base_randperm = module.manual_backward, torch.randperm
-    module.manual_backward = backward
-    module.rollout = record("rollout", module.rollout)
-    module.score = record("score", module.score)
-    module.update = record("update", module.update)
-    with patch.object(torch, "randperm", randperm), mlflow_run():
-        lightning_run(module, 1, [])
+    rec = StepRecorder(module, B, (module.policy,)).run()
     ro = rec["rollout"][2]
     scores = rec["score"][2]
     (qr, old_logp, ref_logp, _old_values, advantages, _returns, _beta), _, _ = rec["update"]

@@ -292,11 +292,6 @@ def run_trl_timed(job: dict, work: Path, steps: int, warmup: int, name: str) -> 
 # first-batch agreement
 
 
-def grad_norm(*models) -> float:
-    gs = [p.grad.detach().flatten() for m in models for p in m.parameters() if p.grad is not None]
-    return float(torch.cat(gs).norm()) if gs else 0.0
-
-
 def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: Path) -> dict:
     """Both sides' first PPO step on the same rollout, each through its own code.
 
@@ -309,8 +304,7 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
     ``check``), with the same permutations and our scores (its own score on the token ids is recorded). The
     reference has other random weights than the policy (``lm_ref``, on both sides), so that the KL is not 0.
     """
-    from benchmarks.grpo import lightning_run
-    from benchmarks.ppo import mlflow_run
+    from benchmarks.grpo import StepRecorder
     from rlhf_lab.algorithms import ppo
     from rlhf_lab.models.reward import encode_texts
 
@@ -319,14 +313,10 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
     ref_dir = wm.lm_dir.parent / "lm_ref"
     torch.manual_seed(0)
     module = ours_module(cfg, wm, tok, reference_dir=ref_dir)
-    rec: dict = {"perm": [], "pg": [], "vf": [], "grad": []}
-
-    def record(name, fn):
-        def wrapped(*args, **kw):
-            out = fn(*args, **kw)
-            rec.setdefault(name, (args, kw, out))
-            return out
-        return wrapped
+    recorder = StepRecorder(module, B, (module.policy, module.critic))
+    rec = recorder.rec
+    rec.update(pg=[], vf=[])
+    base_mb = module.minibatch_loss
 
     def minibatch_loss(*args, **kw):
         loss, st = base_mb(*args, **kw)
@@ -334,25 +324,9 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
         rec["vf"].append(float(st["loss/value"]))
         return loss, st
 
-    def backward(loss, *args, **kw):
-        out = base_backward(loss, *args, **kw)
-        rec["grad"].append(grad_norm(module.policy, module.critic))
-        return out
-
-    def randperm(n, *args, **kw):
-        p = base_randperm(n, *args, **kw)
-        if n == B:
-            rec["perm"].append(p.clone())
-        return p
-
-    base_mb, base_backward, base_randperm = module.minibatch_loss, module.manual_backward, torch.randperm
-    module.minibatch_loss, module.manual_backward = minibatch_loss, backward
-    module.rollout = record("rollout", module.rollout)
-    module.score = record("score", module.score)
-    module.update = record("update", module.update)
-    with (sampling_full_length(), patch.object(torch, "randperm", randperm),
-          patch.object(ppo, "per_token_rewards", record("rewards", ppo.per_token_rewards)), mlflow_run()):
-        lightning_run(module, 1, [])
+    module.minibatch_loss = minibatch_loss
+    recorder.run(sampling_full_length(),
+                 patch.object(ppo, "per_token_rewards", recorder.first_call("rewards", ppo.per_token_rewards)))
     ro = rec["rollout"][2]
     scores = rec["score"][2]
     (_shaped, kl_t, _mask, beta), _, rewards = rec["rewards"]

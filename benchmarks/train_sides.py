@@ -84,9 +84,9 @@ def hf_fit(trainer, warmup: int) -> StepClock:
     return clock
 
 
-def grad_norm(model: torch.nn.Module) -> float:
-    """L2 norm of all parameter gradients (0 when none)."""
-    gs = [p.grad.detach().flatten() for p in model.parameters() if p.grad is not None]
+def grad_norm(*models: torch.nn.Module) -> float:
+    """L2 norm of all parameter gradients of `models` together (0 when none)."""
+    gs = [p.grad.detach().flatten() for m in models for p in m.parameters() if p.grad is not None]
     return float(torch.cat(gs).norm()) if gs else 0.0
 
 
