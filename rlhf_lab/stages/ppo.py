@@ -249,7 +249,7 @@ def load_reward(cfg: DictConfig, gold=None):
 
 
 STEP_PHASES = (("time/rollout_s", "generation"), ("time/score_s", "scoring"),
-               ("time/forward_s", "old, reference and value passes"), ("time/update_s", "update"))
+               ("time/forward_s", "no-grad passes (old, reference, values)"), ("time/update_s", "update"))
 
 
 def time_summary(phases: dict[str, float], train_s: float, eval_s: float, stage: str,
