@@ -260,6 +260,12 @@ def phase_medians(clocks: dict, phases) -> tuple[dict, str]:
     return med, text
 
 
+def identical_rows(same: dict[str, bool]) -> tuple[list[list], bool]:
+    """The agreement table's rows for inputs both sides must share exactly ({what: identical?}), and whether all are."""
+    rows = [[f"identical {label}", str(v), "", "", "ok" if v else "DIFFERS"] for label, v in same.items()]
+    return rows, all(same.values())
+
+
 def median(xs) -> float:
     xs = list(xs)
     return statistics.median(xs) if xs else float("nan")

@@ -32,7 +32,8 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, phase_medians, table, with_rest
+from benchmarks.common import (Section, StepClock, WorldModel, identical_rows, load_tokenizer, phase_medians,
+                               table, with_rest)
 from benchmarks.train_sides import LightningClock, StepPhases, alternate, grad_norm, hf_common_args, throughput
 
 LOSS_TYPES = {"seq_mean_token_mean": "grpo", "token_mean": "bnpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -380,10 +381,8 @@ def agreement_rows(agree: dict, tol: float) -> tuple[list[list], bool]:
         good = diff <= tol * max(1.0, scale)
         ok &= good
         rows.append([label, o, t, diff, "ok" if good else "DIFFERS"])
-    for label, same in agree["same"].items():
-        ok &= same
-        rows.append([f"identical {label}", str(same), "", "", "ok" if same else "DIFFERS"])
-    return rows, ok
+    same_rows, same_ok = identical_rows(agree["same"])
+    return rows + same_rows, ok and same_ok
 
 
 # ------------------------------------------------------------------------------------------------

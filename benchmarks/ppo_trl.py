@@ -54,7 +54,8 @@ from unittest.mock import patch
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, phase_medians, table, with_rest
+from benchmarks.common import (Section, StepClock, WorldModel, identical_rows, load_tokenizer, phase_medians,
+                               table, with_rest)
 from benchmarks.train_sides import LightningClock, StepPhases, alternate
 
 TRL_VERSION = "1.9.2"
@@ -430,10 +431,8 @@ def agreement_rows(agree: dict, tol: float) -> tuple[list[list], bool]:
         good = _within(diff, scale, tol)
         ok &= good
         rows.append([label, o, t, diff, "ok" if good else "DIFFERS"])
-    for label, same in agree["same"].items():
-        ok &= same
-        rows.append([f"identical {label}", str(same), "", "", "ok" if same else "DIFFERS"])
-    return rows, ok
+    same_rows, same_ok = identical_rows(agree["same"])
+    return rows + same_rows, ok and same_ok
 
 
 # ------------------------------------------------------------------------------------------------

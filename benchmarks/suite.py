@@ -1,4 +1,4 @@
-"""Claims-suite throughput against a baseline: ``python -m benchmarks.suite [--baseline v2|v1] [--seeds 4] [--steps 60]``.
+"""Claims-suite throughput against a baseline: ``python -m benchmarks.suite [--baseline v2|v1] [--seeds 4]``.
 
 The claims suite (``rlhf-lab-suite``) is about 200 PPO, GRPO and DPO jobs of a few minutes each, run 2 at a
 time on 2 cores; its wall time decides how many verdicts a session gives. This benchmark measures it on a
@@ -66,14 +66,14 @@ PHASES = (("start-up (imports, config, store)", "time/startup_s", "once"),
           ("evaluations (eval/* and test/*)", "time/eval_s", "once"))
 
 
-def phase_seconds(client, run) -> dict[str, float]:
+def phase_seconds(client, run, steps: float) -> dict[str, float]:
     """{phase name: seconds} of one job run (:data:`PHASES`), plus ``the rest of the steps`` (statistics, gold,
-    logging, Lightning) and ``after training`` (the run's end minus the fit's: saving, the last writes)."""
+    logging: the steps' time, `steps` = the sum of ``time/step_s``, minus their phases) and ``Lightning around the
+    steps`` (the fit's training time minus the steps)."""
     out = {}
     for name, key, how in PHASES:
         hist = [m.value for m in client.get_metric_history(run.info.run_id, key)]
         out[name] = (sum(hist) if how == "sum" else hist[-1]) if hist else float("nan")
-    steps = sum(m.value for m in client.get_metric_history(run.info.run_id, "time/step_s"))
     train = run.data.metrics.get("time/train_s", float("nan"))
     eval_s = out["evaluations (eval/* and test/*)"]
     out["the rest of the steps (statistics, gold, logging)"] = steps - sum(
@@ -92,7 +92,7 @@ def run_facts(client, run) -> dict:
             "seconds": (run.info.end_time - run.info.start_time) / 1000,
             "step_s": sum(steps) / len(steps) if steps else float("nan"),
             "test_gold": run.data.metrics.get("test/gold_reward", float("nan")),
-            "curve": curve, "phases": phase_seconds(client, run)}
+            "curve": curve, "phases": phase_seconds(client, run, sum(steps))}
 
 
 def phase_rows(sides: dict) -> list[list]:

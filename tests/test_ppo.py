@@ -285,9 +285,10 @@ def test_the_start_of_run_evaluation_is_computed_once_and_reused_to_the_digit(ti
                 "test/proxy_reward", "eval/gold_reward_ood"):
         assert len({_history(db, m["run_id"], key)[0] for m in (off, a, b)}) == 1, key
     assert a["test"] == off["test"] and a["eval"] == off["eval"]  # reused or computed: the same training
-    tags = {m["run_id"]: r for m in (off, a, b, c) for _, r in _runs(db).iterrows() if r["run_id"] == m["run_id"]}
-    start = [tags[m["run_id"]].get("tags.rlhf_lab.start_eval.eval") for m in (off, a, b, c)]
+    tags = _runs(db).set_index("run_id")
+    start = [tags.loc[m["run_id"]].get("tags.rlhf_lab.start_eval.eval") for m in (off, a, b, c)]
     assert start[0] is None or start[0] != start[0]  # computed by the job itself: no artifact named
     assert start[1] == start[2] and Path(start[1], "start_evaluation.json").is_file()  # one artifact, both jobs
     assert start[3] != start[1]  # eval.n_prompts changes the evaluation: its own
-    assert tags[a["run_id"]]["tags.rlhf_lab.start_eval.test"] == tags[b["run_id"]]["tags.rlhf_lab.start_eval.test"]
+    test_start = "tags.rlhf_lab.start_eval.test"
+    assert tags.loc[a["run_id"], test_start] == tags.loc[b["run_id"], test_start]
