@@ -11,6 +11,12 @@ other in this invocation (``--rounds 2`` repeats them in the reverse order), int
   SFT policy's start-of-run evaluations itself); the two sides must give the same numbers to the digit;
 - ``--baseline v1`` (before v2): also ``algo.packing=false algo.trim_minibatches=false reward_model.packing=false
   generation.sampler=hf`` (padded passes, untrimmed minibatches, Hugging Face ``generate``);
+- ``--baseline code:REV`` (e.g. ``code:8d3a177``, the commit at which v2's figure was measured): the package as it
+  was at git revision REV with its own defaults, against today's code. REV's tree (``git archive``) is installed
+  with ``pip install --no-deps --target`` into the work folder and its side runs with that folder first on
+  ``PYTHONPATH``, with an artifact cache of its own that its own warm-up job fills (older code may key or lay out
+  its artifacts otherwise); the store is shared. Everything that changed since REV is in the ratio, also what no
+  override turns off, and the numbers may differ within noise where the training's arithmetic changed;
 - today: the defaults (padding-free passes and trimmed minibatches, the lab's KV-cache sampler, the start-of-run
   evaluations computed once and reused from the artifact cache).
 
@@ -36,16 +42,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results.md"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results.md"
 BEGIN, END = "<!-- suite-throughput: python -m benchmarks.suite -->", "<!-- /suite-throughput -->"
 BASELINES = {
     "v2": ("v2 (before v3)", ["eval.reuse_start=false"]),
@@ -116,8 +126,9 @@ def phase_rows(sides: dict) -> list[list]:
     return rows
 
 
-def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: int) -> dict:
-    """Launch one side's sweep; its wall seconds and its runs' facts."""
+def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: int, env: dict | None = None) -> dict:
+    """Launch one side's sweep (`env`: environment variables of its processes, e.g. another code's
+    ``PYTHONPATH``); its wall seconds and its runs' facts."""
     from mlflow.tracking import MlflowClient
 
     from benchmarks.common import finished_job_runs
@@ -127,13 +138,44 @@ def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: in
     args = ["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", *common, f"study={study}",
             "seed=" + ",".join(str(s) for s in range(seeds)), *SIDES[name][1]]
     print(f"[suite-bench] round {round_i}: {SIDES[name][0]}: rlhf-lab {shlex.join(args)}", flush=True)
-    secs, _ = rlhf_lab(args, work / study, timeout=4 * 3600)
+    secs, _ = rlhf_lab(args, work / study, env=env, timeout=4 * 3600)
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     facts = [run_facts(client, r) for r in finished_job_runs(client, study)]
     if len(facts) != seeds:
         raise RuntimeError(f"{name}: {len(facts)} of {seeds} jobs finished")
     print(f"[suite-bench] {SIDES[name][0]}: {secs:.0f} s for {seeds} jobs", flush=True)
     return {"wall": secs, "runs": sorted(facts, key=lambda f: f["seed"])}
+
+
+def install_revision(rev: str, work: Path) -> tuple[Path, str]:
+    """The package as it was at git revision `rev` of this checkout, installed (``git archive``, then
+    ``pip install --no-deps --target``) into a folder under `work`; (that folder, the commit's short hash).
+    SystemExit with one line when git or pip fails."""
+    def run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+        p = subprocess.run(cmd, capture_output=True)
+        if p.returncode != 0:
+            last = ((p.stderr or p.stdout).decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            raise SystemExit(f"benchmarks.suite: --baseline code:{rev}: {what} failed (exit {p.returncode}): {last}")
+        return p
+
+    sha = run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+              "not a commit of this checkout: git rev-parse").stdout.decode().strip()
+    short, src, site = sha[:7], work / f"src_{sha[:7]}", work / f"site_{sha[:7]}"
+    src.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(run(["git", "-C", str(ROOT), "archive", "--format=tar", sha],
+                                             "git archive").stdout)) as tar:
+        tar.extractall(src, filter="data")
+    print(f"[suite-bench] installing the code at {short} into {site}", flush=True)
+    run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target",
+         str(site), str(src)], "pip install")
+    return site, short
+
+
+def baseline_arg(value: str) -> str:
+    """``--baseline``: a name of :data:`BASELINES` or ``code:REV``."""
+    if value in BASELINES or (value.startswith("code:") and len(value) > 5):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: choose {', '.join(sorted(BASELINES))} or code:REV (a git revision)")
 
 
 def gold_comparison(before: list[dict], after: list[dict]) -> dict:
@@ -227,14 +269,16 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
              *run_lines(started, secs, cmd, load), "",
              f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
              f"launched as the suite launches a study (2 jobs at a time), {args.rounds} round(s); wall time of "
-             "`rlhf-lab -m …` from start to exit. Upstream stages cached by a warm-up job.", "",
+             "`rlhf-lab -m …` from start to exit. Upstream stages cached by a warm-up job"
+             + (f" (each side's own: {SIDES['before'][0]} is installed apart and keeps its own artifact cache)."
+                if args.baseline.startswith("code:") else "."), "",
              table(["settings", "overrides", "wall s", "jobs", "jobs per hour", "mean job run s",
                     "wall before ÷ this", "mean PPO step s", "step before ÷ this"], rows), "",
              "(The PPO step, `time/step_s`, is rollout, scoring and update; a job also pays its start-up and the "
              "evaluations.)", "",
              "**Where a job's time goes** (mean seconds per job, from each run's `time/*` metrics, the same split "
              "as the job summary's `time` line; start-up is paid by a worker's first job only, later jobs of the "
-             "same joblib worker reuse its imports):", "",
+             "same joblib worker reuse its imports; n/a: a metric that side's code does not log):", "",
              table(["phase", *(f"{SIDES[n][0]} s" for n in sides), "share of today's job slot"], phase_rows(sides)),
              "",
              repro_line(sides), "",
@@ -257,25 +301,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="rounds; round 2 runs the sides in reverse order")
     ap.add_argument("--cache-dir", default=None, help="the artifact cache (default: a fresh one in the work folder)")
     ap.add_argument("--out", default=str(RESULTS), help="the results file")
-    ap.add_argument("--baseline", choices=sorted(BASELINES), default="v2",
-                    help="the settings the defaults are compared with: v2 (eval.reuse_start=false; default) or v1 "
-                         "(before v2)")
+    ap.add_argument("--baseline", type=baseline_arg, default="v2",
+                    help="what today's defaults are compared with: v2 (eval.reuse_start=false; default), v1 (before "
+                         "v2), or code:REV (the code at git revision REV, e.g. code:8d3a177, installed apart)")
     args = ap.parse_args(argv)
-    SIDES["before"] = BASELINES[args.baseline]
     started, t0, load0 = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_suite_"))
     cache = Path(args.cache_dir).resolve() if args.cache_dir else work / "cache"
-    common = [f"cache_dir={cache}", f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"algo.steps={args.steps}",
-              "eval.every_n_steps=10", "trainer.progress_bar=false"]
+    common = [f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"algo.steps={args.steps}", "eval.every_n_steps=10",
+              "trainer.progress_bar=false"]
+    side_common = {"before": [f"cache_dir={cache}", *common], "today": [f"cache_dir={cache}", *common]}
+    side_env: dict[str, dict | None] = {"before": None, "today": None}
     try:
-        secs, _ = rlhf_lab([*common, "study=warmup", "algo.steps=1", "eval.every_n_steps=0", "eval.reuse_start=false"],
-                           work / "warmup",
-                           timeout=4 * 3600)
-        print(f"[suite-bench] warm-up job (builds or reuses the upstream stages): {secs:.0f} s", flush=True)
+        if args.baseline.startswith("code:"):
+            site, short = install_revision(args.baseline[5:], work)
+            SIDES["before"] = (f"the code at {short}", [])
+            side_common["before"] = [f"cache_dir={work / f'cache_{short}'}", *common]
+            side_env["before"] = {"PYTHONPATH": str(site)}
+        else:
+            SIDES["before"] = BASELINES[args.baseline]
+        for name in (("before", "today") if side_env["before"] else ("today",)):
+            warm = [*side_common[name], "study=warmup", "algo.steps=1", "eval.every_n_steps=0"]
+            if name == "today":
+                warm.append("eval.reuse_start=false")  # today's side builds its start-of-run evaluation itself
+            secs, _ = rlhf_lab(warm, work / f"warmup_{name}", env=side_env[name], timeout=4 * 3600)
+            print(f"[suite-bench] {SIDES[name][0]}: warm-up job (builds or reuses the upstream stages): {secs:.0f} s",
+                  flush=True)
         sides: dict[str, list] = {"before": [], "today": []}
         for i in range(1, args.rounds + 1):
             for name in (("before", "today") if i % 2 else ("today", "before")):
-                sides[name].append(sweep_side(name, work, common, args.seeds, i))
+                sides[name].append(sweep_side(name, work, side_common[name], args.seeds, i, side_env[name]))
         gold = gold_comparison(sides["before"][0]["runs"], sides["today"][0]["runs"])
         ratio = sum(r["wall"] for r in sides["before"]) / sum(r["wall"] for r in sides["today"])
         text = section(argv, started, (load0[0], os.getloadavg()[0]), time.time() - t0, args, sides, gold,

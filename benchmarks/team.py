@@ -47,8 +47,9 @@ LAUNCHERS = {
 
 def rlhf_lab(args: list[str], cwd: Path, env: dict | None = None,
              timeout: float = 900) -> tuple[float, subprocess.CompletedProcess]:
-    """Run ``rlhf-lab ARGS`` in `cwd`; (wall seconds, the finished process). Raises on a non-zero exit."""
-    full = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **(env or {}))
+    """Run ``rlhf-lab ARGS`` in `cwd` (`env`: variables set over the environment, ``PYTHONPATH`` included: this
+    checkout's by default); (wall seconds, the finished process). Raises on a non-zero exit."""
+    full = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **(env or {})}
     full.pop("MLFLOW_TRACKING_URI", None)
     cwd.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -214,3 +214,19 @@ def test_seed_parallel_benchmark_gives_each_model_its_own_gradient(capsys):
     diff = float(re.search(r"largest gradient difference, a model in the batch vs alone: (\S+)", out).group(1))
     assert diff < 1e-6, out
     assert re.search(r"one after the other ÷ together \d+\.\d\d×", out), out
+
+
+def test_suite_benchmark_baseline_names_and_revisions(tmp_path):
+    """--baseline takes v1, v2 or code:REV; a revision git does not know ends the run with one line, before any
+    job runs."""
+    import argparse
+
+    from benchmarks.suite import baseline_arg, install_revision
+
+    assert baseline_arg("v2") == "v2" and baseline_arg("code:8d3a177") == "code:8d3a177"
+    for bad in ("v3", "code:"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            baseline_arg(bad)
+    with pytest.raises(SystemExit) as e:
+        install_revision("no-such-revision-0", tmp_path)
+    assert "code:no-such-revision-0" in str(e.value) and "\n" not in str(e.value)

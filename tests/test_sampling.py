@@ -234,3 +234,29 @@ def test_sampler_is_a_generation_key_left_out_of_artifact_specs():
     C.check_generation(hf.generation)
     with pytest.raises(C.ConfigError, match="generation.sampler"):
         C.check_generation(compose_cfg(["generation.sampler=vllm"]).generation)
+
+
+def test_preallocated_cache_layer_returns_what_concatenation_returns():
+    """The decode loop's cache layer (sampling.PreallocatedLayer) holds the same keys and values as transformers'
+    DynamicLayer after every update, writes in place while within its capacity, and grows past it."""
+    from transformers.cache_utils import DynamicLayer
+
+    g = torch.Generator().manual_seed(0)
+    ours, theirs = S.PreallocatedLayer(capacity=7), DynamicLayer()
+    buffer = None
+    for n in (5, 1, 1, 3, 1):  # a prefill of 5, two tokens, then past the capacity of 7
+        k, v = torch.randn(2, 3, n, 4, generator=g), torch.randn(2, 3, n, 4, generator=g)
+        ko, vo = ours.update(k, v)
+        kt, vt = theirs.update(k, v)
+        assert torch.equal(ko, kt) and torch.equal(vo, vt)
+        assert ours.get_seq_length() == theirs.get_seq_length()
+        if ours.get_seq_length() <= 7:
+            buffer = buffer or ko.untyped_storage().data_ptr()
+            assert ko.untyped_storage().data_ptr() == buffer, "reallocated within its capacity"
+    assert ours.get_seq_length() == 11
+
+
+def test_decode_loop_uses_the_preallocated_cache(family_models):
+    model, _ = family_models["family_a"]
+    cache = S.preallocated_cache(model, 12)
+    assert cache is not None and all(isinstance(layer, S.PreallocatedLayer) for layer in cache.layers)

@@ -24,6 +24,11 @@ import torch.nn.functional as F
 
 from rlhf_lab.models.adapters import unwrap
 
+try:
+    from transformers.cache_utils import DynamicLayer as CacheLayer
+except ImportError:  # transformers before cache layers (< 4.56): decode_loop lets the model build its own cache
+    CacheLayer = object
+
 log = logging.getLogger(__name__)
 
 SAMPLERS = ("lab", "hf")  # generation.sampler
@@ -218,7 +223,8 @@ def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
     extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
     out = q_ids.new_full((B, max_new_tokens), pad_id)
     unfinished = torch.ones(B, dtype=torch.long, device=q_ids.device)
-    inputs, attn, cache, step_mask = q_ids, q_mask if padded else None, None, full_mask
+    inputs, attn, step_mask = q_ids, q_mask if padded else None, full_mask
+    cache = preallocated_cache(base, P + max_new_tokens)
     for t in range(max_new_tokens):
         res = model(input_ids=inputs, attention_mask=attn, position_ids=pos, use_cache=True, **{cache_kw: cache},
                     **extra)
@@ -239,6 +245,60 @@ def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
         if padded:
             attn = step_mask[..., : P + t + 1]
     return out
+
+
+def preallocated_cache(base, capacity: int):
+    """The cache :func:`decode_loop` starts from: transformers' ``DynamicCache`` for the model's config with each
+    full-attention layer a :class:`PreallocatedLayer` of `capacity` positions (sliding-window or linear-attention
+    layers stay transformers' own); None (the model builds its own cache) where transformers has no such cache."""
+    if CacheLayer is object:
+        return None
+    from transformers.cache_utils import DynamicCache
+
+    try:
+        cache = DynamicCache(config=base.config)
+    except (TypeError, ValueError, AttributeError):  # a config transformers' cache cannot read
+        return None
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return None
+    cache.layers = [PreallocatedLayer(capacity) if type(layer) is CacheLayer else layer for layer in layers]
+    return cache
+
+
+class PreallocatedLayer(CacheLayer):
+    """A full-attention KV-cache layer whose keys and values live in buffers allocated once, for `capacity`
+    positions (prompt + new tokens), each update written in place and the filled part returned as a view.
+    transformers' ``DynamicLayer`` concatenates instead, copying the whole cache at every token; the attention
+    sees the same keys and values either way (the samplers' tokens are identical, tests/test_sampling.py). Past
+    `capacity` the buffers double."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity, self.length = int(capacity), 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> None:
+        self.device = key_states.device
+        self._keys = key_states.new_empty(*key_states.shape[:2], self.capacity, key_states.shape[-1])
+        self._values = value_states.new_empty(*value_states.shape[:2], self.capacity, value_states.shape[-1])
+        self.keys, self.values = self._keys[:, :, :0], self._values[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self._keys.shape[-2]:
+            grow = max(end, 2 * self._keys.shape[-2]) - self._keys.shape[-2]
+            self._keys = torch.cat([self._keys, self._keys.new_empty(*self._keys.shape[:2], grow,
+                                                                     self._keys.shape[-1])], dim=-2)
+            self._values = torch.cat([self._values, self._values.new_empty(*self._values.shape[:2], grow,
+                                                                           self._values.shape[-1])], dim=-2)
+        self._keys[:, :, self.length:end] = key_states
+        self._values[:, :, self.length:end] = value_states
+        self.length = end
+        self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
+        return self.keys, self.values
 
 
 def sdpa_mask_ok(base, cache) -> bool:
