@@ -57,7 +57,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results.md"
 BEGIN, END = "<!-- suite-throughput: python -m benchmarks.suite -->", "<!-- /suite-throughput -->"
+# a measurement of options (--with) has a section of its own, so that it does not replace the defaults' measurement
+BEGIN_WITH, END_WITH = "<!-- suite-throughput-with: python -m benchmarks.suite --with -->", "<!-- /suite-throughput-with -->"
 BASELINES = {
+    "defaults": ("today's defaults", []),  # with --with: what an option buys against the defaults
     "v2": ("v2 (before v3)", ["eval.reuse_start=false"]),
     "v1": ("before v2", ["algo.packing=false", "algo.trim_minibatches=false", "reward_model.packing=false",
                          "generation.sampler=hf", "eval.reuse_start=false"]),
@@ -265,7 +268,8 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
             " jobs per hour). A projection from the sample, not a measurement of the whole suite (which takes "
             "longer than a working session).", "",
             table(["study", "algorithm", "jobs", "stated min", "projected min"], proj_rows), ""]
-    lines = [BEGIN, f"## Claims-suite throughput: jobs per hour, {SIDES['before'][0]} and today's defaults", "",
+    begin, end = (BEGIN_WITH, END_WITH) if args.options else (BEGIN, END)
+    lines = [begin, f"## Claims-suite throughput: jobs per hour, {SIDES['before'][0]} and {SIDES['today'][0]}", "",
              *run_lines(started, secs, cmd, load), "",
              f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
              f"launched as the suite launches a study (2 jobs at a time), {args.rounds} round(s); wall time of "
@@ -287,7 +291,7 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
              f"means {gold['before_mean']:.3f} before, {gold['today_mean']:.3f} today.", "",
              table(["seed", "test gold before", "test gold today", "today − before"], gold_rows), "",
              f"Seed-mean `eval/gold_reward` curve (largest difference {gold['max_curve_diff']:.3f}):", "",
-             table(["step", "before", "today", "today − before"], curve_rows), "", *projection, END]
+             table(["step", "before", "today", "today − before"], curve_rows), "", *projection, end]
     return "\n".join(lines)
 
 
@@ -303,8 +307,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS), help="the results file")
     ap.add_argument("--baseline", type=baseline_arg, default="v2",
                     help="what today's defaults are compared with: v2 (eval.reuse_start=false; default), v1 (before "
-                         "v2), or code:REV (the code at git revision REV, e.g. code:8d3a177, installed apart)")
+                         "v2), code:REV (the code at git revision REV, e.g. code:8d3a177, installed apart), or defaults "
+                         "(with --with)")
+    ap.add_argument("--with", dest="options", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="overrides of today's side, e.g. --with algo.compile=true (an option against the defaults: "
+                         "--baseline defaults)")
     args = ap.parse_args(argv)
+    if args.baseline == "defaults" and not args.options:
+        ap.error("--baseline defaults compares the defaults with options: give them with --with KEY=VALUE")
+    if args.options:
+        SIDES["today"] = (f"today's defaults + {' '.join(args.options)}", list(args.options))
     started, t0, load0 = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_suite_"))
     cache = Path(args.cache_dir).resolve() if args.cache_dir else work / "cache"
@@ -339,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     from benchmarks.common import write_marked_section
 
-    write_marked_section(Path(args.out), BEGIN, END, text)
+    write_marked_section(Path(args.out), *((BEGIN_WITH, END_WITH) if args.options else (BEGIN, END)), text)
     print("\n" + text, flush=True)
     return 0
 

@@ -103,11 +103,11 @@ def throughput(clocks: dict[str, list[StepClock]], batch_size: int) -> dict:
     return out
 
 
-def alternate(rounds: int, run_side) -> dict[str, list[StepClock]]:
-    """`rounds` runs of each side, alternating which goes first (ours, TRL, TRL, ours, ...)."""
-    clocks: dict[str, list[StepClock]] = {"ours": [], "trl": []}
+def alternate(rounds: int, run_side, sides: tuple[str, ...] = ("ours", "trl")) -> dict[str, list[StepClock]]:
+    """`rounds` runs of each side, the order reversed every other round (ours, TRL, TRL, ours, ...)."""
+    clocks: dict[str, list[StepClock]] = {side: [] for side in sides}
     for r in range(rounds):
-        for side in (("ours", "trl") if r % 2 == 0 else ("trl", "ours")):
+        for side in (sides if r % 2 == 0 else sides[::-1]):
             torch.manual_seed(0)
             clocks[side].append(run_side(side))
     return clocks

@@ -11,7 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.config_checks import composition_error_line, exit_on_bad_config
+from rlhf_lab.config_checks import ConfigError, composition_error_line, exit_on_bad_config
 from rlhf_lab.data_errors import DataError
 from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import (
@@ -136,8 +136,9 @@ def _app(cfg: DictConfig) -> float | None:
         from hydra.types import RunMode
 
         if HydraConfig.get().mode != RunMode.MULTIRUN:
-            if isinstance(err, DataError) and os.environ.get(FULL_ERROR) != "1":  # like a config error
-                print(f"rlhf-lab: data error: {err}", file=sys.stderr)
+            if isinstance(err, (DataError, ConfigError)) and os.environ.get(FULL_ERROR) != "1":
+                # a data error, or a config error a stage finds (e.g. what the machine lacks): one line, exit 2
+                print(f"rlhf-lab: {'data' if isinstance(err, DataError) else 'config'} error: {err}", file=sys.stderr)
                 raise SystemExit(2) from None
             raise
         from rlhf_lab.sweeping import record_failure

@@ -122,6 +122,7 @@ class PPOConfig(JobConfig):
     max_grad_norm: Optional[float] = MISSING
     packing: bool = MISSING
     trim_minibatches: bool = MISSING
+    compile: bool = MISSING
     kl_estimator: str = MISSING
     kl_in: str = MISSING
     reward: str = MISSING

@@ -146,3 +146,53 @@ def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints)
     assert module.policy.model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
     groups = module.configure_optimizers().param_groups
     assert [len(g["params"]) for g in groups][1] == 2 and groups[1]["lr"] == cfg.algo.critic_lr  # weight, bias
+
+
+def test_compiled_passes_give_the_eager_losses_and_gradients(tiny_cfg, checkpoints):
+    """algo.compile=true: the packed passes' trunks through torch.compile (dynamic shapes) give the eager log-probs,
+    values, reference log-probs, losses and gradients to float noise, for rollouts of two different shapes."""
+    tok, path = checkpoints["a"]
+    cfg = tiny_cfg("algo.critic=policy")
+    module = _module(cfg, tok, path)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # the policy moves away from the reference, the value head from zero
+        for p in list(module.policy.parameters()) + list(module.critic.parameters()):
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    params = [p for p in module.parameters() if p.requires_grad]
+    rollouts = [_rollout(tok, [3, 7, 2, 5], [10, 4, 6, 3], seed=0), _rollout(tok, [6, 2, 4, 4, 3], [5, 8, 2, 7, 3], 1)]
+    for qr in rollouts:
+        B, T = qr[2].shape
+        mask = qr[3]
+        out = {}
+        for compiled in (False, True):
+            module.a.compile = compiled
+            assert module.compiled is compiled
+            with torch.no_grad():
+                passes = (*module.policy_forward(*qr), module.reference_logprobs(*qr))
+            old_logp, _, old_values, ref_logp = passes
+            g = torch.Generator().manual_seed(2)
+            adv, ret = torch.randn(B, T, generator=g) * mask, torch.randn(B, T, generator=g) * mask
+            module.zero_grad()
+            loss, st = module.minibatch_loss(qr, torch.arange(B), old_logp.detach() - 0.05 * mask, ref_logp,
+                                             old_values, adv, ret, 0.1)
+            loss.backward()
+            out[compiled] = (passes, st, [p.grad.clone() for p in params if p.grad is not None])
+        (p0, st0, g0), (p1, st1, g1) = out[False], out[True]
+        for a, b in zip(p0, p1):
+            assert torch.allclose(a * mask, b * mask, atol=1e-5)
+        for k in st0:
+            assert float(st1[k]) == pytest.approx(float(st0[k]), abs=1e-5), k
+        assert len(g0) == len(g1) and all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(g0, g1))
+
+
+def test_compile_needs_packing_and_a_cpp_compiler(tiny_cfg, monkeypatch):
+    from rlhf_lab.config_checks import ConfigError
+
+    ppo_stage.check_compile(tiny_cfg("algo.compile=false", "algo.packing=false"))  # off: nothing to check
+    with pytest.raises(ConfigError, match="algo.compile must be false unless algo.packing=true"):
+        ppo_stage.check_compile(tiny_cfg("algo.compile=true", "algo.packing=false"))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(ppo_stage.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="C\\+\\+ compiler"):
+        ppo_stage.check_compile(tiny_cfg("algo.compile=true"))
+    ppo_stage.check_compile(tiny_cfg("algo.compile=true", "trainer=gpu"))  # inductor builds no C++ kernels there

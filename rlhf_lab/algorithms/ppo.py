@@ -179,6 +179,11 @@ class PPOModule(L.LightningModule):
             raise ValueError(f"kl.unit={kl.unit!r}; choose sequence (sum over response tokens) or token (mean)")
 
     @property
+    def compiled(self) -> bool:
+        """``algo.compile``: the packed passes' trunks (policy, critic, reference) through ``torch.compile``."""
+        return bool(self.a.get("compile", False))
+
+    @property
     def updates_per_step(self) -> int:
         return self.a.ppo_epochs * self.a.num_minibatches
 
@@ -208,7 +213,7 @@ class PPOModule(L.LightningModule):
         shared = self.critic is not None and self.critic.backbone is None
         if self.packing():
             packed = pack_rollout(q_ids, q_mask, r_ids, r_mask, self.tok.pad_token_id)
-            logits, hidden = lm_forward_packed(self.policy, *packed)
+            logits, hidden = lm_forward_packed(self.policy, *packed, compiled=self.compiled)
         else:
             ids, attn = torch.cat([q_ids, r_ids], 1), torch.cat([q_mask, r_mask], 1)
             logits, hidden = lm_forward(self.policy, ids, attn, q_ids.shape[1])
@@ -217,7 +222,7 @@ class PPOModule(L.LightningModule):
         values = None
         if self.critic is not None:
             h = hidden if shared else None
-            values = (self.critic.forward_packed(*packed, hidden=h) if self.packing()
+            values = (self.critic.forward_packed(*packed, hidden=h, compiled=self.compiled) if self.packing()
                       else self.critic(ids, attn, q_ids.shape[1], hidden=h))
         return logp, ent, values
 
@@ -226,7 +231,8 @@ class PPOModule(L.LightningModule):
         the shared-base reference (adapters disabled) runs padded."""
         if self.packing() and isinstance(self._reference, nn.Module):
             logits, _ = lm_forward_packed(self._reference, *pack_rollout(q_ids, q_mask, r_ids, r_mask,
-                                                                         self.tok.pad_token_id))
+                                                                         self.tok.pad_token_id),
+                                          compiled=self.compiled)
             return token_logprobs(logits, r_ids, r_mask, self.gen.temperature or 1.0)
         return response_logprobs(self._reference, q_ids, q_mask, r_ids, r_mask, self.gen.temperature or 1.0)
 

@@ -26,10 +26,11 @@ def lm_forward(model, input_ids, attention_mask, query_len: int):
     return lm.get_output_embeddings()(hidden), hidden
 
 
-def lm_forward_packed(model, input_ids, position_ids, response_index):
+def lm_forward_packed(model, input_ids, position_ids, response_index, compiled: bool = False):
     """:func:`lm_forward` on a rollout packed without padding (:func:`rlhf_lab.models.sampling.pack_rollout`):
-    (logits, last hidden state) [B, T, ·] at the positions that predict the response tokens."""
-    hidden = packed_hidden(model, input_ids, position_ids)[response_index]
+    (logits, last hidden state) [B, T, ·] at the positions that predict the response tokens. ``compiled``: the
+    trunk through ``torch.compile`` (:func:`rlhf_lab.models.packing.compiled_trunk`)."""
+    hidden = packed_hidden(model, input_ids, position_ids, compiled)[response_index]
     return unwrap(model).get_output_embeddings()(hidden), hidden
 
 
@@ -58,8 +59,9 @@ class ValueModel(nn.Module):
                                    position_ids=positions(attention_mask)).last_hidden_state[:, query_len - 1 : -1]
         return self.head(hidden).squeeze(-1).float()
 
-    def forward_packed(self, input_ids, position_ids, response_index, hidden=None):
-        """:meth:`forward` on a rollout packed without padding (``sampling.pack_rollout``)."""
+    def forward_packed(self, input_ids, position_ids, response_index, hidden=None, compiled: bool = False):
+        """:meth:`forward` on a rollout packed without padding (``sampling.pack_rollout``); ``compiled`` as in
+        :func:`lm_forward_packed`."""
         if hidden is None:
-            hidden = packed_hidden(self.backbone, input_ids, position_ids)[response_index]
+            hidden = packed_hidden(self.backbone, input_ids, position_ids, compiled)[response_index]
         return self.head(hidden).squeeze(-1).float()

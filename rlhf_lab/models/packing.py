@@ -7,6 +7,8 @@ Used by RM training (``reward_model.packing``) and the PPO update (``algo.packin
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from rlhf_lab.models.adapters import unwrap
@@ -22,11 +24,26 @@ def backbone_of(model) -> torch.nn.Module:
     return hf if trunk is None else trunk
 
 
-def packed_hidden(model, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+def packed_hidden(model, input_ids: torch.Tensor, position_ids: torch.Tensor, compiled: bool = False) -> torch.Tensor:
     """The trunk's last hidden states of packed rows, flattened to [R * W, H] (index them with
-    ``pack_rows``' last-token indices or ``sampling.pack_rollout``'s response indices)."""
-    h = backbone_of(model)(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+    ``pack_rows``' last-token indices or ``sampling.pack_rollout``'s response indices). ``compiled``: through
+    :func:`compiled_trunk` (``algo.compile``) instead of eagerly."""
+    h = (compiled_trunk() if compiled else trunk_states)(backbone_of(model), input_ids, position_ids)
     return h.reshape(-1, h.shape[-1])
+
+
+def trunk_states(trunk: torch.nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """A trunk's last hidden states [R, W, H] of packed rows."""
+    return trunk(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+
+
+@functools.cache
+def compiled_trunk():
+    """:func:`trunk_states` under ``torch.compile`` (inductor, ``dynamic=True``: one set of kernels for every row
+    length), made once per process: the policy's, the critic's and the reference's trunks of one architecture share
+    its compiled code, and a warm joblib worker's later jobs pay no compile. Fuses the trunk's elementwise
+    operations; the arithmetic then differs from the eager pass by float noise."""
+    return torch.compile(trunk_states, dynamic=True)
 
 
 @torch.no_grad()

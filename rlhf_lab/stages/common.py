@@ -297,7 +297,7 @@ START_EVAL_IGNORES = (
     "algo.batch_size", "algo.samples_per_prompt", "algo.ppo_epochs", "algo.num_minibatches", "algo.lr",
     "algo.critic_lr", "algo.clip_eps", "algo.clip_eps_high", "algo.loss_agg", "algo.value_clip_eps", "algo.vf_coef",
     "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",
-    "algo.trim_minibatches", "algo.kl_estimator", "algo.kl_in", "algo.baseline", "algo.advantage_scale",
+    "algo.trim_minibatches", "algo.compile", "algo.kl_estimator", "algo.kl_in", "algo.baseline", "algo.advantage_scale",
     "algo.length_penalty", "algo.missing_eos_penalty", "algo.reward_clip", "algo.checkpoint_every",
     "algo.hacking_monitor", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl", "algo.max_entropy_ratio",
     "algo.reference.sync_every")

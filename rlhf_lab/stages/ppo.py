@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import random
 import resource
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -37,6 +39,7 @@ from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
 from rlhf_lab.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
+from rlhf_lab.config_checks import ConfigError
 from rlhf_lab.data_errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
@@ -74,11 +77,26 @@ def check_config(algo: DictConfig) -> None:
         raise ValueError(f"algo.loss_agg={algo.loss_agg!r}; choose one of {', '.join(LOSS_AGGREGATIONS)}")
 
 
+def check_compile(cfg: DictConfig) -> None:
+    """``algo.compile`` compiles the packed passes (``algo.packing``), and on CPU inductor builds C++ kernels: a
+    :class:`~rlhf_lab.config_checks.ConfigError` (one line, exit 2 from the CLI) before any model loads where either
+    is missing."""
+    if not cfg.algo.get("compile"):
+        return
+    if not cfg.algo.packing:
+        raise ConfigError("algo.compile", True, "false unless algo.packing=true (it compiles the packed passes)")
+    compilers = (os.environ.get("CXX") or "", "g++", "c++", "clang++")
+    if str(cfg.trainer.accelerator) == "cpu" and not any(shutil.which(c) for c in compilers if c):
+        raise ConfigError("algo.compile", True, "false on a CPU without a C++ compiler (g++, c++, clang++ or $CXX), "
+                                                "which torch.compile needs for its kernels: install one")
+
+
 def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
     """The SFT policy PPO starts from (built first, with every stage above it), and the reference checkpoint
     ``algo.reference.path`` when set (``sft@<preset>`` resolved to that preset's SFT artifact, built if missing).
     ``stage``: the job's name (grpo and rloo are this stage with their own settings)."""
     check_config(cfg.algo)
+    check_compile(cfg)
     sft = str(ensure("sft", cfg))
     out = {"sft": sft, "seed": stage_seed(cfg, stage), "steps": job_steps(cfg, stage, cfg.algo.steps)}
     if cfg.algo.reference.get("path"):
@@ -320,6 +338,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
                               distributed.world_size())
     module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation, gold.scorer,
                        checkpoint_dir=out_dir, formula_gold=gold.formula)
+    if module.compiled and distributed.is_rank_zero():
+        print(f"[rlhf-lab] {stage}: algo.compile=true: the first steps compile the trunks' passes (tens of seconds "
+              "on CPU, once per process; a sweep's warm workers reuse it)", flush=True)
     size = model_size(policy, critic)
     mem = {"memory/model_bytes": model_bytes(policy, reference, critic, *(getattr(scorer, "members", None) or []))}
     params = {"stage": stage, "algo": to_plain(a), "kl": to_plain(cfg.kl), "generation": to_plain(cfg.generation),
