@@ -337,8 +337,8 @@ def main(argv: list[str] | None = None) -> int:
             if name == "today":
                 warm.append("eval.reuse_start=false")  # today's side builds its start-of-run evaluation itself
             secs, _ = rlhf_lab(warm, work / f"warmup_{name}", env=side_env[name], timeout=4 * 3600)
-            print(f"[suite-bench] {SIDES[name][0]}: warm-up job (builds or reuses the upstream stages): {secs:.0f} s",
-                  flush=True)
+            label = SIDES[name][0] if name == "before" else "today's code"
+            print(f"[suite-bench] {label}: warm-up job (builds or reuses the upstream stages): {secs:.0f} s", flush=True)
         sides: dict[str, list] = {"before": [], "today": []}
         for i in range(1, args.rounds + 1):
             for name in (("before", "today") if i % 2 else ("today", "before")):
