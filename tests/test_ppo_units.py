@@ -5,6 +5,8 @@ random models of both families."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -148,6 +150,8 @@ def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints)
     assert [len(g["params"]) for g in groups][1] == 2 and groups[1]["lr"] == cfg.algo.critic_lr  # weight, bias
 
 
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                    reason="torch.compile on CPU needs a C++ compiler (algo.compile refuses to run without one)")
 def test_compiled_passes_give_the_eager_losses_and_gradients(tiny_cfg, checkpoints):
     """algo.compile=true: the packed passes' trunks through torch.compile (dynamic shapes) give the eager log-probs,
     values, reference log-probs, losses and gradients to float noise, for rollouts of two different shapes."""
