@@ -121,6 +121,15 @@ def summary_rows(sections: dict) -> dict[str, list[str]]:
     def agreement(d) -> str:
         return "loss agrees" if d["agree_ok"] else "LOSS DIFFERS"
 
+    def against_target(d, meets) -> tuple[str, str]:
+        """The value cell (the ratio, and the one with algo.compile=true where measured) and whether each meets
+        the target (`meets`: ratio -> bool)."""
+        value, met = f"{d['ratio']:.2f}×", "met" if meets(d["ratio"]) else "NOT met"
+        if "ratio_compiled" in d:
+            value += f"; algo.compile=true {d['ratio_compiled']:.2f}×"
+            met += "; with algo.compile=true: " + ("met" if meets(d["ratio_compiled"]) else "NOT met")
+        return value, met
+
     if "dpo" in sections:
         d = sections["dpo"].data
         rows["dpo"] = ["DPO throughput, ours/TRL (pairs/s)", f"{d['ratio']:.2f}×", agreement(d)]
@@ -129,10 +138,7 @@ def summary_rows(sections: dict) -> dict[str, list[str]]:
         rows["rm"] = ["RM throughput, ours/TRL (pairs/s)", f"{d['ratio']:.2f}×", agreement(d)]
     if "grpo" in sections:
         d = sections["grpo"].data
-        value, met = f"{d['ratio']:.2f}×", "met" if d["ratio"] >= d["target"] else "NOT met"
-        if "ratio_compiled" in d:
-            value += f"; algo.compile=true {d['ratio_compiled']:.2f}×"
-            met += "; with algo.compile=true: " + ("met" if d["ratio_compiled"] >= d["target"] else "NOT met")
+        value, met = against_target(d, lambda r: r >= d["target"])
         rows["grpo"] = ["GRPO throughput, ours/TRL (completions/s)", value, f"{agreement(d)}; target ≥ {d['target']}×: {met}"]
     if "sampling" in sections:
         d = sections["sampling"].data
@@ -148,11 +154,7 @@ def summary_rows(sections: dict) -> dict[str, list[str]]:
         rows["ppo"] = ["PPO step, ours/bare − 1; settings before v2 ÷ today's", value, check]
     if "ppo_trl" in sections:
         d = sections["ppo_trl"].data
-        met = "met" if d["ratio"] <= d["target"] else "NOT met"
-        value = f"{d['ratio']:.2f}×"
-        if "ratio_compiled" in d:
-            value += f"; algo.compile=true {d['ratio_compiled']:.2f}×"
-            met += "; with algo.compile=true: " + ("met" if d["ratio_compiled"] <= d["target"] else "NOT met")
+        value, met = against_target(d, lambda r: r <= d["target"])
         rows["ppo_trl"] = ["PPO step, ours/TRL 1.9.2 step time", value, f"{agreement(d)}; target ≤ {d['target']}×: {met}"]
     if "memory" in sections:
         d = sections["memory"].data
