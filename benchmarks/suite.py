@@ -59,6 +59,11 @@ RESULTS = ROOT / "benchmarks" / "results.md"
 BEGIN, END = "<!-- suite-throughput: python -m benchmarks.suite -->", "<!-- /suite-throughput -->"
 # a measurement of options (--with) has a section of its own, so that it does not replace the defaults' measurement
 BEGIN_WITH, END_WITH = "<!-- suite-throughput-with: python -m benchmarks.suite --with -->", "<!-- /suite-throughput-with -->"
+
+
+def markers(options: list[str]) -> tuple[str, str]:
+    """The results.md section a run writes: the defaults' measurement, or (with --with options) the options'."""
+    return (BEGIN_WITH, END_WITH) if options else (BEGIN, END)
 BASELINES = {
     "defaults": ("today's defaults", []),  # with --with: what an option buys against the defaults
     "v2": ("v2 (before v3)", ["eval.reuse_start=false"]),
@@ -268,7 +273,7 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
             " jobs per hour). A projection from the sample, not a measurement of the whole suite (which takes "
             "longer than a working session).", "",
             table(["study", "algorithm", "jobs", "stated min", "projected min"], proj_rows), ""]
-    begin, end = (BEGIN_WITH, END_WITH) if args.options else (BEGIN, END)
+    begin, end = markers(args.options)
     lines = [begin, f"## Claims-suite throughput: jobs per hour, {SIDES['before'][0]} and {SIDES['today'][0]}", "",
              *run_lines(started, secs, cmd, load), "",
              f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
@@ -351,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     from benchmarks.common import write_marked_section
 
-    write_marked_section(Path(args.out), *((BEGIN_WITH, END_WITH) if args.options else (BEGIN, END)), text)
+    write_marked_section(Path(args.out), *markers(args.options), text)
     print("\n" + text, flush=True)
     return 0
 
