@@ -9,6 +9,7 @@ sets the job's steps; upstream stages use their group's ``steps``.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import json
 import re
@@ -302,21 +303,19 @@ START_EVAL_IGNORES = (
     "algo.hacking_monitor", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl", "algo.max_entropy_ratio",
     "algo.reference.sync_every")
 START_EVAL_FILE = "start_evaluation.json"
-_SOURCE_DIGEST: list[str] = []
 
 
+@functools.cache
 def source_digest() -> str:
     """A digest of this package's Python sources (once per process): evaluations cached under it are never
     reused by other code."""
-    if not _SOURCE_DIGEST:
-        import hashlib
+    import hashlib
 
-        root = Path(__file__).resolve().parents[1]
-        h = hashlib.sha256()
-        for f in sorted(root.rglob("*.py")):
-            h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
-        _SOURCE_DIGEST.append(h.hexdigest()[:16])
-    return _SOURCE_DIGEST[0]
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
