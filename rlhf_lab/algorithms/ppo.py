@@ -149,8 +149,8 @@ class PPOModule(L.LightningModule):
         self.checkpoint_dir = checkpoint_dir
         self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
         self.last_stats: dict[str, float] = {}
-        # this process's PPO steps, summed: time/step_s and its phases (rollout, score, forward, update), for the
-        # job summary's breakdown of where the steps' time went
+        # this process's PPO steps, summed: the phases' time/* seconds (rollout, score, forward, update), for the
+        # job summary's breakdown of where the steps' time went (stages.ppo.STEP_PHASES)
         self.phase_totals: dict[str, float] = {}
         self.start_entropy: float | None = None  # the first step's: the divergence guard's noise bound needs it
         self._rng_to_restore = None
@@ -308,7 +308,7 @@ class PPOModule(L.LightningModule):
         self.last_stats = self.step_metrics(
             ro, scores, shaped, kl_t, old_logp, ref_logp, entropy, old_values, returns, advantage_var, losses,
             beta=beta, measured_kl=measured_kl, timer=timer)
-        for k in ("time/step_s", "time/rollout_s", "time/score_s", "time/forward_s", "time/update_s"):
+        for k in ("time/rollout_s", "time/score_s", "time/forward_s", "time/update_s"):
             self.phase_totals[k] = self.phase_totals.get(k, 0.0) + self.last_stats[k]
         finite = {k: v for k, v in self.last_stats.items() if math.isfinite(v)}
         tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
