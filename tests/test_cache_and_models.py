@@ -135,3 +135,31 @@ def test_bad_arch_and_family_are_clear_errors(saved_pair):
         F.build_model("a", {"hidden": 30, "layers": 1, "heads": 4}, tok)
     with pytest.raises(ValueError, match="not a model family"):
         F.build_model("c", {"hidden": 32, "layers": 1, "heads": 4}, tok)
+
+
+def test_trained_upstream_stages_are_keyed_by_their_precision(tiny_cfg, monkeypatch, tmp_path):
+    """A base model, SFT policy or reward model trained in bf16 is another model than the fp32 one: its own cache
+    key. fp32, written either way, keeps the key of the artifacts cached before precision was part of it."""
+    from rlhf_lab.stages import common
+
+    class Recorder:
+        def __init__(self):
+            self.keys = {}
+
+        def get_or_build(self, stage, spec, build):
+            self.keys[stage] = artifact_key(stage, spec)
+            return tmp_path / stage, False
+
+        def path(self, stage, spec):
+            return tmp_path / stage
+
+    def keys(*overrides):
+        rec = Recorder()
+        monkeypatch.setattr(common, "cache_for", lambda cfg: rec)
+        common.ensure("rm", tiny_cfg(*overrides))
+        return rec.keys
+
+    fp32, fp32_short, bf16 = keys(), keys("trainer.precision=32"), keys("trainer.precision=bf16-mixed")
+    assert set(fp32) == {"pretrain", "sft", "rm"}
+    assert fp32 == fp32_short
+    assert all(bf16[s] != fp32[s] for s in fp32)

@@ -204,3 +204,12 @@ def test_wheel_ships_the_sweeps(installed_wheel, tmp_path):
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "study: rm_source" in r.stdout
+
+
+def test_a_sweeps_launching_process_does_not_import_lightning():
+    """The sweep's parent process opens the parent run (``rlhf_lab.tracking``) and launches the jobs; it never
+    trains, so it does not pay Lightning's import (about 2.7 s on 2 cores) before the first job can start."""
+    code = ("import sys, rlhf_lab.cli, rlhf_lab.sweeping, rlhf_lab.tracking; "
+            "print(sorted(m for m in ('lightning', 'lightning.pytorch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

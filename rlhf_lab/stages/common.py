@@ -76,6 +76,10 @@ def upstream_run(cfg: DictConfig, path) -> str:
     return cache_for(cfg).meta(p).get("run_id", str(path)) if p.exists() else str(path)
 
 
+TRAINED_STAGES = ("pretrain", "sft", "rm")  # the upstream stages whose artifact a trainer fits
+FULL_PRECISION = ("32", "32-true")  # trainer.precision of the keys cached before it was part of them
+
+
 def ensure(stage: str, cfg: DictConfig) -> Path:
     """The cached artifact of `stage` for this config; built first (as its own MLflow run) when missing.
 
@@ -89,6 +93,8 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
     if stage == "sft" and job_stage(cfg) != "sft" and int(cfg.sft.steps) == 0:  # no SFT: the base is the policy
         return ensure("pretrain", cfg)
     spec = mod.spec(cfg)
+    if stage in TRAINED_STAGES and str(cfg.trainer.precision) not in FULL_PRECISION:
+        spec["precision"] = str(cfg.trainer.precision)  # bf16 and fp32 builds are different models
     cache = cache_for(cfg)
     t0 = time.time()
 
