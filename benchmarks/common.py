@@ -316,14 +316,56 @@ class Section:
         return "\n".join(out) + "\n"
 
 
-def run_lines(started, secs: float, cmd: str, load: tuple[float, float]) -> list[str]:
-    """The date and machine lines that open a standalone benchmark's section of results.md; `load` is the load
-    average at the start and at the end (busy above 0.5 at the start)."""
-    busy = load[0] > 0.5
+def cpu_seconds() -> tuple[float, float] | None:
+    """(CPU seconds every process of this machine has used since boot, CPU seconds this process and its reaped
+    descendants have used), from Linux's ``/proc/stat`` and ``os.times()``; None where there is no /proc/stat."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in first[1:9])
+    t = os.times()
+    return ((user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"),
+            t.user + t.system + t.children_user + t.children_system)
+
+
+OTHERS_BUSY = 0.05  # the share of the cores' time other processes may use before a measurement is flagged
+
+
+class CoreUse:
+    """Whether other processes shared the cores while a benchmark measured: the machine's busy CPU time minus this
+    process tree's own (its jobs are waited for, so their CPU time is counted as ours), over the measurement's
+    wall time × cores. The load average alone cannot tell: a benchmark's own warm-up job raises it. Where there is
+    no ``/proc/stat`` only the load average is reported."""
+
+    def __init__(self):
+        self.t0, self.load0, self.cpu0 = time.time(), os.getloadavg()[0], cpu_seconds()
+
+    def others_share(self) -> float | None:
+        """Other processes' CPU time since the start ÷ (wall time × cores); None without /proc/stat."""
+        now = cpu_seconds()
+        if self.cpu0 is None or now is None:
+            return None
+        others = (now[0] - self.cpu0[0]) - (now[1] - self.cpu0[1])
+        return max(0.0, others) / max(1e-9, (time.time() - self.t0) * (os.cpu_count() or 1))
+
+    def machine_line(self) -> str:
+        """The results file's machine line: cores, load averages, other processes' share, and the flag."""
+        share = self.others_share()
+        line = (f"- machine: {os.cpu_count()} CPU cores, load average {self.load0:.2f} at the start, "
+                f"{os.getloadavg()[0]:.2f} at the end")
+        if share is None:
+            return line + " (other processes' share of the cores not measured: no /proc/stat)"
+        line += f"; other processes used {100 * share:.1f}% of the cores' time during the measurement"
+        return line + (" — **other jobs shared the cores**: the wall times are upper bounds and the ratios noisy"
+                       if share > OTHERS_BUSY else "")
+
+
+def run_lines(started, secs: float, cmd: str, cores: CoreUse) -> list[str]:
+    """The date and machine lines that open a standalone benchmark's section of results.md (`cores`: started
+    with the measurement)."""
     return [f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
-            f"- machine: {os.cpu_count()} CPU cores, load average {load[0]:.2f} at the start, {load[1]:.2f} at the end"
-            + (" — **other jobs shared the cores during the measurement**: the wall times are upper bounds and "
-               "the ratios noisy" if busy else "")]
+            cores.machine_line()]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -93,24 +93,28 @@ def run_key(started: datetime.datetime) -> str:
     return started.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
-def run_block(args, argv: list[str], started: datetime.datetime, load_start, load_end, seconds: float) -> str:
+def run_block(args, argv: list[str], started: datetime.datetime, cores, seconds: float) -> str:
     """This run's entry of the runs list: date, command, machine, versions (the sections it wrote are added when
-    the file is written)."""
+    the file is written); `cores`: a :class:`benchmarks.common.CoreUse` started with the run."""
+    from benchmarks.common import OTHERS_BUSY
+
     v = versions()
     cmd = "python -m benchmarks.run" + ("" if not argv else " " + shlex.join(argv))
+    share = cores.others_share()
     lines = [
         f"- **{run_key(started)}** ({seconds:.0f} s): `{cmd}`" + (" (quick: smoke-check sizes, noisy)" if args.quick
                                                                   else ""),
         f"  - machine: {os.cpu_count()} CPU cores ({platform.machine()}, {platform.system()} {platform.release()}), "
-        f"load average {load_start[0]:.2f} at the start, {load_end[0]:.2f} at the end; torch threads {args.threads} "
-        "on both sides",
+        f"load average {cores.load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end"
+        + ("" if share is None else f", other processes {100 * share:.1f}% of the cores' time")
+        + f"; torch threads {args.threads} on both sides",
         "  - versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
     ]
-    busy = load_start[0] + args.threads > (os.cpu_count() or 1) + 0.5
+    busy = (share > OTHERS_BUSY if share is not None
+            else cores.load0 + args.threads > (os.cpu_count() or 1) + 0.5)
     if busy:
-        lines.append(f"  - **warning**: the cores were busy (load average {load_start[0]:.1f} on {os.cpu_count()} "
-                     f"cores before this run's {args.threads} thread(s)); expect noisy ratios, and do not trust "
-                     "multi-threaded ones")
+        lines.append("  - **warning**: other processes shared the cores during this run; expect noisy ratios, and do "
+                     "not trust multi-threaded ones")
     return "\n".join(lines)
 
 
@@ -230,9 +234,9 @@ def write_results(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    started, t0, load_start = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
-
     from benchmarks import common as C
+
+    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), C.CoreUse()
 
     C.quiet()
     C.set_threads(args.threads)
@@ -254,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         ppo.mlflow_cleanup()
 
     key = run_key(started)
-    block = run_block(args, argv, started, load_start, os.getloadavg(), time.time() - t0)
+    block = run_block(args, argv, started, cores, time.time() - t0)
     for sec in sections.values():
         sec.run = key
     rows = summary_rows(sections)

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
-import os
 import re
 import shlex
 import shutil
@@ -240,7 +239,7 @@ def repro_line(sides: dict) -> str:
             "(the same command run twice): " + "; ".join(parts) + ".")
 
 
-def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> str:
+def section(argv, started, cores, secs, args, sides: dict, gold: dict, proj) -> str:
     from benchmarks.common import run_lines, table
 
     cmd = "python -m benchmarks.suite" + (" " + shlex.join(argv) if argv else "")
@@ -275,7 +274,7 @@ def section(argv, started, load, secs, args, sides: dict, gold: dict, proj) -> s
             table(["study", "algorithm", "jobs", "stated min", "projected min"], proj_rows), ""]
     begin, end = markers(args.options)
     lines = [begin, f"## Claims-suite throughput: jobs per hour, {SIDES['before'][0]} and {SIDES['today'][0]}", "",
-             *run_lines(started, secs, cmd, load), "",
+             *run_lines(started, secs, cmd, cores), "",
              f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
              f"launched as the suite launches a study (2 jobs at a time), {args.rounds} round(s); wall time of "
              "`rlhf-lab -m …` from start to exit. Upstream stages cached by a warm-up job"
@@ -322,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--baseline defaults compares the defaults with options: give them with --with KEY=VALUE")
     if args.options:
         SIDES["today"] = (f"today's defaults + {' '.join(args.options)}", list(args.options))
-    started, t0, load0 = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
+    from benchmarks.common import CoreUse
+
+    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), CoreUse()
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_suite_"))
     cache = Path(args.cache_dir).resolve() if args.cache_dir else work / "cache"
     common = [f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"algo.steps={args.steps}", "eval.every_n_steps=10",
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                 sides[name].append(sweep_side(name, work, side_common[name], args.seeds, i, side_env[name]))
         gold = gold_comparison(sides["before"][0]["runs"], sides["today"][0]["runs"])
         ratio = sum(r["wall"] for r in sides["before"]) / sum(r["wall"] for r in sides["today"])
-        text = section(argv, started, (load0[0], os.getloadavg()[0]), time.time() - t0, args, sides, gold,
+        text = section(argv, started, cores, time.time() - t0, args, sides, gold,
                        suite_projection(ratio) if args.baseline == "v1" else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)

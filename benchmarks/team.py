@@ -14,7 +14,8 @@ Two measurements (see benchmarks/README.md):
    server (``rlhf-lab-server``: MLflow on PostgreSQL, over HTTP on the loopback), started and stopped here.
 
 The results go to the section "Team scale" of benchmarks/results.md (replaced in place; ``python -m
-benchmarks.run`` keeps it), with the date, the load average and the exact command.
+benchmarks.run`` keeps it), with the date, the load average, other processes' share of the cores and the exact
+command.
 """
 
 from __future__ import annotations
@@ -142,12 +143,12 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
     return rows, note
 
 
-def section(args, argv: list[str], started: datetime.datetime, load: tuple, secs: float, sweep_rows, ray_s: float,
+def section(args, argv: list[str], started: datetime.datetime, cores, secs: float, sweep_rows, ray_s: float,
             track_rows, note: str) -> str:
     from benchmarks.common import run_lines, table
 
     cmd = "python -m benchmarks.team" + (" " + shlex.join(argv) if argv else "")
-    lines = [BEGIN, "## Team scale: sweeps through the launchers, tracking on the team server", "", *run_lines(started, secs, cmd, load), "",
+    lines = [BEGIN, "## Team scale: sweeps through the launchers, tracking on the team server", "", *run_lines(started, secs, cmd, cores), "",
              f"A sweep of {args.jobs} `algo=sft` jobs at the tests' MICRO sizes (1 torch thread each), the base model "
              "cached by a warm-up job; wall time of `rlhf-lab -m …` from start to exit (process start-up, the parent "
              "run, the jobs, the study report into the parent run). Speed-up: wall time with 1 job at a time ÷ this "
@@ -178,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-server", action="store_true", help="measure sqlite only")
     ap.add_argument("--out", default=str(RESULTS), help="the results file")
     args = ap.parse_args(argv)
-    started, t0, load0 = datetime.datetime.now().astimezone(), time.time(), os.getloadavg()
+    from benchmarks.common import CoreUse
+
+    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), CoreUse()
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_team_"))
     try:
         sweep_rows = sweeps(work, args.jobs)
@@ -186,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         track_rows, note = tracking(work, args.points, not args.no_server)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    text = section(args, argv, started, (load0[0], os.getloadavg()[0]), time.time() - t0, sweep_rows, ray_s,
+    text = section(args, argv, started, cores, time.time() - t0, sweep_rows, ray_s,
                    track_rows, note)
     from benchmarks.common import write_marked_section
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,40 @@ def test_suite_benchmark_baseline_names_and_revisions(tmp_path):
     with pytest.raises(SystemExit) as e:
         install_revision("no-such-revision-0", tmp_path)
     assert "code:no-such-revision-0" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_core_use_flags_only_other_processes_cpu_time(monkeypatch):
+    """The machine line's flag counts the CPU time of processes outside the benchmark's own tree (its jobs are
+    waited for, so theirs is the benchmark's), over wall time × cores: a benchmark's own warm-up job raising the
+    load average is not a busy machine."""
+    from types import SimpleNamespace
+
+    from benchmarks import common as C
+
+    monkeypatch.setattr(C.os, "cpu_count", lambda: 2)
+
+    def line(machine_busy: float, ours: float) -> str:
+        readings = iter([(100.0, 10.0), (100.0 + machine_busy, 10.0 + ours)])
+        clock = iter([0.0, 10.0])
+        monkeypatch.setattr(C, "cpu_seconds", lambda: next(readings))
+        monkeypatch.setattr(C, "time", SimpleNamespace(time=lambda: next(clock)))
+        return C.CoreUse().machine_line()
+
+    quiet = line(machine_busy=19.5, ours=19.4)  # our jobs kept both cores busy: 0.1 s of others in 20 core-s
+    assert "other processes used 0.5% of the cores' time" in quiet and "shared the cores" not in quiet
+    busy = line(machine_busy=8.0, ours=6.0)  # 2 s of others in 20 core-s
+    assert "other processes used 10.0% of the cores' time" in busy and "**other jobs shared the cores**" in busy
+
+
+def test_cpu_seconds_counts_this_processes_work():
+    from benchmarks.common import cpu_seconds
+
+    before = cpu_seconds()
+    if before is None:
+        pytest.skip("no /proc/stat here")
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.3:
+        pass
+    after = cpu_seconds()
+    assert after[1] - before[1] >= 0.25  # ours
+    assert after[0] - before[0] >= after[1] - before[1] - 0.05  # the machine's includes ours (clock ticks)
