@@ -200,3 +200,16 @@ def test_compile_needs_packing_and_a_cpp_compiler(tiny_cfg, monkeypatch):
     with pytest.raises(ConfigError, match="C\\+\\+ compiler"):
         ppo_stage.check_compile(tiny_cfg("algo.compile=true"))
     ppo_stage.check_compile(tiny_cfg("algo.compile=true", "trainer=gpu"))  # inductor builds no C++ kernels there
+
+
+def test_the_job_summarys_time_line_splits_the_steps_by_the_timed_phases():
+    """Every StepTimer phase is summed into phase_totals under its time/<phase>_s key and named in the summary's
+    time line; the rest of the steps is what the phases leave of the fit's training time."""
+    time_summary = ppo_stage.time_summary
+    totals = {f"time/{p}_s": float(i + 1) for i, p in enumerate(ppo.StepTimer.PHASES)}  # 1 + 2 + 3 + 4 = 10 s
+    line = time_summary({"time/startup_s": 3.0}, train_s=14.5, eval_s=2.0, stage="ppo", step_totals=totals)
+    assert line == ("start-up 3 s, PPO steps 12 s (generation 1.0 s, scoring 2.0 s, no-grad passes (old, reference, "
+                    "values) 3.0 s, update 4.0 s, the rest 2.5 s), evaluations 2 s")
+    del totals["time/update_s"]  # a phase missing: no split rather than a wrong one
+    assert time_summary({}, train_s=14.5, eval_s=2.0, stage="ppo", step_totals=totals) == (
+        "PPO steps 12 s, evaluations 2 s")

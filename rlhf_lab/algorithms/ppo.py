@@ -104,8 +104,11 @@ class _Forever(torch.utils.data.IterableDataset):
 
 
 class StepTimer:
-    """Wall-clock seconds of one PPO step's phases: ``with timer("rollout"): ...`` adds the block's time to
-    ``seconds["rollout"]``; ``elapsed()`` is the time since the timer was made (the step's start)."""
+    """Wall-clock seconds of one PPO step's :attr:`PHASES` (each logged as ``time/<phase>_s``): ``with timer("rollout"):
+    ...`` adds the block's time to ``seconds["rollout"]``; ``elapsed()`` is the time since the step's start."""
+
+    PHASES = {"rollout": "generation", "score": "scoring", "forward": "no-grad passes (old, reference, values)",
+              "update": "update"}  # {phase: what the job summary calls it}
 
     def __init__(self):
         self.start = time.perf_counter()
@@ -150,7 +153,7 @@ class PPOModule(L.LightningModule):
         self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
         self.last_stats: dict[str, float] = {}
         # this process's PPO steps, summed: the phases' time/* seconds (rollout, score, forward, update), for the
-        # job summary's breakdown of where the steps' time went (stages.ppo.STEP_PHASES)
+        # job summary's breakdown of where the steps' time went (StepTimer.PHASES)
         self.phase_totals: dict[str, float] = {}
         self.start_entropy: float | None = None  # the first step's: the divergence guard's noise bound needs it
         self._rng_to_restore = None
@@ -308,7 +311,7 @@ class PPOModule(L.LightningModule):
         self.last_stats = self.step_metrics(
             ro, scores, shaped, kl_t, old_logp, ref_logp, entropy, old_values, returns, advantage_var, losses,
             beta=beta, measured_kl=measured_kl, timer=timer)
-        for k in ("time/rollout_s", "time/score_s", "time/forward_s", "time/update_s"):
+        for k in (f"time/{p}_s" for p in StepTimer.PHASES):
             self.phase_totals[k] = self.phase_totals.get(k, 0.0) + self.last_stats[k]
         finite = {k: v for k, v in self.last_stats.items() if math.isfinite(v)}
         tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
@@ -461,10 +464,7 @@ class PPOModule(L.LightningModule):
             "objective/advantage_var": advantage_var,
             **losses,
             "time/step_s": dt,
-            "time/rollout_s": timer.seconds["rollout"],  # generation
-            "time/score_s": timer.seconds["score"],  # the reward model on the decoded responses
-            "time/forward_s": timer.seconds["forward"],  # log π_θ_old, values, log π_ref
-            "time/update_s": timer.seconds["update"],
+            **{f"time/{p}_s": timer.seconds[p] for p in StepTimer.PHASES},
             "time/tokens_per_s": lengths.sum().item() / max(dt, 1e-9),
         }
         if self.gold is not None:

@@ -35,7 +35,7 @@ from torch import nn
 
 from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
-from rlhf_lab.algorithms.ppo import PPOModule
+from rlhf_lab.algorithms.ppo import PPOModule, StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
 from rlhf_lab.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
@@ -266,10 +266,6 @@ def load_reward(cfg: DictConfig, gold=None):
 # the run
 
 
-STEP_PHASES = (("time/rollout_s", "generation"), ("time/score_s", "scoring"),
-               ("time/forward_s", "no-grad passes (old, reference, values)"), ("time/update_s", "update"))
-
-
 def time_summary(phases: dict[str, float], train_s: float, eval_s: float, stage: str,
                  step_totals: dict[str, float] | None = None) -> str:
     """The job summary's ``time`` line: start-up, setup (when the CLI ran the job), the training steps and the
@@ -282,9 +278,10 @@ def time_summary(phases: dict[str, float], train_s: float, eval_s: float, stage:
     if "time/setup_s" in phases:
         parts.append(f"setup {phases['time/setup_s']:.0f} s (upstream stages, models)")
     steps = f"{stage.upper()} steps {train_s - eval_s:.0f} s"
-    if step_totals and all(k in step_totals for k, _ in STEP_PHASES):
-        split = [f"{name} {step_totals[k]:.1f} s" for k, name in STEP_PHASES]
-        rest = (train_s - eval_s) - sum(step_totals[k] for k, _ in STEP_PHASES)
+    keys = {f"time/{p}_s": name for p, name in StepTimer.PHASES.items()}
+    if step_totals and all(k in step_totals for k in keys):
+        split = [f"{name} {step_totals[k]:.1f} s" for k, name in keys.items()]
+        rest = (train_s - eval_s) - sum(step_totals[k] for k in keys)
         steps += f" ({', '.join(split)}, the rest {max(rest, 0.0):.1f} s)"
     parts += [steps, f"evaluations {eval_s:.0f} s"]
     return ", ".join(parts)
