@@ -336,10 +336,12 @@ class CoreUse:
     """Whether other processes shared the cores while a benchmark measured: the machine's busy CPU time minus this
     process tree's own (its jobs are waited for, so their CPU time is counted as ours), over the measurement's
     wall time × cores. The load average alone cannot tell: a benchmark's own warm-up job raises it. Where there is
-    no ``/proc/stat`` only the load average is reported."""
+    no ``/proc/stat`` only the load average is reported. `detached`: the benchmark's own processes that run detached
+    (a daemon nobody waits for, e.g. ``pg_ctl``'s PostgreSQL), whose time counts as others': the line names them
+    and the flag falls back on the load average at the start."""
 
-    def __init__(self):
-        self.t0, self.load0, self.cpu0 = time.time(), os.getloadavg()[0], cpu_seconds()
+    def __init__(self, detached: str | None = None):
+        self.t0, self.load0, self.cpu0, self.detached = time.time(), os.getloadavg()[0], cpu_seconds(), detached
 
     def others_share(self) -> float | None:
         """Other processes' CPU time since the start ÷ (wall time × cores); None without /proc/stat."""
@@ -356,9 +358,11 @@ class CoreUse:
                 f"{os.getloadavg()[0]:.2f} at the end")
         if share is None:
             return line + " (other processes' share of the cores not measured: no /proc/stat)"
-        line += f"; other processes used {100 * share:.1f}% of the cores' time during the measurement"
+        among = f", {self.detached} among them," if self.detached else ""
+        line += f"; other processes{among} used {100 * share:.1f}% of the cores' time during the measurement"
+        busy = self.load0 > 0.5 if self.detached else share > OTHERS_BUSY
         return line + (" — **other jobs shared the cores**: the wall times are upper bounds and the ratios noisy"
-                       if share > OTHERS_BUSY else "")
+                       if busy else "")
 
 
 def run_lines(started, secs: float, cmd: str, cores: CoreUse) -> list[str]:

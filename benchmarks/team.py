@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from benchmarks.common import CoreUse
 
-    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), CoreUse()
+    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), CoreUse(
+        detached="the team server's PostgreSQL and Ray's daemons")
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_team_"))
     try:
         sweep_rows = sweeps(work, args.jobs)

@@ -236,24 +236,29 @@ def test_suite_benchmark_baseline_names_and_revisions(tmp_path):
 def test_core_use_flags_only_other_processes_cpu_time(monkeypatch):
     """The machine line's flag counts the CPU time of processes outside the benchmark's own tree (its jobs are
     waited for, so theirs is the benchmark's), over wall time × cores: a benchmark's own warm-up job raising the
-    load average is not a busy machine."""
+    load average is not a busy machine. A benchmark with detached processes of its own (a daemon) names them, and
+    its flag falls back on the load average at the start."""
     from types import SimpleNamespace
 
     from benchmarks import common as C
 
     monkeypatch.setattr(C.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(C.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
 
-    def line(machine_busy: float, ours: float) -> str:
+    def line(machine_busy: float, ours: float, detached: str | None = None) -> str:
         readings = iter([(100.0, 10.0), (100.0 + machine_busy, 10.0 + ours)])
         clock = iter([0.0, 10.0])
         monkeypatch.setattr(C, "cpu_seconds", lambda: next(readings))
         monkeypatch.setattr(C, "time", SimpleNamespace(time=lambda: next(clock)))
-        return C.CoreUse().machine_line()
+        return C.CoreUse(detached).machine_line()
 
     quiet = line(machine_busy=19.5, ours=19.4)  # our jobs kept both cores busy: 0.1 s of others in 20 core-s
     assert "other processes used 0.5% of the cores' time" in quiet and "shared the cores" not in quiet
     busy = line(machine_busy=8.0, ours=6.0)  # 2 s of others in 20 core-s
     assert "other processes used 10.0% of the cores' time" in busy and "**other jobs shared the cores**" in busy
+    daemon = line(machine_busy=8.0, ours=6.0, detached="the team server's PostgreSQL")  # its time is others'
+    assert "other processes, the team server's PostgreSQL among them, used 10.0%" in daemon
+    assert "shared the cores" not in daemon  # load average 0.2 at the start
 
 
 def test_cpu_seconds_counts_this_processes_work():
