@@ -351,18 +351,26 @@ class CoreUse:
         others = (now[0] - self.cpu0[0]) - (now[1] - self.cpu0[1])
         return max(0.0, others) / max(1e-9, (time.time() - self.t0) * (os.cpu_count() or 1))
 
+    def busy(self, share: float | None) -> bool:
+        """Whether to flag the measurement: other processes' `share` (:meth:`others_share`) above
+        :data:`OTHERS_BUSY`; where the share is unknown or holds detached processes of the benchmark's own, the load
+        average at the start above 0.5."""
+        if share is None or self.detached:
+            return self.load0 > 0.5
+        return share > OTHERS_BUSY
+
     def machine_line(self) -> str:
         """The results file's machine line: cores, load averages, other processes' share, and the flag."""
         share = self.others_share()
         line = (f"- machine: {os.cpu_count()} CPU cores, load average {self.load0:.2f} at the start, "
                 f"{os.getloadavg()[0]:.2f} at the end")
         if share is None:
-            return line + " (other processes' share of the cores not measured: no /proc/stat)"
-        among = f", {self.detached} among them," if self.detached else ""
-        line += f"; other processes{among} used {100 * share:.1f}% of the cores' time during the measurement"
-        busy = self.load0 > 0.5 if self.detached else share > OTHERS_BUSY
+            line += " (other processes' share of the cores not measured: no /proc/stat)"
+        else:
+            among = f", {self.detached} among them," if self.detached else ""
+            line += f"; other processes{among} used {100 * share:.1f}% of the cores' time during the measurement"
         return line + (" — **other jobs shared the cores**: the wall times are upper bounds and the ratios noisy"
-                       if busy else "")
+                       if self.busy(share) else "")
 
 
 def run_lines(started, secs: float, cmd: str, cores: CoreUse) -> list[str]:

@@ -96,8 +96,6 @@ def run_key(started: datetime.datetime) -> str:
 def run_block(args, argv: list[str], started: datetime.datetime, cores, seconds: float) -> str:
     """This run's entry of the runs list: date, command, machine, versions (the sections it wrote are added when
     the file is written); `cores`: a :class:`benchmarks.common.CoreUse` started with the run."""
-    from benchmarks.common import OTHERS_BUSY
-
     v = versions()
     cmd = "python -m benchmarks.run" + ("" if not argv else " " + shlex.join(argv))
     share = cores.others_share()
@@ -110,9 +108,7 @@ def run_block(args, argv: list[str], started: datetime.datetime, cores, seconds:
         + f"; torch threads {args.threads} on both sides",
         "  - versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
     ]
-    busy = (share > OTHERS_BUSY if share is not None
-            else cores.load0 + args.threads > (os.cpu_count() or 1) + 0.5)
-    if busy:
+    if cores.busy(share):
         lines.append("  - **warning**: other processes shared the cores during this run; expect noisy ratios, and do "
                      "not trust multi-threaded ones")
     return "\n".join(lines)
