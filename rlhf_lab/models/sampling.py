@@ -277,10 +277,15 @@ class PreallocatedLayer(CacheLayer):
         super().__init__()
         self.capacity, self.length = int(capacity), 0
 
+    @staticmethod
+    def positions(like: torch.Tensor, n: int) -> torch.Tensor:
+        """An uninitialised buffer [batch, heads, n, head_dim] shaped, typed and placed like `like`."""
+        return like.new_empty(*like.shape[:2], n, like.shape[-1])
+
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> None:
         self.device = key_states.device
-        self._keys = key_states.new_empty(*key_states.shape[:2], self.capacity, key_states.shape[-1])
-        self._values = value_states.new_empty(*value_states.shape[:2], self.capacity, value_states.shape[-1])
+        self._keys = self.positions(key_states, self.capacity)
+        self._values = self.positions(value_states, self.capacity)
         self.keys, self.values = self._keys[:, :, :0], self._values[:, :, :0]
         self.is_initialized = True
 
@@ -290,10 +295,8 @@ class PreallocatedLayer(CacheLayer):
         end = self.length + key_states.shape[-2]
         if end > self._keys.shape[-2]:
             grow = max(end, 2 * self._keys.shape[-2]) - self._keys.shape[-2]
-            self._keys = torch.cat([self._keys, self._keys.new_empty(*self._keys.shape[:2], grow,
-                                                                     self._keys.shape[-1])], dim=-2)
-            self._values = torch.cat([self._values, self._values.new_empty(*self._values.shape[:2], grow,
-                                                                           self._values.shape[-1])], dim=-2)
+            self._keys = torch.cat([self._keys, self.positions(self._keys, grow)], dim=-2)
+            self._values = torch.cat([self._values, self.positions(self._values, grow)], dim=-2)
         self._keys[:, :, self.length:end] = key_states
         self._values[:, :, self.length:end] = value_states
         self.length = end
