@@ -10,9 +10,10 @@
 - :func:`tracking_uri`: where MLflow runs go: ``MLFLOW_TRACKING_URI``, else ``tracking.uri``, else
   ``sqlite:///mlflow.db`` in the working directory;
 - :func:`write_atomic`: write a file through a temporary file beside it and a rename (never half-written);
-- :func:`tracking_server_unreachable`, :func:`tracking_server_problem`, :func:`exit_on_unreachable_server`: why an
-  ``http(s)://`` tracking server cannot be reached, checked at start-up in seconds (MLflow's own requests retry for
-  minutes, which suits an established run, not a first contact);
+- :func:`tracking_server_unreachable`, :func:`tracking_server_login_problem`, :func:`tracking_server_problem`,
+  :func:`exit_on_unreachable_server`: why an ``http(s)://`` tracking server cannot be reached or refuses this
+  process's MLflow login, checked at start-up in seconds (MLflow's own requests retry for minutes, which suits an
+  established run, not a first contact);
 - :func:`start_job_clock`, :func:`stop_job_clock`, :func:`job_phases`: when the process and the job started (the
   CLI sets them around the job), for a job's ``time/startup_s`` and ``time/setup_s``;
 - the resolver ``${rlhf_lab.launch_dir:}`` (registered on import): the folder a multirun is launched from, cached,
@@ -197,12 +198,52 @@ def tracking_server_unreachable(uri: str, timeout: float = 5.0) -> str | None:
         return str(getattr(err, "reason", None) or err)
 
 
+def tracking_server_login_problem(uri: str, timeout: float = 5.0) -> str | None:
+    """For an ``http(s)://`` tracking server that asks for a login (MLflow's basic auth: 401 to a request without
+    one, e.g. ``rlhf-lab-server``'s): one line saying why this process's login does not do and which variables to
+    set, or None (no login asked, or the login works, or another scheme: ``MLFLOW_TRACKING_TOKEN`` /
+    ``MLFLOW_TRACKING_AUTH``). The login is MLflow's: ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``,
+    else ``~/.mlflow/credentials`` (read by MLflow's own reader, imported only when a server asks)."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    if not uri.startswith(("http://", "https://")):
+        return None
+    probe = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
+
+    def status(headers: dict[str, str]) -> int | None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(probe, headers=headers), timeout=timeout) as r:
+                return r.status
+        except urllib.error.HTTPError as err:
+            return err.code
+        except Exception:  # unreachable: tracking_server_unreachable's to say
+            return None
+
+    if status({}) != 401 or os.environ.get("MLFLOW_TRACKING_TOKEN") or os.environ.get("MLFLOW_TRACKING_AUTH"):
+        return None
+    from mlflow.utils.credentials import read_mlflow_creds
+
+    creds = read_mlflow_creds()
+    how = ("set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or put them in ~/.mlflow/credentials); the "
+           "server's admin creates a login with: rlhf-lab-server user add NAME --dir <the server's folder>")
+    if not (creds.username and creds.password):
+        return f"the MLflow tracking server at {uri} asks for a login and this process has none: {how}"
+    token = base64.b64encode(f"{creds.username}:{creds.password}".encode()).decode()
+    if status({"Authorization": f"Basic {token}"}) == 401:
+        return f"the MLflow tracking server at {uri} refused the login of {creds.username} (wrong password or no " \
+               f"such user): {how}"
+    return None
+
+
 def tracking_server_problem(uri: str, timeout: float = 5.0) -> str | None:
     """One line saying why the tracking server at `uri` cannot be used and what to do, or None
-    (:func:`tracking_server_unreachable`). Inside a sweep's job it also says how to finish the sweep."""
+    (:func:`tracking_server_unreachable`, then :func:`tracking_server_login_problem`). Inside a sweep's job an
+    unreachable server's line also says how to finish the sweep."""
     reason = tracking_server_unreachable(uri, timeout)
     if reason is None:
-        return None
+        return tracking_server_login_problem(uri, timeout)
     hint = ("; the sweep stops here: once the server answers, run the same command again with skip_finished=true "
             "(the jobs that finished are skipped)" if os.environ.get(PARENT_ENV) else "")
     return f"cannot reach the MLflow tracking server at {uri} ({reason}); start it (rlhf-lab-server) or point " \
@@ -210,8 +251,9 @@ def tracking_server_problem(uri: str, timeout: float = 5.0) -> str | None:
 
 
 def exit_on_unreachable_server(uri: str) -> None:
-    """A tracking server that does not answer: one line naming it on stderr and exit status 2, within seconds
-    (``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds, default 5), instead of minutes of MLflow's retries."""
+    """A tracking server that does not answer, or refuses this process's login: one line naming it on stderr and
+    exit status 2, within seconds (``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds, default 5), instead of minutes of
+    MLflow's retries or a traceback of its first refused request."""
     import sys
 
     problem = tracking_server_problem(uri, float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 5))

@@ -1,100 +1,79 @@
-"""``rlhf-lab-server``: a team tracking server in one folder, MLflow on PostgreSQL.
+"""``rlhf-lab-server``: a team tracking server in one folder, MLflow on PostgreSQL, with users and passwords.
 
     rlhf-lab-server start --dir team_store [--port 5000]   # prints: export MLFLOW_TRACKING_URI=http://127.0.0.1:5000
+    rlhf-lab-server user add ann --dir team_store          # prints the path of ann's credentials file
     rlhf-lab-server status --dir team_store
     rlhf-lab-server stop --dir team_store
 
-``start`` initialises (``initdb``, first time only) and starts (``pg_ctl``) a PostgreSQL cluster in
-``<dir>/postgres`` with the system's binaries (on ``PATH`` or under ``/usr/lib/postgresql/*/bin``), listening on
-127.0.0.1 only, on a free port, without Unix sockets; creates the database ``mlflow``; then starts
-``mlflow server`` with that database as its backend store and ``<dir>/artifacts`` as its artifact destination
-(clients upload artifacts through the server), and waits until it answers. The export line goes to stdout,
-everything else to stderr, so ``eval "$(rlhf-lab-server start --dir team_store)"`` sets the variable.
+``start`` initialises (first time only) and starts a PostgreSQL cluster in ``<dir>/postgres`` with the system's
+binaries (on ``PATH`` or under ``/usr/lib/postgresql/*/bin``), listening on 127.0.0.1 only, on a free port, without
+Unix sockets (:mod:`rlhf_lab.server_postgres`); then ``mlflow server --app-name basic-auth`` with the database
+``mlflow`` as its backend store and ``<dir>/artifacts`` as its artifact destination (clients upload artifacts
+through the server), and waits until it answers. The export line goes to stdout, everything else to stderr, so
+``eval "$(rlhf-lab-server start --dir team_store)"`` sets the variable.
+
+What is protected:
+
+- PostgreSQL: every connection needs a password (scram-sha-256); MLflow's server connects as a role without
+  superuser rights that owns the database ``mlflow`` only (so it cannot run programs or read files as the
+  database's account); the passwords are random secrets in ``<dir>/secrets`` (0700, files 0600), handed over in
+  files and environment variables, never on a command line; a cluster of an older rlhf-lab-server (no passwords)
+  is migrated at its next start;
+- MLflow: users and permissions (MLflow's basic auth, :mod:`rlhf_lab.server_auth`): every request needs a login;
+  ``user add`` creates one; a user reads everything, writes to the shared experiment ``rlhf-lab`` and to what they
+  create, and deletes only what they create; the admin (``admin``, password in ``secrets/mlflow_admin``) may do
+  anything. ``--no-auth`` turns MLflow's logins off (a warning says what that opens).
+
+Not protected: whoever can read ``<dir>/secrets`` (the user who runs the server, and root) holds every key; the
+artifacts on disk are as readable as ``<dir>/artifacts`` is; HTTP on the loopback has no TLS (``--host 0.0.0.0``
+sends passwords in clear over the network).
 
 PostgreSQL refuses to run as root. Started as root, the PostgreSQL processes run as the user ``postgres``
 (created by ``apt-get install postgresql``), or as ``rlhf-lab-pg``, created with ``useradd`` when there is no
 ``postgres`` user; the data folder is owned by that user, and every folder above it must let it in.
-
-Neither server asks for a password: both listen on the loopback interface only, and MLflow's server has no
-authentication of its own, so anyone logged in on this machine can use them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import json
 import os
-import pwd
-import shutil
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
-DB_NAME = "mlflow"
-DB_USER = "rlhf_lab"  # the cluster's superuser (initdb -U)
-ROOT_PG_USERS = ("postgres", "rlhf-lab-pg")  # as root: the first that exists, else the last is created
-STATE_FILE = "server.json"
-INSTALL_HINT = "install PostgreSQL's server binaries: apt-get install postgresql (Debian, Ubuntu)"
+from rlhf_lab.server_auth import add_user as add_mlflow_user
+from rlhf_lab.server_auth import auth_env, ensure_shared_experiment, read_password_file
+from rlhf_lab.server_files import Layout, ServerError, ensure_secret, private_folder, read_state, say, write_private
+from rlhf_lab.server_postgres import (
+    backend_uri,
+    check_reachable,
+    connect,
+    find_pg_binary,
+    init_cluster,
+    migrate_trust_cluster,
+    pg_account,
+    pgpass_line,
+    postgres_running,
+    prepare_database,
+    start_postgres,
+    stop_postgres,
+    uses_trust,
+)
 
-
-class ServerError(RuntimeError):
-    """A failure with a one-line message that says what to do."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where everything lives inside the team folder (made absolute: the PostgreSQL tools run inside it)."""
-
-    root: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root).resolve())
-
-    @property
-    def data(self) -> Path:  # the PostgreSQL cluster, owned by the PostgreSQL user
-        return self.root / "postgres"
-
-    @property
-    def pg_log(self) -> Path:  # inside the data folder: the PostgreSQL user writes it
-        return self.data / "postgres.log"
-
-    @property
-    def artifacts(self) -> Path:
-        return self.root / "artifacts"
-
-    @property
-    def mlflow_log(self) -> Path:
-        return self.root / "mlflow.log"
-
-    @property
-    def state(self) -> Path:
-        return self.root / STATE_FILE
+__all__ = ["Layout", "ServerError", "backend_uri", "check_reachable", "find_pg_binary", "pg_account", "start", "stop",
+           "status", "add_user", "main"]
+NO_AUTH_WARNING = ("warning: --no-auth: MLflow asks no login: every user of this machine (and anyone who reaches "
+                   "--host) can read, change and delete every run; PostgreSQL still asks its password")
 
 
 # -- pure helpers ------------------------------------------------------------------------------------------
-
-
-def find_pg_binary(name: str, path_env: str | None = None, pattern: str = "/usr/lib/postgresql/*/bin") -> Path:
-    """``name`` (``initdb``, ``pg_ctl``) on ``PATH``, else in the newest ``/usr/lib/postgresql/<version>/bin``."""
-    found = shutil.which(name, path=path_env if path_env is not None else os.environ.get("PATH"))
-    if found:
-        return Path(found)
-    dirs = sorted(glob.glob(pattern), key=lambda d: [int(p) if p.isdigit() else 0 for p in Path(d).parent.name.split(".")])
-    for d in reversed(dirs):
-        if (Path(d) / name).is_file():
-            return Path(d) / name
-    raise ServerError(f"PostgreSQL's {name} is not on PATH nor in {pattern}: {INSTALL_HINT}")
-
-
-def backend_uri(pg_port: int) -> str:
-    return f"postgresql+psycopg://{DB_USER}@127.0.0.1:{pg_port}/{DB_NAME}"
 
 
 def tracking_url(host: str, port: int) -> str:
@@ -131,118 +110,49 @@ def pid_alive(pid: int | None, must_contain: str = "") -> bool:
     return must_contain in cmdline
 
 
-def read_state(layout: Layout) -> dict:
-    try:
-        return json.loads(layout.state.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-# -- the PostgreSQL user -----------------------------------------------------------------------------------
-
-
-def pg_account() -> pwd.struct_passwd | None:
-    """The account the PostgreSQL processes run as: None (this user) unless root; as root ``postgres``, else
-    ``rlhf-lab-pg``, created with ``useradd`` if missing."""
-    if os.geteuid() != 0:
-        return None
-    for name in ROOT_PG_USERS:
-        try:
-            return pwd.getpwnam(name)
-        except KeyError:
-            continue
-    name = ROOT_PG_USERS[-1]
-    r = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise ServerError(f"cannot create the user {name} that PostgreSQL runs as (it refuses root): "
-                          f"{r.stderr.strip() or r.stdout.strip()}")
-    return pwd.getpwnam(name)
-
-
-def as_account(account: pwd.struct_passwd | None) -> dict:
-    """subprocess keyword arguments that run a command as ``account`` (nothing when None)."""
-    if account is None:
-        return {}
-    env = dict(os.environ, HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
-    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": [], "env": env}
-
-
-def check_reachable(folder: Path, account: pwd.struct_passwd | None) -> None:
-    """Every folder above ``folder`` must let the PostgreSQL user in (x for others, or owned by it)."""
-    if account is None:
-        return
-    for parent in folder.resolve().parents:
-        if not parent.exists():  # created later, by this user, with mode 0755
-            continue
-        st = parent.stat()
-        if not (st.st_mode & 0o001 or st.st_uid == account.pw_uid):
-            raise ServerError(f"the PostgreSQL user {account.pw_name} cannot enter {parent} (mode "
-                              f"{oct(st.st_mode & 0o777)}): put --dir in a folder every user can reach, e.g. "
-                              f"/srv/rlhf_team, or chmod o+x {parent}")
-
-
-def run_checked(cmd: list, what: str, **kw) -> subprocess.CompletedProcess:
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if r.returncode != 0:
-        detail = (r.stderr.strip() or r.stdout.strip()).splitlines()
-        raise ServerError(f"{what} failed: {detail[-1] if detail else 'exit status ' + str(r.returncode)}")
-    return r
-
-
 # -- PostgreSQL --------------------------------------------------------------------------------------------
 
 
-def init_cluster(layout: Layout, account: pwd.struct_passwd | None) -> bool:
-    """``initdb`` into the data folder unless it holds a cluster already; True when it created one."""
-    if (layout.data / "PG_VERSION").is_file():
-        return False
-    layout.data.mkdir(parents=True, exist_ok=True)
-    if account is not None:
-        os.chown(layout.data, account.pw_uid, account.pw_gid)
-    layout.data.chmod(0o700)
-    run_checked([find_pg_binary("initdb"), "-D", layout.data, "-U", DB_USER, "--auth=trust", "-E", "UTF8",
-                 "--locale=C"], "initdb", cwd=layout.data, **as_account(account))
-    return True
-
-
-def start_postgres(layout: Layout, account: pwd.struct_passwd | None, port: int) -> None:
-    options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
-    run_checked([find_pg_binary("pg_ctl"), "-D", layout.data, "-l", layout.pg_log, "-o", options, "-w", "-t", "60",
-                 "start"], f"pg_ctl start (log: {layout.pg_log})", cwd=layout.data, **as_account(account))
-
-
-def postgres_running(layout: Layout, account: pwd.struct_passwd | None) -> bool:
-    if not (layout.data / "postmaster.pid").is_file():
-        return False
-    r = subprocess.run([str(find_pg_binary("pg_ctl")), "-D", str(layout.data), "status"], capture_output=True,
-                       cwd=layout.data, **as_account(account))
-    return r.returncode == 0
-
-
-def stop_postgres(layout: Layout, account: pwd.struct_passwd | None) -> None:
-    run_checked([find_pg_binary("pg_ctl"), "-D", layout.data, "-m", "fast", "-w", "-t", "60", "stop"],
-                "pg_ctl stop", cwd=layout.data, **as_account(account))
-
-
-def create_database(pg_port: int) -> None:
-    """The database ``mlflow`` (MLflow creates its tables at its first start)."""
-    try:
-        import psycopg
-    except ImportError:
-        raise ServerError("MLflow's PostgreSQL driver psycopg is missing: pip install 'rlhf-lab[cluster]'") from None
-    with psycopg.connect(host="127.0.0.1", port=pg_port, user=DB_USER, dbname="postgres", autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,)).fetchone() is None:
-            conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+def secure_cluster(layout: Layout, account) -> tuple[str, str]:
+    """The cluster made (first time) or migrated from an older rlhf-lab-server's passwordless one; its superuser's
+    and MLflow role's passwords (secrets generated the first time)."""
+    private_folder(layout.secrets)
+    exists = (layout.data / "PG_VERSION").is_file()
+    if exists and not uses_trust(layout) and not layout.superuser_secret.exists():
+        raise ServerError(f"the PostgreSQL cluster in {layout.data} asks a password, but its secret file "
+                          f"{layout.superuser_secret} is missing: restore it, or move {layout.data} aside to start "
+                          f"a new cluster (its runs are not in the new one)")
+    superuser, role = ensure_secret(layout.superuser_secret), ensure_secret(layout.role_secret)
+    if not exists:
+        init_cluster(layout, account, superuser)
+        say(f"initialised a PostgreSQL cluster in {layout.data} (passwords in {layout.secrets})")
+    elif uses_trust(layout):
+        if postgres_running(layout, account):
+            raise ServerError(f"PostgreSQL already runs in {layout.data}: rlhf-lab-server stop --dir {layout.root} "
+                              f"first")
+        migrate_trust_cluster(layout, account, free_port(), superuser, role)
+        say(f"migrated the PostgreSQL cluster in {layout.data} from trust (no passwords) to passwords (in "
+            f"{layout.secrets}); the mlflow database now belongs to a role without superuser rights")
+    return superuser, role
 
 
 # -- MLflow ------------------------------------------------------------------------------------------------
 
 
-def mlflow_command(pg_port: int, layout: Layout, host: str, port: int, workers: int) -> list[str]:
+def mlflow_command(pg_port: int, layout: Layout, host: str, port: int, workers: int, auth: bool = True) -> list[str]:
+    """``mlflow server``'s command line (no secret in it: ``ps`` shows it to every user)."""
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri(pg_port),
             "--artifacts-destination", str(layout.artifacts.resolve()), "--host", host, "--port", str(port),
-            "--workers", str(workers)]
+            "--workers", str(workers), *(["--app-name", "basic-auth"] if auth else [])]
+
+
+def mlflow_env(layout: Layout, role_password: str, auth: bool) -> dict[str, str]:
+    """``mlflow server``'s environment: ours, the role's password file (``PGPASSFILE``) and, with ``auth``, MLflow's
+    basic-auth settings and secrets. MLflow's job runner (GenAI evaluation and scorer jobs; 7 processes) serves
+    nothing of rlhf-lab's: off unless the environment asks for it."""
+    write_private(layout.pgpass, pgpass_line(role_password))
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ, "PGPASSFILE": str(layout.pgpass)}
+    return {**env, **auth_env(layout)} if auth else env
 
 
 def wait_until_answers(url: str, proc: subprocess.Popen, log: Path, timeout: float = 180.0) -> float:
@@ -294,12 +204,9 @@ def stop_process_group(pgid: int, timeout: float = 20.0) -> None:
 # -- commands ----------------------------------------------------------------------------------------------
 
 
-def say(msg: str) -> None:
-    print(f"[rlhf-lab-server] {msg}", file=sys.stderr, flush=True)
-
-
-def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int = 2) -> str:
-    """Start PostgreSQL and MLflow for ``folder``; return the tracking URL."""
+def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int = 2, auth: bool = True) -> str:
+    """Start PostgreSQL and MLflow for ``folder`` (MLflow's logins on unless ``auth`` is False); return the
+    tracking URL."""
     layout = Layout(folder)
     state = read_state(layout)
     if pid_alive(state.get("mlflow_pid"), "mlflow"):
@@ -312,8 +219,7 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
     if account is not None:  # the PostgreSQL user enters the folder (x), nothing more
         folder.chmod(folder.stat().st_mode | 0o001)
     check_reachable(layout.data, account)
-    if init_cluster(layout, account):
-        say(f"initialised a PostgreSQL cluster in {layout.data}")
+    superuser, role = secure_cluster(layout, account)
     if postgres_running(layout, account):
         raise ServerError(f"PostgreSQL already runs in {layout.data} without its MLflow server: "
                           f"rlhf-lab-server stop --dir {folder} first")
@@ -321,29 +227,34 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
     start_postgres(layout, account, pg_port)
     who = f" as user {account.pw_name}" if account else ""
     say(f"PostgreSQL on 127.0.0.1:{pg_port}{who} (data: {layout.data}, log: {layout.pg_log})")
+    proc = None
     try:
-        create_database(pg_port)
+        with connect("127.0.0.1", pg_port, superuser) as conn:
+            prepare_database(conn, role)
         layout.artifacts.mkdir(exist_ok=True)
         url = tracking_url(host, port)
-        # MLflow's job runner (GenAI evaluation and scorer jobs; 7 processes) serves nothing of rlhf-lab's: off
-        # unless the environment asks for it
-        env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+        if not auth:
+            say(NO_AUTH_WARNING)
         with open(layout.mlflow_log, "ab") as log:
-            proc = subprocess.Popen(mlflow_command(pg_port, layout, host, port, workers), stdout=log, stderr=log,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder, env=env)
+            proc = subprocess.Popen(mlflow_command(pg_port, layout, host, port, workers, auth), stdout=log,
+                                    stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder,
+                                    env=mlflow_env(layout, role, auth))
         layout.state.write_text(json.dumps({"url": url, "mlflow_pid": proc.pid, "pg_port": pg_port, "port": port,
-                                            "host": host, "backend_store_uri": backend_uri(pg_port)}, indent=1))
-        try:
-            secs = wait_until_answers(url, proc, layout.mlflow_log)
-        except ServerError:
-            stop_process_group(proc.pid)
-            raise
+                                            "host": host, "auth": auth, "backend_store_uri": backend_uri(pg_port)},
+                                           indent=1))
+        secs = wait_until_answers(url, proc, layout.mlflow_log)
+        if auth:
+            ensure_shared_experiment(layout, url)
     except BaseException:
+        if proc is not None:
+            stop_process_group(proc.pid)
         with contextlib.suppress(ServerError):  # the first error is the one to report
             stop_postgres(layout, account)
         layout.state.unlink(missing_ok=True)
         raise
-    say(f"MLflow server on {url} after {secs:.0f} s (backend store {backend_uri(pg_port)}, artifacts "
+    logins = f"logins on (admin password: {layout.admin_secret}; users: rlhf-lab-server user add NAME --dir " \
+             f"{folder})" if auth else "no logins"
+    say(f"MLflow server on {url} after {secs:.0f} s, {logins} (backend store {backend_uri(pg_port)}, artifacts "
         f"{layout.artifacts}, log {layout.mlflow_log}); UI: open {url}; stop: rlhf-lab-server stop --dir {folder}")
     return url
 
@@ -375,16 +286,34 @@ def status(folder: Path) -> bool:
     state = read_state(layout)
     mlflow_up = pid_alive(state.get("mlflow_pid"), "mlflow")
     pg_up = (layout.data / "PG_VERSION").is_file() and postgres_running(layout, pg_account())
-    say(f"MLflow server: {'running at ' + state['url'] if mlflow_up else 'stopped'}; "
+    logins = (" (logins on)" if state.get("auth") else " (no logins: --no-auth)") if mlflow_up else ""
+    say(f"MLflow server: {'running at ' + state['url'] if mlflow_up else 'stopped'}{logins}; "
         f"PostgreSQL: {'running on 127.0.0.1:' + str(state.get('pg_port', '?')) if pg_up else 'stopped'}")
     if mlflow_up:
         print(f"export MLFLOW_TRACKING_URI={state['url']}")
     return mlflow_up and pg_up
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_user(folder: Path, name: str, password_file: Path | None = None) -> Path:
+    """Create MLflow user ``name`` on the server running in ``folder``, its password read from ``password_file``
+    or generated; return its credentials file (0600, in ``<dir>/users``). Nothing secret is printed."""
+    layout = Layout(folder)
+    state = read_state(layout)
+    if not pid_alive(state.get("mlflow_pid"), "mlflow"):
+        raise ServerError(f"no server runs in {folder}: rlhf-lab-server start --dir {folder} first")
+    if not state.get("auth"):
+        raise ServerError(f"the server in {folder} runs without logins (--no-auth): stop it and start it without "
+                          f"--no-auth to have users")
+    password = read_password_file(password_file) if password_file else secrets.token_urlsafe(24)
+    path = add_mlflow_user(layout, state["url"], name, password)
+    say(f"created the MLflow user {name}: its login is in {path} (mode 600, the format of ~/.mlflow/credentials); "
+        f"hand it to {name} privately, e.g. as root: install -D -m 600 -o {name} {path} ~{name}/.mlflow/credentials")
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlhf-lab-server", description="A team MLflow tracking server on PostgreSQL, "
-                                "kept in one folder (README: Team setup).")
+                                "with users, kept in one folder (README: Team setup).")
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (("start", "initialise (first time) and start PostgreSQL and mlflow server"),
                        ("stop", "stop mlflow server and PostgreSQL"), ("status", "say what runs")):
@@ -392,16 +321,32 @@ def main(argv: list[str] | None = None) -> int:
         c.add_argument("--dir", required=True, type=Path, help="the team folder (database, artifacts, logs)")
         if name == "start":
             c.add_argument("--port", type=int, default=5000, help="MLflow's port (default 5000)")
-            c.add_argument("--host", default="127.0.0.1", help="MLflow's interface (default 127.0.0.1; MLflow has "
-                           "no authentication: anyone who reaches the port can read and write runs)")
+            c.add_argument("--host", default="127.0.0.1", help="MLflow's interface (default 127.0.0.1; HTTP without "
+                           "TLS: another interface sends passwords in clear over the network)")
             c.add_argument("--workers", type=int, default=2, help="MLflow's worker processes (default 2)")
-    a = p.parse_args(argv)
+            c.add_argument("--no-auth", action="store_true", help="MLflow without logins: every local user can "
+                           "read, change and delete every run (PostgreSQL keeps its password)")
+    user = sub.add_parser("user", help="MLflow's users").add_subparsers(dest="action", required=True)
+    add = user.add_parser("add", help="create a user (password generated, or read from --password-file); prints the "
+                          "path of its credentials file")
+    add.add_argument("name")
+    add.add_argument("--dir", required=True, type=Path, help="the team folder of the running server")
+    add.add_argument("--password-file", type=Path, help="a file whose first line is the password (default: "
+                     "generated)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     try:
         if a.command == "start":
-            print(f"export MLFLOW_TRACKING_URI={start(a.dir, a.port, a.host, a.workers)}", flush=True)
+            print(f"export MLFLOW_TRACKING_URI={start(a.dir, a.port, a.host, a.workers, not a.no_auth)}", flush=True)
             return 0
         if a.command == "stop":
             stop(a.dir)
+            return 0
+        if a.command == "user":
+            print(add_user(a.dir, a.name, a.password_file), flush=True)
             return 0
         return 0 if status(a.dir) else 1
     except ServerError as err:

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlhf_lab import server
-from tests.test_team_scale import DPO_MICRO, cmd_env, run_cmd, team_server  # noqa: F401 (the fixture)
+from tests.test_team_scale import DPO_MICRO, cmd_env, login, run_cmd, team_server  # noqa: F401 (the fixture)
 
 
 # a DPO job long enough (30 steps, an evaluation every 5) for the server to go away in its middle
@@ -112,14 +112,15 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
 
 @pytest.mark.slow
 def test_two_users_sweeps_at_once_against_one_server_stay_apart(team_server, tmp_path):  # noqa: F811
-    """Issue 31: two users (their own folders, one shared cache folder, as on a cluster) launch a sweep of the same
-    study at the same moment on one machine against one server: each sweep's parent has exactly its own jobs, no
+    """Issue 31: two users (their own folders and MLflow logins, one shared cache folder, as on a cluster) launch a
+    sweep of the same study at the same moment on one machine against one server (the shared experiment): each sweep's parent has exactly its own jobs, no
     live run is taken for a dead one (each job's start marks the dead processes' runs of its host KILLED), the
     upstream models are built once for both, and the study's report reads both."""
-    url, _ = team_server
+    url, folder = team_server
     shared = f"cache_dir={tmp_path / 'shared_cache'}"
     procs = {user: start_sweep([*DPO_MICRO, "study=two_users", f"seed={seeds}", shared], tmp_path / user,
-                               MLFLOW_TRACKING_URI=url) for user, seeds in (("ann", "0,1"), ("bob", "2,3"))}
+                               MLFLOW_TRACKING_URI=url, **login(folder / "users" / f"{user}.credentials"))
+             for user, seeds in (("ann", "0,1"), ("bob", "2,3"))}
     outs = {user: p.communicate(timeout=480)[0] for user, p in procs.items()}
     for user, p in procs.items():
         assert p.returncode == 0, (user, outs[user][-3000:])

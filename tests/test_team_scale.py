@@ -8,6 +8,7 @@ executor. Run as root (CI), PostgreSQL runs as an unprivileged user (rlhf_lab/se
 
 from __future__ import annotations
 
+import configparser
 import os
 import pwd
 import shutil
@@ -51,7 +52,7 @@ def test_pg_binaries_are_found_on_path_then_under_usr_lib_postgresql(tmp_path):
 
 
 def test_uris_ports_and_processes():
-    assert server.backend_uri(5433) == "postgresql+psycopg://rlhf_lab@127.0.0.1:5433/mlflow"
+    assert server.backend_uri(5433) == "postgresql+psycopg://mlflow_server@127.0.0.1:5433/mlflow"  # no password
     assert server.tracking_url("0.0.0.0", 5000) == "http://127.0.0.1:5000"
     assert server.tracking_url("127.0.0.1", 5001) == "http://127.0.0.1:5001"
     with socket.socket() as s:
@@ -232,10 +233,38 @@ def run_cmd(args: list[str], cwd: Path, timeout: int = 480, **env) -> subprocess
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
 
 
+def login(credentials: Path) -> dict[str, str]:
+    """The MLflow login in a credentials file of `rlhf-lab-server user add` (~/.mlflow/credentials' format) as the
+    environment variables MLflow's clients read."""
+    parser = configparser.ConfigParser()
+    parser.read(credentials)
+    return {"MLFLOW_TRACKING_USERNAME": parser["mlflow"]["mlflow_tracking_username"],
+            "MLFLOW_TRACKING_PASSWORD": parser["mlflow"]["mlflow_tracking_password"]}
+
+
+def start_team_server(folder: Path, users: tuple[str, ...] = ("ann", "bob")) -> tuple[str, dict[str, Path], list]:
+    """`rlhf-lab-server start` in `folder / "team"` on a free port, then `user add` for each of `users`: the URL,
+    each user's credentials file, and the finished commands (their output)."""
+    port = server.free_port()
+    r = run_cmd(["-m", "rlhf_lab.server", "start", "--dir", str(folder / "team"), "--port", str(port)], folder,
+                timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    url = f"http://127.0.0.1:{port}"
+    assert r.stdout.strip().splitlines()[-1] == f"export MLFLOW_TRACKING_URI={url}"
+    done, files = [r], {}
+    for user in users:
+        added = run_cmd(["-m", "rlhf_lab.server", "user", "add", user, "--dir", str(folder / "team")], folder)
+        assert added.returncode == 0, added.stderr[-3000:]
+        files[user] = Path(added.stdout.strip())
+        done.append(added)
+    return url, files, done
+
+
 @pytest.fixture(scope="module")
 def team_server():
-    """A throwaway PostgreSQL and MLflow server started by `rlhf-lab-server start` on free loopback ports; stopped
-    (and checked stopped) at the end of the module."""
+    """A throwaway PostgreSQL and MLflow server started by `rlhf-lab-server start` on free loopback ports, with the
+    users ann and bob; this process (and the commands it starts) logs in as ann (MLFLOW_TRACKING_USERNAME /
+    MLFLOW_TRACKING_PASSWORD) until the end of the module, when the server is stopped (and checked stopped)."""
     try:
         for name in ("initdb", "pg_ctl"):
             server.find_pg_binary(name)
@@ -243,13 +272,11 @@ def team_server():
         pytest.skip(str(err))
     folder = Path(tempfile.mkdtemp(prefix="rlhf_lab_team_"))  # under /tmp: the postgres user must reach it
     folder.chmod(0o755)
-    port = server.free_port()
-    r = run_cmd(["-m", "rlhf_lab.server", "start", "--dir", str(folder / "team"), "--port", str(port)], folder,
-                timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    url = f"http://127.0.0.1:{port}"
-    assert r.stdout.strip().splitlines()[-1] == f"export MLFLOW_TRACKING_URI={url}"
-    yield url, folder / "team"
+    url, files, _ = start_team_server(folder)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in login(files["ann"]).items():
+            mp.setenv(key, value)
+        yield url, folder / "team"
     r = run_cmd(["-m", "rlhf_lab.server", "stop", "--dir", str(folder / "team")], folder, timeout=120)
     assert r.returncode == 0 and "stopped PostgreSQL" in r.stderr, r.stderr
     status = run_cmd(["-m", "rlhf_lab.server", "status", "--dir", str(folder / "team")], folder)

@@ -1,0 +1,320 @@
+"""The team server against a hostile local user (issue 41, items 1 and 2): PostgreSQL asks a password and MLflow's
+role has no superuser rights; MLflow asks a login and keeps users' experiments apart; no secret in a command line,
+a log or the commands' output; rlhf-lab's jobs log in with MLflow's variables and fail in one line without them.
+
+The quick tests use no server (a fake HTTP server that wants a login, the secret files, the command lines); the slow
+ones share one `rlhf-lab-server start` (module fixture), and one test migrates a passwordless cluster of the old
+server (skipped, saying why, without PostgreSQL's binaries)."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import shutil
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rlhf_lab import server, server_auth, server_files, server_postgres
+from rlhf_lab.runtime import tracking_server_problem
+from tests.test_sweeps import MICRO
+from tests.test_team_scale import login, run_cmd, start_team_server
+
+# -- no server ------------------------------------------------------------------------------------------
+
+
+class NeedsLogin(http.server.BaseHTTPRequestHandler):
+    """MLflow's basic auth in miniature: /health open, every other path 401 unless ann's password comes."""
+
+    GOOD = "Basic " + base64.b64encode(b"ann:s3cret").decode()
+
+    def do_GET(self):
+        ok = self.path.startswith("/health") or self.headers.get("Authorization") == self.GOOD
+        self.send_response(200 if ok else 401)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_job_without_a_login_for_a_server_that_asks_one_is_told_which_variables_to_set(tmp_path, monkeypatch):
+    """The start-up probe (runtime.exit_on_unreachable_server) found only /health, which MLflow leaves open: a job
+    without credentials then died in a traceback of its first request (HTTP 401)."""
+    for key in server_auth.LOGIN_VARS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.mlflow/credentials
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), NeedsLogin)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_port}"
+    try:
+        problem = tracking_server_problem(url, timeout=5)
+        assert problem == (f"the MLflow tracking server at {url} asks for a login and this process has none: set "
+                           "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or put them in "
+                           "~/.mlflow/credentials); the server's admin creates a login with: rlhf-lab-server user add "
+                           "NAME --dir <the server's folder>")
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ann")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "wrong")
+        assert tracking_server_problem(url, timeout=5).startswith(
+            f"the MLflow tracking server at {url} refused the login of ann (wrong password or no such user): set ")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+        assert tracking_server_problem(url, timeout=5) is None
+        monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
+        monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
+        (tmp_path / ".mlflow").mkdir()  # the file user add writes, installed as MLflow reads it
+        (tmp_path / ".mlflow" / "credentials").write_text(server_auth.credentials_text(url, "ann", "s3cret"))
+        assert tracking_server_problem(url, timeout=5) is None
+    finally:
+        httpd.shutdown()
+
+
+def test_secrets_are_private_files_and_the_command_lines_hold_none(tmp_path):
+    layout = server_files.Layout(tmp_path / "team")
+    secret = server_files.ensure_secret(layout.admin_secret)
+    assert len(secret) >= 40 and server_files.ensure_secret(layout.admin_secret) == secret  # generated once
+    assert layout.admin_secret.stat().st_mode & 0o777 == 0o600 and layout.secrets.stat().st_mode & 0o777 == 0o700
+    layout.admin_secret.chmod(0o644)
+    with pytest.raises(server.ServerError, match=f"the secret file {layout.admin_secret} is readable by other users "
+                                                 r"\(mode 0o644\): chmod 600"):
+        server_files.read_secret(layout.admin_secret)
+    layout.admin_secret.chmod(0o600)
+
+    cmd = server.mlflow_command(5433, layout, "127.0.0.1", 5000, 2)
+    assert cmd[-2:] == ["--app-name", "basic-auth"] and "basic-auth" not in server.mlflow_command(
+        5433, layout, "127.0.0.1", 5000, 2, auth=False)
+    env = server.mlflow_env(layout, "pw:with\\odd", auth=True)
+    assert env["PGPASSFILE"] == str(layout.pgpass) and env["MLFLOW_AUTH_ADMIN_PASSWORD"] == secret
+    assert layout.pgpass.read_text() == "127.0.0.1:*:mlflow:mlflow_server:pw\\:with\\\\odd\n"
+    assert layout.pgpass.stat().st_mode & 0o777 == 0o600 and layout.auth_db.stat().st_mode & 0o777 == 0o600
+    secrets = [secret, "pw:with\\odd", env["MLFLOW_FLASK_SERVER_SECRET_KEY"]]
+    assert not any(s in " ".join(cmd) or s in layout.auth_config.read_text() for s in secrets)
+    assert "default_permission = READ" in layout.auth_config.read_text()
+    assert "mlflow_tracking_password = 50%%" in server_auth.credentials_text("http://x", "ann", "50%")  # configparser
+
+
+def test_user_add_needs_a_running_server_with_logins(tmp_path, capsys):
+    assert server.main(["user", "add", "ann", "--dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip() == (f"rlhf-lab-server: no server runs in {tmp_path}: rlhf-lab-server start "
+                                               f"--dir {tmp_path} first")
+    with pytest.raises(server.ServerError, match="user name 'a b': use letters"):
+        server_auth.add_user(server_files.Layout(tmp_path), "http://127.0.0.1:1", "a b", "pw")
+    (tmp_path / "pw").write_text(" padded\n")
+    with pytest.raises(server.ServerError, match="must hold the password on its first line, without spaces"):
+        server_auth.read_password_file(tmp_path / "pw")
+
+
+# -- a server ---------------------------------------------------------------------------------------------
+
+
+def pg_binaries_or_skip() -> None:
+    try:
+        for name in ("initdb", "pg_ctl"):
+            server.find_pg_binary(name)
+    except server.ServerError as err:
+        pytest.skip(str(err))
+
+
+@dataclass
+class Team:
+    url: str
+    layout: server_files.Layout
+    users: dict[str, Path]  # credentials files
+    output: str  # everything the start and user-add commands printed
+
+    def secrets(self) -> list[str]:
+        return [*(p.read_text().strip() for p in self.layout.secrets.iterdir() if p.name in SECRET_FILES),
+                *(login(p)["MLFLOW_TRACKING_PASSWORD"] for p in self.users.values())]
+
+
+SECRET_FILES = ("postgres_superuser", "postgres_mlflow", "mlflow_admin", "flask_secret_key")
+
+
+@pytest.fixture(scope="module")
+def team():
+    pg_binaries_or_skip()
+    folder = Path(tempfile.mkdtemp(prefix="rlhf_lab_secure_"))  # under /tmp: the postgres user must reach it
+    folder.chmod(0o755)
+    url, users, done = start_team_server(folder)
+    yield Team(url, server_files.Layout(folder / "team"), users, "".join(r.stdout + r.stderr for r in done))
+    server.stop(folder / "team")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def pg_connect(team: Team, user: str, password: str | None, dbname: str = "postgres"):
+    import psycopg
+
+    port = server_files.read_state(team.layout)["pg_port"]
+    return psycopg.connect(host="127.0.0.1", port=port, user=user, password=password, dbname=dbname,
+                           autocommit=True, connect_timeout=10)
+
+
+@pytest.mark.slow
+def test_postgres_refuses_connections_without_the_secret(team):
+    import psycopg
+
+    for user, password, why in (("rlhf_lab", None, "no password supplied"),
+                                ("rlhf_lab", "guess", "password authentication failed"),
+                                ("postgres", None, "no pg_hba.conf entry"),
+                                ("mlflow_server", None, "no password supplied")):
+        with pytest.raises(psycopg.OperationalError, match=why):
+            pg_connect(team, user, password, "mlflow")
+    role_password = team.layout.role_secret.read_text().strip()
+    with pytest.raises(psycopg.OperationalError, match="no pg_hba.conf entry"):  # its own database only
+        pg_connect(team, "mlflow_server", role_password, "postgres")
+
+
+@pytest.mark.slow
+def test_mlflows_role_cannot_run_programs_as_the_database_account(team, tmp_path):
+    import psycopg
+
+    role_password = team.layout.role_secret.read_text().strip()
+    with pg_connect(team, "mlflow_server", role_password, "mlflow") as conn:
+        assert conn.execute("SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = "
+                            "current_user").fetchone() == (False, False, False)
+        assert conn.execute("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'mlflow'").fetchone() \
+            == ("mlflow_server",)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="must be superuser or have privileges of "
+                                                                       "the pg_execute_server_program role"):
+            conn.execute(f"COPY (SELECT 1) TO PROGRAM 'id > {tmp_path / 'pwned'}'")
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.slow
+def test_no_secret_in_any_command_line_log_or_output(team):
+    secrets = team.secrets()
+    assert len(secrets) == len(SECRET_FILES) + 2 and all(len(s) >= 32 for s in secrets)
+    cmdlines = [p.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]
+    mlflow_cmd = [c for c in cmdlines if "mlflow server" in c and str(team.layout.artifacts) in c]
+    assert mlflow_cmd and "--app-name basic-auth" in mlflow_cmd[0]  # the server runs, with logins
+    texts = {"command lines": " ".join(cmdlines), "MLflow's log": team.layout.mlflow_log.read_text(),
+             "PostgreSQL's log": team.layout.pg_log.read_text(), "server.json": team.layout.state.read_text(),
+             "the commands' output": team.output}
+    for where, text in texts.items():
+        assert not [s for s in secrets if s in text], f"a secret in {where}"
+    files = [*team.layout.secrets.iterdir(), *team.layout.users.iterdir()]
+    assert {p.stat().st_mode & 0o777 for p in files} == {0o600}
+    assert {team.layout.secrets.stat().st_mode & 0o777, team.layout.users.stat().st_mode & 0o777} == {0o700}
+
+
+def as_user(team: Team, name: str):
+    """MLflow's clients in this process log in as `name` (its credentials file)."""
+    env = login(team.users[name])
+    return server_auth.mlflow_login(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])
+
+
+@pytest.mark.slow
+def test_mlflow_refuses_a_client_without_a_login(team, monkeypatch):
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    for key in server_auth.LOGIN_VARS:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")  # no ~/.mlflow/credentials
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{team.url}/api/2.0/mlflow/experiments/search?max_results=1", timeout=10)
+    assert refused.value.code == 401
+    with pytest.raises(MlflowException, match="401"):
+        MlflowClient(team.url).search_experiments()
+    with server_auth.mlflow_login("ann", "not her password"), pytest.raises(MlflowException, match="401"):
+        MlflowClient(team.url).search_experiments()
+
+
+@pytest.mark.slow
+def test_a_user_cannot_delete_anothers_experiment_but_their_own(team):
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(team.url)
+    with as_user(team, "ann"):
+        exp = client.create_experiment("ann_only")
+    with as_user(team, "bob"):
+        assert client.get_experiment(exp).name == "ann_only"  # others read
+        for act in (lambda: client.delete_experiment(exp), lambda: client.create_run(exp)):
+            with pytest.raises(MlflowException, match="Permission denied") as denied:
+                act()
+            assert denied.value.get_http_status_code() == 403
+        shared = client.get_experiment_by_name(server_auth.SHARED_EXPERIMENT)
+        client.set_terminated(client.create_run(shared.experiment_id).info.run_id)  # the shared one: EDIT
+        with pytest.raises(MlflowException, match="Permission denied"):  # only the admin deletes it
+            client.delete_experiment(shared.experiment_id)
+    with as_user(team, "ann"):
+        client.delete_experiment(exp)
+        assert client.get_experiment(exp).lifecycle_stage == "deleted"
+
+
+@pytest.mark.slow
+def test_a_job_logs_with_the_login_in_its_environment_and_without_one_fails_in_one_line(team, tmp_path):
+    job = ["-m", "rlhf_lab.cli", "algo=sft", *MICRO, "trainer.threads=1", "study=secure_job"]
+    anonymous = {key: "" for key in server_auth.LOGIN_VARS}  # MLflow reads an empty variable as unset
+    r = run_cmd(job, tmp_path, MLFLOW_TRACKING_URI=team.url, HOME=str(tmp_path), **anonymous)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"rlhf-lab: the MLflow tracking server at {team.url} asks for a login and this process has none: set "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or put them in ~/.mlflow/credentials); the server's "
+        "admin creates a login with: rlhf-lab-server user add NAME --dir <the server's folder>"), r.stderr[-3000:]
+    r = run_cmd(job, tmp_path, MLFLOW_TRACKING_URI=team.url, **login(team.users["bob"]))
+    assert r.returncode == 0, r.stderr[-3000:]
+    from mlflow import MlflowClient
+
+    with as_user(team, "ann"):  # and ann reads bob's runs
+        client = MlflowClient(team.url)
+        exp = client.get_experiment_by_name(server_auth.SHARED_EXPERIMENT)
+        runs = client.search_runs([exp.experiment_id], "tags.`rlhf_lab.study` = 'secure_job'")
+    assert {x.data.tags["rlhf_lab.stage"] for x in runs} == {"pretrain", "sft"}
+    assert {x.info.status for x in runs} == {"FINISHED"}
+
+
+# -- a cluster of the old server ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_passwordless_cluster_of_the_old_server_is_migrated_with_its_data():
+    """An older rlhf-lab-server made its cluster with `initdb --auth=trust` and MLflow's tables as the superuser;
+    the next start (server.secure_cluster) sets passwords, hands the database and its objects to MLflow's role and
+    rewrites pg_hba.conf."""
+    import psycopg
+
+    pg_binaries_or_skip()
+    base = Path(tempfile.mkdtemp(prefix="rlhf_lab_migrate_"))
+    base.chmod(0o755)
+    layout, account = server_files.Layout(base / "team"), server_postgres.pg_account()
+    layout.root.mkdir(mode=0o755)
+    layout.data.mkdir(mode=0o700)
+    server_postgres.give_to(layout.data, account)
+    server_postgres.run_checked([server.find_pg_binary("initdb"), "-D", layout.data, "-U", "rlhf_lab", "--auth=trust",
+                                 "-E", "UTF8", "--locale=C"], "initdb", cwd=layout.data,
+                                **server_postgres.as_account(account))  # the old server's command
+    port = server.free_port()
+    try:
+        server_postgres.start_postgres(layout, account, port)
+        with psycopg.connect(host="127.0.0.1", port=port, user="rlhf_lab", dbname="postgres", autocommit=True) as c:
+            c.execute("CREATE DATABASE mlflow")
+        with psycopg.connect(host="127.0.0.1", port=port, user="rlhf_lab", dbname="mlflow", autocommit=True) as c:
+            c.execute("CREATE TYPE stage AS ENUM ('a', 'b'); CREATE TABLE runs (id serial PRIMARY KEY, s stage); "
+                      "INSERT INTO runs (s) VALUES ('a'); CREATE VIEW last AS SELECT max(id) FROM runs")
+        server_postgres.stop_postgres(layout, account)
+        assert server_postgres.uses_trust(layout)
+
+        superuser, role = server.secure_cluster(layout, account)
+        assert not server_postgres.uses_trust(layout) and not server_postgres.postgres_running(layout, account)
+        server_postgres.start_postgres(layout, account, port)
+        with pytest.raises(psycopg.OperationalError, match="no password supplied"):
+            psycopg.connect(host="127.0.0.1", port=port, user="rlhf_lab", dbname="postgres")
+        with psycopg.connect(host="127.0.0.1", port=port, user="mlflow_server", password=role, dbname="mlflow",
+                             autocommit=True) as c:
+            c.execute("INSERT INTO runs (s) VALUES ('b')")  # its tables, sequences and types now
+            c.execute("ALTER TYPE stage ADD VALUE 'c'")
+            assert c.execute("SELECT * FROM last").fetchone() == (2,)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute("COPY (SELECT 1) TO PROGRAM 'true'")
+        with psycopg.connect(host="127.0.0.1", port=port, user="rlhf_lab", password=superuser, dbname="postgres"):
+            pass
+    finally:
+        if server_postgres.postgres_running(layout, account):
+            server_postgres.stop_postgres(layout, account)
+        shutil.rmtree(base, ignore_errors=True)
