@@ -11,7 +11,8 @@ Two measurements (see benchmarks/README.md):
 2. **Tracking cost per metric point**, in this process: ``--points`` synchronous ``mlflow.log_metric`` calls
    (one point each), then as many points as ``log_metrics`` batches of 10 keys per step (how Lightning's logger
    and the PPO loop log), against a sqlite store (the default, ``sqlite:///mlflow.db``) and against the team
-   server (``rlhf-lab-server``: MLflow on PostgreSQL, over HTTP on the loopback), started and stopped here.
+   server (``rlhf-lab-server``: MLflow on PostgreSQL, over HTTP on the loopback, logged in as a user it adds),
+   started and stopped here.
 
 The results go to the section "Team scale" of benchmarks/results.md (replaced in place; ``python -m
 benchmarks.run`` keeps it), with the date, the load average, other processes' share of the cores and the exact
@@ -126,7 +127,7 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
     note = ""
     if not with_server:
         return rows, "server not measured (--no-server)"
-    from rlhf_lab import server
+    from rlhf_lab import server, server_auth
 
     folder = Path(tempfile.mkdtemp(prefix="rlhf_lab_team_bench_"))  # under /tmp: the postgres user must reach it
     folder.chmod(0o755)
@@ -134,7 +135,9 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
         t0 = time.perf_counter()
         url = server.start(folder / "team", port=server.free_port())
         note = f"server start-up (a fresh PostgreSQL cluster, then MLflow): {time.perf_counter() - t0:.0f} s"
-        rows.append(["team server (rlhf-lab-server: MLflow over HTTP, PostgreSQL 15)", url, *log_cost(url, points)])
+        with server_auth.mlflow_login(*server_auth.read_credentials(server.add_user(folder / "team", "bench"))):
+            rows.append(["team server (rlhf-lab-server: MLflow over HTTP with logins, PostgreSQL 15)", url,
+                         *log_cost(url, points)])
     except server.ServerError as err:
         note = f"server not measured: {err}"
     finally:

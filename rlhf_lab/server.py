@@ -24,9 +24,9 @@ What is protected:
   create, and deletes only what they create; the admin (``admin``, password in ``secrets/mlflow_admin``) may do
   anything. ``--no-auth`` turns MLflow's logins off (a warning says what that opens).
 
-Not protected: whoever can read ``<dir>/secrets`` (the user who runs the server, and root) holds every key; the
-artifacts on disk are as readable as ``<dir>/artifacts`` is; HTTP on the loopback has no TLS (``--host 0.0.0.0``
-sends passwords in clear over the network).
+Not protected: whoever can read ``<dir>/secrets`` (the user who runs the server, and root) holds every key and
+reads the artifacts on disk (``<dir>/artifacts``, made 0700: clients go through the server); HTTP has no TLS
+(``--host 0.0.0.0`` sends passwords in clear over the network).
 
 PostgreSQL refuses to run as root. Started as root, the PostgreSQL processes run as the user ``postgres``
 (created by ``apt-get install postgresql``), or as ``rlhf-lab-pg``, created with ``useradd`` when there is no
@@ -231,7 +231,7 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
     try:
         with connect("127.0.0.1", pg_port, superuser) as conn:
             prepare_database(conn, role)
-        layout.artifacts.mkdir(exist_ok=True)
+        private_folder(layout.artifacts)  # clients send and fetch artifacts through the server, not the disk
         url = tracking_url(host, port)
         if not auth:
             say(NO_AUTH_WARNING)

@@ -114,6 +114,15 @@ def credentials_text(url: str, name: str, password: str) -> str:
             f"[mlflow]\nmlflow_tracking_username = {name}\nmlflow_tracking_password = {password.replace('%', '%%')}\n")
 
 
+def read_credentials(path: Path) -> tuple[str, str]:
+    """(user name, password) of a credentials file written by :func:`add_user`."""
+    import configparser
+
+    parser = configparser.ConfigParser()
+    parser.read(path)
+    return parser["mlflow"]["mlflow_tracking_username"], parser["mlflow"]["mlflow_tracking_password"]
+
+
 def read_password_file(path: Path) -> str:
     """A password given in a file (its first line, without the line break); a ServerError if empty or unreadable."""
     try:

@@ -128,7 +128,7 @@ class Team:
 
     def secrets(self) -> list[str]:
         return [*(p.read_text().strip() for p in self.layout.secrets.iterdir() if p.name in SECRET_FILES),
-                *(login(p)["MLFLOW_TRACKING_PASSWORD"] for p in self.users.values())]
+                *(server_auth.read_credentials(p)[1] for p in self.users.values())]
 
 
 SECRET_FILES = ("postgres_superuser", "postgres_mlflow", "mlflow_admin", "flask_secret_key")
@@ -199,13 +199,13 @@ def test_no_secret_in_any_command_line_log_or_output(team):
         assert not [s for s in secrets if s in text], f"a secret in {where}"
     files = [*team.layout.secrets.iterdir(), *team.layout.users.iterdir()]
     assert {p.stat().st_mode & 0o777 for p in files} == {0o600}
-    assert {team.layout.secrets.stat().st_mode & 0o777, team.layout.users.stat().st_mode & 0o777} == {0o700}
+    assert {(d.stat().st_mode & 0o777) for d in (team.layout.secrets, team.layout.users, team.layout.artifacts)} \
+        == {0o700}  # artifacts go through the server, not the disk
 
 
 def as_user(team: Team, name: str):
     """MLflow's clients in this process log in as `name` (its credentials file)."""
-    env = login(team.users[name])
-    return server_auth.mlflow_login(env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])
+    return server_auth.mlflow_login(*server_auth.read_credentials(team.users[name]))
 
 
 @pytest.mark.slow

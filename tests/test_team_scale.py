@@ -8,7 +8,6 @@ executor. Run as root (CI), PostgreSQL runs as an unprivileged user (rlhf_lab/se
 
 from __future__ import annotations
 
-import configparser
 import os
 import pwd
 import shutil
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab import cli, server, sweeping
+from rlhf_lab import cli, server, server_auth, sweeping
 from rlhf_lab.analysis import parent_run
 from rlhf_lab.analysis.runs import RunData, study_filter
 from rlhf_lab.analysis.study import best_setting
@@ -236,10 +235,8 @@ def run_cmd(args: list[str], cwd: Path, timeout: int = 480, **env) -> subprocess
 def login(credentials: Path) -> dict[str, str]:
     """The MLflow login in a credentials file of `rlhf-lab-server user add` (~/.mlflow/credentials' format) as the
     environment variables MLflow's clients read."""
-    parser = configparser.ConfigParser()
-    parser.read(credentials)
-    return {"MLFLOW_TRACKING_USERNAME": parser["mlflow"]["mlflow_tracking_username"],
-            "MLFLOW_TRACKING_PASSWORD": parser["mlflow"]["mlflow_tracking_password"]}
+    name, password = server_auth.read_credentials(credentials)
+    return {"MLFLOW_TRACKING_USERNAME": name, "MLFLOW_TRACKING_PASSWORD": password}
 
 
 def start_team_server(folder: Path, users: tuple[str, ...] = ("ann", "bob")) -> tuple[str, dict[str, Path], list]:
