@@ -125,14 +125,16 @@ def relabel_pairs(cfg: DictConfig, pairs: list[PreferencePair], gold, rng: rando
 
 @torch.no_grad()
 def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, source: str,
-                 batch_size: int = 256, gold=None, progress=None) -> list[PreferencePair]:
-    """Two responses per prompt from the policy checkpoint, labelled by :func:`label_pairs` (`gold`: see there).
-    `progress`: a bar whose ``update(n)`` is called with the number of prompts of each batch sampled and labelled."""
+                 batch_size: int = 256, gold=None, progress=None,
+                 key: str = "policy.name_or_path") -> list[PreferencePair]:
+    """Two responses per prompt from the policy checkpoint (named by config `key` in its errors), labelled by
+    :func:`label_pairs` (`gold`: see there). `progress`: a bar whose ``update(n)`` is called with the number of
+    prompts of each batch sampled and labelled."""
     from rlhf_lab.models.families import load_causal_lm, load_options, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
-    tok = load_tokenizer(policy_path, "data.policy")
-    model = load_causal_lm(policy_path, tok, "data.policy", **load_options(cfg.policy))
+    tok = load_tokenizer(policy_path, key)
+    model = load_causal_lm(policy_path, tok, key, **load_options(cfg.policy))
     torch.manual_seed(seed)
     rng = random.Random(seed)
     g = cfg.generation

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from pickle import UnpicklingError
 
 import torch
+from safetensors import SafetensorError
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -26,6 +28,16 @@ from transformers import (
     LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
+)
+
+from rlhf_lab.models.checkpoints import (
+    TOKENIZER_FILES,
+    CheckpointError,
+    CheckpointNotFound,
+    check_loaded,
+    folder_fix,
+    has_tokenizer_files,
+    local_folder,
 )
 
 FAMILIES = ("a", "b")
@@ -116,16 +128,13 @@ def _resolve(name_or_path: str | os.PathLike, key: str) -> str:
     p = Path(s).expanduser()
     if p.exists():
         if not (p / "config.json").exists() and not (p / "tokenizer.json").exists() and not (p / "tokenizer_config.json").exists():
-            raise FileNotFoundError(
-                f"{key}={s!r} is a directory without a Hugging Face checkpoint (no config.json / tokenizer files); "
-                "point it at a folder written by save_pretrained"
-            )
+            raise CheckpointNotFound(key, s, "a directory without a Hugging Face checkpoint (no config.json / "
+                                     "tokenizer files)", folder_fix(key))
         return str(p)
     if s.startswith((".", "/", "~")) or s.count("/") > 1:
-        raise FileNotFoundError(
-            f"{key}={s!r}: no such checkpoint directory. Set {key} to a folder written by save_pretrained, "
-            "a hub name on a machine that reaches the hub, or null to train the world's model locally."
-        )
+        raise CheckpointNotFound(key, s, "no such checkpoint directory", f"set {key} to a folder written by "
+                                 "save_pretrained, a hub name on a machine that reaches the hub, or null to train the "
+                                 "world's model locally")
     return s
 
 
@@ -148,43 +157,65 @@ def pretrained_path(name_or_path: str, key: str = "reward_model.name_or_path") -
     return str(Path(list(spec.submodule_search_locations)[0]) / "model")
 
 
-def _hub_error(key: str, s: str, err: Exception) -> OSError:
-    return OSError(
-        f"{key}={s!r} could not be loaded ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
-        "If it is a hub name, this machine may not reach the hub: use a local folder written by save_pretrained."
-    )
+# what from_pretrained raises on a broken checkpoint (not RuntimeError: out of memory is no broken checkpoint)
+LOAD_ERRORS = (OSError, ValueError, SafetensorError, UnpicklingError)
+
+
+def _load_error(key: str, s: str, err: Exception) -> CheckpointError:
+    """A checkpoint transformers could not load, as one line with transformers' first line: a local folder is broken
+    (no weights beside config.json, an invalid config.json, unreadable weights); a hub name may be out of reach."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    why = f"{type(err).__name__}: {first}"
+    if local_folder(s) is not None:
+        return CheckpointError(key, s, f"could not be loaded ({why})", folder_fix(key))
+    return CheckpointNotFound(key, s, f"could not be loaded ({why})", "if it is a hub name, this machine may not "
+                              "reach the hub: use a local folder written by save_pretrained")
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, key: str = "policy.name_or_path") -> PreTrainedTokenizerFast:
+    """The tokenizer of a checkpoint folder or hub name; a folder without tokenizer files is a
+    :class:`~rlhf_lab.models.checkpoints.CheckpointError` (transformers would build an empty one from config.json)."""
     s = _resolve(name_or_path, key)
+    if local_folder(s) is not None and not has_tokenizer_files(s):
+        raise CheckpointError(key, s, f"no tokenizer files ({', '.join(TOKENIZER_FILES[:2])}, ...)", folder_fix(key))
     try:
         tok = AutoTokenizer.from_pretrained(s)
-    except (OSError, ValueError) as err:
-        raise _hub_error(key, s, err) from err
+    except LOAD_ERRORS as err:
+        raise _load_error(key, s, err) from err
     if tok.pad_token is None:  # hub decoders often have none
         tok.pad_token = tok.eos_token
     return tok
 
 
 def check_pair(model: PreTrainedModel, tokenizer, key: str) -> None:
-    """A tokenizer and model belong together when every token id has an embedding."""
+    """A tokenizer and model belong together when every token id has an embedding; else a
+    :class:`~rlhf_lab.models.checkpoints.CheckpointError` (a ValueError) naming `key` and the model's folder."""
     n_emb = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > n_emb:
-        raise ValueError(
-            f"{key}: the tokenizer has {len(tokenizer)} tokens but the model embeds only {n_emb}; "
-            "they are not a pair. Load the tokenizer saved with this model."
-        )
+        raise CheckpointError(key, model.name_or_path, f"the tokenizer has {len(tokenizer)} tokens but the model "
+                              f"embeds only {n_emb}; they are not a pair", "load the tokenizer saved with this model")
+
+
+def load_checked(auto_class, s: str, key: str, new_head: bool = False, **kwargs) -> PreTrainedModel:
+    """``auto_class.from_pretrained(s, **kwargs)``, checked: a checkpoint transformers cannot load, or whose weights do
+    not fit the model its config.json describes (missing, unexpected or of another shape: transformers' loading
+    report), is a :class:`~rlhf_lab.models.checkpoints.CheckpointError` naming `key`; ``new_head``: see
+    :func:`rlhf_lab.models.checkpoints.load_problems`."""
+    try:
+        model, info = auto_class.from_pretrained(s, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    except LOAD_ERRORS as err:
+        raise _load_error(key, s, err) from err
+    check_loaded(info, model, key, s, new_head)
+    return model
 
 
 def load_causal_lm(name_or_path: str | os.PathLike, tokenizer=None, key: str = "policy.name_or_path",
                    **options) -> PreTrainedModel:
     """A causal LM of any architecture transformers knows (Llama, Qwen2, GPT-NeoX, GPT-2, ...) from a folder or
-    hub name; `options`: :func:`load_options` (dtype, attention implementation)."""
+    hub name, every weight loaded from the checkpoint (:func:`load_checked`); `options`: :func:`load_options`
+    (dtype, attention implementation)."""
     s = _resolve(name_or_path, key)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(s, **options)
-    except (OSError, ValueError) as err:
-        raise _hub_error(key, s, err) from err
+    model = load_checked(AutoModelForCausalLM, s, key, **options)
     if tokenizer is not None:
         check_pair(model, tokenizer, key)
     if model.config.pad_token_id is None and tokenizer is not None:
@@ -193,18 +224,18 @@ def load_causal_lm(name_or_path: str | os.PathLike, tokenizer=None, key: str = "
 
 
 def load_sequence_scorer(name_or_path: str | os.PathLike, tokenizer=None, key: str = "reward_model.init",
-                         **options) -> PreTrainedModel:
+                         new_head: bool = True, **options) -> PreTrainedModel:
     """A sequence classifier with one output (a reward model) from a causal-LM, encoder or RM checkpoint.
 
     From a causal LM this is the InstructGPT recipe: the backbone with its unembedding replaced by a
     freshly initialised scalar head reading the last non-pad token; from an encoder (BERT, MiniLM) a scalar
-    head on the pooled embedding (:func:`rlhf_lab.models.reward.rm_forward`). `options`: :func:`load_options`.
+    head on the pooled embedding (:func:`rlhf_lab.models.reward.rm_forward`). ``new_head=False`` (a trained RM):
+    the head is loaded too, and nothing may be missing. Any other weight missing, unexpected or of another shape
+    is a :class:`~rlhf_lab.models.checkpoints.CheckpointError` (:func:`load_checked`). `options`:
+    :func:`load_options`.
     """
     s = _resolve(name_or_path, key)
-    try:
-        model = AutoModelForSequenceClassification.from_pretrained(s, num_labels=1, **options)
-    except (OSError, ValueError) as err:
-        raise _hub_error(key, s, err) from err
+    model = load_checked(AutoModelForSequenceClassification, s, key, new_head, num_labels=1, **options)
     if tokenizer is not None:
         check_pair(model, tokenizer, key)
         if model.config.pad_token_id is None:

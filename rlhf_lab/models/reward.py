@@ -31,6 +31,7 @@ import torch
 
 from rlhf_lab.data import pad_right
 from rlhf_lab.models.adapters import unwrap
+from rlhf_lab.models.checkpoints import CheckpointError, CheckpointNotFound
 
 NORM_FILE = "rm_norm.json"
 MEMBER_DIR = "member_{}"
@@ -144,6 +145,24 @@ def affine_to_standard(x: torch.Tensor) -> tuple[float, float]:
     return 1.0 / std, -float(x.mean()) / std
 
 
+def read_norm(path: Path, key: str = "reward model") -> dict:
+    """The ``rm_norm.json`` of an RM artifact folder (named by config `key`); a folder without one, or with one that is
+    no JSON object with ``n_members``, ``gain`` and ``bias``, is a
+    :class:`~rlhf_lab.models.checkpoints.CheckpointError`."""
+    norm_file = Path(path) / NORM_FILE
+    if not norm_file.exists():
+        raise CheckpointNotFound(key, path, f"not a reward-model folder (no {NORM_FILE})", "train one with algo=rm")
+    fix = "give the artifact folder of an algo=rm job as it was written"
+    try:
+        info = json.loads(norm_file.read_text())
+    except ValueError as err:
+        raise CheckpointError(key, path, f"{NORM_FILE} is not valid JSON ({err})", fix) from err
+    missing = [k for k in ("n_members", "gain", "bias") if not isinstance(info, dict) or k not in info]
+    if missing:
+        raise CheckpointError(key, path, f"{NORM_FILE} has no {', '.join(missing)}", fix)
+    return info
+
+
 class RewardScorer:
     """Scores (prompt, response, ended) triples with an RM (or an ensemble of RMs); no gradients.
 
@@ -173,19 +192,18 @@ class RewardScorer:
 
     @classmethod
     def from_path(cls, path, normalize: bool = True, conservative_lambda: float = 0.0,
-                  options: dict | None = None) -> "RewardScorer":
-        """The RM artifact at `path`; `options`: dtype and attention implementation of its members
-        (:func:`rlhf_lab.models.families.load_options`)."""
+                  options: dict | None = None, key: str = "reward model") -> "RewardScorer":
+        """The RM artifact at `path` (named by config `key`, e.g. ``reward_model.path``, in its errors); `options`:
+        dtype and attention implementation of its members (:func:`rlhf_lab.models.families.load_options`). Every
+        member loads whole, its scalar head included: a missing member folder or a member whose weights do not fit
+        its config.json is a :class:`~rlhf_lab.models.checkpoints.CheckpointError`."""
         from rlhf_lab.models.families import load_sequence_scorer, load_tokenizer
 
         path = Path(path)
-        norm_file = path / NORM_FILE
-        if not norm_file.exists():
-            raise FileNotFoundError(f"{path} is not a reward-model folder (no {NORM_FILE}); train one with algo=rm")
-        info = json.loads(norm_file.read_text())
-        tok = load_tokenizer(path, "reward model")
-        members = [load_sequence_scorer(path / MEMBER_DIR.format(i), tok, "reward model", **(options or {})).eval()
-                   for i in range(int(info["n_members"]))]
+        info = read_norm(path, key)
+        tok = load_tokenizer(path, key)
+        members = [load_sequence_scorer(path / MEMBER_DIR.format(i), tok, key, new_head=False,
+                                        **(options or {})).eval() for i in range(int(info["n_members"]))]
         return cls(members, tok, info["gain"], info["bias"], info.get("member_gain"), info.get("member_bias"),
                    normalize=normalize, conservative_lambda=conservative_lambda, max_len=int(info.get("max_len", 128)))
 

@@ -122,7 +122,8 @@ def identity(cfg: DictConfig) -> dict | None:
 
 def load_scorer(cfg: DictConfig) -> RewardScorer:
     """The gold RM as a scorer: normalised (its rm_norm.json), the mean of its members, never trained."""
-    return RewardScorer.from_path(rm_path(cfg), normalize=True, conservative_lambda=0.0)
+    return RewardScorer.from_path(rm_path(cfg), normalize=True, conservative_lambda=0.0,
+                                  key="gold.path" if cfg.gold.get("path") else "gold RM")
 
 
 def label_scorer(cfg: DictConfig) -> RewardScorer | None:

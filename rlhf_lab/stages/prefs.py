@@ -76,7 +76,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold, progress=bar)
             if n_on:
                 train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy",
-                                      gold=gold, progress=bar)
+                                      gold=gold, progress=bar, key="data.on_policy_path")
             held = sample_pairs(cfg, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")

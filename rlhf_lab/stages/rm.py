@@ -148,7 +148,7 @@ def load_scorer(cfg: DictConfig, path=None) -> RewardScorer:
     rc = cfg.reward_model
     return RewardScorer.from_path(path or ensure("rm", cfg), normalize=rc.normalize,
                                   conservative_lambda=float(rc.get("conservative_lambda") or 0.0),
-                                  options=F.load_options(rc))
+                                  options=F.load_options(rc), key="reward_model.path" if rc.get("path") else WHAT)
 
 
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
@@ -159,7 +159,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     train, held = prefs.load(cfg)
     validate_pairs(train, "data")
     backbone, steps, seed = spec["backbone"], int(spec["steps"]), int(spec["seed"])
-    tok = F.load_tokenizer(backbone, "reward_model backbone")
+    key = "reward_model.name_or_path" if str(rc.source) == "pretrained" else "reward_model backbone"
+    tok = F.load_tokenizer(backbone, key)
     max_len = rc.max_len
     margins = pair_margins(cfg, train) if rc.margin else None
     examples = encode_rm_pairs(tok, train, max_len, margins)
@@ -190,7 +191,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         for i in range(k):
             mseed = seed + MEMBER_SEED_STRIDE * i
             L.seed_everything(mseed, verbose=False)
-            model = with_lora(F.load_sequence_scorer(backbone, tok, "reward_model backbone", **F.load_options(rc)), rc.lora,
+            model = with_lora(F.load_sequence_scorer(backbone, tok, key, **F.load_options(rc)), rc.lora,
                               "SEQ_CLS", key="reward_model.lora")
             size = model_size(model)
             if i == 0:

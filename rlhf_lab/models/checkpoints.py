@@ -1,0 +1,125 @@
+"""Checkpoints a job cannot use, as the user sees them: :class:`CheckpointError`, one line naming the config key, the
+folder and what is wrong with it (the CLI prints it and exits 2, as any config error).
+
+A checkpoint folder is broken when it is missing or empty, has no tokenizer, a config.json without weights, an invalid
+config.json, or weights that do not fit the model its config.json describes. transformers loads the last kind
+quietly: the weights it does not find are newly initialised and the ones it finds for no parameter are dropped (the
+ones of another shape are re-initialised with ``ignore_mismatched_sizes=True``, which the loaders pass so that its
+report names them). :func:`check_loaded` reads that loading report
+(``from_pretrained(..., output_loading_info=True)``) and lets through only what a stage adds on
+purpose: a sequence classifier built from a backbone (a causal LM or an encoder; ``new_head=True``) gets a newly
+initialised scalar head and drops the backbone checkpoint's own head (a causal LM's unembedding). Tied weights are
+not in the report (transformers ties them after loading). :mod:`rlhf_lab.models.families` loads through it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+
+from rlhf_lab.config_checks import ConfigError
+
+FOLDER_FIX = "point {key} at a folder written by save_pretrained (config.json, its weights and the tokenizer files)"
+WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # transformers' names
+# a tokenizer's files: a fast tokenizer's tokenizer.json, else its config and vocabulary (vocab.*, merges.txt, a
+# SentencePiece *.model)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "merges.txt")
+N_EXAMPLES = 2  # weight names quoted in a message
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint (a folder or hub name given by a config key) that cannot be used as it is: ``str(err)`` is one
+    line, ``<key>='<folder>': <problem>; <fix>``. A :class:`~rlhf_lab.config_checks.ConfigError`: the CLI prints it
+    and exits with status 2."""
+
+    def __init__(self, key: str, where: Any, problem: str, fix: str | None = None) -> None:
+        self.key, self.value, self.allowed, self.problem = key, str(where), fix, problem
+        ValueError.__init__(self, f"{key}={str(where)!r}: {problem}" + (f"; {fix}" if fix else ""))
+
+    def __reduce__(self):  # pickled with its own arguments (a multirun's launcher may send it to another process)
+        return type(self), (self.key, self.value, self.problem, self.allowed)
+
+
+class CheckpointNotFound(CheckpointError, FileNotFoundError):
+    """No checkpoint where the key points: no such folder, a folder without a checkpoint, a hub name this machine
+    cannot load. Also a FileNotFoundError (and so an OSError), as these errors were before."""
+
+
+def folder_fix(key: str) -> str:
+    """The fix of a broken checkpoint folder named by `key`."""
+    return FOLDER_FIX.format(key=key)
+
+
+def local_folder(name_or_path: Any) -> Path | None:
+    """`name_or_path` as a folder when it is one on this machine, else None (a hub name)."""
+    p = Path(str(name_or_path)).expanduser()
+    return p if p.is_dir() else None
+
+
+def has_tokenizer_files(folder: Any) -> bool:
+    """Whether a folder holds a tokenizer's files (:data:`TOKENIZER_FILES`, or a SentencePiece ``*.model``)."""
+    return any(f.name in TOKENIZER_FILES or f.suffix == ".model" for f in Path(folder).expanduser().iterdir())
+
+
+def weights_file(name_or_path: Any) -> str:
+    """The name of the weights file(s) of a checkpoint, for a message: the first of :data:`WEIGHT_FILES` in the
+    folder (``model.safetensors``), else ``its weights``."""
+    folder = local_folder(name_or_path)
+    found = [f for f in WEIGHT_FILES if folder is not None and (folder / f).is_file()]
+    return found[0] if found else "its weights"
+
+
+def is_new_head(name: str, model) -> bool:
+    """Whether a weight name lies outside the model's backbone (``model.base_model_prefix``): a task head, such as the
+    scalar ``score``/``classifier`` head of a sequence classifier or a causal LM's ``lm_head``/``embed_out``."""
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    return bool(prefix) and not name.startswith(prefix + ".")
+
+
+def count(n: int, what: str = "weight") -> str:
+    """``1 weight``, ``2 weights``."""
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def examples(names) -> str:
+    """The first :data:`N_EXAMPLES` of some weight names (sorted), for a message."""
+    names = sorted(names)
+    more = ", ..." if len(names) > N_EXAMPLES else ""
+    return ", ".join(names[:N_EXAMPLES]) + more
+
+
+def load_problems(info: dict, model, new_head: bool = False) -> list[str]:
+    """What transformers' loading report `info` (``output_loading_info=True``) says is wrong with the weights of
+    `model`, as phrases for one line; empty when the checkpoint fits. ``new_head``: the model is a sequence classifier
+    built from a backbone checkpoint, whose head outside the backbone may be missing (newly initialised) and whose
+    own heads outside the backbone may be unexpected (dropped)."""
+    allowed = (lambda name: is_new_head(name, model)) if new_head else (lambda name: False)
+    missing = [k for k in info.get("missing_keys") or () if not allowed(k)]
+    unexpected = [k for k in info.get("unexpected_keys") or () if not allowed(k)]
+    mismatched = list(info.get("mismatched_keys") or ())
+    n_model = len(model.state_dict())
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} of {count(n_model)} missing from it (newly initialised: {examples(missing)})")
+    if unexpected:
+        problems.append(f"{count(len(unexpected))} in it that the model has no place for ({examples(unexpected)})")
+    if mismatched:
+        name, saved, wanted = sorted(mismatched)[0]
+        problems.append(f"{len(mismatched)} of {count(n_model)} of another shape in it (e.g. {name}: "
+                        f"{list(saved)} saved, {list(wanted)} in the model)")
+    problems += [line.strip().splitlines()[0] for line in info.get("error_msgs") or () if line.strip()]
+    return problems
+
+
+def check_loaded(info: dict, model, key: str, name_or_path: Any, new_head: bool = False) -> None:
+    """Raise :class:`CheckpointError` when the weights loaded into `model` from `name_or_path` (named by config `key`)
+    do not fit it (:func:`load_problems`); the message names the weights file and the architecture of config.json."""
+    problems = load_problems(info, model, new_head)
+    if not problems:
+        return
+    arch = ", ".join(getattr(model.config, "architectures", None) or [type(model).__name__])
+    raise CheckpointError(key, name_or_path, f"{weights_file(name_or_path)} does not match its config.json ({arch}): "
+                          + "; ".join(problems), f"point {key} at a checkpoint whose weights and config.json "
+                          "were saved together (save_pretrained)")
