@@ -122,12 +122,20 @@ def write_private(path: Path, text: str) -> None:
 
 
 def read_secret(path: Path) -> str:
-    """The secret in ``path``; a ServerError when other users may read it (mode beyond 0600) or it is empty."""
-    mode = path.stat().st_mode & 0o777
+    """The secret in ``path``; a ServerError when it is missing or unreadable, other users may read it (mode beyond
+    0600), or it is empty."""
+    try:
+        mode = path.stat().st_mode & 0o777
+        value = path.read_text().strip()
+    except FileNotFoundError:
+        raise ServerError(f"the secret file {path} is missing: restore it from a backup (the server's data need "
+                          f"it)") from None
+    except PermissionError:
+        raise ServerError(f"cannot read the secret file {path}: run rlhf-lab-server as the user who owns "
+                          f"{path.parent}") from None
     if mode & 0o077:
         raise ServerError(f"the secret file {path} is readable by other users (mode {oct(mode)}): chmod 600 {path} "
                           f"and change the secret if they may have read it")
-    value = path.read_text().strip()
     if not value:
         raise ServerError(f"the secret file {path} is empty: delete it and start again to generate a new one")
     return value

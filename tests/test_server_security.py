@@ -83,6 +83,8 @@ def test_secrets_are_private_files_and_the_command_lines_hold_none(tmp_path):
                                                  r"\(mode 0o644\): chmod 600"):
         server_files.read_secret(layout.admin_secret)
     layout.admin_secret.chmod(0o600)
+    with pytest.raises(server.ServerError, match=f"the secret file {layout.flask_secret} is missing: restore it"):
+        server_files.read_secret(layout.flask_secret)
 
     cmd = server.mlflow_command(5433, layout, "127.0.0.1", 5000, 2)
     assert cmd[-2:] == ["--app-name", "basic-auth"] and "basic-auth" not in server.mlflow_command(

@@ -277,7 +277,7 @@ def team_server():
     r = run_cmd(["-m", "rlhf_lab.server", "stop", "--dir", str(folder / "team")], folder, timeout=120)
     assert r.returncode == 0 and "stopped PostgreSQL" in r.stderr, r.stderr
     status = run_cmd(["-m", "rlhf_lab.server", "status", "--dir", str(folder / "team")], folder)
-    assert status.returncode == 1 and server.port_is_free(port)
+    assert status.returncode == 1 and server.port_is_free(int(url.rsplit(":", 1)[1]))
     shutil.rmtree(folder, ignore_errors=True)
 
 
