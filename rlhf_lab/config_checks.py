@@ -9,21 +9,22 @@ multirun the job is recorded as failed and the other jobs go on (:mod:`rlhf_lab.
 
 Each group has a ``check_<group>(node)`` function; the stages keep their own guards for direct calls
 (``stages.dpo.check_config``, ``stages.ppo.check_reference``; ``stages.rm`` calls
-:func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab, so the check costs
-milliseconds. The choice lists mirror the constants of the code that implements them
-(``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``, ``stages.ppo.REFERENCE_KINDS`` and
-``CRITICS``, ``sampling.SAMPLERS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
+:func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab but its errors
+(:mod:`rlhf_lab.config_errors`), so the check costs milliseconds. The choice lists mirror the constants of
+the code that implements them (``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``,
+``stages.ppo.REFERENCE_KINDS`` and ``CRITICS``, ``sampling.SAMPLERS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import sys
 from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
+
+from rlhf_lab.config_errors import ConfigError, UnknownKey, closest_key  # raised here, importable from here
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 KL_IN = ("reward", "loss")
@@ -49,30 +50,6 @@ GOLD_SOURCES = ("formula", "rm")  # stages.gold.SOURCES
 RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
 SAMPLERS = ("lab", "hf")  # models.sampling.SAMPLERS (generation.sampler)
 EVAL_SCHEDULES = ("every", "log")  # callbacks.EVAL_SCHEDULES (eval.schedule)
-
-
-class ConfigError(ValueError):
-    """A config value outside what is allowed; ``str(err)`` is one line naming the key."""
-
-    def __init__(self, key: str, value: Any, allowed: str) -> None:
-        self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"{key} must be {allowed}, got {value!r}")
-
-
-class UnknownKey(ConfigError):
-    """A key the config does not have (a typo, or ``+key=value`` outside the config groups); names the closest key."""
-
-    def __init__(self, key: str, given: str, candidates: Iterable[str]) -> None:
-        self.key, self.value, self.allowed = key, given, "a key of the config"
-        near = closest_key(key, candidates)
-        hint = f"did you mean {near}?" if near else "rlhf-lab --cfg job lists the keys"
-        ValueError.__init__(self, f"unknown key {key}" + (f" (in {given})" if given != key else "") + f"; {hint}")
-
-
-def closest_key(key: str, candidates: Iterable[str]) -> str | None:
-    """The candidate most like `key` (difflib's ratio ≥ 0.6), or None."""
-    near = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
-    return near[0] if near else None
 
 
 def flat_keys(node: Any, prefix: str = "") -> list[str]:
@@ -233,6 +210,19 @@ def check_trainer(t: DictConfig) -> None:
     need_all(t, "trainer", {"max_steps": (optional(at_least(1)), ">= 1 or null"),
                             "log_every_n_steps": (at_least(1), ">= 1"), "threads": (optional(at_least(1)), ">= 1 or null"),
                             "num_nodes": (at_least(1), ">= 1")})
+    check_devices(t)
+
+
+def check_devices(t: DictConfig) -> None:
+    """``trainer.devices``: a count ≥ 1, ``auto``, a list of device ids, or -1: Lightning's every device, which is
+    every GPU; with ``accelerator=cpu`` Lightning takes only a count of processes, so -1 there is an error."""
+    n = get(t, "devices")
+    n = int(n) if isinstance(n, str) and n.strip().lstrip("-").isdigit() else n
+    if n == -1 and str(get(t, "accelerator")) == "cpu":
+        raise ConfigError("trainer.devices", n, "a number of processes >= 1 with trainer.accelerator=cpu (-1, every "
+                          "device, means every GPU: trainer=gpu or trainer=ddp)")
+    if isinstance(n, int) and not isinstance(n, bool) and (n == 0 or n < -1):
+        raise ConfigError("trainer.devices", n, ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids")
 
 
 def check_upstream(node: DictConfig, prefix: str) -> None:
@@ -265,6 +255,8 @@ def check_data(d: DictConfig) -> None:
         return
     if "format" in d:
         choice(d, "data", "format", DATA_FORMATS)
+    limit = (optional(at_least(1)), ">= 1 or null (no limit)")  # data_files.jsonl_rows, data_files.check_total_size
+    need_all(d, "data", {"max_line_bytes": limit, "max_total_bytes": limit})
     if source == "jsonl":
         required(d, "data", "path")
         if not os.path.isfile(os.path.expanduser(str(d.path))):

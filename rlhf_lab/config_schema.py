@@ -241,7 +241,7 @@ class EvalConfig:
 @dataclass
 class TrainerConfig:
     accelerator: str = MISSING
-    devices: Any = MISSING  # a count, -1 (all), "auto" or a list of device ids
+    devices: Any = MISSING  # a count, -1 (every GPU; not with accelerator=cpu), "auto" or a list of device ids
     num_nodes: int = MISSING
     strategy: Any = MISSING  # a name or a {_target_: ...} Strategy config
     precision: Any = MISSING  # "32-true", "bf16-mixed", 16, ...
@@ -280,6 +280,8 @@ class JsonlDataConfig:
     eval_fraction: float = MISSING
     test_fraction: float = MISSING
     seed: int = MISSING
+    max_line_bytes: Optional[int] = MISSING  # bounds on the input (rlhf_lab/data_files.py); null: no limit
+    max_total_bytes: Optional[int] = MISSING
 
 
 @dataclass
@@ -293,6 +295,7 @@ class HfDataConfig:
     eval_fraction: float = MISSING
     test_fraction: float = MISSING
     seed: int = MISSING
+    max_total_bytes: Optional[int] = MISSING  # of a local file or folder (rlhf_lab/data_files.py); null: no limit
 
 
 SCHEMAS = {

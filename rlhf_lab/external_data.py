@@ -1,11 +1,7 @@
-"""External datasets (``data=jsonl``, ``data=hf``): reading rows, their format, the column names, chat
-rendering, and the row checks. A leaf module: nothing from rlhf_lab, no torch.
-
-Where the rows come from (:func:`read_rows`): ``data=jsonl`` reads a JSON-lines file line by line (a line
-that is not UTF-8 or not JSON is a bad row, named ``file:line``); ``data=hf`` reads, by ``data.name``, a
-folder written by ``datasets``' ``save_to_disk`` (a ``DatasetDict`` gives its ``data.split``), a
-``.parquet``, ``.jsonl`` or ``.json`` file, or a dataset on the Hugging Face hub (rows named
-``name[split] row i``, 0-based).
+"""External datasets (``data=jsonl``, ``data=hf``): their rows' format, the column names, chat rendering, and the
+row checks. A leaf module: nothing from rlhf_lab, no torch. Where the rows come from (a JSON-lines file line by line,
+a ``datasets`` dataset), within bounds and each named ``file:line`` or ``name[split] row i``, is
+:mod:`rlhf_lab.data_files`.
 
 Formats (``data.format``: ``auto`` detects it from the first row that has the chosen column, or the
 prompt column for a prompt-only dataset), as in TRL:
@@ -27,9 +23,7 @@ dataset (for ``ppo``, ``grpo``, ``rloo``) needs only the prompt. Every row is ch
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator
 
 FIELDS = ("prompt", "chosen", "rejected")
@@ -53,65 +47,6 @@ class Example:
 
 class BadRow(Exception):
     """A row that cannot be read or converted; the message says what is wrong."""
-
-
-# ------------------------------------------------------------------------------------------------
-# reading rows
-
-
-def jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """(``file:line``, decoded row or :class:`BadRow`) for each non-blank line of a JSON-lines file."""
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f, start=1):
-            where = f"{path}:{i}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                yield where, BadRow(f"not UTF-8 ({err.reason} at byte {err.start})")
-                continue
-            if not line.strip():
-                continue
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as err:
-                yield where, BadRow(f"invalid JSON ({err.msg} at column {err.colno})")
-
-
-def is_local(name: str) -> bool:
-    """Whether ``data.name`` names a local file or folder (it exists, or is written as a path)."""
-    return Path(name).expanduser().exists() or name.startswith((".", "/", "~"))
-
-
-def load_hf_dataset(name: str, split: str):
-    """A ``datasets.Dataset``: a save_to_disk folder, a parquet/JSON(L) file, or a hub dataset, by ``data.name``."""
-    import datasets
-
-    p = Path(name).expanduser()
-    if p.is_dir() and any((p / f).exists() for f in ("dataset_dict.json", "state.json", "dataset_info.json")):
-        ds = datasets.load_from_disk(str(p))
-    elif p.is_file() and p.suffix in (".parquet", ".jsonl", ".json"):
-        ds = datasets.load_dataset("parquet" if p.suffix == ".parquet" else "json", data_files=str(p), split="train")
-    elif is_local(name):
-        raise FileNotFoundError(f"data.name={name!r}: not a folder written by save_to_disk, a .parquet, .jsonl "
-                                "or .json file")
-    else:
-        try:
-            ds = datasets.load_dataset(name, split=split)
-        except Exception as err:  # offline: ConnectionError, DatasetNotFoundError, ... (their types vary)
-            first = str(err).splitlines()[0] if str(err) else ""
-            raise OSError(f"data.name={name!r}: could not load it from the Hugging Face hub ({type(err).__name__}: "
-                          f"{first[:200]}). This machine may not reach the hub: use a local save_to_disk folder, "
-                          "a .parquet or a .jsonl file") from err
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise ValueError(f"data.split={split!r}: {name} has the splits {sorted(ds)}")
-        ds = ds[split]
-    return ds
-
-
-def dataset_rows(ds, label: str) -> Iterator[tuple[str, Any]]:
-    for i, row in enumerate(ds):
-        yield f"{label} row {i}", row
 
 
 # ------------------------------------------------------------------------------------------------
@@ -221,8 +156,16 @@ class ChatRenderer:
         self.bos, self.eos, self.strip_bos = bos_token or "", eos_token or "", bool(strip_bos)
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
-        text = self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                    bos_token=self.bos, eos_token=self.eos)
+        """The template's text for `messages`; a template that fails on them raises :class:`BadRow` (the row is
+        named by the caller), not the template engine's error."""
+        from jinja2 import TemplateError
+
+        try:
+            text = self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                        bos_token=self.bos, eos_token=self.eos)
+        except (TemplateError, TypeError, ValueError) as err:
+            raise BadRow(f"the chat template fails on these messages ({type(err).__name__}: {err}); fix the row or "
+                         "data.chat_template") from err
         if self.strip_bos and self.bos and text.startswith(self.bos):
             text = text[len(self.bos):]
         return text

@@ -13,8 +13,9 @@ Two sources, chosen by the `data` config group:
   in TRL's standard (strings) or conversational (chat messages, rendered with the chat template) format,
   columns mapped by ``data.columns`` (:mod:`rlhf_lab.external_data`). Gold metrics are absent there unless
   the gold is a reward model (``gold=rm``). Every row is checked (:func:`load_examples`): one bad row (not
-  UTF-8, invalid JSON, a field missing, null, of the wrong type or empty, chosen == rejected) fails the job
-  before anything trains, with the place of each bad row (``file:line`` or ``name[split] row i``).
+  UTF-8, invalid JSON, a lone surrogate, a line over ``data.max_line_bytes``, a field missing, null, of the wrong
+  type or empty, chosen == rejected) fails the job before anything trains, with the place of each bad row
+  (``file:line`` or ``name[split] row i``); so does a file over ``data.max_total_bytes`` (:mod:`rlhf_lab.data_files`).
   :func:`external_prompts` reads the prompts only (a prompt-only dataset will do) for PPO, GRPO and RLOO. With a
   gold RM (``gold=rm``) the labeler labels the pairs again on its scores (:func:`relabel_pairs`), and they
   carry gold.
@@ -42,6 +43,7 @@ from omegaconf import DictConfig
 from rlhf_lab import data as D
 from rlhf_lab import external_data as X
 from rlhf_lab.config_checks import ConfigError
+from rlhf_lab.data_files import MAX_LINE_BYTES, MAX_TOTAL_BYTES, dataset_rows, jsonl_rows, load_hf_dataset
 from rlhf_lab.external_data import ChatRenderer
 from rlhf_lab.runtime import to_plain
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
@@ -178,11 +180,13 @@ def external_rows(dc: DictConfig):
         path = Path(str(dc.path)).expanduser()
         if not path.exists():
             raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
-        return X.jsonl_rows(path), f"data.path={str(path)!r}"
+        rows = jsonl_rows(path, dc.get("max_line_bytes", MAX_LINE_BYTES), dc.get("max_total_bytes", MAX_TOTAL_BYTES))
+        return rows, f"data.path={str(path)!r}"  # the bounds: null is no limit (rlhf_lab.data_files)
     if not dc.get("name"):
         raise ValueError("data=hf needs data.name=<save_to_disk folder, .parquet/.jsonl file or hub name>")
     name, split = str(dc.name), str(dc.get("split", "train"))
-    return X.dataset_rows(X.load_hf_dataset(name, split), f"{name}[{split}]"), f"data.name={name!r}"
+    ds = load_hf_dataset(name, split, dc.get("max_total_bytes", MAX_TOTAL_BYTES))
+    return dataset_rows(ds, f"{name}[{split}]"), f"data.name={name!r}"
 
 
 class TooFewPrompts(ConfigError):
@@ -288,7 +292,7 @@ def read_jsonl(path: Path, columns: dict | None = None, fmt: str = "auto", rende
     are. Blank lines are skipped. Both formats (:mod:`rlhf_lab.external_data`)."""
     if not path.exists():
         raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
-    ex = X.read_examples(X.jsonl_rows(path), columns or X.DEFAULT_COLUMNS, fmt, renderer_fn,
+    ex = X.read_examples(jsonl_rows(path), columns or X.DEFAULT_COLUMNS, fmt, renderer_fn,
                          key=f"data.path={str(path)!r}")
     return [PreferencePair(e.prompt, e.chosen, e.rejected, source="external") for e in ex]
 

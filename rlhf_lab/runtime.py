@@ -81,10 +81,11 @@ def job_phases(now: float | None = None) -> dict[str, float]:
 # the folder a sweep was launched in, handed to its jobs (rlhf_lab/sweeping.py): a job on a Ray or SLURM worker
 # runs in another working folder, and the config's relative paths (cache_dir, a sqlite store) mean the launch's
 LAUNCH_DIR_ENV = "RLHF_LAB_LAUNCH_DIR"
-# the config keys that do not change what a job computes (where it logs, how it shows progress, an explicit resume):
-# left out of a pre-empted job's checkpoint key (stages/ppo.py) and of a run's setting in the reports (analysis/runs.py)
+# the config keys that do not change what a job computes (where it logs, how it shows progress, an explicit resume,
+# the input's size bounds, which only refuse data): left out of a pre-empted job's checkpoint key (stages/ppo.py) and
+# of a run's setting in the reports (analysis/runs.py)
 NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.progress_bar", "algo.resume_from",
-                "eval.reuse_start")
+                "eval.reuse_start", "data.max_line_bytes", "data.max_total_bytes")
 
 
 def drop_keys(plain: dict, keys) -> dict:

@@ -28,6 +28,8 @@ def cli(*args, cwd, env_extra=None, timeout=120):
     ("algo.clip_eps=-1", "algo.clip_eps"),
     ("generation.max_new_tokens=0", "generation.max_new_tokens"),
     ("algo.kl_estimator=k4", "algo.kl_estimator"),
+    ("trainer.devices=0", "trainer.devices"),
+    ("trainer.devices=-1", "trainer.devices"),
 ])
 def test_cli_bad_value_exits_2_with_one_line(tmp_path, override, key):
     t0 = time.time()
@@ -111,7 +113,39 @@ def test_numbers_are_finite_and_not_negative(overrides, key, value, allowed):
 
 
 def test_negative_numbers_where_they_mean_something():
-    C.validate(compose_cfg(["world.gold.filler=-0.5", "labeler.length_bonus=-0.25", "trainer.devices=-1"]))
+    C.validate(compose_cfg(["world.gold.filler=-0.5", "labeler.length_bonus=-0.25", "trainer=gpu", "trainer.devices=-1"]))
+
+
+@pytest.mark.parametrize("overrides, allowed", [
+    (["trainer.devices=0"], ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids"),
+    (["trainer.devices=-5"], ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids"),
+    (["trainer=ddp", "trainer.devices=-2"], ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids"),
+    (["trainer.devices=-1"], "a number of processes >= 1 with trainer.accelerator=cpu (-1, every device, means every "
+                             "GPU: trainer=gpu or trainer=ddp)"),
+    (["trainer=ddp_cpu", "trainer.devices=-1"], "a number of processes >= 1 with trainer.accelerator=cpu (-1, every "
+                                                "device, means every GPU: trainer=gpu or trainer=ddp)"),
+], ids=["0", "-5", "ddp,-2", "cpu,-1", "ddp_cpu,-1"])
+def test_trainer_devices_is_a_count_or_every_gpu(overrides, allowed):
+    """0 and negative counts ran one process and FINISHED; -1 on the CPU (which Lightning refuses there) asked for a
+    process per core and failed naming that count."""
+    with pytest.raises(C.ConfigError) as exc:
+        C.validate(compose_cfg(overrides))
+    assert exc.value.key == "trainer.devices" and exc.value.allowed == allowed
+    assert str(exc.value) == f"trainer.devices must be {allowed}, got {exc.value.value!r}"
+    for good in (["trainer.devices=1"], ["trainer=ddp_cpu", "trainer.devices=3"], ["trainer.devices=auto"],
+                 ["trainer=ddp"], ["trainer=gpu", "trainer.devices=[0,1]"], ["trainer=gpu", "trainer.devices='-1'"]):
+        C.validate(compose_cfg(good))
+
+
+@pytest.mark.parametrize("source", ["jsonl", "hf"])
+def test_the_data_size_bounds_are_at_least_1_or_null(source):
+    where = f"data.path={__file__}" if source == "jsonl" else f"data.name={__file__}"
+    keys = ("max_line_bytes", "max_total_bytes") if source == "jsonl" else ("max_total_bytes",)
+    for key in keys:
+        with pytest.raises(C.ConfigError) as exc:
+            C.validate(compose_cfg([f"data={source}", where, f"data.{key}=0"]))
+        assert str(exc.value) == f"data.{key} must be >= 1 or null (no limit), got 0"
+        C.validate(compose_cfg([f"data={source}", where, f"data.{key}=null"]))
 
 
 @pytest.mark.slow

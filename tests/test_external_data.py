@@ -103,6 +103,20 @@ def test_a_template_that_does_not_extend_the_prompt_is_a_row_error():
                    "rejected": [MSG("assistant", "b")]}], renderer=r)
 
 
+@pytest.mark.parametrize("template, error", [
+    ("{{ messages[1].content.upper() }}", "UndefinedError: list object has no element 1"),
+    ("{{ messages | length + 'x' }}", "TypeError: unsupported operand type(s) for +: 'int' and 'str'"),
+])
+def test_a_template_that_fails_on_a_row_names_the_row(template, error):
+    """The template engine's own error (a message the template expects and the row lacks, ...) was raised as it was,
+    without the row (a traceback from the CLI)."""
+    r = X.ChatRenderer("{% for m in messages %}{{ m['content'] }}{% endfor %}" + template)
+    with pytest.raises(ValueError) as exc:
+        examples([{"prompt": [MSG("user", "p")], "chosen": [MSG("assistant", "a")], "rejected": [MSG("assistant", "b")]}],
+                 renderer=r)
+    assert f"r0: the chat template fails on these messages ({error}); fix the row or data.chat_template" in str(exc.value)
+
+
 def data_cfg(tmp_path, **data):
     return OmegaConf.create({"data": {"eval_fraction": 0.25, "test_fraction": 0.25, "seed": 0, **data},
                              "policy": {"name_or_path": None}})

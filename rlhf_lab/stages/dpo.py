@@ -39,7 +39,7 @@ from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
 from rlhf_lab.preferences import label_pairs, validate_pairs
 from rlhf_lab.run_states import lightning_sigterm_as_interrupted
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.runtime import computes, to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
@@ -70,7 +70,7 @@ def check_config(ac: DictConfig) -> None:
 
 def spec(cfg: DictConfig) -> dict:
     check_config(cfg.algo)
-    data = to_plain(cfg.data)
+    data = {k: v for k, v in to_plain(cfg.data).items() if computes(f"data.{k}")}  # not the input's size bounds
     if cfg.data.source == "world":  # what determines the pairs besides the SFT model (stages.prefs.spec)
         data = {**data, "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
     out = {"sft": str(ensure("sft", cfg)), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
