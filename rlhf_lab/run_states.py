@@ -24,6 +24,11 @@
   ``rlhf_lab.node`` (its Ray node id, :func:`ray_node_id`); Ray retries the task on a live node, and when a
   run starts there, :func:`mark_dead_runs` also ends as KILLED the RUNNING runs whose node the cluster reports dead
   (on any host), with the cause in ``rlhf_lab.error``.
+- A sweep stopped by a signal (Ctrl-C of ``rlhf-lab -m ...``, whatever the launcher): its launching process
+  (:func:`end_interrupted_sweep`, from the CLI) passes the signal on to its job processes, waits for them to
+  end (SIGKILL after a grace period), ends as KILLED every RUNNING run of the sweep whose process is gone, and
+  then the parent run; a job run it cannot end (on another Ray node, still alive) is named at once, and the
+  next start in the experiment marks it (:func:`mark_dead_runs`).
 
 A leaf module (nothing from rlhf_lab, no MLflow or Lightning at import).
 """
@@ -35,12 +40,16 @@ import os
 import signal
 import socket
 import sys
+import time
+from pathlib import Path
 from typing import Any, Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PID_TAG = "rlhf_lab.pid"
 HOST_TAG = "rlhf_lab.host"
 NODE_TAG = "rlhf_lab.node"
+OPEN_SWEEP: dict[str, str] = {}  # the launching process's open sweep: uri, run_id, experiment_id (rlhf_lab.sweeping)
+SWEEP_PID_ENV = "RLHF_LAB_SWEEP_PID"  # the pid of a sweep's launching process, for its jobs
 
 
 class Interrupted(BaseException):
@@ -247,6 +256,85 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def pid_running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (a killed job process its launcher has not reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return process_alive(pid)
+    return state != "Z"
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """The live processes below `pid` (this process), read from /proc (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [os.getpid() if pid is None else pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def stop_processes(pids: list[int], signum: int, grace_s: float) -> None:
+    """Send `signum` to `pids` (a sweep's job processes: they end their runs KILLED), wait up to `grace_s` seconds
+    for them to end, then SIGKILL those left."""
+    for sig, wait in ((signum, grace_s), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        t0 = time.time()
+        while pids and time.time() - t0 < wait:
+            time.sleep(0.2)
+            pids = [p for p in pids if pid_running(p)]
+        if not pids:
+            return
+
+
+def end_interrupted_sweep(error: str, signum: int, grace_s: float = 30.0) -> tuple[list[str], list[str]]:
+    """In the launching process of a sweep (:data:`OPEN_SWEEP`) that a stop signal interrupted: the signal passed on
+    to the processes below this one that hold a RUNNING run of the sweep (SIGKILL after `grace_s` seconds), every
+    RUNNING run of the sweep whose process is then gone ended KILLED with ``rlhf_lab.error`` = `error`, then the
+    parent run. Returns (the job runs it ended, those left open: a process on another host, which
+    :func:`mark_dead_runs` ends at the next start there). Outside a sweep: nothing."""
+    if not OPEN_SWEEP:
+        return [], []
+    from mlflow.tracking import MlflowClient
+
+    sweep = dict(OPEN_SWEEP)
+    OPEN_SWEEP.clear()
+    client = MlflowClient(tracking_uri=sweep["uri"])
+    host = socket.gethostname()
+
+    def running_jobs() -> list:
+        return list(client.search_runs([sweep["experiment_id"]], max_results=5000, filter_string=(
+            f"tags.mlflow.parentRunId = '{sweep['run_id']}' and attributes.status = 'RUNNING'")))
+
+    mine = set(descendants())
+    pids = [int(p) for r in running_jobs() if r.data.tags.get(HOST_TAG) == host
+            for p in [r.data.tags.get(PID_TAG, "")] if p.isdigit() and int(p) in mine]
+    stop_processes(pids, signum, grace_s)
+    ended, left = [], []
+    for r in running_jobs():
+        pid = r.data.tags.get(PID_TAG, "")
+        if r.data.tags.get(HOST_TAG) == host and pid.isdigit() and not pid_running(int(pid)):
+            client.set_tag(r.info.run_id, "rlhf_lab.error", f"{error} (the sweep was stopped while this job ran)")
+            client.set_terminated(r.info.run_id, status="KILLED")
+            ended.append(r.info.run_id)
+        else:
+            left.append(r.info.run_id)
+    client.set_tag(sweep["run_id"], "rlhf_lab.error", error)
+    client.set_terminated(sweep["run_id"], status="KILLED")
+    return ended, left
 
 
 def mark_dead_runs(client, experiment_id: str) -> list[str]:
