@@ -379,6 +379,19 @@ def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out
     return 1 if failed else 0
 
 
+def runs_file_problem(runs_files: list[str]) -> str | None:
+    """One line saying why one of the ``--runs`` files cannot be read (unreadable, another format, an edited digest,
+    runs of the wrong layout: :func:`rlhf_lab.analysis.snapshot.read_snapshot`), or None when all can."""
+    from rlhf_lab.analysis.snapshot import SnapshotError, read_snapshot
+
+    for f in runs_files:
+        try:
+            read_snapshot(f)
+        except SnapshotError as err:
+            return str(err)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="rlhf-lab-suite", description="Run every claims study (resumably: jobs with a FINISHED run are "
@@ -410,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [f for f in a.runs if not Path(f).is_file()]
     if missing:
         p.error(f"--runs: no file {', '.join(missing)}")
+    problem = runs_file_problem(a.runs)
+    if problem:  # before any study runs, not hours later in the report
+        print(f"rlhf-lab-suite: {problem}", file=sys.stderr)
+        return 2
     if a.more_seeds is not None and (a.more_seeds <= SEEDS or a.no_report):
         p.error(f"--more-seeds CAP needs CAP > {SEEDS} (the seeds every study has) and the report")
     return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out, max_minutes=a.max_minutes,

@@ -290,3 +290,64 @@ def test_a_job_run_again_replaces_its_earlier_run_instead_of_joining_it():
     assert unknown in snapshot.newest_per_job([*new, unknown])  # no overrides tag: never taken for another run
     counting, present = C.counted({"ppo_beta_grid": [*old, *new]})
     assert len(counting["ppo_beta_grid"]) == 3 and present["ppo_beta_grid"] == 5
+
+
+def rewritten(path, change) -> None:
+    """The runs file at `path` with its payload changed by `change(payload)` and its digest made to match again: a file
+    of the right format and digest, but not of the layout the reports read."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    change(doc["payload"])
+    doc["sha256"] = snapshot.digest(doc["payload"])
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def first_run(payload) -> dict:
+    return payload["studies"]["ppo_beta_grid"]["runs"][0]
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda p: p.update(studies=[]), "studies is list, not a dict of studies"),
+    (lambda p: p["studies"].update(ppo_beta_grid=[1]), "studies.ppo_beta_grid is list, not a dict with runs and commands"),
+    (lambda p: p["studies"]["ppo_beta_grid"].update(runs={}), "studies.ppo_beta_grid.runs is dict, not a list"),
+    (lambda p: p["studies"]["ppo_beta_grid"].update(commands=[3]), "studies.ppo_beta_grid.commands is not a list of strings"),
+    (lambda p: p["studies"]["ppo_beta_grid"]["runs"].insert(0, "r1"), "studies.ppo_beta_grid.runs[0] is str, not a run"),
+    (lambda p: first_run(p).pop("run_id"), "studies.ppo_beta_grid.runs[0] lacks run_id"),
+    (lambda p: first_run(p).update(metrics=[1.0]), "studies.ppo_beta_grid.runs[0].metrics is not a dict of numbers (list)"),
+    (lambda p: first_run(p)["metrics"].update(x="1"), "studies.ppo_beta_grid.runs[0].metrics is not a dict of numbers"),
+    (lambda p: first_run(p)["history"].update(x=[[1]]), "studies.ppo_beta_grid.runs[0].history is not a dict of [[step, "
+                                                        "value], ...] lists (dict)"),
+    (lambda p: first_run(p).update(setting=None), "studies.ppo_beta_grid.runs[0].setting is not a dict of strings (null)"),
+    (lambda p: first_run(p).update(rm={"metrics": []}), "studies.ppo_beta_grid.runs[0].rm is not a dict (metrics: numbers"),
+    (lambda p: first_run(p).update(start_time="9"), "studies.ppo_beta_grid.runs[0].start_time is not an integer (str)"),
+])
+def test_a_runs_file_of_the_wrong_layout_is_one_line_naming_the_file_and_the_place(tmp_path, capsys, change, problem):
+    """A valid digest over runs of another layout crashed the reports (TypeError, AttributeError) or gave wrong
+    figures later: refused like a corrupted file, one line, exit 2 (rlhf-lab-report) before any report is written."""
+    path = snapshot.write_snapshot(tmp_path / "r.json.gz", tagged(world()))
+    rewritten(path, change)
+    with pytest.raises(snapshot.SnapshotError) as exc:
+        snapshot.read_snapshot(path)
+    assert str(exc.value).startswith(f"{path}: {problem}") and "\n" not in str(exc.value)
+    assert "regenerate it" in str(exc.value)
+    for args in (["--claims"], ["clip_eps"]):
+        assert cli.main([*args, "--no-store", "--runs", str(path), "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"rlhf-lab-report: {path}: {problem}"), err
+    assert not [f for f in (tmp_path / "o").rglob("*") if f.is_file()]  # nothing written
+
+
+def test_the_suite_refuses_a_bad_runs_file_before_it_runs_a_study(tmp_path, capsys, monkeypatch):
+    from rlhf_lab import suite
+
+    path = snapshot.write_snapshot(tmp_path / "r.json.gz", tagged(world()))
+    rewritten(path, lambda p: first_run(p).pop("stage"))
+
+    def never(*args, **kwargs):
+        raise AssertionError("a study ran")
+
+    monkeypatch.setattr(suite, "run", never)
+    assert suite.main(["--studies", "clip_eps", "--runs", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"rlhf-lab-suite: {path}: studies.ppo_beta_grid.runs[0] lacks stage: not a runs file this version " \
+                  "reads (its digest matches: it was written so); regenerate it (rlhf-lab-report --claims on a store) " \
+                  "or restore it from git\n"

@@ -85,11 +85,92 @@ def read_snapshot(path: Path | str) -> tuple[Studies, Commands]:
     if not isinstance(payload, dict) or digest(payload) != doc.get("sha256"):
         raise SnapshotError(f"{path}: the runs do not match their sha256 (the file is corrupted or was edited); "
                             "restore it from git or regenerate it from a store")
+    problem = payload_problem(payload)
+    if problem:
+        raise SnapshotError(f"{path}: {problem}: not a runs file this version reads (its digest matches: it was "
+                            "written so); regenerate it (rlhf-lab-report --claims on a store) or restore it from git")
     studies, commands = {}, {}
     for name, entry in payload.get("studies", {}).items():
         studies[name] = [run_from_dict(d) for d in entry.get("runs", [])]
         commands[name] = list(entry.get("commands", []))
     return studies, commands
+
+
+def is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_texts(v: object) -> bool:
+    return isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+
+
+def is_numbers(v: object) -> bool:
+    return isinstance(v, dict) and all(is_number(x) for x in v.values())
+
+
+def is_history(v: object) -> bool:
+    return isinstance(v, dict) and all(isinstance(pts, list) and all(
+        isinstance(p, list) and len(p) == 2 and is_number(p[0]) and is_number(p[1]) for p in pts) for pts in v.values())
+
+
+def is_rm(v: object) -> bool:
+    return isinstance(v, dict) and is_numbers(v.get("metrics", {})) and isinstance(v.get("params", {}), dict)
+
+
+def is_string(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def is_integer(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# RunData's fields in a runs file (run_to_dict): what each must be; REQUIRED_FIELDS have no default
+RUN_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "run_id": ("a string", is_string), "stage": ("a string", is_string), "status": ("a string", is_string),
+    "params": ("a dict of strings", is_texts), "tags": ("a dict of strings", is_texts),
+    "metrics": ("a dict of numbers", is_numbers), "history": ("a dict of [[step, value], ...] lists", is_history),
+    "rm": ("a dict (metrics: numbers, params: a dict)", is_rm), "setting": ("a dict of strings", is_texts),
+    "seed": ("a string", is_string), "start_time": ("an integer", is_integer), "end_time": ("an integer", is_integer),
+}
+REQUIRED_FIELDS = ("run_id", "stage", "status", "params", "tags", "metrics")
+
+
+def kind(v: object) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def run_problem(d: object, where: str) -> str | None:
+    """What is wrong with one run of a runs file (`where` names it), or None: RunData's fields, each of its type."""
+    if not isinstance(d, dict):
+        return f"{where} is {kind(d)}, not a run (a dict)"
+    missing = [f for f in REQUIRED_FIELDS if f not in d]
+    if missing:
+        return f"{where} lacks {', '.join(missing)}"
+    for field, (what, ok) in RUN_FIELDS.items():
+        if field in d and not ok(d[field]):
+            return f"{where}.{field} is not {what} ({kind(d[field])})"
+    return None
+
+
+def payload_problem(payload: dict) -> str | None:
+    """What is wrong with the layout of a runs file's payload (``{"studies": {name: {"runs": [run, ...], "commands":
+    [str, ...]}}}``), the first thing found; None when it is whole."""
+    studies = payload.get("studies", {})
+    if not isinstance(studies, dict):
+        return f"studies is {kind(studies)}, not a dict of studies"
+    for name, entry in studies.items():
+        if not isinstance(entry, dict):
+            return f"studies.{name} is {kind(entry)}, not a dict with runs and commands"
+        runs, commands = entry.get("runs", []), entry.get("commands", [])
+        if not isinstance(runs, list):
+            return f"studies.{name}.runs is {kind(runs)}, not a list"
+        if not (isinstance(commands, list) and all(isinstance(c, str) for c in commands)):
+            return f"studies.{name}.commands is not a list of strings"
+        problem = next((p for i, d in enumerate(runs) if (p := run_problem(d, f"studies.{name}.runs[{i}]"))), None)
+        if problem:
+            return problem
+    return None
 
 
 def merge(older: Studies, newer: Studies) -> Studies:
