@@ -54,6 +54,7 @@ from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
 from rlhf_lab.analysis.registry import SUITE_VERSIONS
+from rlhf_lab.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
@@ -188,17 +189,6 @@ def seed_override(n: int) -> str:
     return "seed=" + ",".join(str(k) for k in range(SEEDS, n))
 
 
-def report_runs(overrides: list[str], out: str, runs_files: list[str]):
-    """The runs and commands the claims report reads: the store (``tracking.uri`` among `overrides`, else the usual
-    one), the --runs files and the runs file beside the report in `out`."""
-    from rlhf_lab.analysis.claims import gather_runs
-
-    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
-    kept = Path(out) / "claims_runs.json.gz"
-    files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
-    return gather_runs(uri[-1] if uri else None, files, use_store=True)
-
-
 def measured_needs(overrides: list[str], out: str, runs_files: list[str], cap: int) -> dict[str, int]:
     """{claim study key: seeds its inconclusive claims need, ≤ cap}, from the runs the report read (the store, the
     --runs files and the runs file beside the report)."""
@@ -234,49 +224,6 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
     print("each study runs as: rlhf-lab " + " ".join(study_command("<study>", overrides, 2)[3:]))
     print("then: rlhf-lab-report --claims")
     return 0
-
-
-REPRODUCED_KEYS = ("test/gold_reward", "eval/gold_reward", "eval/kl")  # what a rerun of seed 0 must give again
-
-
-def stored_seed0_run(study: str, overrides: list[str], out: str, runs_files: list[str]):
-    """The study's first FINISHED policy run of seed 0 (by its overrides) in the store and the runs files the report
-    reads, or None."""
-    from rlhf_lab.analysis.runs import POLICY_STAGES
-
-    runs, _ = report_runs(overrides, out, runs_files)
-    mine = [r for rs in runs.values() for r in rs if r.tags.get("rlhf_lab.study") == study and r.seed == "0"
-            and r.status == "FINISHED" and r.stage in POLICY_STAGES and r.tags.get("rlhf_lab.overrides")]
-    return min(mine, key=lambda r: r.tags["rlhf_lab.overrides"], default=None)
-
-
-def reproduction_problem(study: str, overrides: list[str], out: str, runs_files: list[str]) -> str | None:
-    """None when today's code reproduces the study's stored seed-0 run (one job, its own overrides, study
-    ``<study>_reproduce``, output in ``suite_reproduce/<study>``): :data:`REPRODUCED_KEYS` equal to 1e-9 relative;
-    else why not. A study without a stored seed-0 run has nothing to mix: None."""
-    old = stored_seed0_run(study, overrides, out, runs_files)
-    if old is None:
-        return None
-    job = [o for o in old.tags["rlhf_lab.overrides"].split() if not o.startswith(("skip_finished=", "study="))]
-    folder = Path("suite_reproduce", study).resolve()
-    shutil.rmtree(folder, ignore_errors=True)
-    cmd = [sys.executable, "-m", "rlhf_lab.cli", *job, *overrides, f"study={study}_reproduce",
-           f"hydra.run.dir={folder}"]
-    print(f"[rlhf-lab-suite] {study}: does today's code reproduce run {old.run_id}? rlhf-lab {' '.join(cmd[3:])}",
-          flush=True)
-    if subprocess.call(cmd) != 0:
-        return f"its seed-0 job could not be rerun (output: {folder})"
-    try:
-        new = json.loads((folder / "summary.json").read_text())
-    except (OSError, ValueError):
-        return f"its seed-0 rerun left no summary.json in {folder}"
-    got = {**new.get("eval", {}), **new.get("test", {})}
-    for key in REPRODUCED_KEYS:
-        a, b = old.metrics.get(key), got.get(key)
-        if a is None or b is None or abs(a - b) > 1e-9 * max(1.0, abs(a)):
-            return (f"its seed-0 run {old.run_id} (commit {old.tags.get('rlhf_lab.git_commit', '?')[:7]}) has {key} "
-                    f"{a}, today's code gives {b}")
-    return None
 
 
 def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str], n_jobs: int, t0: float,
@@ -318,6 +265,55 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
             failed.append(f"{study} (seeds {SEEDS}–{n - 1})")
         done.append(study)
     return done
+
+
+def per_seed(study: str) -> tuple[int, float]:
+    """(jobs, wall minutes) one more seed of `study` adds: its jobs per seed (composed) and its header's minutes
+    per job (2 jobs at a time on 2 cores)."""
+    from rlhf_lab.sweeping import plan
+
+    jobs = plan([f"sweep={study}"], validate=False)
+    n_seeds = len({o for j in jobs for o in j if o.startswith("seed=")}) or 1
+    stated_jobs, mins = expected(study)
+    return len(jobs) // n_seeds, (mins or 0.0) / (stated_jobs or len(jobs)) * (len(jobs) // n_seeds)
+
+
+def decide(overrides: list[str], out: str, runs_files: list[str], cap: int, n_jobs: int, dry: bool,
+           max_minutes: float | None, studies: list[str]) -> int:
+    """``--decide``: the seeds power asks for, cheapest decision first; each study's stored seed-0 run reproduced
+    before any seed is added; then the report. With `dry`, the plan only."""
+    from rlhf_lab.analysis.seed_plan import plan_table
+
+    items, beyond = decision_plan(overrides, out, runs_files, cap, lambda key: suite_study(key, studies), per_seed)
+    print(plan_table(items, beyond, cap), flush=True)
+    for study, why in NOT_EXTENDED.items():
+        print(f"    not extended: {study}: {why}")
+    if dry:
+        return 0
+    t0, failed, done = time.time(), [], []
+    for it in items:
+        spent = (time.time() - t0) / 60
+        if max_minutes is not None and spent + it.minutes > max_minutes:
+            print(f"[rlhf-lab-suite] {it.study}: {it.minutes:.0f} min do not fit what is left of --max-minutes; "
+                  "launch again to go on (finished jobs are skipped)", flush=True)
+            continue
+        problem = reproduction_problem(it.study, overrides, out, runs_files)
+        if problem:
+            print(f"[rlhf-lab-suite] {it.study}: not extended: today's code does not reproduce it: {problem}",
+                  flush=True)
+            failed.append(f"{it.study} (reproduction)")
+            continue
+        print(f"\n[rlhf-lab-suite] {it.study} ({' '.join(it.claims)}): seeds {it.seeds_now} -> {it.target} "
+              f"({it.seed_override}, about {it.minutes:.0f} min)", flush=True)
+        cmd = study_command(it.study, overrides + prepare(it.study, overrides) + [it.seed_override], n_jobs)
+        if subprocess.call(cmd) != 0:
+            failed.append(it.study)
+        done.append(it.study)
+    if done:
+        write_report(overrides, out, runs_files, None, failed)
+    print(f"[rlhf-lab-suite] --decide: {len(done)} studies extended in {fmt_minutes(time.time() - t0)}"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
+    return 1 if failed else 0
 
 
 def write_report(overrides: list[str], out: str, runs_files: list[str] | None, only: list[str] | None,
@@ -412,12 +408,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--more-seeds", type=int, default=None, metavar="CAP",
                    help="after the report, run more seeds (5, 6, …) of each study whose inconclusive claims need at most "
                         "CAP seeds for 80 %% power, where the projected time fits --max-minutes; then the report again")
+    p.add_argument("--decide", type=int, nargs="?", const=30, default=None, metavar="CAP",
+                   help="instead of the studies: the seeds 80 %% power asks for where at most CAP (default 30), "
+                        "cheapest decision first, each study's seed-0 run reproduced first; with --dry-run the plan")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every job, e.g. cache_dir=/shared/cache")
     a = p.parse_args(argv)
     studies = [s for s in a.studies.split(",") if s] if a.studies else [s for s, _ in SUITE]
     unknown = sorted(set(studies) - set(study_names()))
     if unknown:
         p.error(f"unknown studies {', '.join(unknown)}; the studies are {', '.join(study_names())}")
+    if a.decide is not None:
+        return decide(a.overrides, a.out, a.runs, a.decide, a.n_jobs, a.dry_run, a.max_minutes, studies)
     if a.dry_run:
         return dry_run(studies, a.overrides, validate=not a.no_validate)
     missing = [f for f in a.runs if not Path(f).is_file()]

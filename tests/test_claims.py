@@ -624,8 +624,8 @@ def test_provenance_rows_name_each_studys_commits_and_dates():
     hour = 3_600_000
     rows = C.provenance_rows([run("b", "ff65520abc", 2 * hour, 3 * hour), run("a", "ecc896c123", 0, hour),
                               run("b", "665c774def", hour, 4 * hour), run("b", "ff65520abc", 5 * hour, 6 * hour)])
-    assert rows == [["`a`", 1, "ecc896c (1)", "? – 1970-01-01 01:00"],
-                    ["`b`", 3, "665c774 (1), ff65520 (2)", "1970-01-01 01:00 – 1970-01-01 06:00"]]
+    assert rows == [["`a`", 1, "0", "ecc896c (1)", "? – 1970-01-01 01:00", "–"],
+                    ["`b`", 3, "0", "665c774 (1), ff65520 (2)", "1970-01-01 01:00 – 1970-01-01 06:00", "–"]]
 
 
 def test_a_policy_runs_data_keys_come_from_its_upstream_rm_run():

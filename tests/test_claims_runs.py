@@ -87,7 +87,7 @@ def test_the_verdicts_from_the_runs_file_alone_are_those_of_the_runs(tmp_path):
                 for r in C.evaluate_claims(studies=studies)}
     f = snapshot.write_snapshot(tmp_path / "in" / snapshot.FILE_NAME, studies)
     text = C.write_claims_report(tmp_path / "out", runs_files=[f], use_store=False).read_text()
-    assert f"from `{f}`" in text and "C18" in text
+    assert f"from {C.KEPT_SOURCE}." in text and str(f) not in text and "C18" in text  # the file beside it, not f
     again, _ = snapshot.read_snapshot(tmp_path / "out" / snapshot.FILE_NAME)  # rewritten beside the report
     assert {k: v for k, v in again.items() if v} == studies
     got = {r.claim.id: (r.verdict, [p.measured.effect for p in r.parts])
@@ -120,7 +120,8 @@ def test_only_recomputes_its_claims_and_leaves_every_other_section_as_it_was(tmp
     ref = {r.claim.id: r for r in C.evaluate_claims(studies=updated)}["C18"]
     assert new_s["C18"] == "\n".join(C.claim_section(ref)) + "\n"
     assert text.split("## Verdicts")[1].split("## Effects")[0] == full.split("## Verdicts")[1].split("## Effects")[0]
-    assert "**Updates.**" in text and "- C18: recomputed on " in text and f"`{f}`" in text
+    assert "**Updates.**" in text and "- C18: recomputed on " in text and C.KEPT_SOURCE in text
+    assert str(f) not in text  # the file it was given holds a folder of this machine; the kept file has its runs
     prov = text.split(C.PROVENANCE)[1]
     assert "| `rm_ensemble` | 30 |" in prov and "| `ppo_beta_grid` |" in prov
     # once more: the note on C18 is replaced, not added
@@ -168,7 +169,7 @@ def test_cli_says_what_is_wrong_in_one_line(tmp_path, capsys):
 
 def test_the_committed_claims_report_is_recomputed_from_its_runs_file_to_the_letter(tmp_path):
     """On a fresh clone, reports/claims.md comes out of reports/claims_runs.json.gz alone, as committed, but for the
-    line that names where the runs were read and the Updates paragraph (dates)."""
+    Updates paragraph (dates); its source line names that file, whatever store the report was written from."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "reports"
@@ -178,7 +179,7 @@ def test_the_committed_claims_report_is_recomputed_from_its_runs_file_to_the_let
     assert "Holm" in text.split("## Verdicts", 1)[0]  # the report of the current rules, not an older one
 
     def body(t: str) -> str:
-        lines = [line for line in t.splitlines() if not line.startswith("Computed by ")]
+        lines = t.splitlines()
         if C.UPDATES in lines:
             i = lines.index(C.UPDATES)
             j = i
@@ -204,7 +205,7 @@ def test_only_keeps_the_runs_of_the_sections_it_leaves_in_the_runs_file(tmp_path
     kept, _ = snapshot.read_snapshot(tmp_path / "r" / snapshot.FILE_NAME)
     assert len(kept["ppo_beta_grid"]) == len(studies["ppo_beta_grid"])  # C1's runs are still there
     assert {r.run_id for r in kept["rm_ensemble"]} == {r.run_id for r in studies["rm_ensemble"] + ens["rm_ensemble"]}
-    assert "and `claims_runs.json.gz` (beside this file)" in text
+    assert f"from {C.KEPT_SOURCE}." in text  # the file that keeps every run read, not the files it was given
 
 
 def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_file_to_the_letter(tmp_path):
@@ -351,3 +352,28 @@ def test_the_suite_refuses_a_bad_runs_file_before_it_runs_a_study(tmp_path, caps
     assert err == f"rlhf-lab-suite: {path}: studies.ppo_beta_grid.runs[0] lacks stage: not a runs file this version " \
                   "reads (its digest matches: it was written so); regenerate it (rlhf-lab-report --claims on a store) " \
                   "or restore it from git\n"
+
+
+MACHINE_PATH = r"(?<![\w.~-])/(?:work|tmp|home|root|Users|private|var|mnt|srv|scratch)/"
+
+
+def test_no_committed_report_names_a_folder_of_the_machine_it_was_made_on():
+    """Every committed report (reports/**/*.md) names only the repository's files: no store, artifact or output folder
+    of the machine that wrote it (claims.md once named `sqlite:////tmp/store.db`, two study reports' reproduce
+    commands a suite folder under /work)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "reports"
+    found = [f"{f.relative_to(root)}:{i}: {line[:160]}" for f in sorted(root.rglob("*.md"))
+             for i, line in enumerate(f.read_text().splitlines(), 1) if re.search(MACHINE_PATH, line)]
+    assert not found, "\n".join(found)
+
+
+def test_a_command_names_the_suites_prepared_artifact_relative_to_the_suite_folder():
+    cmd = ("rlhf-lab -m sweep=rm_mis_scoring skip_finished=true "
+           "data.on_policy_path=/work/suite/repo/suite_artifacts/rm_mis_scoring_on_policy/artifact seed=5")
+    assert snapshot.portable_command(cmd) == ("rlhf-lab -m sweep=rm_mis_scoring skip_finished=true "
+                                              "data.on_policy_path=suite_artifacts/rm_mis_scoring_on_policy/artifact seed=5")
+    assert snapshot.portable_command("rlhf-lab -m sweep=x data.path=/data/pairs.jsonl") == (
+        "rlhf-lab -m sweep=x data.path=/data/pairs.jsonl")  # a user's own data path is theirs to keep

@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab import suite, sweeping
+from rlhf_lab import suite, suite_seeds, sweeping
 from rlhf_lab.stages.common import parse_preset_ref
 from rlhf_lab.tracking import find_finished_run, job_overrides, study_digest
 
@@ -504,7 +504,7 @@ def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reprodu
     stored = RunData("abc", "ppo", "FINISHED", {}, {"rlhf_lab.overrides": "+ppo_kl=fixed_0 seed=0 sweep=clip_eps "
                                                     "skip_finished=True", "rlhf_lab.git_commit": "1bb3091aaaa"},
                      {"test/gold_reward": -0.345, "eval/gold_reward": -0.352, "eval/kl": 102.0}, seed="0")
-    monkeypatch.setattr(suite, "stored_seed0_run", lambda *a: stored)
+    monkeypatch.setattr(suite_seeds, "stored_seed0_run", lambda *a: stored)
     calls, gives = [], {}
 
     def call(cmd):  # the rerun: writes its summary.json where hydra.run.dir says
@@ -517,14 +517,14 @@ def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reprodu
 
     monkeypatch.setattr(subprocess, "call", call)
     gives["test"] = -0.345
-    assert suite.reproduction_problem("clip_eps", ["cache_dir=/c"], "reports", []) is None
+    assert suite_seeds.reproduction_problem("clip_eps", ["cache_dir=/c"], "reports", []) is None
     assert calls[0][3:] == ["+ppo_kl=fixed_0", "seed=0", "sweep=clip_eps", "cache_dir=/c", "study=clip_eps_reproduce",
                             f"hydra.run.dir={tmp_path / 'suite_reproduce' / 'clip_eps'}"]
     gives["test"] = -0.050
-    assert suite.reproduction_problem("clip_eps", [], "reports", []) == (
+    assert suite_seeds.reproduction_problem("clip_eps", [], "reports", []) == (
         "its seed-0 run abc (commit 1bb3091) has test/gold_reward -0.345, today's code gives -0.05")
-    monkeypatch.setattr(suite, "stored_seed0_run", lambda *a: None)
-    assert suite.reproduction_problem("clip_eps", [], "reports", []) is None  # nothing stored: nothing to mix
+    monkeypatch.setattr(suite_seeds, "stored_seed0_run", lambda *a: None)
+    assert suite_seeds.reproduction_problem("clip_eps", [], "reports", []) is None  # nothing stored: nothing to mix
 
     launched = studies_on_a_fake_clock(monkeypatch)
     rc = suite.run(["clip_eps"], [], 2, report=True, out="reports", seeds_cap=20,

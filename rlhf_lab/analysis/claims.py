@@ -17,6 +17,14 @@ from typing import Any, Iterable, Sequence
 
 from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
+from rlhf_lab.analysis.provenance import (  # noqa: F401 (provenance_rows: read from here too)
+    PROVENANCE,
+    PROVENANCE_HEADER,
+    REPRODUCE_SUFFIX,
+    provenance_rows,
+    provenance_text,
+    reproduction_runs,
+)
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, RM_CLAIM_RMS, SHOWN, SUITE_VERSIONS, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
@@ -28,6 +36,7 @@ from rlhf_lab.analysis.snapshot import (
     merge_commands,
     newest_per_job,
     one_design,
+    portable_command,
     read_snapshot,
     write_snapshot,
 )
@@ -63,8 +72,11 @@ def load_claim_runs(uri: str | None = None, names: Sequence[str] | None = None
         for version in (*SUITE_VERSIONS.get(name, ()), name):
             more, more_parents = load_study(version, uri, stages=CLAIM_STAGES, history_keys=CLAIM_HISTORY_KEYS)
             runs, parents = runs + more, parents + more_parents
+            reruns, _ = load_study(version + REPRODUCE_SUFFIX, uri, stages=CLAIM_STAGES, history_keys=())
+            if reruns:  # the suite's check before it added seeds: kept, and shown in the provenance table
+                studies[version + REPRODUCE_SUFFIX] = reruns
         studies[name] = runs
-        commands[name] = sorted({p.data.tags["rlhf_lab.command"] for p in parents
+        commands[name] = sorted({portable_command(p.data.tags["rlhf_lab.command"]) for p in parents
                                  if p.data.tags.get("rlhf_lab.command")})
     return studies, commands
 
@@ -225,40 +237,9 @@ def data_text(runs: Iterable[RunData]) -> str:
             "nothing is a running mean.")
 
 
-def provenance_rows(runs: Iterable[RunData]) -> list[list[Any]]:
-    """One row per study (tag ``rlhf_lab.study``) of the counted runs: runs, the code they ran (tag
-    ``rlhf_lab.git_commit``, short, with its number of runs) and when (first start to last end, UTC)."""
-    import datetime
-
-    def day(ms: int) -> str:
-        return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M") if ms else "?"
-
-    by: dict[str, list[RunData]] = {}
-    for r in runs:
-        by.setdefault(r.tags.get("rlhf_lab.study", "?"), []).append(r)
-    rows = []
-    for study, rs in sorted(by.items()):
-        commits: dict[str, int] = {}
-        for r in rs:
-            c = r.tags.get("rlhf_lab.git_commit", "")[:7] or "?"
-            commits[c] = commits.get(c, 0) + 1
-        starts = [r.start_time for r in rs if r.start_time]
-        ends = [r.end_time for r in rs if r.end_time]
-        rows.append([f"`{study}`", len(rs), ", ".join(f"{c} ({n})" for c, n in sorted(commits.items())),
-                     f"{day(min(starts)) if starts else '?'} – {day(max(ends)) if ends else '?'}"])
-    return rows
-
-
 VERDICT_HEADER = ["claim", "statement (seed notes)", "studies", "Holm p (judged effects)", "verdict"]
 EFFECT_HEADER = ["role", "tests", "effect", "estimate [95% CI]", "n", "claimed, margin", "p (one-sided)", "Holm p",
                  "verdict"]
-PROVENANCE = "## Where the runs come from"
-PROVENANCE_HEADER = ["study", "runs", "commit (runs)", "first start – last end (UTC)"]
-PROVENANCE_TEXT = ("Every run counted above, by study: the code it ran (its `rlhf_lab.git_commit` tag) and when. "
-                   "Relaunching a study with `skip_finished=true` in the same folder runs only what is missing. Every "
-                   f"run read is also kept beside this file, in `{FILE_NAME}`: `rlhf-lab-report --claims --runs "
-                   f"reports/{FILE_NAME}` adds them to the store's (on a new machine, say), and with `--no-store` "
-                   "recomputes the verdicts from that file alone.")
 UPDATES = "**Updates.**"
 
 
@@ -306,8 +287,10 @@ def family_size(results: Sequence[ClaimResult]) -> int:
     return sum(1 for r in results for p in r.parts if p.part.role == JUDGED and p.p_adj == p.p_adj)
 
 
-def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData]) -> str:
-    """The whole report; `source` names where the runs were read (markdown)."""
+def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
+           reruns: dict[str, list[RunData]] | None = None) -> str:
+    """The whole report; `source` names where the runs were read (markdown); `reruns`: {study tag: the reruns of its
+    stored seed-0 run} (:func:`rlhf_lab.analysis.provenance.reproduction_runs`)."""
     lines = ["# Claims of docs/claims.md put to the canned studies", "",
              f"Computed by `rlhf-lab-report --claims` from {source}. Verdicts hold for this world and these small "
              "models only.", "",
@@ -320,7 +303,8 @@ def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData])
         lines += claim_section(r)
     runs = list(runs)
     if runs:
-        lines += [PROVENANCE, "", PROVENANCE_TEXT, "", md_table(PROVENANCE_HEADER, provenance_rows(runs)), ""]
+        lines += [PROVENANCE, "", provenance_text(FILE_NAME), "",
+                  md_table(PROVENANCE_HEADER, provenance_rows(runs, reruns)), ""]
     return "\n".join(lines)
 
 
@@ -387,13 +371,10 @@ def with_updates(old: str, new: str, ids: Sequence[str], note: str) -> str:
     return "\n".join(out)
 
 
-def sources_text(uri: str | None, runs_files: Sequence[Path | str], use_store: bool, out: Path | None = None) -> str:
-    """Where the runs were read, in markdown; the runs file beside the report (in `out`) by its name alone."""
-    def name(f: Path | str) -> str:
-        beside = out is not None and Path(f).resolve() == (out / FILE_NAME).resolve()
-        return f"`{FILE_NAME}` (beside this file)" if beside else f"`{f}`"
-
-    return " and ".join(([f"`{store_uri(uri)}`"] if use_store else []) + [name(f) for f in runs_files])
+# Where a report written from a store or runs files says its runs are: the file beside it, which keeps every run it
+# read (write_snapshot), so the line is the same wherever it was made and names no folder of that machine.
+KEPT_SOURCE = (f"`{FILE_NAME}` (beside this file; it keeps every run this report read, and `rlhf-lab-report --claims "
+               f"--no-store --runs <this folder>/{FILE_NAME}` recomputes the report from it alone)")
 
 
 def update_note(claims: Sequence[Claim], source: str, runs: Sequence[RunData]) -> str:
@@ -435,13 +416,13 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
         if not use_store and not runs_files:
             raise ValueError("--no-store needs --runs FILE: there is nothing else to read")
         all_runs, commands = gather_runs(uri, runs_files, use_store)
-        source = sources_text(uri, runs_files, use_store, out)
+        source = KEPT_SOURCE
     else:
         all_runs, commands, source = studies, {}, f"`{store_uri(uri)}`"
     runs, present = counted(all_runs)
     results = judge_all(CLAIMS, runs, present, design_commands(runs, commands))
     seen = list({r.run_id: r for name in study_names() for r in runs.get(name, [])}.values())
-    text = render(results, source, seen) + "\n"
+    text = render(results, source, seen, reproduction_runs(all_runs)) + "\n"
     if only:
         old = path.read_text()
         lost = kept_without_runs(old, results, [c.id for c in claims])

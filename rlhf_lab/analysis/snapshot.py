@@ -92,7 +92,7 @@ def read_snapshot(path: Path | str) -> tuple[Studies, Commands]:
     studies, commands = {}, {}
     for name, entry in payload.get("studies", {}).items():
         studies[name] = [run_from_dict(d) for d in entry.get("runs", [])]
-        commands[name] = list(entry.get("commands", []))
+        commands[name] = [portable_command(c) for c in entry.get("commands", [])]
     return studies, commands
 
 
@@ -217,6 +217,13 @@ def newest_per_job(runs: Sequence[RunData], counts: Callable[[RunData], bool] = 
                 newest[job] = r
     keep = {id(r) for r in newest.values()}
     return [r for r in runs if not counts(r) or job_key(r) is None or id(r) in keep]
+
+
+def portable_command(command: str) -> str:
+    """A sweep's command without the machine's folders: an absolute path to an artifact the suite prepares
+    (``.../suite_artifacts/<name>/artifact``, :data:`rlhf_lab.suite.PREPARE`) written relative to the suite's working
+    folder, where ``rlhf-lab-suite`` prepares it again; the rest as it is."""
+    return re.sub(r"(?<==)/\S*?/(suite_artifacts/\S+)", r"\1", command)
 
 
 def commands_of(commands: Sequence[str], tags: Iterable[str]) -> list[str]:

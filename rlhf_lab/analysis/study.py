@@ -33,6 +33,7 @@ from rlhf_lab.analysis.runs import (
     rm_size,
     store_uri,
 )
+from rlhf_lab.analysis.snapshot import portable_command
 
 
 # the histories a study report reads: the plotted curves and the two halves of the eval prompts (split-half drop)
@@ -165,7 +166,8 @@ def data_note(runs: Sequence[RunData]) -> str:
 
 
 def reproduce_commands(study: str, parents: Sequence[Any]) -> list[str]:
-    cmds = sorted({p.data.tags.get("rlhf_lab.command") for p in parents if p.data.tags.get("rlhf_lab.command")})
+    cmds = sorted({portable_command(p.data.tags["rlhf_lab.command"]) for p in parents
+                   if p.data.tags.get("rlhf_lab.command")})
     return cmds or [f"rlhf-lab -m sweep={study}"]
 
 

@@ -1,0 +1,95 @@
+"""Adding seeds to the claims suite's studies (``rlhf-lab-suite --more-seeds``, ``--decide``): the runs the
+claims report reads, the check that today's code reproduces a study's stored seed-0 run before any seed is added to
+it, and ``--decide``'s plan (:mod:`rlhf_lab.analysis.seed_plan`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rlhf_lab.analysis.provenance import (
+    REPRODUCE_SUFFIX,
+    REPRODUCED_KEYS,
+    REPRODUCED_RM_KEYS,
+    same,
+)
+
+
+def report_runs(overrides: list[str], out: str, runs_files: list[str]):
+    """The runs and commands the claims report reads: the store (``tracking.uri`` among `overrides`, else the usual
+    one), the --runs files and the runs file beside the report in `out`."""
+    from rlhf_lab.analysis.claims import gather_runs
+
+    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
+    kept = Path(out) / "claims_runs.json.gz"
+    files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
+    return gather_runs(uri[-1] if uri else None, files, use_store=True)
+
+
+
+def stored_seed0_run(study: str, overrides: list[str], out: str, runs_files: list[str]):
+    """The study's stored seed-0 run in the store and the runs files the report reads
+    (:func:`rlhf_lab.analysis.provenance.stored_seed0`), or None."""
+    from rlhf_lab.analysis.provenance import stored_seed0
+
+    runs, _ = report_runs(overrides, out, runs_files)
+    return stored_seed0([r for rs in runs.values() for r in rs if r.tags.get("rlhf_lab.study") == study])
+
+
+def reproduction_problem(study: str, overrides: list[str], out: str, runs_files: list[str]) -> str | None:
+    """None when today's code reproduces the study's stored seed-0 run (one job, its own overrides, study
+    ``<study>_reproduce``, output in ``suite_reproduce/<study>``): the figures of
+    :data:`~rlhf_lab.analysis.provenance.REPRODUCED_KEYS` (an RM run's ``REPRODUCED_RM_KEYS``) equal to 1e-9
+    relative (``provenance.same``); else why not. A study without a stored seed-0 run has nothing to mix: None."""
+    old = stored_seed0_run(study, overrides, out, runs_files)
+    if old is None:
+        return None
+    job = [o for o in old.tags["rlhf_lab.overrides"].split() if not o.startswith(("skip_finished=", "study="))]
+    folder = Path("suite_reproduce", study).resolve()
+    shutil.rmtree(folder, ignore_errors=True)
+    cmd = [sys.executable, "-m", "rlhf_lab.cli", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
+           f"hydra.run.dir={folder}"]
+    print(f"[rlhf-lab-suite] {study}: does today's code reproduce run {old.run_id}? rlhf-lab {' '.join(cmd[3:])}",
+          flush=True)
+    if subprocess.call(cmd) != 0:
+        return f"its seed-0 job could not be rerun (output: {folder})"
+    try:
+        new = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return f"its seed-0 rerun left no summary.json in {folder}"
+    got = {**new.get("eval", {}), **new.get("test", {})}
+    for key in REPRODUCED_RM_KEYS if old.stage == "rm" else REPRODUCED_KEYS:
+        a, b = old.metrics.get(key), got.get(key)
+        if not same(a, b):
+            return (f"its seed-0 run {old.run_id} (commit {old.tags.get('rlhf_lab.git_commit', '?')[:7]}) has {key} "
+                    f"{a}, today's code gives {b}")
+    return None
+
+
+# Studies --decide does not extend, whatever their power asks: a design known to be flawed gets no more seeds of it.
+NOT_EXTENDED = {
+    "rm_mis_scoring": "C17's arms differ in the RM's initialisation too (same-source from SFT, the others from "
+                      "pretraining): redesign first",
+    "gao_rm_scaling": "C13's evaluations are log-spaced in steps, not in KL (few points near the peak): redesign first",
+}
+
+
+def decision_plan(overrides: list[str], out: str, runs_files: list[str], cap: int,
+                  suite_study: Callable[[str], str | None], per_seed: Callable[[str], tuple[int, float]]):
+    """(the studies to give more seeds, cheapest decision first; the effects left undecided) from the runs the
+    report reads (:mod:`rlhf_lab.analysis.seed_plan`), without the :data:`NOT_EXTENDED` studies; `suite_study(key)`:
+    the study file that runs a claim's study key, `per_seed(study)`: the jobs and minutes one more seed costs."""
+    from rlhf_lab.analysis import seed_plan
+    from rlhf_lab.analysis.claims import counted
+    from rlhf_lab.analysis.registry import CLAIMS
+    from rlhf_lab.analysis.verdicts import judge_all
+
+    runs, commands = report_runs(overrides, out, runs_files)
+    counting, present = counted(runs)
+    results = judge_all(CLAIMS, counting, present, commands)
+    return seed_plan.plan(results, counting, cap, lambda key: next(
+        (s for s in [suite_study(key)] if s and s not in NOT_EXTENDED), None), per_seed)
