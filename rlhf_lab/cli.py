@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.config_checks import ConfigError, composition_error_line, exit_on_bad_config
 from rlhf_lab.data_errors import DataError
+from rlhf_lab.job_identity import running
 from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
 from rlhf_lab.runtime import (
     exit_on_unreachable_server,
@@ -84,19 +85,28 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     return "\n".join(lines)
 
 
-def skip_if_finished(cfg: DictConfig) -> tuple[bool, float | None]:
-    """With ``skip_finished=true``: (True, its final gold) when the job already has a FINISHED run in the tracking
-    store (same study, same overrides; :func:`rlhf_lab.tracking.find_finished_run`), after printing one line."""
+def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, float | None]:
+    """With ``skip_finished=true``: ``("skipped", its final gold)`` when a FINISHED run of the job (same study, same
+    overrides: :func:`rlhf_lab.tracking.finished_runs`) computed what the job would: the same config, inputs and
+    code (`identity`, :mod:`rlhf_lab.job_identity`); ``("rerun", None)`` when the job has such runs but none did,
+    after one line saying what changed since the latest; ``("ran", None)`` when it has none, or without
+    ``skip_finished``. The kind is the job's mark for its sweep (:func:`rlhf_lab.sweeping.mark_job`)."""
     if not cfg.get("skip_finished"):
-        return False, None
-    from rlhf_lab.tracking import find_finished_run, hydra_overrides
+        return "ran", None
+    from rlhf_lab.job_identity import changed_parts, rerun_reason
+    from rlhf_lab.tracking import finished_runs, hydra_overrides
 
-    run = find_finished_run(cfg, str(cfg.algo.name), hydra_overrides())
-    if run is None:
-        return False, None
+    runs = list(finished_runs(cfg, str(cfg.algo.name), hydra_overrides()))
+    if not runs:
+        return "ran", None
     overrides = " ".join(hydra_overrides())
-    print(f"[rlhf-lab] {cfg.algo.name} {overrides}: skipped (finished run {run.info.run_id})", flush=True)
-    return True, run.data.metrics.get("eval/gold_reward")
+    for run in runs:
+        if changed_parts(run.data.tags, identity) == []:
+            print(f"[rlhf-lab] {cfg.algo.name} {overrides}: skipped (finished run {run.info.run_id})", flush=True)
+            return "skipped", run.data.metrics.get("eval/gold_reward")
+    why = rerun_reason(runs[0], identity, cfg, tracking_uri(cfg))
+    print(f"[rlhf-lab] {cfg.algo.name} {overrides}: rerun: {why}", flush=True)
+    return "rerun", None
 
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
@@ -111,19 +121,20 @@ def _app(cfg: DictConfig) -> float | None:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         exit_on_unreachable_server(tracking_uri(cfg))
         quiet_libraries()
-        skipped, gold = skip_if_finished(cfg)  # before any work: a resumed sweep re-runs only what is missing
-        mark_job("skipped" if skipped else "ran")
-        if skipped:
-            return gold
-        from rlhf_lab.stages import run_job
+        with running(cfg) as identity:  # what the job computes, recorded on its run (rlhf_lab.job_identity)
+            kind, gold = skip_if_finished(cfg, identity)  # before any work: a resumed sweep runs only what is missing
+            mark_job(kind)
+            if kind == "skipped":
+                return gold
+            from rlhf_lab.stages import run_job
 
-        threads = set_threads(cfg)
-        out_dir = Path(HydraConfig.get().runtime.output_dir)
-        t0 = start_job_clock(entered)  # time/startup_s, time/setup_s (runtime.job_phases)
-        try:
-            meta = run_job(cfg, out_dir)
-        finally:
-            stop_job_clock()
+            threads = set_threads(cfg)
+            out_dir = Path(HydraConfig.get().runtime.output_dir)
+            t0 = start_job_clock(entered)  # time/startup_s, time/setup_s (runtime.job_phases)
+            try:
+                meta = run_job(cfg, out_dir)
+            finally:
+                stop_job_clock()
         if meta.get("run_id") and "experiment_id" not in meta:
             from rlhf_lab import tracking
 

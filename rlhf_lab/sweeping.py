@@ -91,8 +91,10 @@ def record_failure(cfg: DictConfig, err: BaseException) -> None:
 
 
 def mark_job(kind: str) -> None:
-    """In a sweep's job: leave ``<kind>_<job number>.txt`` (kind ``ran`` or ``skipped``) in the sweep's state
-    folder, so the launching process knows whether any job ran (outside a sweep: nothing)."""
+    """In a sweep's job: leave ``<kind>_<job number>.txt`` in the sweep's state folder (kind ``skipped``: a finished
+    run computed the same; ``rerun``: its finished runs are of another config, inputs or code; ``ran``: no finished
+    run, or no ``skip_finished``), so the launching process knows whether any job ran and says how many of each
+    (:func:`resume_counts`; outside a sweep: nothing)."""
     state = os.environ.get(STATE_ENV)
     if not state:
         return
@@ -199,11 +201,12 @@ class MlflowSweepCallback(Callback):
             if r.info.status == "FAILED":
                 failed.setdefault(f"run {r.info.run_id}", r.data.tags.get("rlhf_lab.overrides", ""))
         marks = [f.name.split("_")[0] for f in self.state_dir.glob("*_*.txt")] if self.state_dir else []
-        if not children and not failed and "skipped" in marks and "ran" not in marks:  # resumed, nothing left to run
+        resumed = resume_counts(marks)
+        if not children and not failed and "skipped" in marks and not {"ran", "rerun"} & set(marks):  # nothing left
             client.delete_run(self.run_id)  # an empty parent per relaunch would only clutter the run list
             self._restore_env()
             print(f"[rlhf-lab] sweep {config.get('study') or ''}: every job has a finished run; nothing ran "
-                  f"(no new parent run)")
+                  f"(no new parent run): {resumed}")
             return
         n_failed_jobs = len([k for k in failed if k.startswith("job")]) or len(failed)
         client.log_batch(self.run_id, metrics=[_metric("sweep/n_child_runs", len(children)),
@@ -218,6 +221,8 @@ class MlflowSweepCallback(Callback):
         print(jobs_table(children, failed))
         print(f"[rlhf-lab] sweep {config.get('study') or ''}: parent run {self.run_id} {status} "
               f"({len(children)} child runs" + (f"; failed: {', '.join(failed)})" if failed else ")"))
+        if {"skipped", "rerun"} & set(marks):  # a relaunch with skip_finished=true: what it found done
+            print(f"[rlhf-lab] sweep {config.get('study') or ''}: skip_finished: {resumed}")
         from rlhf_lab.tracking import ui_hint
 
         hint = ui_hint(tracking_uri(config), exp_id, self.run_id)
@@ -226,6 +231,17 @@ class MlflowSweepCallback(Callback):
         if failed and self.exit_nonzero_on_failure:
             sys.stdout.flush()
             raise SystemExit(1)
+
+
+def resume_counts(marks: list[str]) -> str:
+    """What a relaunch with ``skip_finished=true`` did with its jobs, from their marks (:func:`mark_job`), the kinds
+    with none left out: ``2 jobs skipped (a finished run computed the same), 1 rerun (its config, inputs or code
+    changed since its finished run), 1 run (no finished run)``."""
+    words = {"skipped": "skipped (a finished run computed the same)",
+             "rerun": "rerun (its config, inputs or code changed since its finished run)",
+             "ran": "run (no finished run)"}
+    n = {k: marks.count(k) for k in words}
+    return ", ".join(f"{n[k]} job{'s' * (n[k] != 1)} {w}" for k, w in words.items() if n[k])
 
 
 def attach_study_report(client, run_id: str, study: str | None, uri: str, children: list) -> dict | None:

@@ -29,9 +29,9 @@ import mlflow
 from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.distributed import is_rank_zero
+from rlhf_lab.job_identity import run_tags
 from rlhf_lab.run_states import Interrupted, mark_dead_runs, process_tags
 from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_server_unreachable, tracking_uri
-
 
 
 def git_commit() -> str:
@@ -65,7 +65,6 @@ def job_sweep_params(overrides: list[str]) -> dict[str, str]:
         if wanted is None or k in wanted:
             out[f"sweep.{k}"] = v
     return out
-
 
 
 # Overrides that do not change what a job computes; a finished run counts for a job whatever their values.
@@ -128,18 +127,18 @@ def study_digest(overrides: list[str], root=None) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
-    """The latest FINISHED run of `stage` in this config's tracking store and experiment with the same study
+def finished_runs(cfg: DictConfig, stage: str, overrides: list[str]) -> Iterator:
+    """The FINISHED runs of `stage` in this config's tracking store and experiment, newest first, with the same study
     (tag ``rlhf_lab.study``, none when ``study`` is null), the same overrides (tag ``rlhf_lab.overrides``,
     compared by :func:`job_overrides`) and, where both have one, the same study design (tag
-    ``rlhf_lab.study_digest``, :func:`study_digest`), or None. Upstream stages of a job carry its tags too: `stage` tells the
-    job's own run from them."""
+    ``rlhf_lab.study_digest``, :func:`study_digest`). Upstream stages of a job carry its tags too: `stage` tells the
+    job's own run from them. Whether such a run computed what the job would is :mod:`rlhf_lab.job_identity`'s."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri(cfg))
     exp = client.get_experiment_by_name(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
     if exp is None:
-        return None
+        return
     study = str(cfg.study) if cfg.get("study") else None
     query = f"attributes.status = 'FINISHED' and tags.`rlhf_lab.stage` = '{stage}'"
     if study and "'" not in study:
@@ -151,8 +150,12 @@ def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
         if tags.get("rlhf_lab.study") == study and job_overrides(tags.get("rlhf_lab.overrides", "")) == want:
             if digest and tags.get(STUDY_DIGEST_TAG, digest) != digest:  # a run before the tag existed: as before
                 continue  # the study file's design changed since this run
-            return run
-    return None
+            yield run
+
+
+def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
+    """The latest of :func:`finished_runs`, or None."""
+    return next(finished_runs(cfg, stage, overrides), None)
 
 
 JOB_TAG = "rlhf_lab.job"  # "true" on the run of the job stage (not on the upstream stages it built)
@@ -280,8 +283,8 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     all_tags.update(tags or {})
     is_job = cfg.get("algo") is not None and stage == str(cfg.algo.get("name"))
     swept = job_sweep_params(hydra_overrides()) if parent and is_job else {}
-    if is_job:
-        all_tags[JOB_TAG] = "true"
+    if is_job:  # what the job computes (rlhf_lab.job_identity): skip_finished compares it
+        all_tags.update({JOB_TAG: "true", **run_tags(cfg)})
     run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     OPEN_RUNS[run.info.run_id] = uri
     try:

@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
 from rlhf_lab import suite, suite_seeds, sweeping
+from rlhf_lab.job_identity import job_identity
 from rlhf_lab.stages.common import parse_preset_ref
 from rlhf_lab.tracking import find_finished_run, job_overrides, study_digest
 
@@ -232,8 +233,9 @@ def test_suite_commands_resume_and_report_to_the_same_store():
 # -- skip_finished --------------------------------------------------------------------------------------------
 
 
-def fake_run(client, exp_id, stage, study, overrides, status="FINISHED", gold=None, digest=None):
-    tags = {"rlhf_lab.stage": stage, "rlhf_lab.overrides": " ".join(overrides)}
+def fake_run(client, exp_id, stage, study, overrides, status="FINISHED", gold=None, digest=None, identity=None):
+    """A run as a job of `stage` leaves it; `identity`: the tags of what it computed (rlhf_lab.job_identity)."""
+    tags = {"rlhf_lab.stage": stage, "rlhf_lab.overrides": " ".join(overrides), **(identity or {})}
     if digest:
         tags["rlhf_lab.study_digest"] = digest
     if study:
@@ -295,8 +297,9 @@ def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(sto
         cli.main()
         return capsys.readouterr().out
 
-    done = fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=7", f"tracking.uri={uri}"], gold=0.5)
-    fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=8", f"tracking.uri={uri}"], status="FAILED")
+    job = lambda seed: ["study=unit", f"seed={seed}", f"tracking.uri={uri}"]  # noqa: E731
+    done = fake_run(client, exp, "ppo", "unit", job(7), gold=0.5, identity=job_identity(compose_job(job(7))))
+    fake_run(client, exp, "ppo", "unit", job(8), status="FAILED", identity=job_identity(compose_job(job(8))))
     out = launch(7)
     assert f"skipped (finished run {done})" in out and calls == []
     out = launch(8)  # its run FAILED: run again
@@ -316,7 +319,8 @@ def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp
         dict(runtime.JOB_CLOCK)) or {"eval": {}})
     monkeypatch.setattr(runtime, "JOBS_STARTED", [0])  # as in a fresh process
     monkeypatch.chdir(tmp_path)
-    done = fake_run(client, exp, "ppo", "unit", ["study=unit", "seed=1", f"tracking.uri={uri}"], gold=0.5)
+    job = ["study=unit", "seed=1", f"tracking.uri={uri}"]
+    done = fake_run(client, exp, "ppo", "unit", job, gold=0.5, identity=job_identity(compose_job(job)))
     monkeypatch.setattr(sys, "argv", ["rlhf-lab", "-m", "study=unit", "seed=0,1,2", f"tracking.uri={uri}",
                                       "skip_finished=true", f"hydra.sweep.dir={tmp_path / 'multirun'}",
                                       "hydra/job_logging=none", "hydra/hydra_logging=none"])

@@ -9,7 +9,6 @@ sets the job's steps; upstream stages use their group's ``steps``.
 from __future__ import annotations
 
 import copy
-import functools
 import importlib
 import json
 import re
@@ -24,6 +23,7 @@ from rlhf_lab import data as D
 from rlhf_lab import distributed, tracking
 from rlhf_lab.cache import ArtifactCache, announce_reuse, write_json_atomic
 from rlhf_lab.data_errors import data_errors
+from rlhf_lab.job_identity import source_digest  # the code's digest, part of the start evaluation's key
 from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, launch_path, to_plain
 from rlhf_lab.run_states import lightning_sigterm_as_interrupted
 
@@ -309,19 +309,6 @@ START_EVAL_IGNORES = (
     "algo.hacking_monitor", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl", "algo.max_entropy_ratio",
     "algo.reference.sync_every")
 START_EVAL_FILE = "start_evaluation.json"
-
-
-@functools.cache
-def source_digest() -> str:
-    """A digest of this package's Python sources (once per process): evaluations cached under it are never
-    reused by other code."""
-    import hashlib
-
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def start_evaluation(cfg: DictConfig, stage: str, spec: dict):

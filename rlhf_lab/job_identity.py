@@ -1,0 +1,261 @@
+"""What a job computes, as three digests recorded on its run and compared by ``skip_finished=true``.
+
+A job's overrides and study (``rlhf_lab.overrides``, ``rlhf_lab.study``) do not say what it computes: the files
+its config names can change in place, a study file or a config default can change the composed config, and the
+code can change. :func:`job_identity` digests each of them, and :mod:`rlhf_lab.tracking` records them as tags on
+the job's run:
+
+- ``rlhf_lab.job.config_digest`` (:func:`config_digest`): the composed, resolved config without the keys that do
+  not change results (:data:`rlhf_lab.runtime.NOT_COMPUTED`);
+- ``rlhf_lab.job.inputs_digest`` (:func:`input_digests`): the content of every local file or folder the config
+  names as an input (``data.path``, ``policy.name_or_path``, ``gold.path``, ...; :func:`local_inputs`), with
+  ``rlhf_lab.job.inputs`` holding each one's digest by key (JSON) so that a rerun can name the one that changed;
+  a hub name is no local file and counts as its text (in the config digest);
+- ``rlhf_lab.job.code_digest`` (:func:`source_digest`): the package's Python sources.
+
+The CLI computes the identity once per job, before any work (:func:`running`), so the digests it compares
+under ``skip_finished=true`` are the ones the job's run then records; :func:`changed_parts` and
+:func:`rerun_reason` say which part of the identity differs from a finished run's. It imports nothing from
+``rlhf_lab`` but ``runtime`` and ``cache`` (the names of the cache's bookkeeping files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from omegaconf import DictConfig
+
+from rlhf_lab.cache import MANIFEST_FILE, META_FILE, SPEC_FILE
+from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, to_plain
+
+CONFIG_TAG = "rlhf_lab.job.config_digest"
+INPUTS_TAG = "rlhf_lab.job.inputs_digest"
+CODE_TAG = "rlhf_lab.job.code_digest"
+INPUT_FILES_TAG = "rlhf_lab.job.inputs"  # {config key: digest} of the local inputs, as JSON
+DIGEST_TAGS = (CONFIG_TAG, INPUTS_TAG, CODE_TAG)
+# an artifact folder's bookkeeping (its build's run id and time, its manifest): not what a job reads from it
+BOOKKEEPING = (SPEC_FILE, META_FILE, MANIFEST_FILE)
+INPUT_NAME_KEYS = ("data.name",)  # keys whose value is a local file or folder, or a hub name (see local_inputs)
+SETTLED_S = 2.0  # a file modified more recently than this may change again within its timestamp: not remembered
+
+
+def digest_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of this package's Python sources (once per process): evaluations cached under it are never
+    reused by other code, and a finished run of other code is no finished run for ``skip_finished``."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+FILE_DIGESTS: dict[tuple, str] = {}  # (real path, size, mtime_ns, inode) -> digest: each file read once per process
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The first 16 hex digits of a file's SHA-256, read in 1 MiB blocks; remembered for this process by the
+    file's (real path, size, modification time, inode) once its modification time is :data:`SETTLED_S` old."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in FILE_DIGESTS:
+        return FILE_DIGESTS[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    out = h.hexdigest()[:16]
+    if time.time() - st.st_mtime_ns / 1e9 > SETTLED_S:
+        FILE_DIGESTS[key] = out
+    return out
+
+
+def folder_files(folder: str) -> list[str]:
+    """The files under `folder` (symbolic links followed, each real folder once), as sorted relative paths with
+    ``/``, without the cache's bookkeeping files (:data:`BOOKKEEPING`)."""
+    out, seen = [], set()
+    for here, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(here)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        rel = os.path.relpath(here, folder)
+        out += [os.path.normpath(os.path.join(rel, f)).replace(os.sep, "/") for f in files
+                if f not in BOOKKEEPING and os.path.isfile(os.path.join(here, f))]
+    return sorted(out)
+
+
+def path_digest(path: str | os.PathLike) -> str:
+    """The content digest of a local file (:func:`file_digest`) or folder (each file's relative path and digest):
+    the same content gives the same digest wherever it lies, and a changed byte, name or file another one. A file
+    that cannot be read counts as ``unreadable`` (the stage that reads it says why)."""
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return readable_digest(path)
+    lines = [f"{rel}\0{readable_digest(os.path.join(path, rel))}" for rel in folder_files(path)]
+    return digest_text("folder\n" + "\n".join(lines))
+
+
+def readable_digest(path: str) -> str:
+    """:func:`file_digest`, or ``unreadable`` for a file this process cannot read."""
+    try:
+        return file_digest(path)
+    except OSError:
+        return "unreadable"
+
+
+def computed_config(cfg: DictConfig) -> dict:
+    """The composed config as plain, resolved containers without :data:`rlhf_lab.runtime.NOT_COMPUTED`."""
+    return drop_keys(to_plain(cfg), NOT_COMPUTED)
+
+
+def config_digest(cfg: DictConfig) -> str:
+    """A digest of :func:`computed_config`: where a job logs, how it shows progress and the like do not count."""
+    return digest_text(json.dumps(computed_config(cfg), sort_keys=True, default=str))
+
+
+def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of every leaf of plain containers (a list's items by index)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    if items is None:
+        return {prefix[:-1]: node}
+    out: dict[str, Any] = {}
+    for k, v in items:
+        out.update(leaves(v, f"{prefix}{k}."))
+    return out
+
+
+def local_inputs(cfg: DictConfig) -> dict[str, str]:
+    """``{config key: path}`` of the local files and folders the config names: every key that ends with ``path``
+    (``data.path``, ``policy.name_or_path``, ``algo.reference.path``, ``data.on_policy_path``, ...) or is one of
+    :data:`INPUT_NAME_KEYS`, and any other value with a ``/`` or a leading ``~``, when it names an existing file or
+    folder (relative to the working folder, as the stages read them) other than the filesystem's root. Other values
+    (a hub name) are text."""
+    out = {}
+    for key, value in leaves(computed_config(cfg)).items():
+        if not isinstance(value, str) or not value.strip():
+            continue
+        named = key.split(".")[-1].endswith("path") or key in INPUT_NAME_KEYS
+        if not (named or "/" in value or value.startswith("~")):
+            continue
+        path = os.path.expanduser(value)
+        if os.path.exists(path) and os.path.realpath(path) != os.path.realpath(os.sep):
+            out[key] = path
+    return out
+
+
+def input_digests(cfg: DictConfig) -> dict[str, str]:
+    """``{config key: content digest}`` of :func:`local_inputs` (a path named twice is read once)."""
+    inputs = local_inputs(cfg)
+    done = {p: path_digest(p) for p in sorted(set(inputs.values()))}
+    return {k: done[p] for k, p in sorted(inputs.items())}
+
+
+def job_identity(cfg: DictConfig) -> dict[str, str]:
+    """The tags that say what the job computes: :data:`CONFIG_TAG`, :data:`INPUTS_TAG` (with :data:`INPUT_FILES_TAG`)
+    and :data:`CODE_TAG`."""
+    inputs = input_digests(cfg)
+    files = json.dumps(inputs, sort_keys=True)
+    return {CONFIG_TAG: config_digest(cfg), INPUTS_TAG: digest_text(files), INPUT_FILES_TAG: files,
+            CODE_TAG: source_digest()}
+
+
+CURRENT: dict[str, str] = {}  # the identity of the job the CLI is running (running), empty between jobs
+
+
+@contextlib.contextmanager
+def running(cfg: DictConfig) -> Iterator[dict[str, str]]:
+    """Around a job the CLI runs: its identity, computed once before any work and kept for the job's run
+    (:func:`run_tags`); forgotten when the job is over, so that the next job of a sweep's process computes its own."""
+    CURRENT.clear()
+    CURRENT.update(job_identity(cfg))
+    try:
+        yield dict(CURRENT)
+    finally:
+        CURRENT.clear()
+
+
+def run_tags(cfg: DictConfig) -> dict[str, str]:
+    """The identity tags for the job's run: the CLI's (:func:`running`), else computed from `cfg` (a stage called
+    directly), else none (a config that does not resolve: such a run is never taken for a finished job)."""
+    if CURRENT:
+        return dict(CURRENT)
+    try:
+        return job_identity(cfg)
+    except Exception:
+        return {}
+
+
+def changed_parts(tags: dict[str, str], identity: dict[str, str]) -> list[str] | None:
+    """What differs between a run's `tags` and `identity`, as words (``data.path's content``, ``the composed
+    config``, ``the code``): empty when the run computed the same; None when the run has no job digest."""
+    if not all(tags.get(t) for t in DIGEST_TAGS):
+        return None
+    parts = []
+    if tags[INPUTS_TAG] != identity[INPUTS_TAG]:
+        try:
+            old = json.loads(tags.get(INPUT_FILES_TAG) or "{}")
+        except ValueError:
+            old = {}
+        new = json.loads(identity[INPUT_FILES_TAG])
+        keys = sorted(k for k in {*old, *new} if old.get(k) != new.get(k))
+        parts += [f"{k}'s content" for k in keys] or ["the inputs' content"]
+    if tags[CONFIG_TAG] != identity[CONFIG_TAG]:
+        parts.append("the composed config")
+    if tags[CODE_TAG] != identity[CODE_TAG]:
+        parts.append("the code")
+    return parts
+
+
+def rerun_reason(run, identity: dict[str, str], cfg: DictConfig, uri: str) -> str:
+    """Why a job whose latest FINISHED run (same study, same overrides) is `run` runs again, in one line: the parts
+    of its identity that changed (:func:`changed_parts`; a changed config with its keys when the run's logged
+    ``config.yaml`` can be read, :func:`changed_keys`), or that the run has no job digest."""
+    run_id = run.info.run_id
+    parts = changed_parts(run.data.tags, identity)
+    if parts is None:
+        return f"finished run {run_id} has no job digest (made before rlhf-lab recorded what a job computes)"
+    if "the composed config" in parts:
+        old = logged_config(uri, run_id)
+        keys = changed_keys(old, cfg) if old is not None else ""
+        parts = [p + (f" ({keys})" if keys and p == "the composed config" else "") for p in parts]
+    what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+    return f"{what} changed since finished run {run_id}"
+
+
+def logged_config(uri: str, run_id: str) -> dict | None:
+    """The ``config.yaml`` a run logged (its resolved config) as plain containers, or None when it cannot be read."""
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+    from omegaconf import OmegaConf
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            local = MlflowClient(tracking_uri=uri).download_artifacts(run_id, "config.yaml", tmp)
+            node = OmegaConf.to_container(OmegaConf.create(Path(local).read_text()), resolve=False)
+    except Exception:
+        return None
+    return node if isinstance(node, dict) else None
+
+
+def changed_keys(old: dict, cfg: DictConfig, limit: int = 3) -> str:
+    """The computed keys whose values differ between an old run's logged config (plain containers) and `cfg`, as
+    ``kl.beta: 0.1 -> 0.2`` (at most `limit`, then how many more); empty when none differ."""
+    before = leaves(drop_keys(old, NOT_COMPUTED))
+    after = leaves(computed_config(cfg))
+    keys = sorted(k for k in {*before, *after} if before.get(k, "(none)") != after.get(k, "(none)"))
+    text = [f"{k}: {before.get(k, '(none)')} -> {after.get(k, '(none)')}" for k in keys[:limit]]
+    return "; ".join(text) + (f"; {len(keys) - limit} more" if len(keys) > limit else "")
