@@ -14,7 +14,14 @@ from omegaconf import DictConfig, OmegaConf
 from rlhf_lab.config_checks import ConfigError, composition_error_line, exit_on_bad_config
 from rlhf_lab.data_errors import DataError
 from rlhf_lab.job_identity import running
-from rlhf_lab.run_states import Interrupted, ignore_signals, install_signal_handlers, restore_signal_handlers
+from rlhf_lab.run_states import (
+    SWEEP_PID_ENV,
+    Interrupted,
+    end_interrupted_sweep,
+    ignore_signals,
+    install_signal_handlers,
+    restore_signal_handlers,
+)
 from rlhf_lab.runtime import (
     exit_on_unreachable_server,
     quiet_libraries,
@@ -109,6 +116,13 @@ def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, fl
     return "rerun", None
 
 
+def joblib_worker() -> bool:
+    """Whether this job runs in a worker process of the joblib launcher (``hydra/launcher=parallel``), where the
+    CLI's ``main`` did not install the signal handlers. Ray's and submitit's workers handle their signals."""
+    target = str(OmegaConf.select(HydraConfig.get(), "launcher._target_", default="") or "")
+    return "joblib" in target and os.environ.get(SWEEP_PID_ENV, str(os.getpid())) != str(os.getpid())
+
+
 FULL_ERROR = "HYDRA_FULL_ERROR"
 USER_FULL_ERROR: list[str | None] = [None]  # the user's HYDRA_FULL_ERROR, put back once the config is composed
 
@@ -117,6 +131,8 @@ USER_FULL_ERROR: list[str | None] = [None]  # the user's HYDRA_FULL_ERROR, put b
 def _app(cfg: DictConfig) -> float | None:
     entered = time.time()
     restore_full_error()  # composed: from here on Hydra reports a job's errors as it always does
+    if joblib_worker():
+        install_signal_handlers()  # a sweep's job in a joblib worker: a stop signal ends its run KILLED
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         exit_on_unreachable_server(tracking_uri(cfg))
@@ -185,11 +201,16 @@ def main() -> None:
         # re-installed which handler before, and a late Ctrl-C cannot turn exit 130 into Python's own SIGINT death.
         previous = {}
         ignore_signals()
+        left: list[str] = []
         if "mlflow" in sys.modules:  # runs whose ending the signal cut short: KILLED, never left to MLflow's exit hook
             from rlhf_lab.tracking import end_open_runs
 
             end_open_runs(f"{type(sig).__name__}: {sig}")
-        print(f"rlhf-lab: stopped by {sig}; the open MLflow runs are KILLED", file=sys.stderr)
+            left = end_interrupted_sweep(f"{type(sig).__name__}: {sig}", sig.signum)[1]  # a sweep: its jobs, its parent
+        print(f"rlhf-lab: stopped by {sig}; the open MLflow runs are KILLED" + (
+            f", except {len(left)} job run(s) whose process still runs or is on another host ({', '.join(left)}): the "
+            "next rlhf-lab start in the experiment marks them KILLED once their process is gone" if left else ""),
+            file=sys.stderr)
         raise SystemExit(sig.exit_code) from None
     finally:
         restore_signal_handlers(previous)

@@ -36,7 +36,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlhf_lab.run_states import mark_dead_runs, process_tags
+from rlhf_lab.run_states import OPEN_SWEEP, SWEEP_PID_ENV, mark_dead_runs, process_tags
 from rlhf_lab.runtime import (
     LAUNCH_DIR_ENV,
     PARENT_ENV,
@@ -163,6 +163,7 @@ class MlflowSweepCallback(Callback):
         run = client.create_run(exp_id, run_name=f"sweep:{study or 'multirun'}", tags=tags)
         self.run_id = run.info.run_id
         self._client = client
+        OPEN_SWEEP.update(uri=tracking_uri(config), run_id=self.run_id, experiment_id=exp_id)  # a stop signal ends it
         flat = {"sweep.study": str(study), "sweep.command": command[:6000],
                 **{f"sweep.values.{override_key(k)}": str(v)[:6000] for k, v in (params or {}).items()}}
         for o in overrides:
@@ -172,6 +173,7 @@ class MlflowSweepCallback(Callback):
         client.log_batch(self.run_id, params=[_param(k, v) for k, v in flat.items()])
         self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
         env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir),
+               SWEEP_PID_ENV: str(os.getpid()),
                # a job on a Ray or SLURM worker runs elsewhere: relative cache_dir and sqlite store are the launch's
                LAUNCH_DIR_ENV: os.environ.get(LAUNCH_DIR_ENV) or os.getcwd()}
         if os.environ.get("MLFLOW_TRACKING_URI"):  # a worker on another machine logs where the parent run is
@@ -203,6 +205,7 @@ class MlflowSweepCallback(Callback):
         marks = [f.name.split("_")[0] for f in self.state_dir.glob("*_*.txt")] if self.state_dir else []
         resumed = resume_counts(marks)
         if not children and not failed and "skipped" in marks and not {"ran", "rerun"} & set(marks):  # nothing left
+            OPEN_SWEEP.clear()
             client.delete_run(self.run_id)  # an empty parent per relaunch would only clutter the run list
             self._restore_env()
             print(f"[rlhf-lab] sweep {config.get('study') or ''}: every job has a finished run; nothing ran "
@@ -216,6 +219,7 @@ class MlflowSweepCallback(Callback):
         status = "FAILED" if failed else "FINISHED"
         if failed:
             client.set_tag(self.run_id, "rlhf_lab.error", "; ".join(f"{k}: {v}" for k, v in failed.items())[:5000])
+        OPEN_SWEEP.clear()  # until here a stop signal ends the parent run KILLED (the CLI)
         client.set_terminated(self.run_id, status=status)
         self._restore_env()
         print(jobs_table(children, failed))
