@@ -317,7 +317,7 @@ def first_run(payload) -> dict:
     (lambda p: first_run(p)["metrics"].update(x="1"), "studies.ppo_beta_grid.runs[0].metrics is not a dict of numbers"),
     (lambda p: first_run(p)["history"].update(x=[[1]]), "studies.ppo_beta_grid.runs[0].history is not a dict of [[step, "
                                                         "value], ...] lists (dict)"),
-    (lambda p: first_run(p).update(setting=None), "studies.ppo_beta_grid.runs[0].setting is not a dict of strings (null)"),
+    (lambda p: first_run(p).update(setting=None), "studies.ppo_beta_grid.runs[0].setting is not a dict (null)"),
     (lambda p: first_run(p).update(rm={"metrics": []}), "studies.ppo_beta_grid.runs[0].rm is not a dict (metrics: numbers"),
     (lambda p: first_run(p).update(start_time="9"), "studies.ppo_beta_grid.runs[0].start_time is not an integer (str)"),
 ])

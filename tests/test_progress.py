@@ -103,7 +103,7 @@ def test_the_prefs_stage_shows_a_bar_named_prefs_over_all_its_pairs(monkeypatch,
 
     calls = []
 
-    def fake_sample(cfg, path, prompts, seed, source, gold=None, progress=None):
+    def fake_sample(cfg, path, prompts, seed, source, gold=None, progress=None, **kw):
         calls.append((source, len(prompts)))
         progress.update(len(prompts))
         return [PreferencePair(p, "a", "b", gold_chosen=1.0, gold_rejected=0.0) for p in prompts]

@@ -130,7 +130,7 @@ RUN_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "run_id": ("a string", is_string), "stage": ("a string", is_string), "status": ("a string", is_string),
     "params": ("a dict of strings", is_texts), "tags": ("a dict of strings", is_texts),
     "metrics": ("a dict of numbers", is_numbers), "history": ("a dict of [[step, value], ...] lists", is_history),
-    "rm": ("a dict (metrics: numbers, params: a dict)", is_rm), "setting": ("a dict of strings", is_texts),
+    "rm": ("a dict (metrics: numbers, params: a dict)", is_rm), "setting": ("a dict", lambda v: isinstance(v, dict)),
     "seed": ("a string", is_string), "start_time": ("an integer", is_integer), "end_time": ("an integer", is_integer),
 }
 REQUIRED_FIELDS = ("run_id", "stage", "status", "params", "tags", "metrics")
