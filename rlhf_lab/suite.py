@@ -54,7 +54,7 @@ from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
 from rlhf_lab.analysis.registry import SUITE_VERSIONS
-from rlhf_lab.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem
+from rlhf_lab.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem, uri_override
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
@@ -138,8 +138,8 @@ def report_command(overrides: list[str], out: str, runs_files: list[str] | None 
     """``rlhf-lab-report --claims`` on the suite's store, and on the runs files (``--runs``) of earlier launches;
     with `only`, just those claims, into the existing claims.md."""
     cmd = [sys.executable, "-m", "rlhf_lab.analysis.cli", "--claims", "--out", out]
-    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
-    return (cmd + (["--uri", uri[-1]] if uri else []) + [a for f in runs_files or [] for a in ("--runs", f)]
+    uri = uri_override(overrides)
+    return (cmd + (["--uri", uri] if uri else []) + [a for f in runs_files or [] for a in ("--runs", f)]
             + (["--only", ",".join(only)] if only else []))
 
 
@@ -417,9 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(studies) - set(study_names()))
     if unknown:
         p.error(f"unknown studies {', '.join(unknown)}; the studies are {', '.join(study_names())}")
-    if a.decide is not None:
-        return decide(a.overrides, a.out, a.runs, a.decide, a.n_jobs, a.dry_run, a.max_minutes, studies)
-    if a.dry_run:
+    if a.dry_run and a.decide is None:
         return dry_run(studies, a.overrides, validate=not a.no_validate)
     missing = [f for f in a.runs if not Path(f).is_file()]
     if missing:
@@ -428,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:  # before any study runs, not hours later in the report
         print(f"rlhf-lab-suite: {problem}", file=sys.stderr)
         return 2
+    if a.decide is not None:  # its plan reads the --runs files: checked above
+        return decide(a.overrides, a.out, a.runs, a.decide, a.n_jobs, a.dry_run, a.max_minutes, studies)
     if a.more_seeds is not None and (a.more_seeds <= SEEDS or a.no_report):
         p.error(f"--more-seeds CAP needs CAP > {SEEDS} (the seeds every study has) and the report")
     return run(studies, a.overrides, a.n_jobs, report=not a.no_report, out=a.out, max_minutes=a.max_minutes,

@@ -11,12 +11,14 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from rlhf_lab.analysis.provenance import (
-    REPRODUCE_SUFFIX,
-    REPRODUCED_KEYS,
-    REPRODUCED_RM_KEYS,
-    same,
-)
+from rlhf_lab.analysis.provenance import REPRODUCE_SUFFIX, reproduced_keys, same, stored_seed0
+from rlhf_lab.analysis.snapshot import FILE_NAME
+
+
+def uri_override(overrides: list[str]) -> str | None:
+    """The last ``tracking.uri=`` among the suite's overrides (None: the usual store)."""
+    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
+    return uri[-1] if uri else None
 
 
 def report_runs(overrides: list[str], out: str, runs_files: list[str]):
@@ -24,18 +26,14 @@ def report_runs(overrides: list[str], out: str, runs_files: list[str]):
     one), the --runs files and the runs file beside the report in `out`."""
     from rlhf_lab.analysis.claims import gather_runs
 
-    uri = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == "tracking.uri"]
-    kept = Path(out) / "claims_runs.json.gz"
+    kept = Path(out) / FILE_NAME
     files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
-    return gather_runs(uri[-1] if uri else None, files, use_store=True)
-
+    return gather_runs(uri_override(overrides), files, use_store=True)
 
 
 def stored_seed0_run(study: str, overrides: list[str], out: str, runs_files: list[str]):
     """The study's stored seed-0 run in the store and the runs files the report reads
     (:func:`rlhf_lab.analysis.provenance.stored_seed0`), or None."""
-    from rlhf_lab.analysis.provenance import stored_seed0
-
     runs, _ = report_runs(overrides, out, runs_files)
     return stored_seed0([r for rs in runs.values() for r in rs if r.tags.get("rlhf_lab.study") == study])
 
@@ -62,7 +60,7 @@ def reproduction_problem(study: str, overrides: list[str], out: str, runs_files:
     except (OSError, ValueError):
         return f"its seed-0 rerun left no summary.json in {folder}"
     got = {**new.get("eval", {}), **new.get("test", {})}
-    for key in REPRODUCED_RM_KEYS if old.stage == "rm" else REPRODUCED_KEYS:
+    for key in reproduced_keys(old):
         a, b = old.metrics.get(key), got.get(key)
         if not same(a, b):
             return (f"its seed-0 run {old.run_id} (commit {old.tags.get('rlhf_lab.git_commit', '?')[:7]}) has {key} "

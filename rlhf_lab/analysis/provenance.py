@@ -71,8 +71,13 @@ def spans(seeds: Sequence[int]) -> str:
     return ", ".join(out)
 
 
+def seeds_present(runs: Sequence[RunData]) -> list[int]:
+    """The distinct integer seeds of a study's runs, sorted."""
+    return sorted({int(r.seed) for r in runs if str(r.seed).lstrip("-").isdigit()})
+
+
 def seeds_cell(study: str, runs: Sequence[RunData]) -> str:
-    seeds = sorted({int(r.seed) for r in runs if str(r.seed).lstrip("-").isdigit()})
+    seeds = seeds_present(runs)
     own = file_seeds(study)
     added = [s for s in seeds if own is not None and s not in own]
     return spans([s for s in seeds if s not in added]) + (f" (+ {spans(added)} added)" if added else "")
@@ -84,6 +89,11 @@ def stored_seed0(runs: Sequence[RunData]) -> RunData | None:
     mine = [r for r in runs if r.seed == "0" and r.status == "FINISHED" and r.stage in (*POLICY_STAGES, "rm")
             and r.tags.get("rlhf_lab.overrides")]
     return min(mine, key=lambda r: (r.stage not in POLICY_STAGES, r.tags["rlhf_lab.overrides"]), default=None)
+
+
+def reproduced_keys(stored: RunData) -> tuple[str, ...]:
+    """What a rerun of `stored` must give again: an RM run's held-out figures, else a policy run's gold and KL."""
+    return REPRODUCED_RM_KEYS if stored.stage == "rm" else REPRODUCED_KEYS
 
 
 def same(a: float | None, b: float | None) -> bool:
@@ -99,8 +109,7 @@ def reproduction_cell(stored: RunData | None, reruns: Sequence[RunData]) -> str:
     when = f"rerun at {new.tags.get('rlhf_lab.git_commit', '?')[:7]}, {day(new.start_time)}"
     if stored is None:
         return f"no stored seed-0 run to compare ({when})"
-    keys = REPRODUCED_RM_KEYS if stored.stage == "rm" else REPRODUCED_KEYS
-    differ = [k for k in keys if not same(stored.metrics.get(k), new.metrics.get(k))]
+    differ = [k for k in reproduced_keys(stored) if not same(stored.metrics.get(k), new.metrics.get(k))]
     if differ:
         k = differ[0]
         return f"**differs** ({when}): {k} {stored.metrics.get(k)} stored, {new.metrics.get(k)} rerun"

@@ -12,9 +12,10 @@ Pure: it reads the judged results and the runs that count; running the plan is :
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from rlhf_lab.analysis.provenance import seeds_present
 from rlhf_lab.analysis.registry import JUDGED
 from rlhf_lab.analysis.stats import INCONCLUSIVE
 from rlhf_lab.analysis.verdicts import SEED_UNITS
@@ -45,11 +46,6 @@ class Beyond:
     effect: str
     needs: int | None
     unit: str
-
-
-def seeds_present(runs: Sequence) -> list[int]:
-    """The distinct integer seeds of a study's runs, sorted."""
-    return sorted({int(r.seed) for r in runs if str(r.seed).lstrip("-").isdigit()})
 
 
 def targets(results: Sequence, cap: int) -> tuple[dict[str, tuple[int, set[str]]], list[Beyond]]:
@@ -90,12 +86,11 @@ def plan(results: Sequence, counting: dict[str, list], cap: int, suite_study: Ca
         new = tuple(range(start, start + target - len(present)))
         jobs, minutes = per_seed(study)
         old = items.get(study)
+        merged = tuple(sorted(claims | set(old.claims if old else ())))
         if old is None or len(new) > len(old.new_seeds):
-            items[study] = PlanItem(study, tuple(sorted(claims | set(old.claims if old else ()))), len(present),
-                                    target, new, jobs * len(new), minutes * len(new))
+            items[study] = PlanItem(study, merged, len(present), target, new, jobs * len(new), minutes * len(new))
         else:
-            items[study] = PlanItem(study, tuple(sorted(claims | set(old.claims))), old.seeds_now, old.target,
-                                    old.new_seeds, old.jobs, old.minutes)
+            items[study] = replace(old, claims=merged)
     return sorted(items.values(), key=lambda i: (i.minutes, i.study)), beyond
 
 
