@@ -32,7 +32,7 @@ def quiet() -> None:
     """Silence the libraries' progress bars, advisories and warnings (the project's own recipe, plus TRL's)."""
     import logging
 
-    from rlhf_lab.runtime import quiet_libraries
+    from rlhf_lab.runs.process import quiet_libraries
 
     quiet_libraries()
     warnings.filterwarnings("ignore")
@@ -84,7 +84,7 @@ def make_world_model(cfg, out_dir: Path, seed: int = 0, n_texts: int = 2000) -> 
     ``num_labels=1``, the way ``rlhf_lab.models.families.load_sequence_scorer`` loads RMs); it is saved once so
     that the head's random initialisation is the same for every later load.
     """
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.models import families as Fm
 
     pc = cfg.policy
@@ -121,8 +121,8 @@ def make_pairs(cfg, n: int, seed: int = 0):
     (The project samples the two responses from the SFT policy; world texts have the same grammar and
     length distribution, and need no trained model.)
     """
-    from rlhf_lab import data as D
-    from rlhf_lab.preferences import label_pairs
+    from rlhf_lab.world import streams as D
+    from rlhf_lab.data.preferences import label_pairs
     from rlhf_lab.world import ReviewGenerator
 
     gen = ReviewGenerator(D.stream_seed(cfg.world.seed, f"bench_pairs/{seed}"), D.world_spec(cfg))

@@ -55,7 +55,7 @@ def build_model(shape: str, folder: Path) -> int:
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     from benchmarks.common import compose
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.models import families as Fm
 
     cfg = compose(["policy=a_small"])
@@ -90,7 +90,7 @@ def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path) 
 def run_job(overrides: list[str], work: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *overrides], cwd=work, env=env,
+    return subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", *overrides], cwd=work, env=env,
                           capture_output=True, text=True)
 
 

@@ -101,7 +101,7 @@ def trl_reward(scorer, eos_id: int):
 def ours_module(cfg: DictConfig, wm: WorldModel, tok, reference_dir=None, check=None):
     """``PPOModule`` with the config's algo (grpo here; ``check``: the stage's ``check_config``, default grpo's), as
     ``stages.ppo.build`` makes it (models by ``build_models``), the RM of :func:`make_scorer`."""
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.algorithms.ppo import PPOModule
     from rlhf_lab.models import families as Fm
     from rlhf_lab.stages import grpo

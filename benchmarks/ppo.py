@@ -88,7 +88,7 @@ def world_lengths(cfg: DictConfig, tok, prompts: list[str]) -> dict[str, int]:
     distribution a trained policy's responses have (world texts share the SFT data's grammar and lengths)."""
     import zlib
 
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.world import ReviewGenerator
 
     spec = D.world_spec(cfg)
@@ -120,7 +120,7 @@ def build(cfg: DictConfig, wm: WorldModel) -> Models:
 
 
 def prompt_fn(cfg: DictConfig):
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
 
     n = int(cfg.algo.batch_size) // int(cfg.algo.samples_per_prompt)
     return lambda step: D.prompts(cfg, f"ppo/{int(cfg.seed)}/{step}", n)
@@ -191,7 +191,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     """
     import mlflow
 
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.models import reward as R
     from rlhf_lab.stages.ppo import model_bytes
     from rlhf_lab.algorithms import ppo

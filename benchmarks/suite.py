@@ -206,7 +206,7 @@ def gold_comparison(before: list[dict], after: list[dict]) -> dict:
 def suite_projection(ratio: float) -> tuple[list[list], float, float]:
     """Rows (study, algorithm, jobs, stated min, projected min) and the totals, stated and projected: the
     sample's wall-time ratio (before ÷ today) applied to the studies of ``SAMPLE_ALGOS``."""
-    from rlhf_lab import suite
+    from rlhf_lab.entry import suite
 
     rows, stated, projected = [], 0.0, 0.0
     for study, _ in suite.SUITE:

@@ -55,7 +55,7 @@ def rlhf_lab(args: list[str], cwd: Path, env: dict | None = None,
     full.pop("MLFLOW_TRACKING_URI", None)
     cwd.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", *args], cwd=cwd, capture_output=True, text=True,
                        env=full, timeout=timeout)
     secs = time.perf_counter() - t0
     if r.returncode != 0:
@@ -127,7 +127,8 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
     note = ""
     if not with_server:
         return rows, "server not measured (--no-server)"
-    from rlhf_lab import server, server_auth
+    from rlhf_lab.entry import server
+    from rlhf_lab.server import auth as server_auth
 
     folder = Path(tempfile.mkdtemp(prefix="rlhf_lab_team_bench_"))  # under /tmp: the postgres user must reach it
     folder.chmod(0o755)

@@ -1,7 +1,7 @@
-"""`python -m rlhf_lab.cli …` as a real process, without paying its imports again: forked from a warm interpreter.
+"""`python -m rlhf_lab.entry.run …` as a real process, without paying its imports again: forked from a warm interpreter.
 
 A test that needs the CLI as a process of its own (an exit status, a signal sent to a pid, output on the file
-descriptors, four jobs started at once) used to start `python -m rlhf_lab.cli`, which spends about 10 s of CPU
+descriptors, four jobs started at once) used to start `python -m rlhf_lab.entry.run`, which spends about 10 s of CPU
 importing torch, Lightning (which pulls in torch._dynamo, torchmetrics, scipy.signal and transformers) and MLflow
 before it reads its first argument. On 2 cores, some 50 such starts were a quarter of the test run.
 
@@ -13,7 +13,7 @@ same code path), runs the `atexit` handlers a normal interpreter exit runs, and 
 signal sent to `handle.pid` reaches the job itself, so `128 + signal` exit codes and KILLED runs are tested as
 they happen for a user.
 
-What this does not cover, and where the real `python -m rlhf_lab.cli` is still started: the start-up of a fresh
+What this does not cover, and where the real `python -m rlhf_lab.entry.run` is still started: the start-up of a fresh
 interpreter (tests/test_cli.py's job and wheel tests), the joblib (`hydra/launcher=parallel`) sweeps, whose loky
 workers hang when started from a forked child, and the second DDP rank, which Lightning starts itself.
 """
@@ -30,9 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-# what a job imports (not rlhf_lab.cli itself, which runpy runs as __main__ as `python -m` does)
-PRELOAD = ["torch", "lightning", "transformers", "mlflow", "hydra", "rlhf_lab.config_checks", "rlhf_lab.run_states",
-           "rlhf_lab.runtime", "rlhf_lab.sweeping", "rlhf_lab.stages", "rlhf_lab.algorithms", "tests.cli_process"]
+# what a job imports (not rlhf_lab.entry.run itself, which runpy runs as __main__ as `python -m` does)
+PRELOAD = ["torch", "lightning", "transformers", "mlflow", "hydra", "rlhf_lab.config.checks", "rlhf_lab.runs.states",
+           "rlhf_lab.runs.process", "rlhf_lab.entry.sweeps", "rlhf_lab.stages", "rlhf_lab.algorithms", "tests.cli_process"]
 
 _CONTEXT: list = []
 
@@ -78,7 +78,7 @@ def _child(module: str, args: list[str], cwd: str, env: dict, out: str, err: str
 class CliProcess:
     """The part of `subprocess.Popen` the tests use: pid, poll, send_signal, kill, wait, communicate, returncode."""
 
-    def __init__(self, args: list[str], cwd, env: dict | None, module: str = "rlhf_lab.cli"):
+    def __init__(self, args: list[str], cwd, env: dict | None, module: str = "rlhf_lab.entry.run"):
         self.args = [sys.executable, "-m", module, *map(str, args)]
         self._dir = tempfile.mkdtemp(prefix="cli_process_")
         self._out, self._err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
@@ -121,13 +121,13 @@ class CliProcess:
         return read(self._out), read(self._err)
 
 
-def start(args: list[str], cwd, env: dict | None = None, module: str = "rlhf_lab.cli") -> CliProcess:
+def start(args: list[str], cwd, env: dict | None = None, module: str = "rlhf_lab.entry.run") -> CliProcess:
     """The CLI started with `args` in `cwd` (environment `env`, default this process's): a running handle."""
     return CliProcess(args, cwd, env, module)
 
 
 def run(args: list[str], cwd, env: dict | None = None, timeout: float = 300,
-        module: str = "rlhf_lab.cli") -> subprocess.CompletedProcess:
+        module: str = "rlhf_lab.entry.run") -> subprocess.CompletedProcess:
     """As `subprocess.run([python, -m, module, *args], capture_output=True, text=True)`: killed past `timeout`."""
     p = start(args, cwd, env, module)
     t0 = time.time()

@@ -116,7 +116,7 @@ def arch_checkpoints(tmp_path_factory):
 def _quiet():
     import torch
 
-    from rlhf_lab.runtime import quiet_libraries
+    from rlhf_lab.runs.process import quiet_libraries
 
     quiet_libraries()
     torch.set_num_threads(1)

@@ -97,11 +97,11 @@ def test_no_import_cycle_inside_the_package():
 def test_the_import_scan_sees_function_level_imports():
     graph = import_graph()
     assert "rlhf_lab.stages.common" in graph["rlhf_lab.stages.sft"]
-    assert "rlhf_lab.runtime" in graph["rlhf_lab.distributed"]  # imported inside _child_main
+    assert "rlhf_lab.runs.process" in graph["rlhf_lab.runs.distributed"]  # imported inside _child_main
 
 
 def test_runtime_is_a_leaf():
-    assert import_graph()["rlhf_lab.runtime"] == set()
+    assert import_graph()["rlhf_lab.runs.process"] == set()
 
 
 def test_no_private_name_is_imported_from_another_module():

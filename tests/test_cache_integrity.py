@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from rlhf_lab import cache as C
-from rlhf_lab.cache import MANIFEST_FILE, QUARANTINE_DIR, SPEC_FILE, ArtifactCache, manifest_problem
+from rlhf_lab.runs import cache as C
+from rlhf_lab.runs.cache import MANIFEST_FILE, QUARANTINE_DIR, SPEC_FILE, ArtifactCache, manifest_problem
 
 WEIGHTS = bytes(range(256)) * 1024  # 256 KiB standing in for model.safetensors
 

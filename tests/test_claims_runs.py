@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from rlhf_lab.analysis import claims as C
-from rlhf_lab.analysis import cli, snapshot
+from rlhf_lab.entry import report as cli
+from rlhf_lab.analysis import snapshot
 from rlhf_lab.analysis.runs import RunData
 from tests.test_claims import policy, world
 
@@ -216,10 +217,10 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
 
     from functools import partial
 
-    from rlhf_lab.analysis.gao import RL_STUDY as GAO_STUDY
-    from rlhf_lab.analysis.gao import write_gao_report
-    from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
-    from rlhf_lab.analysis.gold_validation import write_gold_validation_report
+    from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO_STUDY
+    from rlhf_lab.analysis.studies.gao import write_gao_report
+    from rlhf_lab.analysis.studies.gold_validation import STUDY as GOLD_STUDY
+    from rlhf_lab.analysis.studies.gold_validation import write_gold_validation_report
     from rlhf_lab.analysis.study import write_study_report
 
     root = Path(__file__).resolve().parents[1] / "reports"
@@ -338,7 +339,7 @@ def test_a_runs_file_of_the_wrong_layout_is_one_line_naming_the_file_and_the_pla
 
 
 def test_the_suite_refuses_a_bad_runs_file_before_it_runs_a_study(tmp_path, capsys, monkeypatch):
-    from rlhf_lab import suite
+    from rlhf_lab.entry import suite
 
     path = snapshot.write_snapshot(tmp_path / "r.json.gz", tagged(world()))
     rewritten(path, lambda p: first_run(p).pop("stage"))

@@ -18,13 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args, cwd, timeout=300, fresh=False):
-    """`python -m rlhf_lab.cli *args` in `cwd`: forked from a warm interpreter (tests/cli_process.py), or with
+    """`python -m rlhf_lab.entry.run *args` in `cwd`: forked from a warm interpreter (tests/cli_process.py), or with
     `fresh=True` a new interpreter, start-up included, as a user's shell starts it."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("MLFLOW_TRACKING_URI", None)
     if not fresh:
         return cli_process.run(args, cwd=cwd, env=env, timeout=timeout)
-    return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -83,7 +83,7 @@ def test_wheel_ships_the_configs(installed_wheel, tmp_path):
     r = subprocess.run([sys.executable, "-c", "import rlhf_lab, sys; print(rlhf_lab.__file__)"], cwd=tmp_path,
                        capture_output=True, text=True, env=env)
     assert r.stdout.strip().startswith(str(target))
-    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", "--cfg", "job", "labeler=unbiased"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", "--cfg", "job", "labeler=unbiased"], cwd=tmp_path,
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "length_bonus: 0.0" in r.stdout

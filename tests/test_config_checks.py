@@ -1,4 +1,4 @@
-"""Value checks on the composed config (rlhf_lab/config_checks.py): the CLI exits 2 with one line, fast."""
+"""Value checks on the composed config (rlhf_lab/config/checks.py): the CLI exits 2 with one line, fast."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_lab import config_checks as C
+from rlhf_lab.config import checks as C
 from tests import cli_process
 from tests.conftest import TINY, compose_cfg
 
@@ -223,6 +223,6 @@ def test_choice_lists_match_the_code():
     assert C.LOSS_AGGREGATIONS == LOSS_AGGREGATIONS and C.KL_LOSS_ESTIMATORS == KL_LOSS_ESTIMATORS
     assert C.PPO_REFERENCE_KINDS == ppo.REFERENCE_KINDS and C.PPO_CRITICS == ppo.CRITICS
     assert C.SAMPLERS == SAMPLERS
-    from rlhf_lab.callbacks import EVAL_SCHEDULES
+    from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES
 
     assert C.EVAL_SCHEDULES == EVAL_SCHEDULES

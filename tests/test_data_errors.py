@@ -11,8 +11,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from rlhf_lab.data_errors import DataError, data_errors
-from rlhf_lab.preferences import read_jsonl
+from rlhf_lab.data.errors import DataError, data_errors
+from rlhf_lab.data.preferences import read_jsonl
 from tests import cli_process
 from tests.conftest import TINY
 
@@ -57,12 +57,12 @@ def test_cli_bad_rows_exit_2_with_one_line_and_no_run(tmp_path, session_cache):
         assert run["status"] == "FINISHED" or (run["status"] == "FAILED" and f"{f}:3" in run["tags.rlhf_lab.error"])
 
 
-# -- bounds on the input (rlhf_lab/data_files.py) and every data error naming its row ----------------------------
+# -- bounds on the input (rlhf_lab/data/files.py) and every data error naming its row ----------------------------
 
 
 def load(tmp_path, overrides):
     """`load_examples` of a config composed with `overrides`, its errors as the CLI gets them (DataError)."""
-    from rlhf_lab.preferences import EXAMPLES_MEMO, load_examples
+    from rlhf_lab.data.preferences import EXAMPLES_MEMO, load_examples
     from tests.conftest import compose_cfg
 
     EXAMPLES_MEMO.clear()
@@ -92,7 +92,7 @@ def test_an_over_long_line_is_a_bad_row_named_with_its_size_and_the_key_to_raise
 def test_an_over_long_line_is_never_held_whole(monkeypatch):
     import io
 
-    from rlhf_lab import data_files
+    from rlhf_lab.data import files as data_files
 
     class Reads(io.BytesIO):
         sizes: list[int] = []
@@ -120,7 +120,7 @@ def test_a_file_over_the_total_bound_is_refused_before_its_first_line(tmp_path):
 
 
 def test_the_default_bounds_are_in_force(tmp_path):
-    from rlhf_lab import data_files
+    from rlhf_lab.data import files as data_files
     from tests.conftest import compose_cfg
 
     for source in ("jsonl", "hf"):
@@ -195,7 +195,7 @@ def test_the_size_bounds_change_no_key(monkeypatch):
     the start evaluation, DPO's artifact) are those of the config without them, as before they existed."""
     from omegaconf import OmegaConf
 
-    from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, to_plain
+    from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, to_plain
     from rlhf_lab.stages import dpo
     from tests.conftest import compose_cfg
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlhf_lab.distributed import GlobalBatchSampler, loader
+from rlhf_lab.runs.distributed import GlobalBatchSampler, loader
 from tests.conftest import TINY
 from tests.test_cli import cli
 
@@ -129,7 +129,7 @@ def test_a_dead_rank_stops_the_job_instead_of_hanging(tmp_path, sigint):
 
     from omegaconf import OmegaConf
 
-    from rlhf_lab.distributed import launch
+    from rlhf_lab.runs.distributed import launch
 
     cfg = OmegaConf.create({"trainer": {"devices": 2, "strategy": "ddp", "num_nodes": 1}})
     before = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)

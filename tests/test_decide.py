@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
-from rlhf_lab import suite, suite_seeds
+from rlhf_lab.entry import suite, suite_seeds
 from rlhf_lab.analysis import seed_plan
 from rlhf_lab.analysis.registry import JUDGED, SHOWN
 from rlhf_lab.analysis.runs import RunData
@@ -112,10 +112,10 @@ def test_decide_runs_each_planned_study_after_its_reproduction(monkeypatch, caps
     monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     assert suite.main(["--decide", "--dry-run"]) == 0 and launched == []
     assert suite.main(["--decide", "20", "cache_dir=/c"]) == 1  # ref_sync not reproduced: named, status 1
-    studies = [c for c in launched if "rlhf_lab.cli" in c]
+    studies = [c for c in launched if "rlhf_lab.entry.run" in c]
     assert len(studies) == 1 and "sweep=clip_eps" in studies[0] and "seed=5,6" in studies[0]
     assert "cache_dir=/c" in studies[0] and "skip_finished=true" in studies[0]
-    assert any("rlhf_lab.analysis.cli" in c for c in launched)  # then the report
+    assert any("rlhf_lab.entry.report" in c for c in launched)  # then the report
     out = capsys.readouterr().out
     assert "ref_sync: not extended: today's code does not reproduce it: differs" in out
 

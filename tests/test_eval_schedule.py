@@ -7,7 +7,7 @@ import mlflow
 import pytest
 
 from rlhf_lab import stages
-from rlhf_lab.callbacks import evaluation_steps
+from rlhf_lab.evaluation.callbacks import evaluation_steps
 
 
 def test_every_is_each_multiple_and_zero_is_none():
@@ -55,7 +55,7 @@ def test_a_ppo_job_evaluates_at_the_log_spaced_steps(tiny_cfg, tmp_path):
 
 
 def test_the_gao_study_is_beta_zero_with_log_spaced_evaluations_and_one_rm_per_seed():
-    from rlhf_lab import sweeping
+    from rlhf_lab.entry import sweeps as sweeping
     from tests.test_sweeps import job_cfg
 
     jobs = sweeping.plan(["sweep=gao_rm_scaling"], validate=False)

@@ -8,8 +8,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from rlhf_lab import external_data as X
-from rlhf_lab import preferences as P
+from rlhf_lab.data import external as X
+from rlhf_lab.data import preferences as P
 from tests.conftest import compose_cfg
 
 MSG = lambda role, text: {"role": role, "content": text}  # noqa: E731
@@ -185,7 +185,7 @@ def test_prompt_only_jsonl_feeds_the_ppo_prompt_stream(tmp_path):
     (["reward_model.attn_implementation=fast"], "reward_model.attn_implementation must be one of eager"),
 ])
 def test_config_checks_of_the_new_keys(overrides, line):
-    from rlhf_lab.config_checks import ConfigError, validate
+    from rlhf_lab.config.checks import ConfigError, validate
 
     with pytest.raises(ConfigError) as exc:
         validate(compose_cfg(overrides))

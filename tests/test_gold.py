@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf_lab import config_checks as CC
-from rlhf_lab import data as D
+from rlhf_lab.config import checks as CC
+from rlhf_lab.world import streams as D
 from rlhf_lab.models import families as F
 from rlhf_lab.models.reward import RewardScorer
-from rlhf_lab.preferences import PreferencePair, label_pairs
+from rlhf_lab.data.preferences import PreferencePair, label_pairs
 from rlhf_lab.stages import gold as G
 from rlhf_lab.world import Labeler, ReviewGenerator, gold_reward
 from tests.conftest import compose_cfg

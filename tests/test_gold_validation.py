@@ -1,4 +1,4 @@
-"""The gold-RM validation report (rlhf_lab/analysis/gold_validation.py) on synthetic runs built in memory: the
+"""The gold-RM validation report (rlhf_lab/analysis/studies/gold_validation.py) on synthetic runs built in memory: the
 formula/gold-RM views of a run, Spearman ρ per run, its Fisher-z mean and the pooled bootstrap, the mean ± se
 curves, and C1/C4 judged by the registry with each measure as the gold (agreeing when the gold RM is a monotone
 image of the formula, disagreeing when it misses the hacking)."""
@@ -11,7 +11,7 @@ from itertools import count
 import numpy as np
 import pytest
 
-from rlhf_lab.analysis import gold_validation as V
+from rlhf_lab.analysis.studies import gold_validation as V
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.stats import HOLDS
 
@@ -162,7 +162,8 @@ def test_rho_by_setting_separates_where_the_golds_part(tmp_path):
 def test_report_from_its_runs_file_alone_is_the_report_of_its_runs(tmp_path, capsys):
     """The evidence travels with the report: the runs kept in a runs file (the format a store-read report writes
     beside itself) give the same report, from the command line with --no-store, as the runs themselves."""
-    from rlhf_lab.analysis import cli, snapshot
+    from rlhf_lab.entry import report as cli
+    from rlhf_lab.analysis import snapshot
 
     rng = np.random.default_rng(7)
     runs = grid(lambda f, kl: 2.0 * f - 0.3, rng)

@@ -12,9 +12,9 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from rlhf_lab import external_data as X
-from rlhf_lab import preferences as P
-from rlhf_lab.config_checks import ConfigError, validate
+from rlhf_lab.data import external as X
+from rlhf_lab.data import preferences as P
+from rlhf_lab.config.checks import ConfigError, validate
 from rlhf_lab.stages.common import evaluation_prompts
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
 from tests.conftest import TINY, compose_cfg
@@ -148,7 +148,7 @@ WORLD_BEFORE = {"prefs_key": "aecd283b69de34e7", "rm_key": "4495f3c51e640e49", "
 
 
 def test_the_world_is_unchanged(monkeypatch, tmp_path):
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.stages import common, prefs, rm, sft
     from rlhf_lab.stages.common import cache_for, stage_module
 
@@ -173,7 +173,7 @@ def test_a_job_on_too_few_prompts_fails_before_training_anything(tmp_path):
     cfg = compose_cfg([o for o in TINY if not o.startswith("data.")] + [
         f"cache_dir={tmp_path / 'cache'}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
         "algo=rm", "data=jsonl", f"data.path={f}"])
-    from rlhf_lab.data_errors import DataError
+    from rlhf_lab.data.errors import DataError
 
     with pytest.raises(DataError, match="3 distinct prompt") as err:  # the CLI's one line, exit 2
         stages.run_job(cfg, tmp_path / "out")

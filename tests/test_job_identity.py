@@ -1,4 +1,4 @@
-"""A job's identity (rlhf_lab/job_identity.py): its composed config, the content of the local files it reads and the
+"""A job's identity (rlhf_lab/runs/identity.py): its composed config, the content of the local files it reads and the
 code, recorded on its run as ``rlhf_lab.job.*_digest`` tags; ``skip_finished=true`` skips a job only when a FINISHED
 run of the same study and overrides has the same three digests, and otherwise says what changed (issue 41, item 4:
 chosen and rejected swapped inside ``data.path`` were taken for a finished job)."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab import job_identity as J
+from rlhf_lab.runs import identity as J
 from tests import cli_process
 from tests.conftest import TINY, compose_cfg
 
@@ -139,7 +139,9 @@ def test_changed_parts_names_what_differs():
 def launch(tmp_path, monkeypatch, capsys):
     """launch(*overrides) runs ``rlhf-lab <overrides> skip_finished=true`` in this process with a job that only opens
     and ends its run (``tracking.start_run``, which records the job's identity); returns (stdout, the new run ids)."""
-    from rlhf_lab import cli, stages, tracking
+    from rlhf_lab.entry import run as cli
+    from rlhf_lab import stages
+    from rlhf_lab.runs import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.chdir(tmp_path)

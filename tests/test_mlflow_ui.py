@@ -5,7 +5,8 @@ from __future__ import annotations
 import mlflow
 import pytest
 
-from rlhf_lab import sweeping, tracking
+from rlhf_lab.entry import sweeps as sweeping
+from rlhf_lab.runs import tracking
 
 
 def test_run_name_carries_stage_and_swept_values():

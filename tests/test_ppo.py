@@ -16,12 +16,12 @@ import torch
 from rlhf_lab import stages
 from rlhf_lab.stages.common import cache_for
 from rlhf_lab.algorithms import ppo
-from rlhf_lab.data import gold_weights, pad_right
+from rlhf_lab.world.streams import gold_weights, pad_right
 from rlhf_lab.models.adapters import AdapterDisabled
 from rlhf_lab.models.reward import encode_texts
 from rlhf_lab.stages import ppo as ppo_stage
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.callbacks import RewardHackingMonitor
+from rlhf_lab.evaluation.callbacks import RewardHackingMonitor
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import response_logprobs, sample
 

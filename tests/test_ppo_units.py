@@ -12,7 +12,7 @@ import torch
 
 from rlhf_lab.algorithms import ppo
 from rlhf_lab.models.actor_critic import lm_forward
-from rlhf_lab.data import gold_weights
+from rlhf_lab.world.streams import gold_weights
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import trim_padding
 from rlhf_lab.stages import ppo as ppo_stage
@@ -190,7 +190,7 @@ def test_compiled_passes_give_the_eager_losses_and_gradients(tiny_cfg, checkpoin
 
 
 def test_compile_needs_packing_and_a_cpp_compiler(tiny_cfg, monkeypatch):
-    from rlhf_lab.config_checks import ConfigError
+    from rlhf_lab.config.checks import ConfigError
 
     ppo_stage.check_compile(tiny_cfg("algo.compile=false", "algo.packing=false"))  # off: nothing to check
     with pytest.raises(ConfigError, match="algo.compile must be false unless algo.packing=true"):

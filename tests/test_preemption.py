@@ -24,7 +24,7 @@ FINAL = ("test/gold_reward", "test/kl", "test/length", "eval/gold_reward", "obje
 
 
 def test_a_deferred_sigterm_waits_for_the_step_boundary(monkeypatch):
-    from rlhf_lab import run_states
+    from rlhf_lab.runs import states as run_states
 
     monkeypatch.setattr(run_states, "RECEIVED", [])
     monkeypatch.setattr(run_states, "RAISED", [False])

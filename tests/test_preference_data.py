@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rlhf_lab import preferences as P
+from rlhf_lab.data import preferences as P
 
 GOOD = json.dumps({"prompt": "p", "chosen": "good answer", "rejected": "bad answer"})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from rlhf_lab.progress import StageBar
+from rlhf_lab.runs.progress import StageBar
 from rlhf_lab.stages.common import trainer_kwargs
 from tests.conftest import compose_cfg
 
@@ -50,8 +50,8 @@ def test_bar_hides_v_num():
 def test_the_hacking_alarm_prints_one_line_above_the_bar_and_no_warning(capsys, monkeypatch, recwarn):
     import warnings
 
-    from rlhf_lab import callbacks
-    from rlhf_lab.callbacks import RewardHackingMonitor
+    from rlhf_lab.evaluation import callbacks
+    from rlhf_lab.evaluation.callbacks import RewardHackingMonitor
 
     for name in ("log_metrics", "set_tag", "log_dict"):  # no MLflow run here
         monkeypatch.setattr(callbacks.tracking, name, lambda *a, **k: None)
@@ -79,9 +79,9 @@ def test_the_hacking_alarm_prints_one_line_above_the_bar_and_no_warning(capsys, 
 
 
 def test_work_bar_counts_what_sample_pairs_did(arch_checkpoints, capsys):
-    from rlhf_lab import data as D
-    from rlhf_lab.preferences import sample_pairs
-    from rlhf_lab.progress import work_bar
+    from rlhf_lab.world import streams as D
+    from rlhf_lab.data.preferences import sample_pairs
+    from rlhf_lab.runs.progress import work_bar
 
     cfg = compose_cfg(["generation.max_new_tokens=4", "generation.max_prompt_len=null"])
     prompts = D.prompts(cfg, "bar", 10)
@@ -98,7 +98,7 @@ def test_work_bar_counts_what_sample_pairs_did(arch_checkpoints, capsys):
 def test_the_prefs_stage_shows_a_bar_named_prefs_over_all_its_pairs(monkeypatch, capsys, tmp_path):
     import contextlib
 
-    from rlhf_lab.preferences import PreferencePair
+    from rlhf_lab.data.preferences import PreferencePair
     from rlhf_lab.stages import prefs
 
     calls = []

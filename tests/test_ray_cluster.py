@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab.run_states import NODE_TAG
+from rlhf_lab.runs.states import NODE_TAG
 from tests.test_sweeps import MICRO
 from tests.test_team_scale import team_server  # noqa: F401  (the module's PostgreSQL + MLflow server)
 
@@ -40,7 +40,7 @@ def cluster(tmp_path, monkeypatch):
 
 
 def sweep_cmd(address: str, study: str, *extra: str, seeds: str = SEEDS) -> list[str]:
-    return [sys.executable, "-m", "rlhf_lab.cli", "-m", "hydra/launcher=ray_cluster",
+    return [sys.executable, "-m", "rlhf_lab.entry.run", "-m", "hydra/launcher=ray_cluster",
             f"hydra.launcher.ray.init.address={address}", "hydra.launcher.ray.remote.num_cpus=1", "algo=sft", *MICRO,
             "trainer.threads=1", f"study={study}", seeds, *extra]
 
@@ -145,7 +145,7 @@ def test_runs_of_a_dead_ray_node_are_marked_killed_on_any_host(monkeypatch):
     """mark_dead_runs with a stand-in for Ray (a node alive, a node dead) and for the MLflow client."""
     import types
 
-    from rlhf_lab import run_states
+    from rlhf_lab.runs import states as run_states
 
     ray = types.SimpleNamespace(is_initialized=lambda: True, nodes=lambda: [
         {"NodeID": "alive", "Alive": True, "NodeManagerAddress": "10.0.0.1"},
@@ -180,7 +180,7 @@ def test_runs_of_a_dead_ray_node_are_marked_killed_on_any_host(monkeypatch):
 def test_a_job_elsewhere_takes_relative_paths_from_the_launch_folder(monkeypatch):
     from omegaconf import OmegaConf
 
-    from rlhf_lab.runtime import LAUNCH_DIR_ENV, launch_path, tracking_uri
+    from rlhf_lab.runs.process import LAUNCH_DIR_ENV, launch_path, tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = OmegaConf.create({"tracking": {"uri": "sqlite:///mlflow.db"}})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf_lab.analysis import cli
+from rlhf_lab.entry import report as cli
 from rlhf_lab.analysis.report_files import ReportError, check_file, check_folder, check_study, is_generated, known_studies
 
 

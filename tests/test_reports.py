@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rlhf_lab.analysis import cli, fits
+from rlhf_lab.entry import report as cli
+from rlhf_lab.analysis import fits
 from rlhf_lab.analysis.runs import HISTORY_KEYS, rm_from_artifact_cache
 from rlhf_lab.analysis.study import write_study_report
 

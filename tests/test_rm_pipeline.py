@@ -95,7 +95,7 @@ def test_length_biased_labels_teach_the_rm_to_prefer_length_unbiased_do_not(tiny
 def test_same_and_different_source_rms_score_policy_samples(tiny_cfg):
     """Both RMs train; both score the policy's samples through their own tokenizer (b re-encodes a's text)."""
     from rlhf_lab.algorithms.rm import spearman
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.models import families as F
     from rlhf_lab.models.sampling import sample
     from rlhf_lab.world import gold_reward
@@ -149,7 +149,7 @@ def test_external_jsonl_preferences_train_an_rm_without_gold_metrics(tiny_cfg, t
     cfg = _compose_external(tiny_cfg, f, "algo=rm", "reward_model.steps=100", mlflow_db=db)
     meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
-    from rlhf_lab.preferences import load_external
+    from rlhf_lab.data.preferences import load_external
 
     n_eval = len(load_external(cfg)[1])  # the pairs of the eval split's prompts (83 of 400)
     assert ev["rm/n_eval_pairs"] == n_eval and n_eval > 60

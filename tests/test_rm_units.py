@@ -10,8 +10,8 @@ import torch
 
 from rlhf_lab.algorithms import rm as RM
 from rlhf_lab.models import families as F
-from rlhf_lab.preferences import PreferencePair
-from rlhf_lab.data import pad_right
+from rlhf_lab.data.preferences import PreferencePair
+from rlhf_lab.world.streams import pad_right
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer, aggregate, encode_texts, rm_forward
 from rlhf_lab.stages.common import model_size
@@ -71,7 +71,7 @@ def test_bradley_terry_loss_in_the_training_step_by_hand(tiny_models):
 
 
 def test_pack_rows_by_hand():
-    from rlhf_lab.data import pack_rows
+    from rlhf_lab.world.streams import pack_rows
 
     seqs = [[1, 2, 3], [4], [5, 6], [7, 8, 9]]
     # rows as long as the longest sequence; first-fit decreasing: 0 | 3 | 2 then 1 (ties in input order)
@@ -152,7 +152,7 @@ def test_margin_is_the_labelers_utility_gap_clipped(tiny_cfg):
              PreferencePair(p, "the blender is great .", "the blender is bad .", True, True),
              PreferencePair(p, "the blender is bad .", "the blender is great .", True, True)]
     m = RM.pair_margins(cfg, pairs)
-    from rlhf_lab import data as D
+    from rlhf_lab.world import streams as D
     from rlhf_lab.world import gold_reward
 
     w = D.gold_weights(cfg)

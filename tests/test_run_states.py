@@ -13,7 +13,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from rlhf_lab import run_states
+from rlhf_lab.runs import states as run_states
 from tests import cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -262,7 +262,7 @@ def test_lightnings_own_sigterm_exit_is_a_stop_signal_not_exit_0(monkeypatch, tm
 def test_end_open_runs_ends_a_run_whose_ending_was_cut_short(tmp_path):
     """A run still on MLflow's stack (the signal came before its end) and a run popped off it but not written
     (the signal came inside ``mlflow.end_run``) both end KILLED with the error named."""
-    from rlhf_lab import tracking
+    from rlhf_lab.runs import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
@@ -306,7 +306,7 @@ def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
     could not be saved) ends it FAILED with the cause, a normal end FINISHED."""
     from omegaconf import OmegaConf
 
-    from rlhf_lab import tracking
+    from rlhf_lab.runs import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = OmegaConf.create({"tracking": {"uri": uri, "experiment": "rlhf-lab"}})
@@ -355,7 +355,7 @@ def test_a_job_whose_artifact_cannot_be_saved_ends_failed(tmp_path):
 def test_an_unreachable_tracking_server_is_named_in_seconds():
     import socket
 
-    from rlhf_lab.runtime import tracking_server_problem
+    from rlhf_lab.runs.process import tracking_server_problem
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -380,7 +380,7 @@ def test_a_server_that_answers_is_reachable_whatever_its_status():
         def log_message(self, *args):
             pass
 
-    from rlhf_lab.runtime import tracking_server_problem
+    from rlhf_lab.runs.process import tracking_server_problem
 
     server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -406,7 +406,7 @@ def test_cli_fails_in_seconds_on_an_unreachable_server(tmp_path):
 
 
 def test_job_phases_read_the_clock_the_cli_sets(monkeypatch):
-    from rlhf_lab import runtime
+    from rlhf_lab.runs import process as runtime
 
     monkeypatch.setattr(runtime, "JOB_CLOCK", {})
     assert runtime.job_phases(now=10.0) == {}  # a stage called directly: no start-up or setup to report

@@ -223,7 +223,7 @@ def test_lab_unsupported_names_what_it_cannot_reproduce(family_models):
 def test_sampler_is_a_generation_key_left_out_of_artifact_specs():
     """``generation.sampler`` is in the config (default lab) and checked, but not in the specs that key cached
     artifacts (preference pairs, DPO): both samplers draw the same tokens."""
-    from rlhf_lab import config_checks as C
+    from rlhf_lab.config import checks as C
     from rlhf_lab.stages.common import generation_spec
     from tests.conftest import compose_cfg
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab import server
+from rlhf_lab.entry import server
 from tests.test_team_scale import DPO_MICRO, cmd_env, login, run_cmd, team_server  # noqa: F401 (the fixture)
 
 
@@ -23,7 +23,7 @@ DPO_LONGER = [*DPO_MICRO, "data.n_train=64", "trainer.max_steps=30", "eval.every
 
 def start_sweep(args: list[str], cwd: Path, **env) -> subprocess.Popen:
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.cli", "-m", *args], cwd=cwd, env=cmd_env(**env),
+    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.entry.run", "-m", *args], cwd=cwd, env=cmd_env(**env),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -100,7 +100,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
         "run the same command again with skip_finished=true" in last, last
     assert MlflowClient(url).get_run(orphan).info.status == "RUNNING"  # nothing could reach the server to end it
 
-    again = run_cmd(["-m", "rlhf_lab.cli", "-m", *sweep, "study=restart_b", "skip_finished=true"], tmp_path / "b",
+    again = run_cmd(["-m", "rlhf_lab.entry.run", "-m", *sweep, "study=restart_b", "skip_finished=true"], tmp_path / "b",
                     MLFLOW_TRACKING_URI=url)
     assert again.returncode == 0, again.stderr[-3000:]
     runs = {r.info.run_id: r for r in study_runs(url, "restart_b")}
@@ -136,7 +136,7 @@ def test_two_users_sweeps_at_once_against_one_server_stay_apart(team_server, tmp
                                                      and r.data.tags.get("rlhf_lab.job") == "true")
                 for p in parents}
     assert sorted(children.values()) == [["dpo seed=0", "dpo seed=1"], ["dpo seed=2", "dpo seed=3"]]
-    rep = run_cmd(["-m", "rlhf_lab.analysis.cli", "two_users", "--uri", url, "--out", str(tmp_path / "reports")],
+    rep = run_cmd(["-m", "rlhf_lab.entry.report", "two_users", "--uri", url, "--out", str(tmp_path / "reports")],
                   tmp_path)
     assert rep.returncode == 0, rep.stderr[-3000:]
     text = (tmp_path / "reports" / "two_users" / "README.md").read_text()

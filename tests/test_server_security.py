@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_lab import server, server_auth, server_files, server_postgres
-from rlhf_lab.runtime import tracking_server_problem
+from rlhf_lab.entry import server
+from rlhf_lab.server import auth as server_auth, files as server_files, postgres as server_postgres
+from rlhf_lab.runs.process import tracking_server_problem
 from tests.test_sweeps import MICRO
 from tests.test_team_scale import login, run_cmd, start_team_server
 
@@ -252,7 +253,7 @@ def test_a_user_cannot_delete_anothers_experiment_but_their_own(team):
 
 @pytest.mark.slow
 def test_a_job_logs_with_the_login_in_its_environment_and_without_one_fails_in_one_line(team, tmp_path):
-    job = ["-m", "rlhf_lab.cli", "algo=sft", *MICRO, "trainer.threads=1", "study=secure_job"]
+    job = ["-m", "rlhf_lab.entry.run", "algo=sft", *MICRO, "trainer.threads=1", "study=secure_job"]
     anonymous = {key: "" for key in server_auth.LOGIN_VARS}  # MLflow reads an empty variable as unset
     r = run_cmd(job, tmp_path, MLFLOW_TRACKING_URI=team.url, HOME=str(tmp_path), **anonymous)
     assert r.returncode == 2 and r.stderr.strip() == (

@@ -14,8 +14,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-from rlhf_lab import data as D
-from rlhf_lab.metrics import cluster_mean_se, half_a, pair_agreement
+from rlhf_lab.world import streams as D
+from rlhf_lab.evaluation.metrics import cluster_mean_se, half_a, pair_agreement
 from rlhf_lab.world import (
     ALL_SPLITS,
     SPLITS,
@@ -176,7 +176,7 @@ def test_clustered_se_against_hand_computation():
 @pytest.mark.slow
 def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     from rlhf_lab import stages
-    from rlhf_lab.evaluation import evaluate_policy
+    from rlhf_lab.evaluation.policy import evaluate_policy
     from rlhf_lab.models import families as F
 
     cfg = tiny_cfg("algo=sft")
@@ -200,7 +200,7 @@ def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     assert m1["eval/gold_reward_se"] == pytest.approx(se, abs=1e-3)
     assert m1["eval/gold_reward"] == pytest.approx((m1["eval/gold_reward_a"] + m1["eval/gold_reward_b"]) / 2)
     # a proxy that is the gold ranks every pair of a prompt's samples as gold does; its negation none
-    from rlhf_lab.evaluation import as_gold_scorer
+    from rlhf_lab.evaluation.policy import as_gold_scorer
 
     gold = as_gold_scorer(D.gold_weights(cfg))
     for scorer, want in ((gold, 1.0), (lambda *a: -gold(*a), 0.0)):

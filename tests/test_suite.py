@@ -1,5 +1,5 @@
 """The claims suite: its studies' designs (5 paired seeds, enough evaluations, stated job counts and times),
-``skip_finished`` (a resumed sweep skips the jobs with a FINISHED run), and ``python -m rlhf_lab.suite --dry-run``.
+``skip_finished`` (a resumed sweep skips the jobs with a FINISHED run), and ``python -m rlhf_lab.entry.suite --dry-run``.
 Nothing here trains: the runs in the tracking store are fake ones made with MlflowClient."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab import suite, suite_seeds, sweeping
-from rlhf_lab.job_identity import job_identity
+from rlhf_lab.entry import suite, suite_seeds, sweeps as sweeping
+from rlhf_lab.runs.identity import job_identity
 from rlhf_lab.stages.common import parse_preset_ref
-from rlhf_lab.tracking import find_finished_run, job_overrides, study_digest
+from rlhf_lab.runs.tracking import find_finished_run, job_overrides, study_digest
 
 SUITE = [s for s, _ in suite.SUITE]
 SEEDS = {0, 1, 2, 3, 4}
@@ -219,11 +219,11 @@ def test_dry_run_lists_every_study_with_its_job_count(capsys):
 
 def test_suite_commands_resume_and_report_to_the_same_store():
     cmd = suite.study_command("ref_sync", ["cache_dir=/c"], 2)
-    assert cmd[:3] == [sys.executable, "-m", "rlhf_lab.cli"]
+    assert cmd[:3] == [sys.executable, "-m", "rlhf_lab.entry.run"]
     assert cmd[3:] == ["-m", "sweep=ref_sync", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
                        "skip_finished=true", "cache_dir=/c"]
     rep = suite.report_command(["tracking.uri=sqlite:///x.db"], "reports")
-    assert rep[1:] == ["-m", "rlhf_lab.analysis.cli", "--claims", "--out", "reports", "--uri", "sqlite:///x.db"]
+    assert rep[1:] == ["-m", "rlhf_lab.entry.report", "--claims", "--out", "reports", "--uri", "sqlite:///x.db"]
     rep = suite.report_command([], "reports", ["a.json.gz", "b.json.gz"])
     assert rep[3:] == ["--claims", "--out", "reports", "--runs", "a.json.gz", "--runs", "b.json.gz"]
     with pytest.raises(SystemExit):
@@ -234,7 +234,7 @@ def test_suite_commands_resume_and_report_to_the_same_store():
 
 
 def fake_run(client, exp_id, stage, study, overrides, status="FINISHED", gold=None, digest=None, identity=None):
-    """A run as a job of `stage` leaves it; `identity`: the tags of what it computed (rlhf_lab.job_identity)."""
+    """A run as a job of `stage` leaves it; `identity`: the tags of what it computed (rlhf_lab.runs.identity)."""
     tags = {"rlhf_lab.stage": stage, "rlhf_lab.overrides": " ".join(overrides), **(identity or {})}
     if digest:
         tags["rlhf_lab.study_digest"] = digest
@@ -278,7 +278,8 @@ def test_finished_run_of_the_same_study_and_overrides_is_found(store):
 
 @pytest.mark.slow
 def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(store, tmp_path, monkeypatch, capsys):
-    from rlhf_lab import cli, stages
+    from rlhf_lab.entry import run as cli
+    from rlhf_lab import stages
 
     uri, client, exp = store
     calls = []
@@ -308,10 +309,11 @@ def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(sto
 
 @pytest.mark.slow
 def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp_path, monkeypatch, capsys):
-    from rlhf_lab import cli, stages
+    from rlhf_lab.entry import run as cli
+    from rlhf_lab import stages
 
     import rlhf_lab
-    from rlhf_lab import runtime
+    from rlhf_lab.runs import process as runtime
 
     uri, client, exp = store
     calls, clocks = [], []
@@ -545,7 +547,7 @@ def test_more_seeds_launched_with_other_display_keys_join_their_arms(store):
     9. A key that does not change what a job computes (runtime.NOT_COMPUTED) names no arm; one that does, does."""
     from rlhf_lab.analysis.runs import load_study
     from rlhf_lab.analysis.snapshot import run_from_dict, run_to_dict
-    from rlhf_lab.runtime import computes
+    from rlhf_lab.runs.process import computes
 
     uri, client, exp = store
     for seed in range(4):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab import run_states
+from rlhf_lab.runs import states as run_states
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_JOB = ["algo=pretrain", "policy=a_tiny", "pretrain.n_texts=300", "trainer.max_steps=100000",
@@ -66,7 +66,7 @@ def test_ctrl_c_of_a_parallel_sweep_ends_every_run_killed(tmp_path):
     the parent run and both job runs are KILLED when the launching process has exited (they stayed RUNNING)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [sys.executable, "-m", "rlhf_lab.cli", "-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
+    cmd = [sys.executable, "-m", "rlhf_lab.entry.run", "-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
            *LONG_JOB, "seed=0,1", "hydra.callbacks.mlflow_sweep.report=false"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

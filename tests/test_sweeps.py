@@ -12,10 +12,11 @@ import mlflow
 import pytest
 from hydra import compose, initialize_config_module
 
-from rlhf_lab import sweeping, tracking
+from rlhf_lab.entry import sweeps as sweeping
+from rlhf_lab.runs import tracking
 
 ROOT = Path(__file__).resolve().parents[1]
-# every study file, the claims suite's (rlhf_lab/suite.py, tests/test_suite.py) included
+# every study file, the claims suite's (rlhf_lab/entry/suite.py, tests/test_suite.py) included
 STUDIES = sorted(p.stem for p in (ROOT / "sweeps" / "sweep").glob("*.yaml"))
 
 # smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job
@@ -31,7 +32,7 @@ def job_cfg(job: list[str]):
 
 
 def test_the_studies_include_the_original_ones_and_the_claims_suite():
-    from rlhf_lab.suite import SUITE
+    from rlhf_lab.entry.suite import SUITE
 
     assert {"ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "seeds"} <= set(STUDIES)
     assert {s for s, _ in SUITE} <= set(STUDIES) and len(STUDIES) >= 18
@@ -135,7 +136,7 @@ def run_cli(*args, cwd, timeout=240):
     for k in ("MLFLOW_TRACKING_URI", sweeping.PARENT_ENV, sweeping.SWEPT_ENV, sweeping.STATE_ENV):
         env.pop(k, None)
     # a new interpreter, not tests/cli_process.py: joblib's loky workers started from a forked child hang
-    return subprocess.run([sys.executable, "-m", "rlhf_lab.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -144,7 +145,7 @@ def test_parallel_multirun_is_one_parent_run_and_a_failing_job_does_not_stop_the
     # joblib launcher, 2 workers: the children (other processes) must see the parent run's id
     r = run_cli("-m", "hydra/launcher=parallel", "algo=sft", *MICRO, "study=smoke", "sft.lr=0.001,-1", cwd=tmp_path)
     assert r.returncode == 1, r.stderr[-3000:]  # the sweep ran to its end, and says that a job failed
-    # sft.lr=-1 fails the config check (rlhf_lab/config_checks.py) before the job opens a run
+    # sft.lr=-1 fails the config check (rlhf_lab/config/checks.py) before the job opens a run
     assert "job 1 FAILED: ConfigError: sft.lr must be > 0, got -1" in r.stderr and "rlhf-lab sft: done" in r.stdout
     table = r.stdout[r.stdout.index("job (run name)"):]  # the sweep's table of jobs
     assert "sft sft.lr=0.001" in table and "FINISHED" in table and "job 1 (" in table
@@ -172,7 +173,7 @@ def test_parallel_multirun_is_one_parent_run_and_a_failing_job_does_not_stop_the
 @pytest.mark.slow
 def test_a_single_run_that_fails_exits_nonzero(tmp_path, monkeypatch, capsys):
     # in-process (a subprocess would pay the imports again): Hydra reports the error and exits 1
-    from rlhf_lab import cli
+    from rlhf_lab.entry import run as cli
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["rlhf-lab", "algo.name=nope", f"hydra.run.dir={tmp_path / 'out'}",
@@ -189,27 +190,27 @@ def test_wheel_ships_the_sweeps(installed_wheel, tmp_path):
     for study in STUDIES:
         assert f"rlhf_lab/sweeps/sweep/{study}.yaml" in names
     assert "rlhf_lab/sweeps/ppo_kl/fixed_0.yaml" in names and "rlhf_lab/sweeps/__init__.py" in names
-    assert "rlhf_lab/conf/hydra/launcher/parallel.yaml" in names and "rlhf_lab/analysis/cli.py" in names
+    assert "rlhf_lab/conf/hydra/launcher/parallel.yaml" in names and "rlhf_lab/entry/report.py" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "rlhf-lab-report = rlhf_lab.analysis.cli:main" in entry and "rlhf-lab-suite = rlhf_lab.suite:main" in entry
+    assert "rlhf-lab-report = rlhf_lab.entry.report:main" in entry and "rlhf-lab-suite = rlhf_lab.entry.suite:main" in entry
     assert "rlhf_lab/sweeps/kl_est/k3_loss.yaml" in names and "rlhf_lab/sweeps/rm_ens/ens3_tiny_l1.yaml" in names
-    assert "rlhf_lab/sweeps/rm_size/micro.yaml" in names and "rlhf_lab/suite.py" in names
+    assert "rlhf_lab/sweeps/rm_size/micro.yaml" in names and "rlhf_lab/entry/suite.py" in names
     env = dict(os.environ, PYTHONPATH=str(target))
-    code = ("import rlhf_lab.sweeping as s, rlhf_lab; assert rlhf_lab.__file__.startswith(%r); "
+    code = ("import rlhf_lab.entry.sweeps as s, rlhf_lab; assert rlhf_lab.__file__.startswith(%r); "
             "print(len(s.plan(['sweep=ppo_beta_grid', 'hydra/launcher=parallel'])))" % str(target))
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "11"
-    r = subprocess.run([sys.executable, "-m", "rlhf_lab.cli", "--cfg", "job", "sweep=rm_source"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", "--cfg", "job", "sweep=rm_source"], cwd=tmp_path,
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "study: rm_source" in r.stdout
 
 
 def test_a_sweeps_launching_process_does_not_import_lightning():
-    """The sweep's parent process opens the parent run (``rlhf_lab.tracking``) and launches the jobs; it never
+    """The sweep's parent process opens the parent run (``rlhf_lab.runs.tracking``) and launches the jobs; it never
     trains, so it does not pay Lightning's import (about 2.7 s on 2 cores) before the first job can start."""
-    code = ("import sys, rlhf_lab.cli, rlhf_lab.sweeping, rlhf_lab.tracking; "
+    code = ("import sys, rlhf_lab.entry.run, rlhf_lab.entry.sweeps, rlhf_lab.runs.tracking; "
             "print(sorted(m for m in ('lightning', 'lightning.pytorch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

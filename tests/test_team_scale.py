@@ -3,7 +3,7 @@ report inside a sweep's parent run.
 
 The slow tests start real processes: a throwaway PostgreSQL and `mlflow server` on free loopback ports (skipped,
 with the reason, where PostgreSQL's binaries are absent), a local Ray instance with 2 CPUs, submitit's local
-executor. Run as root (CI), PostgreSQL runs as an unprivileged user (rlhf_lab/server.py).
+executor. Run as root (CI), PostgreSQL runs as an unprivileged user (rlhf_lab/entry/server.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab import cli, server, server_auth, sweeping
+from rlhf_lab.entry import run as cli, server, sweeps as sweeping
+from rlhf_lab.server import auth as server_auth
 from rlhf_lab.analysis import parent_run
 from rlhf_lab.analysis.runs import RunData, study_filter
 from rlhf_lab.analysis.study import best_setting
@@ -157,7 +158,7 @@ def test_the_process_that_loses_the_race_to_create_the_experiment_on_a_server_us
     from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_ALREADY_EXISTS
     from omegaconf import OmegaConf
 
-    from rlhf_lab import tracking
+    from rlhf_lab.runs import tracking
 
     class Exp:
         experiment_id = "7"
@@ -227,7 +228,7 @@ def run_cmd(args: list[str], cwd: Path, timeout: int = 480, **env) -> subprocess
     full = cmd_env(**env)
     # forked from a warm interpreter (tests/cli_process.py), but for joblib's launcher: its loky workers, started from
     # a forked child, hang
-    if args[:2] in (["-m", "rlhf_lab.cli"], ["-m", "rlhf_lab.analysis.cli"]) and "hydra/launcher=parallel" not in args:
+    if args[:2] in (["-m", "rlhf_lab.entry.run"], ["-m", "rlhf_lab.entry.report"]) and "hydra/launcher=parallel" not in args:
         return cli_process.run(args[2:], cwd=cwd, env=full, timeout=timeout, module=args[1])
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
 
@@ -243,14 +244,14 @@ def start_team_server(folder: Path, users: tuple[str, ...] = ("ann", "bob")) -> 
     """`rlhf-lab-server start` in `folder / "team"` on a free port, then `user add` for each of `users`: the URL,
     each user's credentials file, and the finished commands (their output)."""
     port = server.free_port()
-    r = run_cmd(["-m", "rlhf_lab.server", "start", "--dir", str(folder / "team"), "--port", str(port)], folder,
+    r = run_cmd(["-m", "rlhf_lab.entry.server", "start", "--dir", str(folder / "team"), "--port", str(port)], folder,
                 timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     url = f"http://127.0.0.1:{port}"
     assert r.stdout.strip().splitlines()[-1] == f"export MLFLOW_TRACKING_URI={url}"
     done, files = [r], {}
     for user in users:
-        added = run_cmd(["-m", "rlhf_lab.server", "user", "add", user, "--dir", str(folder / "team")], folder)
+        added = run_cmd(["-m", "rlhf_lab.entry.server", "user", "add", user, "--dir", str(folder / "team")], folder)
         assert added.returncode == 0, added.stderr[-3000:]
         files[user] = Path(added.stdout.strip())
         done.append(added)
@@ -274,9 +275,9 @@ def team_server():
         for key, value in login(files["ann"]).items():
             mp.setenv(key, value)
         yield url, folder / "team"
-    r = run_cmd(["-m", "rlhf_lab.server", "stop", "--dir", str(folder / "team")], folder, timeout=120)
+    r = run_cmd(["-m", "rlhf_lab.entry.server", "stop", "--dir", str(folder / "team")], folder, timeout=120)
     assert r.returncode == 0 and "stopped PostgreSQL" in r.stderr, r.stderr
-    status = run_cmd(["-m", "rlhf_lab.server", "status", "--dir", str(folder / "team")], folder)
+    status = run_cmd(["-m", "rlhf_lab.entry.server", "status", "--dir", str(folder / "team")], folder)
     assert status.returncode == 1 and server.port_is_free(int(url.rsplit(":", 1)[1]))
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -284,16 +285,16 @@ def team_server():
 @pytest.mark.slow
 def test_the_server_refuses_a_second_start_in_its_folder(team_server, tmp_path):
     url, folder = team_server
-    r = run_cmd(["-m", "rlhf_lab.server", "start", "--dir", str(folder), "--port", str(server.free_port())], tmp_path)
+    r = run_cmd(["-m", "rlhf_lab.entry.server", "start", "--dir", str(folder), "--port", str(server.free_port())], tmp_path)
     assert r.returncode == 1 and f"{folder} already runs a server ({url}" in r.stderr
-    r = run_cmd(["-m", "rlhf_lab.server", "status", "--dir", str(folder)], tmp_path)
+    r = run_cmd(["-m", "rlhf_lab.entry.server", "status", "--dir", str(folder)], tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == f"export MLFLOW_TRACKING_URI={url}"
 
 
 @pytest.mark.slow
 def test_a_parallel_sweep_logs_to_the_server_and_its_report_comes_from_there(team_server, tmp_path):
     url, folder = team_server
-    r = run_cmd(["-m", "rlhf_lab.cli", "-m", "hydra/launcher=parallel", *DPO_MICRO, "study=team_smoke",
+    r = run_cmd(["-m", "rlhf_lab.entry.run", "-m", "hydra/launcher=parallel", *DPO_MICRO, "study=team_smoke",
                  "algo.beta=0.1,0.3", "seed=0,1"], tmp_path, MLFLOW_TRACKING_URI=url)
     assert r.returncode == 0, r.stderr[-3000:]
     assert not (tmp_path / "mlflow.db").exists()  # nothing went to the default sqlite store
@@ -335,7 +336,7 @@ def test_a_parallel_sweep_logs_to_the_server_and_its_report_comes_from_there(tea
     assert "[rlhf-lab] sweep: study report in the parent run's artifacts" in r.stdout
 
     # and rlhf-lab-report reads the study from the server
-    rep = run_cmd(["-m", "rlhf_lab.analysis.cli", "team_smoke", "--uri", url, "--out", str(tmp_path / "reports")],
+    rep = run_cmd(["-m", "rlhf_lab.entry.report", "team_smoke", "--uri", url, "--out", str(tmp_path / "reports")],
                   tmp_path)
     assert rep.returncode == 0, rep.stderr[-3000:]
     text = (tmp_path / "reports" / "team_smoke" / "README.md").read_text()
@@ -366,7 +367,7 @@ def check_two_job_sweep(r: subprocess.CompletedProcess, cwd: Path) -> None:
 def test_a_sweep_through_a_local_ray_instance(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the `cluster` extra is not installed")
     # address=local: a new local instance even when a Ray cluster runs on this machine (tests/test_ray_cluster.py)
-    r = run_cmd(["-m", "rlhf_lab.cli", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+    r = run_cmd(["-m", "rlhf_lab.entry.run", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
                  "hydra.launcher.ray.init.address=local",
                  "+hydra.launcher.ray.init.include_dashboard=false", "algo=sft", *MICRO, "trainer.threads=1",
                  "study=ray_smoke", "seed=0,1"], tmp_path, RAY_DEDUP_LOGS="0")
@@ -377,7 +378,7 @@ def test_a_sweep_through_a_local_ray_instance(tmp_path):
 @pytest.mark.slow
 def test_a_sweep_through_submitit_the_slurm_code_path_on_this_machine(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the `cluster` extra is not installed")
-    r = run_cmd(["-m", "rlhf_lab.cli", "-m", "hydra/launcher=submitit_local", "algo=sft", *MICRO,
+    r = run_cmd(["-m", "rlhf_lab.entry.run", "-m", "hydra/launcher=submitit_local", "algo=sft", *MICRO,
                  "trainer.threads=1", "study=submitit_smoke", "seed=0,1"], tmp_path)
     # submitit keeps each job's output in its folder, not on the launcher's stdout
     logs = "".join(p.read_text() for p in tmp_path.glob("multirun/*/*/.submitit/*/*_log.*"))

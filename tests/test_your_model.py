@@ -43,7 +43,7 @@ def test_lora_targets_by_name_work_on_every_architecture(arch, arch_checkpoints)
 def test_packed_rm_batches_on_every_architecture(arch, arch_checkpoints):
     """reward_model.packing: every decoder keeps sequences packed into a row apart (transformers' masks from the
     position ids), with LoRA too, and scores them as in a right-padded batch."""
-    from rlhf_lab.data import pack_rows, pad_right
+    from rlhf_lab.world.streams import pack_rows, pad_right
     from rlhf_lab.models.packing import check_packing
     from rlhf_lab.models.reward import packable, rm_forward, rm_forward_packed
 
@@ -103,7 +103,7 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
     cfg = compose_cfg(SMALL + JOB[job] + chat_data[data] + [
         f"policy.name_or_path={arch_checkpoints[arch]}", f"cache_dir={session_cache}",
         f"tracking.uri=sqlite:///{db}"])
-    from rlhf_lab.config_checks import validate
+    from rlhf_lab.config.checks import validate
 
     validate(cfg)
     meta = stages.run_job(cfg, tmp_path / "out")
@@ -134,7 +134,7 @@ def tiny_bert(tmp_path):
 
 
 def test_an_encoder_rm_reads_the_mean_embedding_and_ignores_padding(tmp_path):
-    from rlhf_lab.data import pad_right
+    from rlhf_lab.world.streams import pad_right
     from rlhf_lab.models.reward import is_encoder, rm_forward
 
     from rlhf_lab.models.reward import packable
@@ -156,7 +156,7 @@ def test_an_encoder_rm_reads_the_mean_embedding_and_ignores_padding(tmp_path):
 def test_minilm_without_its_extra_is_one_clear_line(monkeypatch):
     import importlib.util
 
-    from rlhf_lab.config_checks import ConfigError, check_reward_model
+    from rlhf_lab.config.checks import ConfigError, check_reward_model
     from tests.conftest import compose_cfg
 
     rc = compose_cfg(["reward_model=minilm"]).reward_model
@@ -184,7 +184,7 @@ def test_minilm_rm_trains_offline_and_beats_chance(session_cache, tmp_path):
         f"cache_dir={session_cache}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
-    from rlhf_lab.preferences import load_external
+    from rlhf_lab.data.preferences import load_external
 
     n_eval = len(load_external(cfg)[1])  # the pairs of the eval split's prompts (by a hash of the text), ~60
     assert ev["rm/n_eval_pairs"] == n_eval and n_eval > 40 and ev["rm/accuracy"] > 0.65  # chance 0.5 (SE ≈ 0.07)
@@ -200,7 +200,7 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
     """An RM trained on pairs (algo=rm), then RLOO on a prompt-only conversational file with reward_model.path."""
     import json
 
-    from rlhf_lab.config_checks import validate
+    from rlhf_lab.config.checks import validate
     from tests.conftest import compose_cfg
 
     common = SMALL + [f"policy.name_or_path={arch_checkpoints['gpt2']}", f"cache_dir={session_cache}",

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlhf_lab.runtime import write_atomic
+from rlhf_lab.runs.process import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = ROOT / "tests" / "timing.json"

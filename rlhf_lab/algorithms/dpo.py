@@ -24,8 +24,8 @@ from typing import Callable
 import lightning as L
 import torch
 
-from rlhf_lab import distributed
-from rlhf_lab.data import pad_right
+from rlhf_lab.runs import distributed
+from rlhf_lab.world.streams import pad_right
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
 from rlhf_lab.models.sampling import logprobs_from_logits, positions

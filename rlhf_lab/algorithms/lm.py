@@ -11,7 +11,7 @@ import time
 import lightning as L
 import torch
 
-from rlhf_lab.distributed import world_size
+from rlhf_lab.runs.distributed import world_size
 
 
 def warmup_then_linear(opt, warmup: int, total: int):

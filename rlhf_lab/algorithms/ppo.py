@@ -44,7 +44,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from rlhf_lab import distributed, tracking
+from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.algorithms.guards import Diverged, check_divergence  # noqa: F401  (Diverged: callers catch ppo.Diverged)
 from rlhf_lab.algorithms.rl_math import (
     AdaptiveKLController,
@@ -69,11 +69,11 @@ from rlhf_lab.algorithms.rl_math import (
     rlhf_reward_terms,
     shape_scores,
 )
-from rlhf_lab.metrics import distinct_n, filler_rate, unique_rate
+from rlhf_lab.evaluation.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models.actor_critic import lm_forward, lm_forward_packed
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.sampling import pack_rollout, response_logprobs, sample, token_logprobs, trim_padding
-from rlhf_lab.evaluation import Scorer, as_gold_scorer
+from rlhf_lab.evaluation.policy import Scorer, as_gold_scorer
 from rlhf_lab.world import GoldWeights
 
 

@@ -16,11 +16,11 @@
 - :mod:`~rlhf_lab.analysis.registry`: the claims of docs/claims.md as data (studies, effects, margins);
 - :mod:`~rlhf_lab.analysis.claims`: ``reports/claims.md``, a verdict on each claim from its effects' 95%
   intervals;
-- :mod:`~rlhf_lab.analysis.gold_validation`: ``reports/gold_rm_validation/README.md``, gold-RM mode against the
+- :mod:`~rlhf_lab.analysis.studies.gold_validation`: ``reports/gold_rm_validation/README.md``, gold-RM mode against the
   world's formula (rank agreement, hacking curves, C1 and C4 judged with each gold);
-- :mod:`~rlhf_lab.analysis.gao`: ``reports/gao_rm_scaling/README.md``, Gao et al.'s forms fitted pooled over
+- :mod:`~rlhf_lab.analysis.studies.gao`: ``reports/gao_rm_scaling/README.md``, Gao et al.'s forms fitted pooled over
   seeds by RM size (PPO at β = 0 and best-of-n), bootstrap intervals over seeds, the trend against RM size;
-- :mod:`~rlhf_lab.analysis.cli`: the ``rlhf-lab-report`` command.
+- :mod:`~rlhf_lab.entry.report`: the ``rlhf-lab-report`` command.
 
 Only FINISHED runs enter figures and verdicts; nothing is ever filled in for a study without runs. The
 metrics are described in docs/metrics.md. Nothing is imported here: import the module you need.

@@ -56,7 +56,7 @@ from rlhf_lab.analysis.verdicts import (
     study_names,
     upstream_text,
 )
-from rlhf_lab.runtime import write_atomic
+from rlhf_lab.runs.process import write_atomic
 
 LEVEL = 0.95
 CLAIM_STAGES = (*POLICY_STAGES, "rm")

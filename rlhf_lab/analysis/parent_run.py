@@ -1,6 +1,6 @@
 """The study report inside a sweep's parent MLflow run, so that the MLflow UI shows the study.
 
-Called by the sweep callback (:mod:`rlhf_lab.sweeping`) at the end of a multirun, in the launching process:
+Called by the sweep callback (:mod:`rlhf_lab.entry.sweeps`) at the end of a multirun, in the launching process:
 the report of the sweep's own jobs (:func:`rlhf_lab.analysis.study.write_report` on the parent's children:
 README.md and its PNGs) goes into the parent run's artifacts under ``study_report/``. The best setting is chosen
 on the eval split (mean final ``eval/gold_reward``, the metric ``study/best_eval_gold``) and reported on the test

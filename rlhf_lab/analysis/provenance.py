@@ -2,7 +2,7 @@
 study file's own, and whether today's code reproduced its stored seed-0 run before they were.
 
 ``rlhf-lab-suite --more-seeds`` and ``--decide`` rerun a study's stored seed-0 run under the study tag
-``<study>_reproduce`` before adding seeds to it (:mod:`rlhf_lab.suite_seeds`); the claims report reads those runs
+``<study>_reproduce`` before adding seeds to it (:mod:`rlhf_lab.entry.suite_seeds`); the claims report reads those runs
 too (:data:`REPRODUCE_SUFFIX`), keeps them in its runs file, and this table compares them with the stored run.
 """
 

@@ -78,8 +78,8 @@ from rlhf_lab.analysis.effects import (
     paired,
     within,
 )
-from rlhf_lab.analysis.gao import BON_STUDY as GAO_BON
-from rlhf_lab.analysis.gao import RL_STUDY as GAO
+from rlhf_lab.analysis.studies.gao import BON_STUDY as GAO_BON
+from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO
 from rlhf_lab.analysis.quantities import (
     above_reference,
     change,

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from rlhf_lab.analysis.fits import GaoFit, fit_bon, fit_rl
-from rlhf_lab.runtime import DEFAULT_TRACKING_URI, computes
+from rlhf_lab.runs.process import DEFAULT_TRACKING_URI, computes
 
 STUDY_TAG = "rlhf_lab.study"
 POLICY_STAGES = ("ppo", "grpo", "rloo", "dpo", "bon")  # policy runs a study report reads
@@ -125,7 +125,7 @@ class RunData:
 
 def store_uri(uri: str | None = None) -> str:
     """The MLflow store the reports read: ``MLFLOW_TRACKING_URI``, else ``uri`` (``--uri``), else
-    ``sqlite:///mlflow.db``; the order of :func:`rlhf_lab.runtime.tracking_uri`, with ``uri`` for ``tracking.uri``."""
+    ``sqlite:///mlflow.db``; the order of :func:`rlhf_lab.runs.process.tracking_uri`, with ``uri`` for ``tracking.uri``."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     return uri or DEFAULT_TRACKING_URI
@@ -164,7 +164,7 @@ def _parse_overrides(text: str) -> dict[str, str]:
 def rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) -> dict | None:
     """{"metrics", "params"} of the RM whose run is ``rm_id``, from the metadata its artifact keeps in the
     cache (``RLHF_LAB_CACHE_DIR`` or ``.rlhf_lab_cache``), for an RM tracked in another MLflow store."""
-    from rlhf_lab.cache import META_FILE, ArtifactCache
+    from rlhf_lab.runs.cache import META_FILE, ArtifactCache
 
     cache = ArtifactCache(root or os.environ.get("RLHF_LAB_CACHE_DIR") or ".rlhf_lab_cache")
     for meta_file in sorted((cache.root / "rm").glob(f"*/{META_FILE}")):

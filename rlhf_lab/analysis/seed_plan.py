@@ -7,7 +7,7 @@ most the cap; the studies are planned cheapest decision first: the jobs the miss
 time per job (its header's ``Expected: N jobs ... about M min``, measured with 2 jobs at a time on 2 cores). An
 effect above the cap stays "needs about N seeds" in the report: more seeds are not worth it here.
 
-Pure: it reads the judged results and the runs that count; running the plan is :mod:`rlhf_lab.suite`'s.
+Pure: it reads the judged results and the runs that count; running the plan is :mod:`rlhf_lab.entry.suite`'s.
 """
 
 from __future__ import annotations

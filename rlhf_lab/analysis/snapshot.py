@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key
-from rlhf_lab.runtime import computes, write_atomic
+from rlhf_lab.runs.process import computes, write_atomic
 
 FORMAT = 1
 FILE_NAME = "claims_runs.json.gz"
@@ -221,7 +221,7 @@ def newest_per_job(runs: Sequence[RunData], counts: Callable[[RunData], bool] = 
 
 def portable_command(command: str) -> str:
     """A sweep's command without the machine's folders: an absolute path to an artifact the suite prepares
-    (``.../suite_artifacts/<name>/artifact``, :data:`rlhf_lab.suite.PREPARE`) written relative to the suite's working
+    (``.../suite_artifacts/<name>/artifact``, :data:`rlhf_lab.entry.suite.PREPARE`) written relative to the suite's working
     folder, where ``rlhf-lab-suite`` prepares it again; the rest as it is."""
     return re.sub(r"(?<==)/\S*?/(suite_artifacts/\S+)", r"\1", command)
 

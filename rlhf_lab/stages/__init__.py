@@ -2,10 +2,10 @@
 
 Every stage module has the same three parts:
 
-- ``spec(cfg)``: what determines the stage's artifact (its cache key, :mod:`rlhf_lab.cache`); computing
+- ``spec(cfg)``: what determines the stage's artifact (its cache key, :mod:`rlhf_lab.runs.cache`); computing
   it ensures the upstream artifacts it names;
 - ``build(cfg, out_dir, spec)``: trains or samples the artifact into ``out_dir`` as its own MLflow run
-  (:func:`rlhf_lab.tracking.start_run`, logged params included) and returns its metadata;
+  (:func:`rlhf_lab.runs.tracking.start_run`, logged params included) and returns its metadata;
 - ``WHAT``: the words that announce a reused artifact.
 
 :func:`ensure` returns a stage's artifact folder, building it first when it is missing; :func:`run_job`

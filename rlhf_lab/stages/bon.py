@@ -1,7 +1,7 @@
 """Stage ``bon``: best-of-n sampling from the SFT policy against the proxy reward model, for
 n = 1, 2, 4, …, ``algo.n_max`` in one job (no training).
 
-For each evaluation prompt (``rlhf_lab.data.eval_prompts``) N = ``algo.n_max`` responses are sampled from
+For each evaluation prompt (``rlhf_lab.world.streams.eval_prompts``) N = ``algo.n_max`` responses are sampled from
 the SFT policy (``generation.*``) and scored by the RM (the proxy) and by the gold reward (the world's formula, or
 a gold RM with ``gold=rm``: then the formula is ``bon/formula_gold_reward`` beside it). For each n,
 the gold and proxy reward of the response best-of-n picks by proxy are estimated without bias from those N
@@ -20,13 +20,13 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from rlhf_lab import data as D
-from rlhf_lab import tracking
+from rlhf_lab.world import streams as D
+from rlhf_lab.runs import tracking
 from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
-from rlhf_lab.metrics import cluster_mean_se
+from rlhf_lab.evaluation.metrics import cluster_mean_se
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import sample
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.runs.process import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import ensure, stage_seed, upstream_run

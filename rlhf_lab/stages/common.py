@@ -19,13 +19,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlhf_lab import data as D
-from rlhf_lab import distributed, tracking
-from rlhf_lab.cache import ArtifactCache, announce_reuse, write_json_atomic
-from rlhf_lab.data_errors import data_errors
-from rlhf_lab.job_identity import source_digest  # the code's digest, part of the start evaluation's key
-from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, launch_path, to_plain
-from rlhf_lab.run_states import lightning_sigterm_as_interrupted
+from rlhf_lab.world import streams as D
+from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs.cache import ArtifactCache, announce_reuse, write_json_atomic
+from rlhf_lab.data.errors import data_errors
+from rlhf_lab.runs.identity import source_digest  # the code's digest, part of the start evaluation's key
+from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, launch_path, to_plain
+from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
 JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", "grpo", "rloo", "bon")  # the stages `algo` can name
@@ -58,7 +58,7 @@ def job_steps(cfg: DictConfig, stage: str, default: int) -> int:
 
 def eval_steps(cfg: DictConfig, total_steps: int) -> list[int]:
     """The job's evaluation steps after step 0 from ``eval.schedule`` (callbacks.evaluation_steps)."""
-    from rlhf_lab.callbacks import evaluation_steps
+    from rlhf_lab.evaluation.callbacks import evaluation_steps
 
     e = cfg.eval
     return evaluation_steps(e.schedule, total_steps, e.every_n_steps, e.n_points)
@@ -196,10 +196,10 @@ def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callb
                    steps_per_unit: int = 1, label: str | None = None) -> dict:
     """Lightning Trainer arguments for `stage`: `steps` units of `steps_per_unit` optimizer steps each (a PPO
     step is several), its `callbacks` and, when ``trainer.progress_bar``, a bar named `label` (default: the
-    stage) that counts units (:class:`rlhf_lab.progress.StageBar`). Only the job stage runs on
+    stage) that counts units (:class:`rlhf_lab.runs.progress.StageBar`). Only the job stage runs on
     ``trainer.devices`` processes with ``trainer.strategy``; upstream stages are built by one process
-    (rlhf_lab/distributed.py)."""
-    from rlhf_lab.progress import StageBar
+    (rlhf_lab/runs/distributed.py)."""
+    from rlhf_lab.runs.progress import StageBar
 
     t = cfg.trainer
     show_bar = bool(t.progress_bar)
@@ -235,23 +235,23 @@ OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_oo
 
 
 def world_gold(cfg: DictConfig):
-    """The world's formula as a scorer (:class:`rlhf_lab.evaluation.GoldScorer`) with ``data=world``; None with
+    """The world's formula as a scorer (:class:`rlhf_lab.evaluation.policy.GoldScorer`) with ``data=world``; None with
     external data. The job's gold (the formula or a gold RM, config group ``gold``) is
     :func:`rlhf_lab.stages.gold.load_gold`."""
-    from rlhf_lab.evaluation import GoldScorer
+    from rlhf_lab.evaluation.policy import GoldScorer
 
     return GoldScorer(D.gold_weights(cfg)) if cfg.data.source == "world" else None
 
 
 def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
-    """The fixed prompts of an evaluation split. World data: :func:`rlhf_lab.data.eval_prompts`. External data
+    """The fixed prompts of an evaluation split. World data: :func:`rlhf_lab.world.streams.eval_prompts`. External data
     (``data=jsonl|hf``): the first ``eval.n_prompts`` of the dataset's eval-split prompts, or the first
     ``eval.n_test_prompts`` of its test-split ones (all of them when it has fewer;
-    :func:`rlhf_lab.preferences.external_prompts`: split by prompt, never a training prompt, eval and test
+    :func:`rlhf_lab.data.preferences.external_prompts`: split by prompt, never a training prompt, eval and test
     disjoint), no ``ood``."""
     if cfg.data.source == "world":
         return D.eval_prompts(cfg, split)
-    from rlhf_lab.preferences import external_prompts
+    from rlhf_lab.data.preferences import external_prompts
 
     if split == "ood":
         return []
@@ -265,7 +265,7 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
              ood: bool = True):
     """Metrics and a samples table of `policy` on fixed evaluation prompts.
 
-    `gold` (:class:`rlhf_lab.evaluation.Gold`): the job's gold, :func:`rlhf_lab.stages.gold.load_gold` (with a gold
+    `gold` (:class:`rlhf_lab.evaluation.policy.Gold`): the job's gold, :func:`rlhf_lab.stages.gold.load_gold` (with a gold
     RM also the ``formula_gold_reward`` metrics); None is the world's formula (the upstream pretrain and SFT runs,
     whose models every gold shares).
 
@@ -274,7 +274,7 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     ``eval.n_test_prompts`` test-split prompts, plus the OOD slice (``eval/gold_reward_ood``, ``_se``, and
     the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 and `ood` (rewards only, no forward passes).
     Each prompt list samples with its own fixed seed (common random numbers across evaluations and runs)."""
-    from rlhf_lab.evaluation import Gold, evaluate_policy
+    from rlhf_lab.evaluation.policy import Gold, evaluate_policy
 
     e = cfg.eval
     g = gold if gold is not None else Gold(world_gold(cfg))
@@ -318,7 +318,7 @@ def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
     code, whatever its seed, β or update settings (:data:`START_EVAL_IGNORES`). Reused, the metrics and sample rows
     are the computed ones to the last digit (the evaluations sample under their own seeds, outside the training's
     random stream, so skipping them changes nothing else). Returns `(split, compute) -> (metrics, rows)` for
-    :class:`rlhf_lab.callbacks.PeriodicEval`, or None (``eval.reuse_start=false``: computed by every job)."""
+    :class:`rlhf_lab.evaluation.callbacks.PeriodicEval`, or None (``eval.reuse_start=false``: computed by every job)."""
     if not cfg.eval.get("reuse_start", False):
         return None
     config = drop_keys(to_plain(cfg), (*NOT_COMPUTED, *START_EVAL_IGNORES))
@@ -369,7 +369,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
     import torch
 
     from rlhf_lab.algorithms.lm import CausalLMModule
-    from rlhf_lab.callbacks import PeriodicEval
+    from rlhf_lab.evaluation.callbacks import PeriodicEval
 
     run_params = {"stage": stage, stage: to_plain(sc), "world": to_plain(cfg.world), "seed": stage_seed(cfg, stage),
                   "steps": steps, **params}
@@ -441,8 +441,8 @@ def run_job(cfg: DictConfig, out_dir: Path) -> dict:
     if name not in JOBS:
         raise ValueError(f"algo={name!r} is not a known algorithm; choose one of {', '.join(JOBS)}")
     if cfg.data.source != "world" and name not in ("pretrain", "sft"):
-        from rlhf_lab.config_checks import PPO_FAMILY
-        from rlhf_lab.preferences import load_examples
+        from rlhf_lab.config.checks import PPO_FAMILY
+        from rlhf_lab.data.preferences import load_examples
 
         # read, check and split the data as the job will (PPO's family: a prompt-only dataset will do) before any
         # upstream stage trains: a bad row or too few prompts for a held-out split fails in seconds, not after training

@@ -22,8 +22,8 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from rlhf_lab import data as D
-from rlhf_lab import distributed, tracking
+from rlhf_lab.world import streams as D
+from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.algorithms.dpo import (
     DPOModule,
     collate_dpo_pairs,
@@ -32,14 +32,14 @@ from rlhf_lab.algorithms.dpo import (
     precompute_reference,
 )
 from rlhf_lab.algorithms.dpo_math import preference_loss
-from rlhf_lab.callbacks import PeriodicEval
-from rlhf_lab.config_checks import check_dpo
+from rlhf_lab.evaluation.callbacks import PeriodicEval
+from rlhf_lab.config.checks import check_dpo
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
-from rlhf_lab.preferences import label_pairs, validate_pairs
-from rlhf_lab.run_states import lightning_sigterm_as_interrupted
-from rlhf_lab.runtime import computes, to_plain
+from rlhf_lab.data.preferences import label_pairs, validate_pairs
+from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
+from rlhf_lab.runs.process import computes, to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
@@ -62,7 +62,7 @@ WHAT = "DPO policy"
 
 def check_config(ac: DictConfig) -> None:
     """Fail fast, before any upstream stage is built, on keys that cannot work (the CLI has run the same
-    :func:`rlhf_lab.config_checks.check_dpo` already; this covers direct calls of the stage)."""
+    :func:`rlhf_lab.config.checks.check_dpo` already; this covers direct calls of the stage)."""
     preference_loss(*torch.zeros(4, 1), beta=ac.beta, loss_type=str(ac.loss_type),
                     label_smoothing=ac.label_smoothing, chosen_lengths=torch.ones(1), rejected_lengths=torch.ones(1))
     check_dpo(ac)

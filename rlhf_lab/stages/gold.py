@@ -9,11 +9,11 @@
   same-source RM trained on the formula's labels, cached like any stage, so a study needs no folder.
 
 What the gold is used for (each stage asks here): the labels of the preference pairs (the labeler's biases on top
-of the gold, :func:`rlhf_lab.preferences.label_pairs`; external pairs are relabelled) and the gold rewards they
+of the gold, :func:`rlhf_lab.data.preferences.label_pairs`; external pairs are relabelled) and the gold rewards they
 record (``rm/accuracy_gold``, ``rm/spearman_gold``, ``prefs/label_gold_agreement``); every ``*/gold_reward*``
 metric of the job (``eval/``, ``test/``, ``bon/``), ``objective/gold`` and the reward-hacking monitor; and
 ``algo.reward=gold``. With an RM gold on the world, the formula is logged beside it under the ``formula_gold``
-names (:class:`rlhf_lab.evaluation.Gold`), so one run carries both measures.
+names (:class:`rlhf_lab.evaluation.policy.Gold`), so one run carries both measures.
 
 Scale: with an RM gold, ``eval/gold_reward`` is the gold RM's normalised score, ``gain · raw + bias`` of its
 ``rm_norm.json``: mean 0 and standard deviation 1 on the SFT samples it was normalised on (its own training pairs'
@@ -32,8 +32,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlhf_lab.cache import MANIFEST_FILE, META_FILE, SPEC_FILE, path_digest
-from rlhf_lab.evaluation import Gold
+from rlhf_lab.runs.cache import MANIFEST_FILE, META_FILE, SPEC_FILE, path_digest
+from rlhf_lab.evaluation.policy import Gold
 from rlhf_lab.models.reward import NORM_FILE, RewardScorer
 from rlhf_lab.stages.common import ensure, world_gold
 

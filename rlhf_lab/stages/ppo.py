@@ -33,18 +33,18 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from rlhf_lab import data as D
-from rlhf_lab import distributed, tracking
+from rlhf_lab.world import streams as D
+from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule, StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
-from rlhf_lab.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
-from rlhf_lab.config_checks import ConfigError
-from rlhf_lab.data_errors import data_errors
+from rlhf_lab.evaluation.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
+from rlhf_lab.config.checks import ConfigError
+from rlhf_lab.data.errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
-from rlhf_lab.run_states import defer_sigterm, lightning_sigterm_as_interrupted
-from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, job_phases, launch_path, to_plain
+from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
+from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, job_phases, launch_path, to_plain
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.common import (
     checkpoint_path,
@@ -60,9 +60,9 @@ from rlhf_lab.stages.common import (
     trainer_kwargs,
     upstream_run,
 )
-from rlhf_lab.evaluation import GoldScorer  # noqa: F401  (algo.reward=gold; re-exported for callers)
+from rlhf_lab.evaluation.policy import GoldScorer  # noqa: F401  (algo.reward=gold; re-exported for callers)
 from rlhf_lab.stages import gold as G
-from rlhf_lab.preferences import external_prompts
+from rlhf_lab.data.preferences import external_prompts
 
 WHAT = "PPO policy"
 CACHED = False  # a PPO run is the end of the line: its artifact stays in the Hydra output folder
@@ -79,7 +79,7 @@ def check_config(algo: DictConfig) -> None:
 
 def check_compile(cfg: DictConfig) -> None:
     """``algo.compile`` compiles the packed passes (``algo.packing``), and on CPU inductor builds C++ kernels: a
-    :class:`~rlhf_lab.config_checks.ConfigError` (one line, exit 2 from the CLI) before any model loads where either
+    :class:`~rlhf_lab.config.checks.ConfigError` (one line, exit 2 from the CLI) before any model loads where either
     is missing."""
     if not cfg.algo.get("compile"):
         return
@@ -108,7 +108,7 @@ def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
 
 def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
     """Where a pre-empted policy job leaves the checkpoint it resumes from: ``<cache_dir>/resume/<stage>/<key>.ckpt``,
-    `key` a hash of the job's whole config (but :data:`~rlhf_lab.runtime.NOT_COMPUTED`) and its `spec`; so the same command (or the
+    `key` a hash of the job's whole config (but :data:`~rlhf_lab.runs.process.NOT_COMPUTED`) and its `spec`; so the same command (or the
     same job under ``skip_finished=true``) finds it, and any other job does not."""
     import hashlib
     import json
@@ -247,7 +247,7 @@ def model_bytes(*objs) -> int:
 
 
 def load_reward(cfg: DictConfig, gold=None):
-    """(scorer, upstream RM run id or None) for ``algo.reward``; `gold` (:class:`rlhf_lab.evaluation.Gold`, default
+    """(scorer, upstream RM run id or None) for ``algo.reward``; `gold` (:class:`rlhf_lab.evaluation.policy.Gold`, default
     :func:`rlhf_lab.stages.gold.load_gold`) is the reward of ``algo.reward=gold``: the formula or the gold RM."""
     kind = str(cfg.algo.reward)
     if kind == "gold":
@@ -299,7 +299,7 @@ def evaluate_reference(cfg: DictConfig, reference, tok, scorer, gold) -> dict[st
 def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, world: int = 1):
     """PPO's prompts: `step -> prompts`, a fresh seeded draw of `n_prompts` **train-split** prompts per PPO
     step (never an eval, test or OOD prompt); each of `world` ranks takes its share. With ``data=jsonl|hf``
-    the draw is from the dataset's training prompts (:func:`rlhf_lab.preferences.external_prompts`; a
+    the draw is from the dataset's training prompts (:func:`rlhf_lab.data.preferences.external_prompts`; a
     prompt-only dataset will do), without replacement within a step when there are enough."""
     if cfg.data.source != "world":
         with data_errors():  # one line naming file and line, exit 2 (the CLI); no run has started yet

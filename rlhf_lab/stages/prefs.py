@@ -17,10 +17,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from rlhf_lab import data as D
-from rlhf_lab import tracking
-from rlhf_lab.data_errors import data_errors
-from rlhf_lab.preferences import (
+from rlhf_lab.world import streams as D
+from rlhf_lab.runs import tracking
+from rlhf_lab.data.errors import data_errors
+from rlhf_lab.data.preferences import (
     PreferencePair,
     load_external,
     load_pairs,
@@ -29,8 +29,8 @@ from rlhf_lab.preferences import (
     save_pairs,
     validate_pairs,
 )
-from rlhf_lab.progress import work_bar
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.runs.progress import work_bar
+from rlhf_lab.runs.process import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages.common import ensure, generation_spec, upstream_run
 

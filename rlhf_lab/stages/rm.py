@@ -18,10 +18,10 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlhf_lab import distributed, tracking
-from rlhf_lab.cache import file_digest, path_digest
-from rlhf_lab.config_checks import check_reward_model
-from rlhf_lab.external_data import DEFAULT_COLUMNS, columns_of
+from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs.cache import file_digest, path_digest
+from rlhf_lab.config.checks import check_reward_model
+from rlhf_lab.data.external import DEFAULT_COLUMNS, columns_of
 from rlhf_lab.algorithms.rm import (
     MEMBER_SEED_STRIDE,
     RewardModelModule,
@@ -34,12 +34,12 @@ from rlhf_lab.algorithms.rm import (
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer, packable
-from rlhf_lab.preferences import validate_pairs
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.data.preferences import validate_pairs
+from rlhf_lab.runs.process import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages.common import cache_for, ensure, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
-from rlhf_lab.run_states import lightning_sigterm_as_interrupted
+from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 
 WHAT = "reward model"
 SOURCES = ("same", "different", "pretrained")

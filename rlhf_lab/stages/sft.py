@@ -10,9 +10,9 @@ from pathlib import Path
 import lightning as L
 from omegaconf import DictConfig
 
-from rlhf_lab import data as D
+from rlhf_lab.world import streams as D
 from rlhf_lab.models import families as F
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.runs.process import to_plain
 from rlhf_lab.stages.common import ensure, fit_lm, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.gold import load_gold
 

@@ -39,7 +39,7 @@ def prompt_hash(text: str, salt: str = "") -> float:
 def hash_bucket(prompt: str, train: float, eval: float) -> str:
     """``train`` when ``prompt_hash(prompt) < train``, ``eval`` when it is below ``train + eval``, else ``test``:
     the bucket of a prompt by its text alone (the world's :meth:`Splits.bucket`, and external datasets'
-    prompts, :func:`rlhf_lab.preferences.split_by_prompt`)."""
+    prompts, :func:`rlhf_lab.data.preferences.split_by_prompt`)."""
     u = prompt_hash(prompt)
     return "train" if u < train else "eval" if u < train + eval else "test"
 

@@ -1,4 +1,4 @@
-"""The team server's PostgreSQL cluster (:mod:`rlhf_lab.server`): created, secured, started and stopped.
+"""The team server's PostgreSQL cluster (:mod:`rlhf_lab.entry.server`): created, secured, started and stopped.
 
 - ``initdb --auth=scram-sha-256 -U rlhf_lab --pwfile=<a 0600 file, removed after>``: every connection needs a
   password; the superuser's is the secret ``<dir>/secrets/postgres_superuser``;
@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rlhf_lab.server_files import Layout, ServerError
+from rlhf_lab.server.files import Layout, ServerError
 
 DB_NAME = "mlflow"
 DB_USER = "rlhf_lab"  # the cluster's superuser (initdb -U)

@@ -6,10 +6,10 @@
   ``rlhf_lab.study``, the command that reproduces the sweep as ``rlhf_lab.command``, the swept keys as
   params) and hands its id to the jobs as the environment variable ``RLHF_LAB_PARENT_RUN_ID``, both in this
   process (basic launcher, joblib workers started afterwards) and through ``hydra.job.env_set`` (which every
-  launcher applies around the job, also on a remote worker). :func:`rlhf_lab.tracking.start_run` then tags
+  launcher applies around the job, also on a remote worker). :func:`rlhf_lab.runs.tracking.start_run` then tags
   each run of the job ``mlflow.parentRunId`` and logs the job's values of the swept keys as ``sweep.<key>``
   params.
-* the task function (``rlhf_lab.cli``) catches a job's exception in MULTIRUN mode, logs it and records it
+* the task function (``rlhf_lab.entry.run``) catches a job's exception in MULTIRUN mode, logs it and records it
   (:func:`record_failure`), so one failing job does not stop the others; its MLflow run is already marked
   FAILED with the error by ``tracking.start_run``.
 * ``on_multirun_end`` attaches the study report of the sweep's jobs to the parent run (artifacts
@@ -36,8 +36,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from rlhf_lab.run_states import OPEN_SWEEP, SWEEP_PID_ENV, mark_dead_runs, process_tags
-from rlhf_lab.runtime import (
+from rlhf_lab.runs.states import OPEN_SWEEP, SWEEP_PID_ENV, mark_dead_runs, process_tags
+from rlhf_lab.runs.process import (
     LAUNCH_DIR_ENV,
     PARENT_ENV,
     SWEPT_ENV,
@@ -145,7 +145,7 @@ class MlflowSweepCallback(Callback):
 
     def open_parent_run(self, config: DictConfig) -> None:
         """The sweep's parent run, and the environment that makes every job its child."""
-        from rlhf_lab.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
+        from rlhf_lab.runs.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
         exit_on_unreachable_server(tracking_uri(config))  # before any job: in seconds, not minutes of retries per job
         overrides = list(config.hydra.overrides.task)
@@ -227,7 +227,7 @@ class MlflowSweepCallback(Callback):
               f"({len(children)} child runs" + (f"; failed: {', '.join(failed)})" if failed else ")"))
         if {"skipped", "rerun"} & set(marks):  # a relaunch with skip_finished=true: what it found done
             print(f"[rlhf-lab] sweep {config.get('study') or ''}: skip_finished: {resumed}")
-        from rlhf_lab.tracking import ui_hint
+        from rlhf_lab.runs.tracking import ui_hint
 
         hint = ui_hint(tracking_uri(config), exp_id, self.run_id)
         if hint:
@@ -251,7 +251,7 @@ def resume_counts(marks: list[str]) -> str:
 def attach_study_report(client, run_id: str, study: str | None, uri: str, children: list) -> dict | None:
     """The study report of the sweep's jobs into its parent run (:mod:`rlhf_lab.analysis.parent_run`), with one
     line saying so; a failure to write it is reported and never fails the sweep."""
-    from rlhf_lab.tracking import JOB_TAG
+    from rlhf_lab.runs.tracking import JOB_TAG
 
     stages = sorted({r.data.tags.get("rlhf_lab.stage", "") for r in children if r.data.tags.get(JOB_TAG) == "true"})
     if not stages:
@@ -275,7 +275,7 @@ def jobs_table(children: list, failed: dict[str, str]) -> str:
     """One table of the sweep's jobs: run name, status, the gold reward on the test split (``test/gold_reward``,
     the reports' gold final) and at the last evaluation on the eval split (``eval/gold_reward``), the last eval
     KL, wall time; then the jobs that failed before opening a run."""
-    from rlhf_lab.tracking import JOB_TAG
+    from rlhf_lab.runs.tracking import JOB_TAG
 
     jobs = sorted((r for r in children if r.data.tags.get(JOB_TAG) == "true"), key=lambda r: r.info.start_time or 0)
     keys = ("test/gold_reward", "eval/gold_reward", "eval/kl")
@@ -346,7 +346,7 @@ def plan(overrides: list[str], validate: bool = True) -> list[list[str]]:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    """``python -m rlhf_lab.sweeping sweep=ppo_beta_grid [overrides]``: list the jobs of a multirun."""
+    """``python -m rlhf_lab.entry.sweeps sweep=ppo_beta_grid [overrides]``: list the jobs of a multirun."""
     args = list(sys.argv[1:] if argv is None else argv)
     jobs = plan(args)
     for i, job in enumerate(jobs):

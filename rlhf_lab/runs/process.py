@@ -45,7 +45,7 @@ def launch_dir() -> str:
 if not OmegaConf.has_resolver("rlhf_lab.launch_dir"):  # on import: a Ray worker resolves the job's config too
     OmegaConf.register_new_resolver("rlhf_lab.launch_dir", launch_dir, use_cache=True)
 # {"process": the process's start (rlhf_lab.STARTED; for a sweep worker's later jobs, when the job entered the
-# CLI), "job": when the CLI handed the composed, checked config to the job's stage}: set by rlhf_lab.cli around the
+# CLI), "job": when the CLI handed the composed, checked config to the job's stage}: set by rlhf_lab.entry.run around the
 # job (here, not in the CLI's module: a joblib worker gets the CLI's task function pickled by value, globals copied),
 # empty when a stage is called directly (tests, the API)
 JOB_CLOCK: dict[str, float] = {}
@@ -78,7 +78,7 @@ def job_phases(now: float | None = None) -> dict[str, float]:
     if "job" in JOB_CLOCK:
         out["time/setup_s"] = now - JOB_CLOCK["job"]
     return out
-# the folder a sweep was launched in, handed to its jobs (rlhf_lab/sweeping.py): a job on a Ray or SLURM worker
+# the folder a sweep was launched in, handed to its jobs (rlhf_lab/entry/sweeps.py): a job on a Ray or SLURM worker
 # runs in another working folder, and the config's relative paths (cache_dir, a sqlite store) mean the launch's
 LAUNCH_DIR_ENV = "RLHF_LAB_LAUNCH_DIR"
 # the config keys that do not change what a job computes (where it logs, how it shows progress, an explicit resume,
@@ -104,7 +104,7 @@ def computes(key: str) -> bool:
     return not any(key == k or key.startswith(k + ".") for k in NOT_COMPUTED)
 
 
-PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/sweeping.py) around every job
+PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/entry/sweeps.py) around every job
 SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
 
 

@@ -6,7 +6,7 @@ The values and their comments live in the YAML files under ``conf/``; these clas
 (every field is MISSING here). A group's YAML file takes its schema through its defaults list, as in
 Hydra's schema pattern, stored out of the user-facing groups under ``schema/<group>`` (``defaults: [/schema/algo@_here_: ppo, _self_]``). :func:`register` is idempotent; it runs when
 ``rlhf_lab.conf`` is imported (every composition of this config imports it) and from the CLI.
-Value checks (ranges, choices, rules across keys) are :mod:`rlhf_lab.config_checks`, run first by the CLI.
+Value checks (ranges, choices, rules across keys) are :mod:`rlhf_lab.config.checks`, run first by the CLI.
 """
 
 from __future__ import annotations
@@ -274,13 +274,13 @@ class ColumnsConfig:
 class JsonlDataConfig:
     source: str = MISSING
     path: str = MISSING
-    format: str = MISSING  # auto | standard | conversational (rlhf_lab/external_data.py)
+    format: str = MISSING  # auto | standard | conversational (rlhf_lab/data/external.py)
     columns: ColumnsConfig = field(default_factory=ColumnsConfig)
     chat_template: Optional[str] = MISSING
     eval_fraction: float = MISSING
     test_fraction: float = MISSING
     seed: int = MISSING
-    max_line_bytes: Optional[int] = MISSING  # bounds on the input (rlhf_lab/data_files.py); null: no limit
+    max_line_bytes: Optional[int] = MISSING  # bounds on the input (rlhf_lab/data/files.py); null: no limit
     max_total_bytes: Optional[int] = MISSING
 
 
@@ -295,7 +295,7 @@ class HfDataConfig:
     eval_fraction: float = MISSING
     test_fraction: float = MISSING
     seed: int = MISSING
-    max_total_bytes: Optional[int] = MISSING  # of a local file or folder (rlhf_lab/data_files.py); null: no limit
+    max_total_bytes: Optional[int] = MISSING  # of a local file or folder (rlhf_lab/data/files.py); null: no limit
 
 
 SCHEMAS = {

@@ -1,6 +1,6 @@
 """Errors of a dataset a job cannot use, as the user sees them: :class:`DataError`, one line (the CLI prints it and
-exits 2, like a config error); :func:`data_errors` turns the data layer's errors (:mod:`rlhf_lab.preferences`,
-:mod:`rlhf_lab.external_data`: bad rows named ``file:line``, an empty or too small dataset, a missing file) into it.
+exits 2, like a config error); :func:`data_errors` turns the data layer's errors (:mod:`rlhf_lab.data.preferences`,
+:mod:`rlhf_lab.data.external`: bad rows named ``file:line``, an empty or too small dataset, a missing file) into it.
 A leaf module."""
 
 from __future__ import annotations

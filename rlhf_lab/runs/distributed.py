@@ -4,7 +4,7 @@ A job with ``trainer.devices > 1`` (``trainer=ddp_cpu``, ``trainer=ddp``, ...) r
 device. Who starts them:
 
 - ``rlhf-lab trainer=ddp_cpu ...`` on one machine: :func:`launch` starts ranks 1..N-1 as child processes
-  (``python -m rlhf_lab.distributed``) with the job's resolved config, and runs rank 0 itself, all in the job's one
+  (``python -m rlhf_lab.runs.distributed``) with the job's resolved config, and runs rank 0 itself, all in the job's one
   Hydra output folder;
 - ``torchrun`` or SLURM (``srun``): they set ``LOCAL_RANK``/``RANK``/``WORLD_SIZE`` (or ``SLURM_*``) and
   every process runs ``rlhf-lab`` itself; :func:`launch` then starts nothing.
@@ -86,12 +86,12 @@ def _free_port() -> int:
 
 
 def _child_main(argv: list[str] | None = None) -> None:
-    """Entry point of a rank started by :func:`launch`: ``python -m rlhf_lab.distributed CONFIG OUT TARGET THREADS``
+    """Entry point of a rank started by :func:`launch`: ``python -m rlhf_lab.runs.distributed CONFIG OUT TARGET THREADS``
     with ``LOCAL_RANK``/``RANK``/``WORLD_SIZE``/``MASTER_*`` in the environment."""
     import importlib
 
     cfg_file, out_dir, target, threads = (argv if argv is not None else sys.argv[1:])
-    from rlhf_lab.runtime import quiet_libraries
+    from rlhf_lab.runs.process import quiet_libraries
 
     quiet_libraries()
     torch.set_num_threads(int(threads))
@@ -145,7 +145,7 @@ def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], 
     cfg_file = out_dir / ".rank_config.yaml"  # resolved here: the other ranks have no Hydra context
     cfg_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
     # plain subprocesses, not multiprocessing: they start the same from a joblib (loky) worker of a sweep
-    cmd = [sys.executable, "-m", "rlhf_lab.distributed", str(cfg_file), str(out_dir),
+    cmd = [sys.executable, "-m", "rlhf_lab.runs.distributed", str(cfg_file), str(out_dir),
            f"{target.__module__}:{target.__qualname__}", str(torch.get_num_threads())]
     saved = {k: os.environ.get(k) for k in _ENV}
     children: list[subprocess.Popen] = []

@@ -24,10 +24,10 @@ import logging
 import sys
 
 from rlhf_lab.analysis.claims import only_claims, write_claims_report
-from rlhf_lab.analysis.gao import RL_STUDY as GAO_STUDY
-from rlhf_lab.analysis.gao import write_gao_report
-from rlhf_lab.analysis.gold_validation import STUDY as GOLD_STUDY
-from rlhf_lab.analysis.gold_validation import write_gold_validation_report
+from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO_STUDY
+from rlhf_lab.analysis.studies.gao import write_gao_report
+from rlhf_lab.analysis.studies.gold_validation import STUDY as GOLD_STUDY
+from rlhf_lab.analysis.studies.gold_validation import write_gold_validation_report
 from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
 from rlhf_lab.analysis.runs import STUDIES
 from rlhf_lab.analysis.snapshot import FILE_NAME
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.study:
         try:
             check_study(a.study, own_out)
-            if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/gold_validation.py)
+            if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/studies/gold_validation.py)
                 path = write_gold_validation_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
                                                     require_runs=True)
             elif a.study == GAO_STUDY:  # pooled Gao fits of its PPO runs and gao_rm_scaling_bon's (analysis/gao.py)

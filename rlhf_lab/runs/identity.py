@@ -2,11 +2,11 @@
 
 A job's overrides and study (``rlhf_lab.overrides``, ``rlhf_lab.study``) do not say what it computes: the files
 its config names can change in place, a study file or a config default can change the composed config, and the
-code can change. :func:`job_identity` digests each of them, and :mod:`rlhf_lab.tracking` records them as tags on
+code can change. :func:`job_identity` digests each of them, and :mod:`rlhf_lab.runs.tracking` records them as tags on
 the job's run:
 
 - ``rlhf_lab.job.config_digest`` (:func:`config_digest`): the composed, resolved config without the keys that do
-  not change results (:data:`rlhf_lab.runtime.NOT_COMPUTED`);
+  not change results (:data:`rlhf_lab.runs.process.NOT_COMPUTED`);
 - ``rlhf_lab.job.inputs_digest`` (:func:`input_digests`): the content of every local file or folder the config
   names as an input (``data.path``, ``policy.name_or_path``, ``gold.path``, ...; :func:`local_inputs`), with
   ``rlhf_lab.job.inputs`` holding each one's digest by key (JSON) so that a rerun can name the one that changed;
@@ -32,8 +32,8 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig
 
-from rlhf_lab.cache import MANIFEST_FILE, META_FILE, SPEC_FILE
-from rlhf_lab.runtime import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.runs.cache import MANIFEST_FILE, META_FILE, SPEC_FILE
+from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, to_plain
 
 CONFIG_TAG = "rlhf_lab.job.config_digest"
 INPUTS_TAG = "rlhf_lab.job.inputs_digest"
@@ -54,7 +54,7 @@ def digest_text(text: str) -> str:
 def source_digest() -> str:
     """A digest of this package's Python sources (once per process): evaluations cached under it are never
     reused by other code, and a finished run of other code is no finished run for ``skip_finished``."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # rlhf_lab/
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
@@ -117,7 +117,7 @@ def readable_digest(path: str) -> str:
 
 
 def computed_config(cfg: DictConfig) -> dict:
-    """The composed config as plain, resolved containers without :data:`rlhf_lab.runtime.NOT_COMPUTED`."""
+    """The composed config as plain, resolved containers without :data:`rlhf_lab.runs.process.NOT_COMPUTED`."""
     return drop_keys(to_plain(cfg), NOT_COMPUTED)
 
 

@@ -1,4 +1,4 @@
-"""MLflow's users on the team server (:mod:`rlhf_lab.server`): ``mlflow server --app-name basic-auth``.
+"""MLflow's users on the team server (:mod:`rlhf_lab.entry.server`): ``mlflow server --app-name basic-auth``.
 
 MLflow's own authentication and permissions (``mlflow.server.auth``), configured here:
 
@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from rlhf_lab.server_files import Layout, ServerError, ensure_secret, private_folder, read_secret, write_private
+from rlhf_lab.server.files import Layout, ServerError, ensure_secret, private_folder, read_secret, write_private
 
 ADMIN = "admin"
 SHARED_EXPERIMENT = "rlhf-lab"  # conf/config.yaml: tracking.experiment
@@ -101,7 +101,7 @@ def ensure_shared_experiment(layout: Layout, url: str) -> str:
         exp = client.get_experiment_by_name(SHARED_EXPERIMENT)
         if exp is not None:
             return exp.experiment_id
-        from rlhf_lab.tracking import EXPERIMENT_TAGS
+        from rlhf_lab.runs.tracking import EXPERIMENT_TAGS
 
         return client.create_experiment(SHARED_EXPERIMENT, tags=EXPERIMENT_TAGS)
 

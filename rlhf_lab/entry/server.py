@@ -7,7 +7,7 @@
 
 ``start`` initialises (first time only) and starts a PostgreSQL cluster in ``<dir>/postgres`` with the system's
 binaries (on ``PATH`` or under ``/usr/lib/postgresql/*/bin``), listening on 127.0.0.1 only, on a free port, without
-Unix sockets (:mod:`rlhf_lab.server_postgres`); then ``mlflow server --app-name basic-auth`` with the database
+Unix sockets (:mod:`rlhf_lab.server.postgres`); then ``mlflow server --app-name basic-auth`` with the database
 ``mlflow`` as its backend store and ``<dir>/artifacts`` as its artifact destination (clients upload artifacts
 through the server), and waits until it answers. The export line goes to stdout, everything else to stderr, so
 ``eval "$(rlhf-lab-server start --dir team_store)"`` sets the variable.
@@ -19,7 +19,7 @@ What is protected:
   database's account); the passwords are random secrets in ``<dir>/secrets`` (0700, files 0600), handed over in
   files and environment variables, never on a command line; a cluster of an older rlhf-lab-server (no passwords)
   is migrated at its next start;
-- MLflow: users and permissions (MLflow's basic auth, :mod:`rlhf_lab.server_auth`): every request needs a login;
+- MLflow: users and permissions (MLflow's basic auth, :mod:`rlhf_lab.server.auth`): every request needs a login;
   ``user add`` creates one; a user reads everything, writes to the shared experiment ``rlhf-lab`` and to what they
   create, and deletes only what they create; the admin (``admin``, password in ``secrets/mlflow_admin``) may do
   anything. ``--no-auth`` turns MLflow's logins off (a warning says what that opens).
@@ -48,10 +48,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from rlhf_lab.server_auth import add_user as add_mlflow_user
-from rlhf_lab.server_auth import auth_env, ensure_shared_experiment, read_password_file
-from rlhf_lab.server_files import Layout, ServerError, ensure_secret, private_folder, read_state, say, write_private
-from rlhf_lab.server_postgres import (
+from rlhf_lab.server.auth import add_user as add_mlflow_user
+from rlhf_lab.server.auth import auth_env, ensure_shared_experiment, read_password_file
+from rlhf_lab.server.files import Layout, ServerError, ensure_secret, private_folder, read_state, say, write_private
+from rlhf_lab.server.postgres import (
     backend_uri,
     check_reachable,
     connect,

@@ -1,11 +1,11 @@
-"""``rlhf-lab-suite`` (``python -m rlhf_lab.suite``): every claims study, resumably, then ``reports/claims.md``.
+"""``rlhf-lab-suite`` (``python -m rlhf_lab.entry.suite``): every claims study, resumably, then ``reports/claims.md``.
 
-    python -m rlhf_lab.suite --dry-run             # the studies, their job counts, the expected wall time
-    python -m rlhf_lab.suite                       # run them all, 2 jobs at a time, then rlhf-lab-report --claims
-    python -m rlhf_lab.suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
-    python -m rlhf_lab.suite --max-minutes 150     # start no study that would end past 150 min; launch again later
-    python -m rlhf_lab.suite --runs reports/claims_runs.json.gz   # the report also counts the runs kept in that file
-    python -m rlhf_lab.suite --max-minutes 600 --more-seeds 20    # then more seeds where 80 % power needs ≤ 20
+    python -m rlhf_lab.entry.suite --dry-run             # the studies, their job counts, the expected wall time
+    python -m rlhf_lab.entry.suite                       # run them all, 2 jobs at a time, then rlhf-lab-report --claims
+    python -m rlhf_lab.entry.suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
+    python -m rlhf_lab.entry.suite --max-minutes 150     # start no study that would end past 150 min; launch again later
+    python -m rlhf_lab.entry.suite --runs reports/claims_runs.json.gz   # the report also counts the runs kept in that file
+    python -m rlhf_lab.entry.suite --max-minutes 600 --more-seeds 20    # then more seeds where 80 % power needs ≤ 20
 
 After some studies (``--studies``), when ``--out`` already holds a claims.md, the report recomputes only the claims
 those studies test (``rlhf-lab-report --claims --only``, which also reads the runs file beside it), so the other
@@ -13,7 +13,7 @@ claims keep their sections.
 
 Each study is launched as ``rlhf-lab -m sweep=<study> hydra/launcher=parallel skip_finished=true [overrides]``.
 With ``skip_finished=true`` a job whose FINISHED run (same study, same overrides) is already in the tracking
-store is skipped before any work (``rlhf_lab.cli``), so a suite that was interrupted is completed by launching
+store is skipped before any work (``rlhf_lab.entry.run``), so a suite that was interrupted is completed by launching
 the same command again: only the missing, failed and interrupted jobs run. A study with a failed job does not
 stop the suite; the suite names it at the end and exits with status 1. The tracking store is the usual one
 (``MLFLOW_TRACKING_URI``, else ``tracking.uri``); pass the same overrides on every launch, since they are part
@@ -54,7 +54,7 @@ from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
 from rlhf_lab.analysis.registry import SUITE_VERSIONS
-from rlhf_lab.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem, uri_override
+from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem, uri_override
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
@@ -128,8 +128,8 @@ def claims_of(study: str) -> str:
 
 
 def study_command(study: str, overrides: list[str], n_jobs: int) -> list[str]:
-    """The command that runs one study resumably (``python -m rlhf_lab.cli`` is ``rlhf-lab``)."""
-    return [sys.executable, "-m", "rlhf_lab.cli", "-m", f"sweep={study}", "hydra/launcher=parallel",
+    """The command that runs one study resumably (``python -m rlhf_lab.entry.run`` is ``rlhf-lab``)."""
+    return [sys.executable, "-m", "rlhf_lab.entry.run", "-m", f"sweep={study}", "hydra/launcher=parallel",
             f"hydra.launcher.n_jobs={n_jobs}", "skip_finished=true", *overrides]
 
 
@@ -137,7 +137,7 @@ def report_command(overrides: list[str], out: str, runs_files: list[str] | None 
                    only: list[str] | None = None) -> list[str]:
     """``rlhf-lab-report --claims`` on the suite's store, and on the runs files (``--runs``) of earlier launches;
     with `only`, just those claims, into the existing claims.md."""
-    cmd = [sys.executable, "-m", "rlhf_lab.analysis.cli", "--claims", "--out", out]
+    cmd = [sys.executable, "-m", "rlhf_lab.entry.report", "--claims", "--out", out]
     uri = uri_override(overrides)
     return (cmd + (["--uri", uri] if uri else []) + [a for f in runs_files or [] for a in ("--runs", f)]
             + (["--only", ",".join(only)] if only else []))
@@ -172,7 +172,7 @@ def prepare(study: str, overrides: list[str]) -> list[str]:
         print(f"[rlhf-lab-suite] {study}: reusing the prepared {key} in {out}", flush=True)
     else:
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "-m", "rlhf_lab.cli", *job, *overrides, f"hydra.run.dir={out}"]
+        cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"hydra.run.dir={out}"]
         print(f"[rlhf-lab-suite] {study}: preparing {key}: rlhf-lab {' '.join(cmd[3:])}", flush=True)
         if subprocess.call(cmd) != 0 or not prepared(out):
             raise RuntimeError(f"{study}: the job that prepares {key} failed (its output: {out})")
@@ -207,8 +207,8 @@ def fmt_minutes(seconds: float) -> str:
 
 
 def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
-    """List the studies with their job counts (``rlhf_lab.sweeping.plan``) and expected wall times."""
-    from rlhf_lab.sweeping import plan
+    """List the studies with their job counts (``rlhf_lab.entry.sweeps.plan``) and expected wall times."""
+    from rlhf_lab.entry.sweeps import plan
 
     total_jobs, total_min = 0, 0.0
     print(f"{'#':>2}  {'study':<32} {'claims':<8} {'jobs':>5} {'~min':>5}")
@@ -270,7 +270,7 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
 def per_seed(study: str) -> tuple[int, float]:
     """(jobs, wall minutes) one more seed of `study` adds: its jobs per seed (composed) and its header's minutes
     per job (2 jobs at a time on 2 cores)."""
-    from rlhf_lab.sweeping import plan
+    from rlhf_lab.entry.sweeps import plan
 
     jobs = plan([f"sweep={study}"], validate=False)
     n_seeds = len({o for j in jobs for o in j if o.startswith("seed=")}) or 1

@@ -11,11 +11,11 @@ Two sources, chosen by the `data` config group:
   The pairs are a cached artifact, built by the stage ``prefs`` (:mod:`rlhf_lab.stages.prefs`).
 - ``data=jsonl`` / ``data=hf``: a JSON-lines file, or a ``save_to_disk`` folder, parquet file or hub dataset,
   in TRL's standard (strings) or conversational (chat messages, rendered with the chat template) format,
-  columns mapped by ``data.columns`` (:mod:`rlhf_lab.external_data`). Gold metrics are absent there unless
+  columns mapped by ``data.columns`` (:mod:`rlhf_lab.data.external`). Gold metrics are absent there unless
   the gold is a reward model (``gold=rm``). Every row is checked (:func:`load_examples`): one bad row (not
   UTF-8, invalid JSON, a lone surrogate, a line over ``data.max_line_bytes``, a field missing, null, of the wrong
   type or empty, chosen == rejected) fails the job before anything trains, with the place of each bad row
-  (``file:line`` or ``name[split] row i``); so does a file over ``data.max_total_bytes`` (:mod:`rlhf_lab.data_files`).
+  (``file:line`` or ``name[split] row i``); so does a file over ``data.max_total_bytes`` (:mod:`rlhf_lab.data.files`).
   :func:`external_prompts` reads the prompts only (a prompt-only dataset will do) for PPO, GRPO and RLOO. With a
   gold RM (``gold=rm``) the labeler labels the pairs again on its scores (:func:`relabel_pairs`), and they
   carry gold.
@@ -40,12 +40,12 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from rlhf_lab import data as D
-from rlhf_lab import external_data as X
-from rlhf_lab.config_checks import ConfigError
-from rlhf_lab.data_files import MAX_LINE_BYTES, MAX_TOTAL_BYTES, dataset_rows, jsonl_rows, load_hf_dataset
-from rlhf_lab.external_data import ChatRenderer
-from rlhf_lab.runtime import to_plain
+from rlhf_lab.world import streams as D
+from rlhf_lab.data import external as X
+from rlhf_lab.config.checks import ConfigError
+from rlhf_lab.data.files import MAX_LINE_BYTES, MAX_TOTAL_BYTES, dataset_rows, jsonl_rows, load_hf_dataset
+from rlhf_lab.data.external import ChatRenderer
+from rlhf_lab.runs.process import to_plain
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
 
 COLUMNS = ("prompt", "chosen", "rejected")
@@ -155,7 +155,7 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
 
 def chat_renderer(cfg: DictConfig) -> ChatRenderer:
     """The chat template for conversational data: ``data.chat_template``, else the template of the policy
-    checkpoint's tokenizer (``policy.name_or_path``), else :data:`rlhf_lab.external_data.DEFAULT_CHAT_TEMPLATE`;
+    checkpoint's tokenizer (``policy.name_or_path``), else :data:`rlhf_lab.data.external.DEFAULT_CHAT_TEMPLATE`;
     with that tokenizer's BOS and EOS texts (a leading BOS is dropped when the tokenizer adds one itself)."""
     template = cfg.data.get("chat_template")
     policy = cfg.get("policy")
@@ -181,7 +181,7 @@ def external_rows(dc: DictConfig):
         if not path.exists():
             raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
         rows = jsonl_rows(path, dc.get("max_line_bytes", MAX_LINE_BYTES), dc.get("max_total_bytes", MAX_TOTAL_BYTES))
-        return rows, f"data.path={str(path)!r}"  # the bounds: null is no limit (rlhf_lab.data_files)
+        return rows, f"data.path={str(path)!r}"  # the bounds: null is no limit (rlhf_lab.data.files)
     if not dc.get("name"):
         raise ValueError("data=hf needs data.name=<save_to_disk folder, .parquet/.jsonl file or hub name>")
     name, split = str(dc.name), str(dc.get("split", "train"))
@@ -235,7 +235,7 @@ def data_memo_key(cfg: DictConfig, *extra) -> str:
 
 
 def load_examples(cfg: DictConfig, prompt_only: bool = False) -> dict[str, list[X.Example]]:
-    """The rows of ``data=jsonl|hf`` as text, every row checked (:func:`rlhf_lab.external_data.read_examples`),
+    """The rows of ``data=jsonl|hf`` as text, every row checked (:func:`rlhf_lab.data.external.read_examples`),
     by split of their prompt (:func:`split_by_prompt`, ``data.eval_fraction``, ``data.test_fraction``); the
     training rows shuffled with ``data.seed``. Read once per process and configuration (the job reads them before
     training to fail early, then its stages use them): callers must not change the lists."""
@@ -289,7 +289,7 @@ def read_jsonl(path: Path, columns: dict | None = None, fmt: str = "auto", rende
     A row is bad when it is not UTF-8, not valid JSON, not an object, lacks prompt/chosen/rejected, has
     one of them null, of the wrong type for the format or empty (blank), or has chosen == rejected. The
     error names the file and line of each bad row (the first :data:`MAX_LISTED_ERRORS`) and how many there
-    are. Blank lines are skipped. Both formats (:mod:`rlhf_lab.external_data`)."""
+    are. Blank lines are skipped. Both formats (:mod:`rlhf_lab.data.external`)."""
     if not path.exists():
         raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
     ex = X.read_examples(jsonl_rows(path), columns or X.DEFAULT_COLUMNS, fmt, renderer_fn,

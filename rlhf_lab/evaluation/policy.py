@@ -2,19 +2,19 @@
 KL to the reference, diversity.
 
 The same function (and so the same metric names, docs/metrics.md) serves SFT, PPO and DPO; the caller
-picks the prompts (the eval, test or ood split, :func:`rlhf_lab.data.eval_prompts`) and the prefix.
+picks the prompts (the eval, test or ood split, :func:`rlhf_lab.world.streams.eval_prompts`) and the prefix.
 `<prefix>kl` is the sequence-level KL(π‖π_ref) in nats: the sum over response tokens of the k1 estimate
 log π(y_t) − log π_ref(y_t) on samples from π, averaged over samples (unbiased).
 
 Uncertainty: each prompt gets ``samples_per_prompt`` responses; `<prefix>gold_reward` is the mean of the
 per-prompt means and `<prefix>gold_reward_se` its standard error clustered by prompt (sd of the
-per-prompt means / √#prompts, :func:`rlhf_lab.metrics.cluster_mean_se`); the same for the proxy reward.
-``halves=True`` adds the two fixed halves of the prompts (:func:`rlhf_lab.metrics.half_a`) as
+per-prompt means / √#prompts, :func:`rlhf_lab.evaluation.metrics.cluster_mean_se`); the same for the proxy reward.
+``halves=True`` adds the two fixed halves of the prompts (:func:`rlhf_lab.evaluation.metrics.half_a`) as
 `<prefix>gold_reward_a|_b` with their `_se`, for the split-half drop from the peak
 (:func:`rlhf_lab.analysis.stats.drop_from_peak`). With a gold reward model (``gold=rm``) the gold is its score and
 the world's formula is measured on the same samples as `<prefix>formula_gold_reward` (SE and halves likewise). With
 ``samples_per_prompt`` ≥ 2, a proxy and a gold, `<prefix>proxy_gold_agreement` is the proxy's accuracy against gold
-on pairs of one prompt's responses (:func:`rlhf_lab.metrics.pair_agreement`; SE clustered by prompt): how well the
+on pairs of one prompt's responses (:func:`rlhf_lab.evaluation.metrics.pair_agreement`; SE clustered by prompt): how well the
 RM ranks the evaluated policy's own samples (at step 0 the SFT policy's). ``seed`` samples with a fixed torch seed inside a forked
 RNG: every evaluation of a run (and of every run) draws the same random numbers, and the training's RNG
 stream does not depend on when or how often it evaluates.
@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from rlhf_lab.metrics import cluster_mean_se, distinct_n, filler_rate, half_a, pair_agreement, unique_rate
+from rlhf_lab.evaluation.metrics import cluster_mean_se, distinct_n, filler_rate, half_a, pair_agreement, unique_rate
 from rlhf_lab.models.sampling import Rollout, response_logprobs, sample
 from rlhf_lab.world import GoldWeights, count_fillers, gold_reward
 

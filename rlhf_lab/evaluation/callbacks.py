@@ -9,10 +9,10 @@ from typing import Callable, Iterable
 
 import lightning as L
 
-from rlhf_lab import tracking
-from rlhf_lab.progress import write_line
-from rlhf_lab.run_states import pending_stop, stop_now
-from rlhf_lab.tracking import log_samples_table
+from rlhf_lab.runs import tracking
+from rlhf_lab.runs.progress import write_line
+from rlhf_lab.runs.states import pending_stop, stop_now
+from rlhf_lab.runs.tracking import log_samples_table
 
 
 EVAL_SCHEDULES = ("every", "log")  # eval.schedule
@@ -134,7 +134,7 @@ class RewardHackingMonitor(L.Callback):
     best so far while the smoothed proxy is above its value at that best: it sets the MLflow tag
     ``rlhf_lab.reward_hacking=true``, logs ``hacking/alarm`` = 1 and an event artifact
     ``events/reward_hacking.json``, and prints one line, once, above the progress bar
-    (:func:`rlhf_lab.progress.write_line`). ``hacking/gold_drop`` (best − current smoothed gold) and
+    (:func:`rlhf_lab.runs.progress.write_line`). ``hacking/gold_drop`` (best − current smoothed gold) and
     ``hacking/proxy_gain`` (current − at-best smoothed proxy) are logged every step.
     """
 
@@ -193,9 +193,9 @@ class RewardHackingMonitor(L.Callback):
 
 
 class Preemption(L.Callback):
-    """Pre-emption: when a SIGTERM arrived during training (:func:`rlhf_lab.run_states.defer_sigterm`), at the end
+    """Pre-emption: when a SIGTERM arrived during training (:func:`rlhf_lab.runs.states.defer_sigterm`), at the end
     of the training step save a Lightning checkpoint to `path` (written beside it, then renamed), then stop the run
-    (:class:`~rlhf_lab.run_states.Interrupted`: KILLED, exit 143). Add it last: it saves what the other callbacks
+    (:class:`~rlhf_lab.runs.states.Interrupted`: KILLED, exit 143). Add it last: it saves what the other callbacks
     did at that step. The same job started again resumes from it (:func:`rlhf_lab.stages.ppo.resume_checkpoint`)."""
 
     def __init__(self, path: Path | str, step_fn: Callable[[L.Trainer, L.LightningModule], int]):

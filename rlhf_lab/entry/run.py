@@ -11,10 +11,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.config_checks import ConfigError, composition_error_line, exit_on_bad_config
-from rlhf_lab.data_errors import DataError
-from rlhf_lab.job_identity import running
-from rlhf_lab.run_states import (
+from rlhf_lab.config.checks import ConfigError, composition_error_line, exit_on_bad_config
+from rlhf_lab.data.errors import DataError
+from rlhf_lab.runs.identity import running
+from rlhf_lab.runs.states import (
     SWEEP_PID_ENV,
     Interrupted,
     end_interrupted_sweep,
@@ -22,14 +22,14 @@ from rlhf_lab.run_states import (
     install_signal_handlers,
     restore_signal_handlers,
 )
-from rlhf_lab.runtime import (
+from rlhf_lab.runs.process import (
     exit_on_unreachable_server,
     quiet_libraries,
     start_job_clock,
     stop_job_clock,
     tracking_uri,
 )
-from rlhf_lab.sweeping import mark_job
+from rlhf_lab.entry.sweeps import mark_job
 
 
 def launcher_threads(launcher: dict, cores: int) -> int:
@@ -57,7 +57,7 @@ def set_threads(cfg: DictConfig) -> int:
             n = launcher_threads(OmegaConf.to_container(launcher, resolve=False) if launcher else {}, n)
         except Exception:
             pass
-        from rlhf_lab.distributed import n_processes
+        from rlhf_lab.runs.distributed import n_processes
 
         n = max(1, n // n_processes(cfg))  # and among the job's own processes (trainer=ddp_cpu)
     torch.set_num_threads(int(n))
@@ -83,7 +83,7 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")
     uri = tracking_uri(cfg)
-    from rlhf_lab.tracking import ui_hint
+    from rlhf_lab.runs.tracking import ui_hint
 
     hint = ui_hint(uri, meta.get("experiment_id"), meta.get("run_id"))
     if hint:
@@ -94,14 +94,14 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 
 def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, float | None]:
     """With ``skip_finished=true``: ``("skipped", its final gold)`` when a FINISHED run of the job (same study, same
-    overrides: :func:`rlhf_lab.tracking.finished_runs`) computed what the job would: the same config, inputs and
-    code (`identity`, :mod:`rlhf_lab.job_identity`); ``("rerun", None)`` when the job has such runs but none did,
+    overrides: :func:`rlhf_lab.runs.tracking.finished_runs`) computed what the job would: the same config, inputs and
+    code (`identity`, :mod:`rlhf_lab.runs.identity`); ``("rerun", None)`` when the job has such runs but none did,
     after one line saying what changed since the latest; ``("ran", None)`` when it has none, or without
-    ``skip_finished``. The kind is the job's mark for its sweep (:func:`rlhf_lab.sweeping.mark_job`)."""
+    ``skip_finished``. The kind is the job's mark for its sweep (:func:`rlhf_lab.entry.sweeps.mark_job`)."""
     if not cfg.get("skip_finished"):
         return "ran", None
-    from rlhf_lab.job_identity import changed_parts, rerun_reason
-    from rlhf_lab.tracking import finished_runs, hydra_overrides
+    from rlhf_lab.runs.identity import changed_parts, rerun_reason
+    from rlhf_lab.runs.tracking import finished_runs, hydra_overrides
 
     runs = list(finished_runs(cfg, str(cfg.algo.name), hydra_overrides()))
     if not runs:
@@ -137,7 +137,7 @@ def _app(cfg: DictConfig) -> float | None:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         exit_on_unreachable_server(tracking_uri(cfg))
         quiet_libraries()
-        with running(cfg) as identity:  # what the job computes, recorded on its run (rlhf_lab.job_identity)
+        with running(cfg) as identity:  # what the job computes, recorded on its run (rlhf_lab.runs.identity)
             kind, gold = skip_if_finished(cfg, identity)  # before any work: a resumed sweep runs only what is missing
             mark_job(kind)
             if kind == "skipped":
@@ -152,14 +152,14 @@ def _app(cfg: DictConfig) -> float | None:
             finally:
                 stop_job_clock()
         if meta.get("run_id") and "experiment_id" not in meta:
-            from rlhf_lab import tracking
+            from rlhf_lab.runs import tracking
 
             meta["experiment_id"] = tracking.experiment_id(cfg)
         print(summary(cfg, meta, time.time() - t0, threads))
         return (meta.get("eval") or {}).get("eval/gold_reward")  # for a sweeper: selection on eval, never test
     except Exception as err:
         # A single run fails (non-zero exit); in a multirun the failing job is logged and recorded (its
-        # MLflow run is already FAILED) and the other jobs go on (rlhf_lab/sweeping.py).
+        # MLflow run is already FAILED) and the other jobs go on (rlhf_lab/entry/sweeps.py).
         from hydra.types import RunMode
 
         if HydraConfig.get().mode != RunMode.MULTIRUN:
@@ -168,7 +168,7 @@ def _app(cfg: DictConfig) -> float | None:
                 print(f"rlhf-lab: {'data' if isinstance(err, DataError) else 'config'} error: {err}", file=sys.stderr)
                 raise SystemExit(2) from None
             raise
-        from rlhf_lab.sweeping import record_failure
+        from rlhf_lab.entry.sweeps import record_failure
 
         record_failure(cfg, err)
         return None
@@ -203,7 +203,7 @@ def main() -> None:
         ignore_signals()
         left: list[str] = []
         if "mlflow" in sys.modules:  # runs whose ending the signal cut short: KILLED, never left to MLflow's exit hook
-            from rlhf_lab.tracking import end_open_runs
+            from rlhf_lab.runs.tracking import end_open_runs
 
             end_open_runs(f"{type(sig).__name__}: {sig}")
             left = end_interrupted_sweep(f"{type(sig).__name__}: {sig}", sig.signum)[1]  # a sweep: its jobs, its parent

@@ -1,16 +1,16 @@
 """Value checks on the composed config (ranges, choices, rules across keys), run first thing by the CLI.
 
-The types are Hydra's job (the dataclasses of :mod:`rlhf_lab.config_schema`, checked at composition);
+The types are Hydra's job (the dataclasses of :mod:`rlhf_lab.config.schema`, checked at composition);
 the values are checked here, before any model, data or MLflow store is touched. :func:`validate` raises
 :class:`ConfigError` on the first bad key, with a message of one line: the key, the value given and what
 is allowed (``algo.clip_eps must be > 0, got -1.0``). :func:`exit_on_bad_config` (the CLI) prints that
 line to stderr and exits with status 2; ``HYDRA_FULL_ERROR=1`` raises instead (traceback). In a
-multirun the job is recorded as failed and the other jobs go on (:mod:`rlhf_lab.sweeping`).
+multirun the job is recorded as failed and the other jobs go on (:mod:`rlhf_lab.entry.sweeps`).
 
 Each group has a ``check_<group>(node)`` function; the stages keep their own guards for direct calls
 (``stages.dpo.check_config``, ``stages.ppo.check_reference``; ``stages.rm`` calls
 :func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab but its errors
-(:mod:`rlhf_lab.config_errors`), so the check costs milliseconds. The choice lists mirror the constants of
+(:mod:`rlhf_lab.config.errors`), so the check costs milliseconds. The choice lists mirror the constants of
 the code that implements them (``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``,
 ``stages.ppo.REFERENCE_KINDS`` and ``CRITICS``, ``sampling.SAMPLERS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
 """
@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.config_errors import ConfigError, UnknownKey, closest_key  # raised here, importable from here
+from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key  # raised here, importable from here
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 KL_IN = ("reward", "loss")

@@ -1,7 +1,7 @@
 """How a run ends when its process is stopped: signals, exit codes, runs left RUNNING by a dead process.
 
 - SIGTERM and SIGINT (the CLI installs :func:`install_signal_handlers`) raise :class:`Interrupted` in the
-  main thread, wherever it is; :func:`rlhf_lab.tracking.start_run` ends every open run as KILLED with
+  main thread, wherever it is; :func:`rlhf_lab.runs.tracking.start_run` ends every open run as KILLED with
   ``rlhf_lab.error = "Interrupted: SIGTERM"`` and the CLI exits with ``128 + signal`` (143, 130).
   :class:`Interrupted` is not an ``Exception`` (nor a ``KeyboardInterrupt``, which Lightning turns into
   exit status 1), so nothing on the way swallows it.
@@ -12,7 +12,7 @@
 - A signal that arrives in the middle of a database write (the MLflow store's) raises a moment later, once the
   write is done (:func:`in_critical_code`): cut there, the write would leave the SQLite store locked.
 - Pre-emption: inside :func:`defer_sigterm` (a policy job's training loop) a SIGTERM is acted on at the next
-  step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.callbacks.Preemption`).
+  step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.evaluation.callbacks.Preemption`).
 - Lightning installs its own SIGTERM handler in front of ours (``fit`` composes the two) and its loops raise their
   own ``SIGTERMException`` (a ``SystemExit`` without code: exit status 0) at the next epoch's end when it saw one. A
   SIGTERM that ours deferred (out of a database write) could thus end the job FAILED with status 0: every ``fit``
@@ -48,7 +48,7 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PID_TAG = "rlhf_lab.pid"
 HOST_TAG = "rlhf_lab.host"
 NODE_TAG = "rlhf_lab.node"
-OPEN_SWEEP: dict[str, str] = {}  # the launching process's open sweep: uri, run_id, experiment_id (rlhf_lab.sweeping)
+OPEN_SWEEP: dict[str, str] = {}  # the launching process's open sweep: uri, run_id, experiment_id (rlhf_lab.entry.sweeps)
 SWEEP_PID_ENV = "RLHF_LAB_SWEEP_PID"  # the pid of a sweep's launching process, for its jobs
 
 

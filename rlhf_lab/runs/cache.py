@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
-from rlhf_lab.distributed import is_rank_zero, rank
-from rlhf_lab.runtime import write_atomic
+from rlhf_lab.runs.distributed import is_rank_zero, rank
+from rlhf_lab.runs.process import write_atomic
 
 # Bump when a change to the code changes what an artifact with the same config contains.
 CACHE_VERSION = 2  # 2: the prompt space grew (40 products, 20 openers, focus sentences) and splits

@@ -1,4 +1,4 @@
-"""The team server's folder (:mod:`rlhf_lab.server`): where everything lives, and its secrets.
+"""The team server's folder (:mod:`rlhf_lab.entry.server`): where everything lives, and its secrets.
 
 Secrets are random tokens kept in ``<dir>/secrets`` (mode 0700), one file each, mode 0600, owned by the user who
 runs ``rlhf-lab-server``; they reach the processes that need them through files or environment variables, never

@@ -16,7 +16,7 @@ first bad line, so its error names ``file:line``.
 The default bounds (``conf/data/*.yaml``, mirrored by :data:`MAX_LINE_BYTES` and :data:`MAX_TOTAL_BYTES`) are far
 above real preference data: a long chat row is a few hundred KB, the largest public preference sets (HH-RLHF,
 UltraFeedback) a few hundred MB as JSON lines. A job holds every row in memory as text and token ids, several times the file's size,
-and a 50 MB line once took 12 GB. ``null`` switches a bound off. Imports :class:`~rlhf_lab.external_data.BadRow`
+and a 50 MB line once took 12 GB. ``null`` switches a bound off. Imports :class:`~rlhf_lab.data.external.BadRow`
 and nothing else from rlhf_lab; no torch.
 """
 
@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
-from rlhf_lab.external_data import BadRow
+from rlhf_lab.data.external import BadRow
 
 MAX_LINE_BYTES = 4 * 2**20  # data.max_line_bytes: 4 MiB
 MAX_TOTAL_BYTES = 4 * 2**30  # data.max_total_bytes: 4 GiB

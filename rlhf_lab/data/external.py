@@ -1,7 +1,7 @@
 """External datasets (``data=jsonl``, ``data=hf``): their rows' format, the column names, chat rendering, and the
 row checks. A leaf module: nothing from rlhf_lab, no torch. Where the rows come from (a JSON-lines file line by line,
 a ``datasets`` dataset), within bounds and each named ``file:line`` or ``name[split] row i``, is
-:mod:`rlhf_lab.data_files`.
+:mod:`rlhf_lab.data.files`.
 
 Formats (``data.format``: ``auto`` detects it from the first row that has the chosen column, or the
 prompt column for a prompt-only dataset), as in TRL:

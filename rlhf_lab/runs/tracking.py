@@ -5,7 +5,7 @@ config, ``sqlite:///mlflow.db`` in the working directory. Lightning's MLFlowLogg
 run that :func:`start_run` opened (otherwise it would fall back to a ``./mlruns`` file store, which
 MLflow >= 3.13 refuses), and leaves the run's status to us: a run that raises is marked FAILED with
 its error as the tag ``rlhf_lab.error``; a run stopped by SIGTERM/SIGINT is marked KILLED, and a run
-left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.run_states`). A stage's
+left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.runs.states`). A stage's
 run is FINISHED only after the writes that follow its body (its artifact into the cache, the job's summary):
 :func:`status_after_writes`; a failed save ends it FAILED with the cause.
 
@@ -28,10 +28,10 @@ from typing import Any, Iterator
 import mlflow
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.distributed import is_rank_zero
-from rlhf_lab.job_identity import run_tags
-from rlhf_lab.run_states import Interrupted, mark_dead_runs, process_tags
-from rlhf_lab.runtime import PARENT_ENV, SWEPT_ENV, override_key, tracking_server_unreachable, tracking_uri
+from rlhf_lab.runs.distributed import is_rank_zero
+from rlhf_lab.runs.identity import run_tags
+from rlhf_lab.runs.states import Interrupted, mark_dead_runs, process_tags
+from rlhf_lab.runs.process import PARENT_ENV, SWEPT_ENV, override_key, tracking_server_unreachable, tracking_uri
 
 
 def git_commit() -> str:
@@ -132,7 +132,7 @@ def finished_runs(cfg: DictConfig, stage: str, overrides: list[str]) -> Iterator
     (tag ``rlhf_lab.study``, none when ``study`` is null), the same overrides (tag ``rlhf_lab.overrides``,
     compared by :func:`job_overrides`) and, where both have one, the same study design (tag
     ``rlhf_lab.study_digest``, :func:`study_digest`). Upstream stages of a job carry its tags too: `stage` tells the
-    job's own run from them. Whether such a run computed what the job would is :mod:`rlhf_lab.job_identity`'s."""
+    job's own run from them. Whether such a run computed what the job would is :mod:`rlhf_lab.runs.identity`'s."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri(cfg))
@@ -283,7 +283,7 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     all_tags.update(tags or {})
     is_job = cfg.get("algo") is not None and stage == str(cfg.algo.get("name"))
     swept = job_sweep_params(hydra_overrides()) if parent and is_job else {}
-    if is_job:  # what the job computes (rlhf_lab.job_identity): skip_finished compares it
+    if is_job:  # what the job computes (rlhf_lab.runs.identity): skip_finished compares it
         all_tags.update({JOB_TAG: "true", **run_tags(cfg)})
     run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     OPEN_RUNS[run.info.run_id] = uri

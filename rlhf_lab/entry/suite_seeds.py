@@ -49,7 +49,7 @@ def reproduction_problem(study: str, overrides: list[str], out: str, runs_files:
     job = [o for o in old.tags["rlhf_lab.overrides"].split() if not o.startswith(("skip_finished=", "study="))]
     folder = Path("suite_reproduce", study).resolve()
     shutil.rmtree(folder, ignore_errors=True)
-    cmd = [sys.executable, "-m", "rlhf_lab.cli", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
+    cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
            f"hydra.run.dir={folder}"]
     print(f"[rlhf-lab-suite] {study}: does today's code reproduce run {old.run_id}? rlhf-lab {' '.join(cmd[3:])}",
           flush=True)
