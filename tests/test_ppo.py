@@ -16,7 +16,8 @@ import torch
 from rlhf_lab import stages
 from rlhf_lab.stages.common import cache_for
 from rlhf_lab.algorithms import ppo
-from rlhf_lab.world.streams import gold_weights, pad_right
+from rlhf_lab.models.batching import pad_right
+from rlhf_lab.world.streams import gold_weights
 from rlhf_lab.models.adapters import AdapterDisabled
 from rlhf_lab.models.reward import encode_texts
 from rlhf_lab.stages import ppo as ppo_stage

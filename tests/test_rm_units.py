@@ -11,7 +11,7 @@ import torch
 from rlhf_lab.algorithms import rm as RM
 from rlhf_lab.models import families as F
 from rlhf_lab.data.preferences import PreferencePair
-from rlhf_lab.world.streams import pad_right
+from rlhf_lab.models.batching import pad_right
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer, aggregate, encode_texts, rm_forward
 from rlhf_lab.stages.common import model_size
@@ -71,7 +71,7 @@ def test_bradley_terry_loss_in_the_training_step_by_hand(tiny_models):
 
 
 def test_pack_rows_by_hand():
-    from rlhf_lab.world.streams import pack_rows
+    from rlhf_lab.models.batching import pack_rows
 
     seqs = [[1, 2, 3], [4], [5, 6], [7, 8, 9]]
     # rows as long as the longest sequence; first-fit decreasing: 0 | 3 | 2 then 1 (ties in input order)

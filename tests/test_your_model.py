@@ -43,7 +43,7 @@ def test_lora_targets_by_name_work_on_every_architecture(arch, arch_checkpoints)
 def test_packed_rm_batches_on_every_architecture(arch, arch_checkpoints):
     """reward_model.packing: every decoder keeps sequences packed into a row apart (transformers' masks from the
     position ids), with LoRA too, and scores them as in a right-padded batch."""
-    from rlhf_lab.world.streams import pack_rows, pad_right
+    from rlhf_lab.models.batching import pack_rows, pad_right
     from rlhf_lab.models.packing import check_packing
     from rlhf_lab.models.reward import packable, rm_forward, rm_forward_packed
 
@@ -134,7 +134,7 @@ def tiny_bert(tmp_path):
 
 
 def test_an_encoder_rm_reads_the_mean_embedding_and_ignores_padding(tmp_path):
-    from rlhf_lab.world.streams import pad_right
+    from rlhf_lab.models.batching import pad_right
     from rlhf_lab.models.reward import is_encoder, rm_forward
 
     from rlhf_lab.models.reward import packable

@@ -25,7 +25,7 @@ import lightning as L
 import torch
 
 from rlhf_lab.runs import distributed
-from rlhf_lab.world.streams import pad_right
+from rlhf_lab.models.batching import pad_right
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
 from rlhf_lab.models.sampling import logprobs_from_logits, positions

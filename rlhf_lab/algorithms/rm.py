@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from rlhf_lab.runs import distributed
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
-from rlhf_lab.world.streams import pack_rows, pad_right
+from rlhf_lab.models.batching import pack_rows, pad_right
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.reward import RewardScorer, encode_texts, packable, rm_forward, rm_forward_packed
 
@@ -129,7 +129,7 @@ def encode_rm_pairs(tokenizer, pairs, max_len: int, margins: list[float] | None 
 def collate_rm_pairs(pad_id: int, packed: bool = False):
     """Batches of pairs as one forward pass's inputs, the B chosen sequences first, then the B rejected ones:
     right-padded (``input_ids``, ``attention_mask`` [2B, T]) or, with ``packed``, packed into rows as long as the
-    longest sequence (``input_ids``, ``position_ids`` [R, W], ``last_index`` [2B]: :func:`rlhf_lab.world.streams.pack_rows`).
+    longest sequence (``input_ids``, ``position_ids`` [R, W], ``last_index`` [2B]: :func:`rlhf_lab.models.batching.pack_rows`).
     Also ``lengths`` [2B] (tokens per sequence) and ``margin`` [B]."""
 
     def collate(batch: list[dict]) -> dict:

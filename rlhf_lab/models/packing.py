@@ -1,4 +1,4 @@
-"""Padding-free batches for decoders: sequences packed into rows (:func:`rlhf_lab.world.streams.pack_rows`) with position
+"""Padding-free batches for decoders: sequences packed into rows (:func:`rlhf_lab.models.batching.pack_rows`) with position
 ids that restart at every sequence. Given no attention mask and no cache, transformers derives the
 block-diagonal causal mask from those position ids (its packed-sequence masks), so no compute is spent on
 padding and the sequences do not see each other. :func:`check_packing` verifies that a model does this.
@@ -52,7 +52,7 @@ def check_packing(model, key: str) -> None:
     state at the end of each of two short sequences, packed vs alone, must agree to 1% of its norm (float noise,
     also in bf16, is far below; attending across the sequences changes it by tens of percent). ``key``: the
     config key that turns packing off, named in the error."""
-    from rlhf_lab.world.streams import pack_rows
+    from rlhf_lab.models.batching import pack_rows
 
     trunk = backbone_of(model)
     seqs = [[t % int(trunk.config.vocab_size) for t in s] for s in PACKING_PROBE]

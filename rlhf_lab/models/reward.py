@@ -29,7 +29,7 @@ from typing import Sequence
 
 import torch
 
-from rlhf_lab.world.streams import pad_right
+from rlhf_lab.models.batching import pad_right
 from rlhf_lab.models.adapters import unwrap
 from rlhf_lab.models.checkpoints import CheckpointError, CheckpointNotFound
 
@@ -111,7 +111,7 @@ def packable(model) -> bool:
 
 
 def rm_forward_packed(model, input_ids: torch.Tensor, position_ids: torch.Tensor, last_index: torch.Tensor) -> torch.Tensor:
-    """Scalar reward [N] of N sequences packed into rows by :func:`rlhf_lab.world.streams.pack_rows` (no compute on
+    """Scalar reward [N] of N sequences packed into rows by :func:`rlhf_lab.models.batching.pack_rows` (no compute on
     padding, :mod:`rlhf_lab.models.packing`): the scalar head at each sequence's last token (``last_index`` into
     the flattened rows). Decoders only (:func:`packable`)."""
     from rlhf_lab.models.packing import packed_hidden

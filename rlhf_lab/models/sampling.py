@@ -85,11 +85,11 @@ def trim_padding(query_ids, query_mask, response_ids, response_mask):
 def pack_rollout(query_ids, query_mask, response_ids, response_mask,
                  pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows of a rollout (left-padded prompts, right-padded responses) packed without padding
-    (:func:`rlhf_lab.world.streams.pack_rows` on each row's prompt + response tokens, :mod:`rlhf_lab.models.packing`).
+    (:func:`rlhf_lab.models.batching.pack_rows` on each row's prompt + response tokens, :mod:`rlhf_lab.models.packing`).
     Returns the packed ids and position ids [R, W] and ``response_index`` [B, T]: for each response token, the
     index in the flattened [R * W] rows of the position whose output predicts it (the token before it); 0 where
     the response mask is 0. On the rollout's device."""
-    from rlhf_lab.world.streams import pack_rows
+    from rlhf_lab.models.batching import pack_rows
 
     q_len, r_len = query_mask.sum(1), response_mask.sum(1)
     seqs = [q[len(q) - n:] + r[:k] for q, r, n, k in

@@ -19,6 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlhf_lab.models.batching import collate_right
 from rlhf_lab.world import streams as D
 from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.runs.cache import ArtifactCache, announce_reuse, write_json_atomic
@@ -376,7 +377,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
     tags = {f"rlhf_lab.upstream.{k}": v for k, v in (upstream or {}).items()}
     with tracking.start_run(cfg, stage, params=run_params, tags=tags) as run:
         g = torch.Generator().manual_seed(stage_seed(cfg, stage))
-        loader = distributed.loader(examples, sc.batch_size, g, D.collate_right(tok), key=f"{stage}.batch_size")
+        loader = distributed.loader(examples, sc.batch_size, g, collate_right(tok), key=f"{stage}.batch_size")
         module = CausalLMModule(model, lr=sc.lr, weight_decay=sc.weight_decay,
                                 warmup_steps=sc.warmup_steps, max_steps=steps)
         is_job = job_stage(cfg) == stage

@@ -15,6 +15,7 @@ from pathlib import Path
 import lightning as L
 from omegaconf import DictConfig
 
+from rlhf_lab.models.batching import encode_lm_examples
 from rlhf_lab.world import streams as D
 from rlhf_lab.models import families as F
 from rlhf_lab.runs.process import to_plain
@@ -40,7 +41,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     corpus = D.reviews(cfg, f"pretrain_{family}", pc.n_texts, split="pretrain")  # "web text": OOD products too
     tok = F.train_tokenizer(family, [p + " " + r for p, r in corpus], m.vocab_size)
     model = F.build_model(family, m.arch, tok)
-    examples = D.encode_lm_examples(tok, corpus, pc.max_len, loss_on_prompt=True)
+    examples = encode_lm_examples(tok, corpus, pc.max_len, loss_on_prompt=True)
     gold = load_gold(cfg) if job_stage(cfg) == "pretrain" else None  # upstream: the formula (any gold's base)
     return fit_lm(cfg, "pretrain", model, tok, examples, pc, spec["steps"], out_dir,
                   params={"family": family, "arch": to_plain(m.arch)}, gold=gold)

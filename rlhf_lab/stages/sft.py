@@ -10,6 +10,7 @@ from pathlib import Path
 import lightning as L
 from omegaconf import DictConfig
 
+from rlhf_lab.models.batching import encode_lm_examples
 from rlhf_lab.world import streams as D
 from rlhf_lab.models import families as F
 from rlhf_lab.runs.process import to_plain
@@ -33,7 +34,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     tok = F.load_tokenizer(base, "policy.name_or_path")
     model = F.load_causal_lm(base, tok, "policy.name_or_path", **F.load_options(cfg.policy))
     pairs = D.reviews(cfg, "sft", sc.n_examples, split="train")
-    examples = D.encode_lm_examples(tok, pairs, sc.max_len, loss_on_prompt=False)
+    examples = encode_lm_examples(tok, pairs, sc.max_len, loss_on_prompt=False)
     gold = load_gold(cfg) if job_stage(cfg) == "sft" else None  # upstream: the formula (the model suits any gold)
     return fit_lm(cfg, "sft", model, tok, examples, sc, spec["steps"], out_dir, params={"base": str(base)},
                   upstream={"pretrain": upstream_run(cfg, base)}, gold=gold)
