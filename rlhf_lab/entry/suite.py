@@ -1,11 +1,11 @@
-"""``rlhf-lab-suite`` (``python -m rlhf_lab.entry.suite``): every claims study, resumably, then ``reports/claims.md``.
+"""``rlhf-lab-suite``: every claims study, resumably, then ``reports/claims.md``.
 
-    python -m rlhf_lab.entry.suite --dry-run             # the studies, their job counts, the expected wall time
-    python -m rlhf_lab.entry.suite                       # run them all, 2 jobs at a time, then rlhf-lab-report --claims
-    python -m rlhf_lab.entry.suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
-    python -m rlhf_lab.entry.suite --max-minutes 150     # start no study that would end past 150 min; launch again later
-    python -m rlhf_lab.entry.suite --runs reports/claims_runs.json.gz   # the report also counts the runs kept in that file
-    python -m rlhf_lab.entry.suite --max-minutes 600 --more-seeds 20    # then more seeds where 80 % power needs ≤ 20
+    rlhf-lab-suite --dry-run             # the studies, their job counts, the expected wall time
+    rlhf-lab-suite                       # run them all, 2 jobs at a time, then rlhf-lab-report --claims
+    rlhf-lab-suite --studies ref_sync,clip_eps cache_dir=/shared/cache   # some studies; overrides
+    rlhf-lab-suite --max-minutes 150     # start no study that would end past 150 min; launch again later
+    rlhf-lab-suite --runs reports/claims_runs.json.gz   # the report also counts the runs kept in that file
+    rlhf-lab-suite --max-minutes 600 --more-seeds 20    # then more seeds where 80 % power needs ≤ 20
 
 After some studies (``--studies``), when ``--out`` already holds a claims.md, the report recomputes only the claims
 those studies test (``rlhf-lab-report --claims --only``, which also reads the runs file beside it), so the other
