@@ -7,18 +7,15 @@ import math
 import pytest
 import torch
 
+from rlhf_lab.algorithms.kl import AdaptiveKLController, FixedKLController, check_kl_in_loss, kl_estimators
 from rlhf_lab.algorithms.rl_math import (
-    AdaptiveKLController,
-    FixedKLController,
     aggregate_loss,
     best_of_n_expectation,
     best_of_n_kl,
-    check_kl_in_loss,
     explained_variance,
     gae,
     group_advantages,
     group_stats,
-    kl_estimators,
     leave_one_out_baseline,
     masked_mean,
     masked_sum,

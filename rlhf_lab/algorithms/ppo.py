@@ -46,16 +46,13 @@ from torch import nn
 
 from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.algorithms.guards import Diverged, check_divergence  # noqa: F401  (Diverged: callers catch ppo.Diverged)
+from rlhf_lab.algorithms.kl import KLEstimator, check_kl_in_loss, kl_controller, kl_estimators
 from rlhf_lab.algorithms.rl_math import (
-    AdaptiveKLController,
-    FixedKLController,
     aggregate_loss,
-    check_kl_in_loss,
     explained_variance,
     gae,
     group_advantages,
     group_stats,
-    kl_estimators,
     leave_one_out_baseline,
     masked_mean,
     masked_sum,
@@ -75,14 +72,6 @@ from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.sampling import pack_rollout, response_logprobs, sample, token_logprobs, trim_padding
 from rlhf_lab.evaluation.policy import Scorer, as_gold_scorer
 from rlhf_lab.world import GoldWeights
-
-
-def make_kl_controller(kl: DictConfig):
-    if kl.name == "adaptive":
-        return AdaptiveKLController(kl.beta, kl.target, kl.horizon)
-    if kl.name == "fixed":
-        return FixedKLController(kl.beta)
-    raise ValueError(f"kl={kl.name!r}; choose fixed or adaptive")
 
 
 def check_finite(name: str, x: torch.Tensor, step: int, mask: torch.Tensor | None = None) -> None:
@@ -148,7 +137,7 @@ class PPOModule(L.LightningModule):
         self.a, self.kl_cfg, self.gen = algo, kl, gen
         self.gold = as_gold_scorer(gold)  # None: no objective/gold (external data)
         self.formula_gold = formula_gold  # the world's formula beside a gold RM: objective/formula_gold
-        self.kl_ctl = make_kl_controller(kl)
+        self.kl_ctl = kl_controller(kl.name, kl.beta, kl.target, kl.horizon)
         self.checkpoint_dir = checkpoint_dir
         self.ppo_step = 0  # completed PPO steps: the x-axis of every metric
         self.last_stats: dict[str, float] = {}
@@ -442,7 +431,7 @@ class PPOModule(L.LightningModule):
         lengths = mask.sum(1).float()
         not_ended = torch.tensor([0.0 if e else 1.0 for e in ro.ended], device=mask.device)
         kl_seq = masked_sum(kl_t, mask, dim=1)
-        per_seq = {k: masked_sum(kl_estimators(old_logp, ref_logp, k), mask, dim=1).mean().item() for k in ("k1", "k2", "k3")}
+        per_seq = {k: masked_sum(kl_estimators(old_logp, ref_logp, k), mask, dim=1).mean().item() for k in KLEstimator}
         non_score, rlhf_reward = rlhf_reward_terms(shaped, kl_seq, beta, str(self.a.kl_in))
         stats = {
             "objective/scores": scores.mean().item(),

@@ -31,63 +31,12 @@ References
 
 from __future__ import annotations
 
-from typing import Any
-
 import math
 
 import torch
 from torch import Tensor
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
-K3_LOG_RATIO_CLAMP = 20.0  # k3 exponentiates the log-ratio: beyond this it only overflows (kl_estimators)
-# estimators whose gradient, as a loss term on the policy's own samples, is a KL gradient: k1's is
-# ∇log π, zero in expectation (see :func:`check_kl_in_loss`)
-KL_LOSS_ESTIMATORS = ("k2", "k3")
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
-
-
-def check_kl_in_loss(kl_in: str, kl_estimator: str) -> None:
-    """``kl_in=loss`` needs k2 or k3. As a loss term on samples y ~ π_θ, k1 = log π_θ(y) − log π_ref(y)
-    has the gradient ∇log π_θ(y), whose expectation Σ_y π ∇log π = ∇Σ_y π = 0: the penalty would do
-    nothing. E[∇k2] = ∇KL(π‖π_ref) exactly; E[∇k3] = ∇KL(π_ref‖π) (the reverse KL, GRPO's choice)."""
-    if str(kl_in) == "loss" and str(kl_estimator) not in KL_LOSS_ESTIMATORS:
-        raise ValueError(
-            f"algo.kl_in=loss with algo.kl_estimator={kl_estimator}: the k1 term's gradient on the policy's own "
-            "samples is ∇log π, zero in expectation, so the KL penalty would do nothing. Set "
-            "algo.kl_estimator=k3 (GRPO) or k2, or algo.kl_in=reward")
-
-
-# ---------------------------------------------------------------------------
-# KL estimators
-# ---------------------------------------------------------------------------
-def kl_estimators(logp: Tensor, ref_logp: Tensor, kind: str) -> Tensor:
-    """Per-token Monte Carlo estimates of KL(pi || ref), tokens sampled from pi.
-
-    Schulman 2020, "Approximating KL Divergence". With ``logr = log ref(x) - log pi(x)``
-    (so ``r = ref/pi`` and ``E_pi[r] = 1``):
-
-    - ``k1 = -logr``                    unbiased, high variance, can be negative
-    - ``k2 = 0.5 * logr**2``            biased (low bias when pi ~ ref), always >= 0
-    - ``k3 = (r - 1) - logr``           unbiased, always >= 0, low variance
-
-    Returns a tensor with the same shape as ``logp``.
-
-    k3 exponentiates the log-ratio, so it is computed on ``logr`` clamped to ±``K3_LOG_RATIO_CLAMP`` (20): a
-    token whose log-ratio is beyond that (a ratio above 5·10⁸, e.g. a padding position, or a bf16 rounding of
-    a near-impossible token) would give ``inf``, and ``inf`` times the zero of a mask is NaN in the backward
-    pass even where the forward pass masks it. OpenRLHF clamps at ±10 and verl clamps the k3 value to ±10;
-    TRL's GRPO does not clamp. ±20 leaves every value a PPO or GRPO run here produces unchanged and only
-    removes the overflow.
-    """
-    logr = ref_logp - logp
-    if kind == "k1":
-        return -logr
-    if kind == "k2":
-        return 0.5 * logr**2
-    if kind == "k3":
-        logr = logr.clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
-        return torch.expm1(logr) - logr
-    raise ValueError(f"Unknown KL estimator kind {kind!r}; allowed values: {', '.join(KL_ESTIMATORS)}")
 
 
 # ---------------------------------------------------------------------------
@@ -371,70 +320,6 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
     if var_returns.item() == 0:
         return float("nan")
     return float(1.0 - masked_var(returns - values, mask, unbiased=False) / var_returns)
-
-
-# ---------------------------------------------------------------------------
-# KL coefficient controllers
-# ---------------------------------------------------------------------------
-def _check_beta(beta: float) -> None:
-    if not beta >= 0:
-        raise ValueError(f"kl.beta must be >= 0, got {beta}")
-
-
-class AdaptiveKLController:
-    """Adaptive KL coefficient, Ziegler et al. 2019 section 2.2.
-
-    ``e_t = clip(KL_t / KL_target - 1, -0.2, 0.2)``;
-    ``beta_{t+1} = beta_t * (1 + K_beta * e_t)`` with ``K_beta = n_steps / horizon``.
-    """
-
-    def __init__(self, init_beta: float, target: float, horizon: float) -> None:
-        self._set(init_beta, target, horizon)
-
-    def _set(self, beta: float, target: float, horizon: float) -> None:
-        _check_beta(beta)
-        if not target > 0:
-            raise ValueError(f"kl.target must be > 0 for the adaptive KL controller, got {target}")
-        if not horizon > 0:
-            raise ValueError(f"kl.horizon must be > 0 for the adaptive KL controller, got {horizon}")
-        self.beta = float(beta)
-        self.target = float(target)
-        self.horizon = float(horizon)
-
-    def update(self, current_kl: float, n_steps: int) -> float:
-        """Update beta from the measured KL after ``n_steps`` samples; returns the new beta."""
-        error = min(max(float(current_kl) / self.target - 1.0, -0.2), 0.2)
-        self.beta *= 1.0 + error * n_steps / self.horizon
-        return self.beta
-
-    def state_dict(self) -> dict[str, float]:
-        return {"beta": self.beta, "target": self.target, "horizon": self.horizon}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._set(state["beta"], state["target"], state["horizon"])
-
-
-class FixedKLController:
-    """Constant KL coefficient (Ziegler et al. 2019 without adaptation).
-
-    Same interface as :class:`AdaptiveKLController`; ``target`` / ``horizon`` are
-    accepted only so both can be built from the same config, and are ignored.
-    """
-
-    def __init__(self, init_beta: float, target: float | None = None, horizon: float | None = None) -> None:
-        _check_beta(init_beta)
-        self.beta = float(init_beta)
-
-    def update(self, current_kl: float, n_steps: int) -> float:
-        """No-op; returns the (unchanged) beta."""
-        return self.beta
-
-    def state_dict(self) -> dict[str, float]:
-        return {"beta": self.beta}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        _check_beta(state["beta"])
-        self.beta = float(state["beta"])
 
 
 # ---------------------------------------------------------------------------

@@ -9,10 +9,11 @@ multirun the job is recorded as failed and the other jobs go on (:mod:`rlhf_lab.
 
 Each group has a ``check_<group>(node)`` function; the stages keep their own guards for direct calls
 (``stages.dpo.check_config``, ``stages.ppo.check_reference``; ``stages.rm`` calls
-:func:`check_reward_model`). A leaf module: no torch, nothing from rlhf_lab but its errors
-(:mod:`rlhf_lab.config.errors`), so the check costs milliseconds. The choice lists mirror the constants of
-the code that implements them (``rl_math.KL_ESTIMATORS``, ``dpo_math.PREFERENCE_LOSS_TYPES``,
-``stages.ppo.REFERENCE_KINDS`` and ``CRITICS``, ``sampling.SAMPLERS``); ``tests/test_config_checks.py`` keeps them equal. DPO's reference kinds live here only.
+:func:`check_reward_model`). A choice that code implements is read from that code, never copied: the KL estimators
+and controllers (:mod:`rlhf_lab.algorithms.kl`), the loss aggregations (``rl_math``), DPO's losses (``dpo_math``),
+the samplers (``models.sampling``), the evaluation schedules (``evaluation.callbacks``). The choices of the PPO
+stage's wiring (``stages.ppo.REFERENCE_KINDS`` and ``CRITICS``) and DPO's reference kinds are listed here and kept
+equal by ``tests/test_config_checks.py``.
 """
 
 from __future__ import annotations
@@ -24,21 +25,20 @@ from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
+from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController, KLEstimator, KLIn
+from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key  # raised here, importable from here
+from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES
+from rlhf_lab.models.sampling import SAMPLERS
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
-KL_IN = ("reward", "loss")
 PPO_REWARDS = ("rm", "gold")
 PPO_CRITICS = ("rm", "policy", "shared", "none")
 PPO_BASELINES = ("mean", "loo")
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
 ADVANTAGE_SCALES = ("none", "group_std")
-KL_LOSS_ESTIMATORS = ("k2", "k3")
 PPO_FAMILY = ("ppo", "grpo", "rloo")  # the jobs that run the PPO stage with their own settings
 PPO_REFERENCE_KINDS = ("copy", "lora_disabled")
 DPO_REFERENCE_KINDS = ("copy", "lora_disabled", "precomputed")
-DPO_LOSS_TYPES = ("sigmoid", "ipo", "ipo_sum", "hinge")
-KL_CONTROLLERS = ("adaptive", "fixed")
 KL_UNITS = ("sequence", "token")
 DATA_SOURCES = ("world", "jsonl", "hf")
 DATA_FORMATS = ("auto", "standard", "conversational")  # external_data.FORMATS
@@ -48,8 +48,6 @@ RM_SOURCES = ("same", "different", "pretrained")
 RM_INITS = ("sft", "pretrain")
 GOLD_SOURCES = ("formula", "rm")  # stages.gold.SOURCES
 RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
-SAMPLERS = ("lab", "hf")  # models.sampling.SAMPLERS (generation.sampler)
-EVAL_SCHEDULES = ("every", "log")  # callbacks.EVAL_SCHEDULES (eval.schedule)
 
 
 def flat_keys(node: Any, prefix: str = "") -> list[str]:
@@ -307,10 +305,10 @@ def check_gold(cfg: DictConfig) -> None:
 
 
 def check_kl(kl: DictConfig) -> None:
-    name = choice(kl, "kl", "name", KL_CONTROLLERS)
+    name = choice(kl, "kl", "name", tuple(KLController))
     need_all(kl, "kl", {"beta": non_negative})
     choice(kl, "kl", "unit", KL_UNITS)
-    if name == "adaptive":
+    if name == KLController.adaptive:
         need_all(kl, "kl", {"target": positive, "horizon": positive})
 
 
@@ -329,11 +327,11 @@ def check_ppo(a: DictConfig) -> None:
         "max_approxkl": (optional(positive), "> 0 or null"),
         "max_entropy_ratio": (optional(lambda v: 0 < v <= 1), "in (0, 1] or null"),
         "clip_eps_high": (optional(positive), "> 0 or null")})
-    for key, options in (("kl_estimator", KL_ESTIMATORS), ("kl_in", KL_IN), ("reward", PPO_REWARDS),
+    for key, options in (("kl_estimator", tuple(KLEstimator)), ("kl_in", tuple(KLIn)), ("reward", PPO_REWARDS),
                          ("critic", PPO_CRITICS), ("baseline", PPO_BASELINES), ("loss_agg", LOSS_AGGREGATIONS),
                          ("advantage_scale", ADVANTAGE_SCALES)):
         choice(a, "algo", key, options)
-    if str(a.kl_in) == "loss" and str(a.kl_estimator) not in KL_LOSS_ESTIMATORS:
+    if str(a.kl_in) == "loss" and str(a.kl_estimator) not in KL_GRADIENT_ESTIMATORS:
         raise ConfigError("algo.kl_estimator", str(a.kl_estimator),
                           "k2 or k3 with algo.kl_in=loss (k1's gradient there is zero in expectation)")
     if a.batch_size % a.num_minibatches:
@@ -367,7 +365,7 @@ def check_dpo(a: DictConfig) -> None:
                          "label_smoothing": ((lambda v: 0 <= v < 0.5), "in [0, 0.5)"),
                          "max_grad_norm": (optional(positive), "> 0 or null"), "online_every": (at_least(1), ">= 1"),
                          "online_prompts": (at_least(1), ">= 1"), "eval_pairs": (at_least(1), ">= 1")})
-    loss = choice(a, "algo", "loss_type", DPO_LOSS_TYPES)
+    loss = choice(a, "algo", "loss_type", PREFERENCE_LOSS_TYPES)
     if a.label_smoothing and loss != "sigmoid":
         raise ConfigError("algo.label_smoothing", a.label_smoothing, "0 unless algo.loss_type=sigmoid")
     kind = choice(a, "algo", "reference.kind", DPO_REFERENCE_KINDS)

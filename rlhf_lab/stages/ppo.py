@@ -37,7 +37,8 @@ from rlhf_lab.world import streams as D
 from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule, StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
-from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS, check_kl_in_loss
+from rlhf_lab.algorithms.kl import check_kl_in_loss
+from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.evaluation.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
 from rlhf_lab.config.checks import ConfigError
 from rlhf_lab.data.errors import data_errors
