@@ -17,7 +17,7 @@ import mlflow
 import pytest
 import torch
 
-from rlhf_lab.config.checks import ConfigError
+from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.models import families as F
 from rlhf_lab.models.checkpoints import CheckpointError, CheckpointNotFound, load_problems
 from rlhf_lab.models.reward import NORM_FILE, RewardScorer

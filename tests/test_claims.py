@@ -13,6 +13,7 @@ import pytest
 
 from rlhf_lab.analysis import claims as C
 from rlhf_lab.analysis import fits, quantities, registry
+from rlhf_lab.analysis.provenance import provenance_rows
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.study import fit_cell, peak_cell
 
@@ -622,7 +623,7 @@ def test_provenance_rows_name_each_studys_commits_and_dates():
                        start_time=start, end_time=end)
 
     hour = 3_600_000
-    rows = C.provenance_rows([run("b", "ff65520abc", 2 * hour, 3 * hour), run("a", "ecc896c123", 0, hour),
+    rows = provenance_rows([run("b", "ff65520abc", 2 * hour, 3 * hour), run("a", "ecc896c123", 0, hour),
                               run("b", "665c774def", hour, 4 * hour), run("b", "ff65520abc", 5 * hour, 6 * hour)])
     assert rows == [["`a`", 1, "0", "ecc896c (1)", "? – 1970-01-01 01:00", "–"],
                     ["`b`", 3, "0", "665c774 (1), ff65520 (2)", "1970-01-01 01:00 – 1970-01-01 06:00", "–"]]

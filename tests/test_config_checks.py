@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlhf_lab.config import checks as C
+from rlhf_lab.config.errors import ConfigError, UnknownKey
 from tests import cli_process
 from tests.conftest import TINY, compose_cfg
 
@@ -86,10 +87,10 @@ def test_composition_errors_as_one_line(overrides, line):
 
 def test_added_keys_must_be_config_groups():
     cfg = compose_cfg(["+algo.nonsense=1"])
-    with pytest.raises(C.UnknownKey) as exc:
+    with pytest.raises(UnknownKey) as exc:
         C.check_added_keys(cfg, ["+algo.nonsense=1"], ["algo", "kl", "rm_size"])
     assert str(exc.value) == "unknown key algo.nonsense (in +algo.nonsense=1); did you mean algo.steps?"
-    with pytest.raises(C.UnknownKey, match="unknown key algo.lrr .*did you mean algo.lr[?]"):
+    with pytest.raises(UnknownKey, match="unknown key algo.lrr .*did you mean algo.lr[?]"):
         C.check_added_keys(compose_cfg(["++algo.lrr=3"]), ["++algo.lrr=3"], ["algo"])
     C.check_added_keys(cfg, ["+rm_size=medium", "+hydra.launcher.n_jobs=2", "seed=1", "+hydra/launcher=parallel"],
                        ["algo", "rm_size"])
@@ -105,7 +106,7 @@ def test_added_keys_must_be_config_groups():
     (["generation.temperature=nan"], "generation.temperature", None, "> 0"),
 ])
 def test_numbers_are_finite_and_not_negative(overrides, key, value, allowed):
-    with pytest.raises(C.ConfigError) as exc:
+    with pytest.raises(ConfigError) as exc:
         C.validate(compose_cfg(overrides))
     assert exc.value.key == key and exc.value.allowed == allowed
     if value is not None:
@@ -128,7 +129,7 @@ def test_negative_numbers_where_they_mean_something():
 def test_trainer_devices_is_a_count_or_every_gpu(overrides, allowed):
     """0 and negative counts ran one process and FINISHED; -1 on the CPU (which Lightning refuses there) asked for a
     process per core and failed naming that count."""
-    with pytest.raises(C.ConfigError) as exc:
+    with pytest.raises(ConfigError) as exc:
         C.validate(compose_cfg(overrides))
     assert exc.value.key == "trainer.devices" and exc.value.allowed == allowed
     assert str(exc.value) == f"trainer.devices must be {allowed}, got {exc.value.value!r}"
@@ -142,7 +143,7 @@ def test_the_data_size_bounds_are_at_least_1_or_null(source):
     where = f"data.path={__file__}" if source == "jsonl" else f"data.name={__file__}"
     keys = ("max_line_bytes", "max_total_bytes") if source == "jsonl" else ("max_total_bytes",)
     for key in keys:
-        with pytest.raises(C.ConfigError) as exc:
+        with pytest.raises(ConfigError) as exc:
             C.validate(compose_cfg([f"data={source}", where, f"data.{key}=0"]))
         assert str(exc.value) == f"data.{key} must be >= 1 or null (no limit), got 0"
         C.validate(compose_cfg([f"data={source}", where, f"data.{key}=null"]))
@@ -196,7 +197,7 @@ def test_cli_full_error_shows_the_traceback(tmp_path):
     (["algo=rloo", "algo.clip_eps_high=-0.1"], "algo.clip_eps_high", -0.1),
 ])
 def test_validate_names_key_value_and_what_is_allowed(overrides, key, value):
-    with pytest.raises(C.ConfigError) as exc:
+    with pytest.raises(ConfigError) as exc:
         C.validate(compose_cfg(overrides))
     err = exc.value
     assert (err.key, err.value) == (key, value)
@@ -225,5 +226,5 @@ def test_a_kl_estimator_is_one_enum_member_and_one_function(monkeypatch):
     from rlhf_lab.algorithms import kl
 
     assert set(kl.ESTIMATORS) == set(kl.KLEstimator) and all(kl.ESTIMATORS[e].__name__ == e.value for e in kl.KLEstimator)
-    with pytest.raises(C.ConfigError, match=r"algo\.kl_estimator.*k1, k2 or k3|algo\.kl_estimator.*k1, k2, k3"):
+    with pytest.raises(ConfigError, match=r"algo\.kl_estimator.*k1, k2 or k3|algo\.kl_estimator.*k1, k2, k3"):
         C.validate(compose_cfg(["algo.kl_estimator=k4"]))

@@ -185,7 +185,8 @@ def test_prompt_only_jsonl_feeds_the_ppo_prompt_stream(tmp_path):
     (["reward_model.attn_implementation=fast"], "reward_model.attn_implementation must be one of eager"),
 ])
 def test_config_checks_of_the_new_keys(overrides, line):
-    from rlhf_lab.config.checks import ConfigError, validate
+    from rlhf_lab.config.errors import ConfigError
+    from rlhf_lab.config.checks import validate
 
     with pytest.raises(ConfigError) as exc:
         validate(compose_cfg(overrides))

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rlhf_lab.config import checks as CC
+from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.world import streams as D
 from rlhf_lab.models import families as F
 from rlhf_lab.models.reward import RewardScorer
@@ -214,12 +215,12 @@ def test_the_gold_rm_is_in_the_cache_keys_and_the_formula_keeps_the_old_ones(tin
 
 
 def test_gold_rm_without_a_valid_path_fails_with_one_line_naming_gold_path(tiny_cfg, tmp_path):
-    with pytest.raises(CC.ConfigError, match=r"^gold\.path must be set with gold=rm: a reward-model artifact"):
+    with pytest.raises(ConfigError, match=r"^gold\.path must be set with gold=rm: a reward-model artifact"):
         CC.validate(tiny_cfg("gold=rm"))
-    with pytest.raises(CC.ConfigError, match=r"^gold\.path must be a reward-model artifact folder") as err:
+    with pytest.raises(ConfigError, match=r"^gold\.path must be a reward-model artifact folder") as err:
         CC.validate(tiny_cfg("gold=rm", f"gold.path={tmp_path}"))
     assert "\n" not in str(err.value)
-    with pytest.raises(CC.ConfigError, match=r"gold\.path.*gold=rm_world builds its RM on the world"):
+    with pytest.raises(ConfigError, match=r"gold\.path.*gold=rm_world builds its RM on the world"):
         CC.validate(compose_cfg(["gold=rm_world", "data=jsonl", f"data.path={__file__}"]))
     CC.validate(tiny_cfg("gold=rm_world"))  # builds its own: no folder needed
     # the stage's own guard (direct calls, no CLI check first)

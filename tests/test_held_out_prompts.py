@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 
 from rlhf_lab.data import external as X
 from rlhf_lab.data import preferences as P
-from rlhf_lab.config.checks import ConfigError, validate
+from rlhf_lab.config.errors import ConfigError
+from rlhf_lab.config.checks import validate
 from rlhf_lab.stages.common import evaluation_prompts
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
 from tests.conftest import TINY, compose_cfg

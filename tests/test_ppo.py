@@ -23,6 +23,8 @@ from rlhf_lab.models.reward import encode_texts
 from rlhf_lab.stages import ppo as ppo_stage
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.evaluation.callbacks import RewardHackingMonitor
+from rlhf_lab.evaluation.policy import GoldScorer
+from rlhf_lab.algorithms.guards import Diverged
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import response_logprobs, sample
 
@@ -57,7 +59,7 @@ def _one_thread():
 def _module(cfg, **kw):
     sft = stages.ensure("sft", cfg)
     tok = F.load_tokenizer(sft)
-    scorer = ppo_stage.GoldScorer(gold_weights(cfg))
+    scorer = GoldScorer(gold_weights(cfg))
     policy, reference, critic = ppo_stage.build_models(cfg.algo, sft, tok, scorer)
     return ppo.PPOModule(policy, reference, critic, tok, scorer, lambda s: ["how was the lamp ?"] * 8, cfg.algo,
                          cfg.kl, cfg.generation, gold_weights(cfg), **kw), sft, tok
@@ -266,7 +268,7 @@ def test_ppo_with_trained_reward_model_and_rm_critic(tiny_cfg, tmp_path):
 ])
 def test_divergence_stops_the_run_failed(tiny_cfg, tmp_path, overrides, match):
     db = tmp_path / "mlflow.db"
-    with pytest.raises((ppo.Diverged, FloatingPointError), match=match):
+    with pytest.raises((Diverged, FloatingPointError), match=match):
         stages.run_job(tiny_cfg(*PPO_TINY, *overrides, mlflow_db=db), tmp_path / "out")
     row = _runs(db).iloc[0]
     assert row["tags.rlhf_lab.stage"] == "ppo" and row["status"] == "FAILED" and "algo." in row["tags.rlhf_lab.error"]

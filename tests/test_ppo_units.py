@@ -190,7 +190,7 @@ def test_compiled_passes_give_the_eager_losses_and_gradients(tiny_cfg, checkpoin
 
 
 def test_compile_needs_packing_and_a_cpp_compiler(tiny_cfg, monkeypatch):
-    from rlhf_lab.config.checks import ConfigError
+    from rlhf_lab.config.errors import ConfigError
 
     ppo_stage.check_compile(tiny_cfg("algo.compile=false", "algo.packing=false"))  # off: nothing to check
     with pytest.raises(ConfigError, match="algo.compile must be false unless algo.packing=true"):

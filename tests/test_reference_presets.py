@@ -104,7 +104,8 @@ def test_sft_at_preset_builds_or_reuses_that_presets_sft_and_shares_the_tokenize
     (["algo=dpo", "algo.reference.seed=1"], "algo.reference.seed"),  # PPO only
 ])
 def test_reference_seed_is_refused_where_it_builds_nothing(overrides, key):
-    from rlhf_lab.config.checks import ConfigError, check_dpo, check_ppo
+    from rlhf_lab.config.errors import ConfigError
+    from rlhf_lab.config.checks import check_dpo, check_ppo
 
     cfg = compose_cfg(overrides)
     with pytest.raises(ConfigError, match=key):

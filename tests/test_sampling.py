@@ -224,6 +224,7 @@ def test_sampler_is_a_generation_key_left_out_of_artifact_specs():
     """``generation.sampler`` is in the config (default lab) and checked, but not in the specs that key cached
     artifacts (preference pairs, DPO): both samplers draw the same tokens."""
     from rlhf_lab.config import checks as C
+    from rlhf_lab.config.errors import ConfigError
     from rlhf_lab.stages.common import generation_spec
     from tests.conftest import compose_cfg
 
@@ -232,7 +233,7 @@ def test_sampler_is_a_generation_key_left_out_of_artifact_specs():
     assert generation_spec(lab) == generation_spec(hf)
     assert set(generation_spec(lab)) == set(lab.generation) - {"sampler"}
     C.check_generation(hf.generation)
-    with pytest.raises(C.ConfigError, match="generation.sampler"):
+    with pytest.raises(ConfigError, match="generation.sampler"):
         C.check_generation(compose_cfg(["generation.sampler=vllm"]).generation)
 
 

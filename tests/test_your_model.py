@@ -156,7 +156,8 @@ def test_an_encoder_rm_reads_the_mean_embedding_and_ignores_padding(tmp_path):
 def test_minilm_without_its_extra_is_one_clear_line(monkeypatch):
     import importlib.util
 
-    from rlhf_lab.config.checks import ConfigError, check_reward_model
+    from rlhf_lab.config.errors import ConfigError
+    from rlhf_lab.config.checks import check_reward_model
     from tests.conftest import compose_cfg
 
     rc = compose_cfg(["reward_model=minilm"]).reward_model

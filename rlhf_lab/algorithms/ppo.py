@@ -45,7 +45,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from rlhf_lab.runs import distributed, tracking
-from rlhf_lab.algorithms.guards import Diverged, check_divergence  # noqa: F401  (Diverged: callers catch ppo.Diverged)
+from rlhf_lab.algorithms.guards import check_divergence
 from rlhf_lab.algorithms.kl import KLEstimator, check_kl_in_loss, kl_controller, kl_estimators
 from rlhf_lab.algorithms.rl_math import (
     aggregate_loss,

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
-from rlhf_lab.analysis.provenance import (  # noqa: F401 (provenance_rows: read from here too)
+from rlhf_lab.analysis.provenance import (
     PROVENANCE,
     PROVENANCE_HEADER,
     REPRODUCE_SUFFIX,

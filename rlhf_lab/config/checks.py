@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
 from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController, KLEstimator, KLIn
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
-from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key  # raised here, importable from here
+from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
 from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES
 from rlhf_lab.models.sampling import SAMPLERS
 

@@ -1,7 +1,7 @@
 """The errors of a bad config value, as the user sees them: :class:`ConfigError` (one line naming the key, the value
 given and what is allowed) and :class:`UnknownKey` (a key the config does not have, with the closest one). The CLI
 prints either on one line and exits 2 (:func:`rlhf_lab.config.checks.exit_on_bad_config`). A leaf module:
-:mod:`rlhf_lab.config.checks` raises them and gives them to the rest of the package under its own name."""
+:mod:`rlhf_lab.config.checks` raises them; every other module imports them from here."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.data import external as X
-from rlhf_lab.config.checks import ConfigError
+from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.data.files import MAX_LINE_BYTES, MAX_TOTAL_BYTES, dataset_rows, jsonl_rows, load_hf_dataset
 from rlhf_lab.data.external import ChatRenderer
 from rlhf_lab.runs.process import to_plain

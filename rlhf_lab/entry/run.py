@@ -11,7 +11,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.config.checks import ConfigError, composition_error_line, exit_on_bad_config
+from rlhf_lab.config.errors import ConfigError
+from rlhf_lab.config.checks import composition_error_line, exit_on_bad_config
 from rlhf_lab.data.errors import DataError
 from rlhf_lab.runs.identity import running
 from rlhf_lab.runs.states import (

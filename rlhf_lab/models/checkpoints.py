@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
-from rlhf_lab.config.checks import ConfigError
+from rlhf_lab.config.errors import ConfigError
 
 FOLDER_FIX = "point {key} at a folder written by save_pretrained (config.json, its weights and the tokenizer files)"
 WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # transformers' names
@@ -31,7 +31,7 @@ N_EXAMPLES = 2  # weight names quoted in a message
 
 class CheckpointError(ConfigError):
     """A checkpoint (a folder or hub name given by a config key) that cannot be used as it is: ``str(err)`` is one
-    line, ``<key>='<folder>': <problem>; <fix>``. A :class:`~rlhf_lab.config.checks.ConfigError`: the CLI prints it
+    line, ``<key>='<folder>': <problem>; <fix>``. A :class:`~rlhf_lab.config.errors.ConfigError`: the CLI prints it
     and exits with status 2."""
 
     def __init__(self, key: str, where: Any, problem: str, fix: str | None = None) -> None:

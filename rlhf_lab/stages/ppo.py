@@ -40,7 +40,7 @@ from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.kl import check_kl_in_loss
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.evaluation.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
-from rlhf_lab.config.checks import ConfigError
+from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
@@ -61,7 +61,6 @@ from rlhf_lab.stages.common import (
     trainer_kwargs,
     upstream_run,
 )
-from rlhf_lab.evaluation.policy import GoldScorer  # noqa: F401  (algo.reward=gold; re-exported for callers)
 from rlhf_lab.stages import gold as G
 from rlhf_lab.data.preferences import external_prompts
 
@@ -80,7 +79,7 @@ def check_config(algo: DictConfig) -> None:
 
 def check_compile(cfg: DictConfig) -> None:
     """``algo.compile`` compiles the packed passes (``algo.packing``), and on CPU inductor builds C++ kernels: a
-    :class:`~rlhf_lab.config.checks.ConfigError` (one line, exit 2 from the CLI) before any model loads where either
+    :class:`~rlhf_lab.config.errors.ConfigError` (one line, exit 2 from the CLI) before any model loads where either
     is missing."""
     if not cfg.algo.get("compile"):
         return
