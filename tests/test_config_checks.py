@@ -10,6 +10,7 @@ import pytest
 
 from rlhf_lab.config import checks as C
 from rlhf_lab.config.errors import ConfigError, UnknownKey
+from rlhf_lab.config.rules import check_added_keys
 from tests import cli_process
 from tests.conftest import TINY, compose_cfg
 
@@ -88,11 +89,11 @@ def test_composition_errors_as_one_line(overrides, line):
 def test_added_keys_must_be_config_groups():
     cfg = compose_cfg(["+algo.nonsense=1"])
     with pytest.raises(UnknownKey) as exc:
-        C.check_added_keys(cfg, ["+algo.nonsense=1"], ["algo", "kl", "rm_size"])
+        check_added_keys(cfg, ["+algo.nonsense=1"], ["algo", "kl", "rm_size"])
     assert str(exc.value) == "unknown key algo.nonsense (in +algo.nonsense=1); did you mean algo.steps?"
     with pytest.raises(UnknownKey, match="unknown key algo.lrr .*did you mean algo.lr[?]"):
-        C.check_added_keys(compose_cfg(["++algo.lrr=3"]), ["++algo.lrr=3"], ["algo"])
-    C.check_added_keys(cfg, ["+rm_size=medium", "+hydra.launcher.n_jobs=2", "seed=1", "+hydra/launcher=parallel"],
+        check_added_keys(compose_cfg(["++algo.lrr=3"]), ["++algo.lrr=3"], ["algo"])
+    check_added_keys(cfg, ["+rm_size=medium", "+hydra.launcher.n_jobs=2", "seed=1", "+hydra/launcher=parallel"],
                        ["algo", "rm_size"])
 
 

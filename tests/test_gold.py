@@ -145,7 +145,7 @@ EVAL = ["eval.n_prompts=12", "eval.n_samples_logged=12", "eval.n_test_prompts=6"
 
 
 def test_eval_gold_metrics_are_the_gold_rm_scores_with_the_formula_beside_them(tiny_cfg, gold_rms, random_policy):
-    from rlhf_lab.stages.common import evaluate
+    from rlhf_lab.stages.evaluate import evaluate
 
     policy, tok = random_policy
     cfg = tiny_cfg(*EVAL, "gold=rm", f"gold.path={gold_rms['along']}")
@@ -182,7 +182,7 @@ def test_the_gold_rm_is_in_the_cache_keys_and_the_formula_keeps_the_old_ones(tin
                                                                             tmp_path):
     from rlhf_lab.stages import dpo, prefs
     from rlhf_lab.stages import rm as rm_stage
-    from rlhf_lab.stages.common import cache_for
+    from rlhf_lab.stages.registry import cache_for
 
     monkeypatch.setattr(prefs, "ensure", lambda stage, cfg: "/fake/sft")  # no SFT to train for a spec
     monkeypatch.setattr(dpo, "ensure", lambda stage, cfg: "/fake/sft")

@@ -16,7 +16,7 @@ from rlhf_lab.data import external as X
 from rlhf_lab.data import preferences as P
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.checks import validate
-from rlhf_lab.stages.common import evaluation_prompts
+from rlhf_lab.stages.evaluate import evaluation_prompts
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
 from tests.conftest import TINY, compose_cfg
 
@@ -150,13 +150,13 @@ WORLD_BEFORE = {"prefs_key": "aecd283b69de34e7", "rm_key": "4495f3c51e640e49", "
 
 def test_the_world_is_unchanged(monkeypatch, tmp_path):
     from rlhf_lab.world import streams as D
-    from rlhf_lab.stages import common, prefs, rm, sft
-    from rlhf_lab.stages.common import cache_for, stage_module
+    from rlhf_lab.stages import gold, prefs, presets, registry, rm, sft
+    from rlhf_lab.stages.registry import cache_for, stage_module
 
     def key_only(stage, cfg):  # the artifact's cache path, nothing built
         return cache_for(cfg).path(stage, stage_module(stage).spec(cfg))
 
-    for m in (prefs, rm, sft, common):
+    for m in (prefs, rm, sft, registry, presets, gold):
         monkeypatch.setattr(m, "ensure", key_only, raising=False)
     cfg = compose_cfg(TINY + [f"cache_dir={tmp_path}", "algo=rm"])
     digest = lambda x: hashlib.sha256(json.dumps(x).encode()).hexdigest()[:16]  # noqa: E731

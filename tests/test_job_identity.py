@@ -110,14 +110,14 @@ def test_local_inputs_are_the_path_keys_and_path_like_values_that_exist(tmp_path
 
 
 def test_the_code_digest_is_source_digest_unchanged():
-    """stages.common.source_digest (part of the start evaluation's cache key) moved here: same function, same value."""
-    from rlhf_lab.stages import common
+    """The start evaluation's cache key (stages.evaluate) uses this code digest: same function, same value."""
+    from rlhf_lab.stages import evaluate
 
     root = ROOT / "rlhf_lab"
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
-    assert common.source_digest is J.source_digest and J.source_digest() == h.hexdigest()[:16]
+    assert evaluate.source_digest is J.source_digest and J.source_digest() == h.hexdigest()[:16]
 
 
 def test_changed_parts_names_what_differs():

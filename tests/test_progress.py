@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from rlhf_lab.runs.progress import StageBar
-from rlhf_lab.stages.common import trainer_kwargs
+from rlhf_lab.stages.training import trainer_kwargs
 from tests.conftest import compose_cfg
 
 

@@ -14,7 +14,7 @@ from rlhf_lab.data.preferences import PreferencePair
 from rlhf_lab.models.batching import pad_right
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer, aggregate, encode_texts, rm_forward
-from rlhf_lab.stages.common import model_size
+from rlhf_lab.stages.training import model_size
 from rlhf_lab.world import ReviewGenerator
 
 PROMPTS = ["write a review of the blender .", "what do you think of the kettle ?", "review the lamp .",

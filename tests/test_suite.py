@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from rlhf_lab.entry import suite, suite_seeds, sweeps as sweeping
 from rlhf_lab.runs.identity import job_identity
-from rlhf_lab.stages.common import parse_preset_ref
+from rlhf_lab.stages.presets import parse_preset_ref
 from rlhf_lab.runs.tracking import find_finished_run, job_overrides, study_digest
 
 SUITE = [s for s, _ in suite.SUITE]
@@ -42,9 +42,9 @@ def jobs(plans):
 
 
 def n_evaluations(cfg) -> int:
-    """Evaluations of a PPO job: at step 0, at the steps of eval.schedule (stages.common.eval_steps), and at
+    """Evaluations of a PPO job: at step 0, at the steps of eval.schedule (stages.training.eval_steps), and at
     the end."""
-    from rlhf_lab.stages.common import eval_steps
+    from rlhf_lab.stages.training import eval_steps
 
     steps = int(cfg.trainer.max_steps if cfg.trainer.max_steps is not None else cfg.algo.steps)
     return len({0, steps} | set(eval_steps(cfg, steps)))
@@ -174,7 +174,7 @@ def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_w
     reward_model.seed: ${seed}: the RM an upstream stage trains takes the job's seed, and so does its cache key."""
     from rlhf_lab.analysis.registry import CLAIMS, SUITE_VERSIONS
     from rlhf_lab.stages import rm as rm_stage
-    from rlhf_lab.stages.common import cache_for, stage_seed
+    from rlhf_lab.stages.registry import cache_for, stage_seed
 
     rm_claims = {c.id for c in CLAIMS if c.min_rms}
     assert rm_claims == {"C10", "C13", "C16", "C17", "C18", "C19", "C20"}

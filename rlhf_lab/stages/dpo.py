@@ -43,19 +43,9 @@ from rlhf_lab.runs.process import computes, to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.common import (
-    ensure,
-    eval_steps,
-    evaluate,
-    generation_spec,
-    job_steps,
-    model_size,
-    stage_seed,
-    gold_summary,
-    held_out_summary,
-    trainer_kwargs,
-    upstream_run,
-)
+from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary
+from rlhf_lab.stages.registry import ensure, generation_spec, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 
 WHAT = "DPO policy"
 

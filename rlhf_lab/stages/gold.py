@@ -35,7 +35,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlhf_lab.runs.cache import MANIFEST_FILE, META_FILE, SPEC_FILE, path_digest
 from rlhf_lab.evaluation.policy import Gold
 from rlhf_lab.models.reward import NORM_FILE, RewardScorer
-from rlhf_lab.stages.common import ensure, world_gold
+from rlhf_lab.stages.evaluate import world_gold
+from rlhf_lab.stages.registry import ensure
 
 SOURCES = ("formula", "rm")
 BUILD_JOB = "gold_rm"  # algo.name of the config that builds the gold RM: no stage of it is the job

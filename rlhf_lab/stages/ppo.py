@@ -47,20 +47,10 @@ from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
 from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, job_phases, launch_path, to_plain
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.common import (
-    checkpoint_path,
-    ensure,
-    eval_steps,
-    evaluate,
-    job_steps,
-    model_size,
-    stage_seed,
-    gold_summary,
-    held_out_summary,
-    start_evaluation,
-    trainer_kwargs,
-    upstream_run,
-)
+from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, start_evaluation
+from rlhf_lab.stages.presets import checkpoint_path
+from rlhf_lab.stages.registry import ensure, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 from rlhf_lab.stages import gold as G
 from rlhf_lab.data.preferences import external_prompts
 

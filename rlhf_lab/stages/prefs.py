@@ -32,7 +32,7 @@ from rlhf_lab.data.preferences import (
 from rlhf_lab.runs.progress import work_bar
 from rlhf_lab.runs.process import to_plain
 from rlhf_lab.stages import gold as G
-from rlhf_lab.stages.common import ensure, generation_spec, upstream_run
+from rlhf_lab.stages.registry import ensure, generation_spec, upstream_run
 
 WHAT = "preference pairs"
 

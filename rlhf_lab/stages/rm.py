@@ -38,7 +38,8 @@ from rlhf_lab.data.preferences import validate_pairs
 from rlhf_lab.runs.process import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
-from rlhf_lab.stages.common import cache_for, ensure, job_steps, model_size, stage_seed, trainer_kwargs, upstream_run
+from rlhf_lab.stages.registry import cache_for, ensure, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.training import model_size, trainer_kwargs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 
 WHAT = "reward model"

@@ -14,7 +14,8 @@ from rlhf_lab.models.batching import encode_lm_examples
 from rlhf_lab.world import streams as D
 from rlhf_lab.models import families as F
 from rlhf_lab.runs.process import to_plain
-from rlhf_lab.stages.common import ensure, fit_lm, job_stage, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.registry import ensure, job_stage, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.training import fit_lm
 from rlhf_lab.stages.gold import load_gold
 
 WHAT = "SFT policy"

@@ -1,0 +1,166 @@
+"""A job's evaluations: the fixed held-out prompts (world or external data), the policy's metrics on them, the
+start-of-run evaluation kept in the cache for every job that would compute the same one, and the job summary's
+gold lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from rlhf_lab.world import streams as D
+from rlhf_lab.runs import tracking
+from rlhf_lab.runs.cache import announce_reuse, write_json_atomic
+from rlhf_lab.data.errors import data_errors
+from rlhf_lab.runs.identity import source_digest  # the code's digest, part of the start evaluation's key
+from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.stages.registry import cache_for
+
+
+OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_ood_se",
+             "formula_gold_reward": "formula_gold_reward_ood", "formula_gold_reward_se": "formula_gold_reward_ood_se",
+             "proxy_reward": "proxy_reward_ood", "proxy_reward_se": "proxy_reward_ood_se"}
+
+
+def world_gold(cfg: DictConfig):
+    """The world's formula as a scorer (:class:`rlhf_lab.evaluation.policy.GoldScorer`) with ``data=world``; None with
+    external data. The job's gold (the formula or a gold RM, config group ``gold``) is
+    :func:`rlhf_lab.stages.gold.load_gold`."""
+    from rlhf_lab.evaluation.policy import GoldScorer
+
+    return GoldScorer(D.gold_weights(cfg)) if cfg.data.source == "world" else None
+
+
+def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
+    """The fixed prompts of an evaluation split. World data: :func:`rlhf_lab.world.streams.eval_prompts`. External data
+    (``data=jsonl|hf``): the first ``eval.n_prompts`` of the dataset's eval-split prompts, or the first
+    ``eval.n_test_prompts`` of its test-split ones (all of them when it has fewer;
+    :func:`rlhf_lab.data.preferences.external_prompts`: split by prompt, never a training prompt, eval and test
+    disjoint), no ``ood``."""
+    if cfg.data.source == "world":
+        return D.eval_prompts(cfg, split)
+    from rlhf_lab.data.preferences import external_prompts
+
+    if split == "ood":
+        return []
+    with data_errors():
+        _, eval_prompts, test_prompts = external_prompts(cfg)
+    n = int(cfg.eval[D.EVAL_SIZE_KEYS[split]])
+    return (eval_prompts if split == "eval" else test_prompts)[:n]
+
+
+def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None,
+             ood: bool = True):
+    """Metrics and a samples table of `policy` on fixed evaluation prompts.
+
+    `gold` (:class:`rlhf_lab.evaluation.policy.Gold`): the job's gold, :func:`rlhf_lab.stages.gold.load_gold` (with a gold
+    RM also the ``formula_gold_reward`` metrics); None is the world's formula (the upstream pretrain and SFT runs,
+    whose models every gold shares).
+
+    ``eval`` (every evaluation during training): ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with
+    the SEs and the halves A/B. ``test`` (the start and the end of a policy job only): ``test/*`` on
+    ``eval.n_test_prompts`` test-split prompts, plus the OOD slice (``eval/gold_reward_ood``, ``_se``, and
+    the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 and `ood` (rewards only, no forward passes).
+    Each prompt list samples with its own fixed seed (common random numbers across evaluations and runs)."""
+    from rlhf_lab.evaluation.policy import Gold, evaluate_policy
+
+    e = cfg.eval
+    g = gold if gold is not None else Gold(world_gold(cfg))
+    kw = dict(gen=cfg.generation, gold=g.scorer, formula_gold=g.formula, scorer=scorer, batch_size=int(e.batch_size),
+              samples_per_prompt=int(e.samples_per_prompt))
+    seed = lambda s: D.stream_seed(cfg.world.seed, f"{s}/sampling")  # noqa: E731
+    if split == "eval":
+        return evaluate_policy(policy, tok, evaluation_prompts(cfg, "eval"), reference=reference,
+                               n_rows=e.n_samples_logged, prefix="eval/", halves=True, seed=seed("eval"), **kw)
+    if split != "test":
+        raise ValueError(f"evaluate(split={split!r}): choose eval or test")
+    metrics, rows = evaluate_policy(policy, tok, evaluation_prompts(cfg, "test"), reference=reference,
+                                    n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
+    ood_prompts = evaluation_prompts(cfg, "ood") if ood and int(e.n_ood_prompts) > 0 else []
+    if ood_prompts:
+        ood, _ = evaluate_policy(policy, tok, ood_prompts, prefix="", seed=seed("ood"),
+                                 details=False, **kw)
+        metrics.update({f"eval/{OOD_NAMES[k]}": v for k, v in ood.items() if k in OOD_NAMES})
+    return metrics, rows
+
+
+# The config keys that cannot change a policy job's evaluations at its start, where the policy is still the SFT
+# policy: its seed (every evaluation samples with the world's own seeds), the KL controller, when later evaluations
+# run, and the settings of the rollouts and updates. Every other key (and the code) is part of the start's key.
+START_EVAL_IGNORES = (
+    "seed", "kl", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points", "algo.steps",
+    "algo.batch_size", "algo.samples_per_prompt", "algo.ppo_epochs", "algo.num_minibatches", "algo.lr",
+    "algo.critic_lr", "algo.clip_eps", "algo.clip_eps_high", "algo.loss_agg", "algo.value_clip_eps", "algo.vf_coef",
+    "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",
+    "algo.trim_minibatches", "algo.compile", "algo.kl_estimator", "algo.kl_in", "algo.baseline", "algo.advantage_scale",
+    "algo.length_penalty", "algo.missing_eos_penalty", "algo.reward_clip", "algo.checkpoint_every",
+    "algo.hacking_monitor", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl", "algo.max_entropy_ratio",
+    "algo.reference.sync_every")
+
+
+START_EVAL_FILE = "start_evaluation.json"
+
+
+def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
+    """For ``eval.reuse_start`` (default true): the policy job's evaluations at its start (``eval/*`` and ``test/*``
+    of the SFT policy, before any update), kept in the artifact cache (``start_eval/``) and reused by every job that
+    would compute the same ones: the same SFT policy, reference, reward, gold and evaluation settings, and the same
+    code, whatever its seed, β or update settings (:data:`START_EVAL_IGNORES`). Reused, the metrics and sample rows
+    are the computed ones to the last digit (the evaluations sample under their own seeds, outside the training's
+    random stream, so skipping them changes nothing else). Returns `(split, compute) -> (metrics, rows)` for
+    :class:`rlhf_lab.evaluation.callbacks.PeriodicEval`, or None (``eval.reuse_start=false``: computed by every job)."""
+    if not cfg.eval.get("reuse_start", False):
+        return None
+    config = drop_keys(to_plain(cfg), (*NOT_COMPUTED, *START_EVAL_IGNORES))
+    base = {"job": stage, "sft": str(spec["sft"]), "reference": spec.get("reference"), "config": config,
+            "code": source_digest()}
+    cache = cache_for(cfg)
+
+    def start(split: str, compute):
+        done: list = []
+
+        def build(tmp: Path):
+            done.append(compute())
+            write_json_atomic(tmp / START_EVAL_FILE, {"metrics": done[0][0], "rows": done[0][1]})
+            return {"split": split}
+
+        try:
+            path, built = cache.get_or_build("start_eval", {**base, "split": split}, build)
+        except OSError as err:  # a read-only or full cache: the job computes its own, as with reuse_start=false
+            print(f"[rlhf-lab] {stage}: could not keep the start-of-run evaluation in the cache ({err}); computed "
+                  "by this job (eval.reuse_start=false silences this)", flush=True)
+            return done[0] if done else compute()
+        if not built:
+            announce_reuse(stage, f"start-of-run evaluation ({split}/*) of the SFT policy", path)
+        tracking.set_tag(f"rlhf_lab.start_eval.{split}", str(path))
+        data = json.loads((path / START_EVAL_FILE).read_text())
+        return data["metrics"], data["rows"]
+
+    return start
+
+
+def gold_summary(first: dict, last: dict, start: str, end: str) -> str:
+    """The job summary's gold figure: test-split gold (± its SE) at the start and at the end of the job."""
+    def fmt(m: dict) -> str:
+        return f"{m.get('test/gold_reward', float('nan')):.3f} ± {m.get('test/gold_reward_se', float('nan')):.3f}"
+
+    if "test/gold_reward" not in (last or {}):
+        return "no gold reward (external data: data=jsonl|hf)"
+    return f"{fmt(first)} -> {fmt(last)} ({start} -> {end}; test prompts, ± SE)"
+
+
+def held_out_summary(ev) -> dict[str, str]:
+    """The job summary's gold on the eval prompts (first -> last evaluation, the last one's SE) and on the held-out
+    products (start -> end of the job, ± SE), where they were logged."""
+    out = {}
+    g0, g1 = ev.first.get("eval/gold_reward", float("nan")), ev.last.get("eval/gold_reward")
+    if g1 is not None:
+        out["eval gold"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
+                            f"{ev.last.get('eval/gold_reward_se', float('nan')):.3f})")
+    t0, t1 = ev.test_first, ev.test_last
+    if "eval/gold_reward_ood" in t1:
+        out["ood gold"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
+                           f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
+                           "(held-out products)")
+    return out

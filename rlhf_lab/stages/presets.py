@@ -1,0 +1,89 @@
+"""Checkpoints named in config by stage and policy preset (``sft@a_tiny``, ``pretrain@a_medium``): the preset's
+config, its tokenizer check, and its artifact through :func:`rlhf_lab.stages.registry.ensure`."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlhf_lab.stages.registry import ensure
+
+
+PRESET_STAGES = ("pretrain", "sft")  # stages whose artifact is a causal LM with its tokenizer
+
+
+def policy_presets() -> list[str]:
+    """The names of the policy presets (``conf/policy/<name>.yaml``)."""
+    from importlib.resources import files
+
+    return sorted(p.name[: -len(".yaml")] for p in files("rlhf_lab.conf").joinpath("policy").iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def policy_preset(name: str, key: str = "policy") -> DictConfig:
+    """The policy config of a preset, as ``policy=<name>`` composes it (``conf/policy/<name>.yaml``)."""
+    from importlib.resources import files
+
+    f = files("rlhf_lab.conf").joinpath("policy", f"{name}.yaml")
+    if not f.is_file():
+        raise ValueError(f"{key}: no policy preset {name!r}; the presets are {', '.join(policy_presets())}")
+    node = OmegaConf.create(f.read_text())
+    with open_dict(node):
+        node.pop("defaults", None)
+    return node
+
+
+def parse_preset_ref(value: Any) -> tuple[str, str] | None:
+    """``(stage, preset)`` for a value ``<stage>@<policy preset>`` (e.g. ``sft@a_tiny``), else None."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"([a-z]+)@([A-Za-z0-9_.-]+)", str(value).strip())
+    if m is None or m.group(1) not in PRESET_STAGES or Path(str(value)).exists():
+        return None
+    return m.group(1), m.group(2)
+
+
+def preset_config(cfg: DictConfig, preset: str, key: str) -> DictConfig:
+    """`cfg` with ``policy`` replaced by the preset, checked to share the policy's tokenizer.
+
+    A family's tokenizer is trained on the family's corpus sample (``pretrain_<family>``: world and
+    ``pretrain.n_texts``) with ``vocab_size`` tokens, whatever the size, so two presets of one family with
+    the same ``vocab_size`` share it (the family-a presets all do)."""
+    p, pol = policy_preset(preset, key), cfg.policy
+    if pol.get("name_or_path"):
+        raise ValueError(f"{key}: the preset {preset!r} is trained on the world, with the world's tokenizer, but the "
+                         f"policy is the checkpoint policy.name_or_path={pol.name_or_path!r}; give {key} a checkpoint "
+                         "folder with the policy's tokenizer instead")
+    if (str(p.family), int(p.vocab_size)) != (str(pol.family), int(pol.vocab_size)):
+        same = [n for n in policy_presets() if (str(policy_preset(n).family), int(policy_preset(n).vocab_size))
+                == (str(pol.family), int(pol.vocab_size))]
+        raise ValueError(f"{key}: the preset {preset!r} (family {p.family}, vocab_size {p.vocab_size}) has another "
+                         f"tokenizer than the policy (family {pol.family}, vocab_size {pol.vocab_size}); the per-token "
+                         f"log-ratios need one tokenizer. Presets that share it: {', '.join(same) or 'none'}")
+    c = copy.deepcopy(cfg)
+    with open_dict(c):
+        c.policy = p
+    return c
+
+
+def checkpoint_path(cfg: DictConfig, value: Any, key: str, tokenizer_of=None) -> str:
+    """A checkpoint named in config. ``<stage>@<policy preset>`` (``sft@a_tiny``, ``pretrain@a_medium``) is that
+    preset's artifact of `stage`, built first (as its own MLflow run) or reused through :func:`ensure` with every
+    other setting of `cfg`; any other value (a folder, a hub name) is returned as it is. With `tokenizer_of` (a
+    checkpoint folder, e.g. the policy's SFT) the resolved checkpoint must have the same tokenizer."""
+    ref = parse_preset_ref(value)
+    if ref is None:
+        return str(value)
+    stage, preset = ref
+    path = str(ensure(stage, preset_config(cfg, preset, key)))
+    if tokenizer_of is not None:
+        from rlhf_lab.models import families as F
+
+        if not F.same_tokenizer(F.load_tokenizer(path, key), F.load_tokenizer(tokenizer_of, key)):
+            raise ValueError(f"{key}={value}: the checkpoint {path} has another tokenizer than {tokenizer_of}; "
+                             "the per-token log-ratios need one tokenizer")
+    return path

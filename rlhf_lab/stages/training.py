@@ -1,0 +1,115 @@
+"""What the trained stages share: the Lightning trainer's arguments, the evaluation steps, model sizes, and the
+causal-LM training run of ``pretrain`` and ``sft`` (:func:`fit_lm`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from rlhf_lab.models.batching import collate_right
+from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs.process import to_plain
+from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
+from rlhf_lab.stages.evaluate import evaluate, gold_summary
+from rlhf_lab.stages.registry import job_stage, stage_seed
+
+
+def eval_steps(cfg: DictConfig, total_steps: int) -> list[int]:
+    """The job's evaluation steps after step 0 from ``eval.schedule`` (callbacks.evaluation_steps)."""
+    from rlhf_lab.evaluation.callbacks import evaluation_steps
+
+    e = cfg.eval
+    return evaluation_steps(e.schedule, total_steps, e.every_n_steps, e.n_points)
+
+
+def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callbacks: list | tuple = (),
+                   steps_per_unit: int = 1, label: str | None = None) -> dict:
+    """Lightning Trainer arguments for `stage`: `steps` units of `steps_per_unit` optimizer steps each (a PPO
+    step is several), its `callbacks` and, when ``trainer.progress_bar``, a bar named `label` (default: the
+    stage) that counts units (:class:`rlhf_lab.runs.progress.StageBar`). Only the job stage runs on
+    ``trainer.devices`` processes with ``trainer.strategy``; upstream stages are built by one process
+    (rlhf_lab/runs/distributed.py)."""
+    from rlhf_lab.runs.progress import StageBar
+
+    t = cfg.trainer
+    show_bar = bool(t.progress_bar)
+    kw = dict(
+        max_steps=int(steps) * int(steps_per_unit), accelerator=t.accelerator, devices=1, precision=t.precision,
+        log_every_n_steps=t.log_every_n_steps, enable_checkpointing=False, enable_model_summary=False,
+        default_root_dir=str(out_dir), num_sanity_val_steps=0,
+    )
+    if job_stage(cfg) == stage and distributed.n_processes(cfg) > 1:
+        kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=strategy(t),
+                  use_distributed_sampler=False)  # the loaders slice each global batch (GlobalBatchSampler)
+        show_bar = show_bar and distributed.is_rank_zero()
+    elif job_stage(cfg) == stage and t.get("strategy") not in (None, "auto"):
+        kw["strategy"] = strategy(t)
+    bar = [StageBar(label or stage, int(steps), steps_per_unit)] if show_bar else []
+    kw.update(enable_progress_bar=show_bar, callbacks=[*bar, *callbacks])
+    return kw
+
+
+def strategy(t: DictConfig):
+    """``trainer.strategy`` as Lightning takes it: a name, or a ``_target_`` config of a Strategy object."""
+    s = t.get("strategy", "auto")
+    if isinstance(s, DictConfig):
+        from hydra.utils import instantiate
+
+        return instantiate(s)
+    return str(s)
+
+
+def model_size(model, *also_trained) -> dict[str, float]:
+    """``model/params_total``: the parameters of the model the stage produces (LoRA adapters included);
+    ``model/params_trainable``: those the optimiser updates, in it and in `also_trained` (e.g. PPO's critic)."""
+    def trainable(m) -> int:
+        return sum(p.numel() for p in m.parameters() if p.requires_grad) if m is not None else 0
+
+    return {"model/params_total": float(sum(p.numel() for p in model.parameters())),
+            "model/params_trainable": float(trainable(model) + sum(trainable(m) for m in also_trained))}
+
+
+def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: DictConfig, steps: int,
+           out_dir: Path, params: dict, upstream: dict[str, str] | None = None, gold=None) -> dict:
+    """Train a causal LM with next-token cross-entropy (pretrain and sft) as one MLflow run; save it. `gold`: the
+    job's gold for its evaluations (:func:`evaluate`; None: the formula, as for an upstream stage)."""
+    import time
+
+    import lightning as L
+    import torch
+
+    from rlhf_lab.algorithms.lm import CausalLMModule
+    from rlhf_lab.evaluation.callbacks import PeriodicEval
+
+    run_params = {"stage": stage, stage: to_plain(sc), "world": to_plain(cfg.world), "seed": stage_seed(cfg, stage),
+                  "steps": steps, **params}
+    tags = {f"rlhf_lab.upstream.{k}": v for k, v in (upstream or {}).items()}
+    with tracking.start_run(cfg, stage, params=run_params, tags=tags) as run:
+        g = torch.Generator().manual_seed(stage_seed(cfg, stage))
+        loader = distributed.loader(examples, sc.batch_size, g, collate_right(tok), key=f"{stage}.batch_size")
+        module = CausalLMModule(model, lr=sc.lr, weight_decay=sc.weight_decay,
+                                warmup_steps=sc.warmup_steps, max_steps=steps)
+        is_job = job_stage(cfg) == stage
+        ev = PeriodicEval(lambda: evaluate(cfg, model, tok, gold=gold),
+                          at_steps=eval_steps(cfg, steps) if is_job else (), at_start=is_job,
+                          test=(lambda: evaluate(cfg, model, tok, split="test", gold=gold)) if is_job else None)
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev]),
+                            logger=tracking.lightning_logger(cfg))
+        size = model_size(model)
+        tracking.log_metrics(size, step=0)
+        t0 = time.time()
+        with lightning_sigterm_as_interrupted():
+            trainer.fit(module, loader)
+        distributed.check_in_sync(model, stage)
+        if not distributed.is_rank_zero():
+            return {"stage": stage}
+        model.eval()
+        tok.save_pretrained(out_dir)
+        model.save_pretrained(out_dir)
+        tracking.log_metric("time/train_s", time.time() - t0)
+        meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
+        if ev.test_last:
+            test_gold = gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")
+            meta.update(test=ev.test_last, test_start=ev.test_first, summary={"test gold": test_gold})
+        return meta
