@@ -85,12 +85,13 @@ def make_world_model(cfg, out_dir: Path, seed: int = 0, n_texts: int = 2000) -> 
     that the head's random initialisation is the same for every later load.
     """
     from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.models import families as Fm
 
     pc = cfg.policy
     out_dir = Path(out_dir)
     lm_dir, rm_dir = out_dir / "lm", out_dir / "rm"
-    corpus = D.reviews(cfg, f"pretrain_{pc.family}", n_texts)
+    corpus = D.reviews(W.world_settings(cfg), f"pretrain_{pc.family}", n_texts)
     tok = Fm.train_tokenizer(str(pc.family), [p + " " + r for p, r in corpus], int(pc.vocab_size))
     torch.manual_seed(seed)
     model = Fm.build_model(str(pc.family), pc.arch, tok)
@@ -121,11 +122,13 @@ def make_pairs(cfg, n: int, seed: int = 0):
     (The project samples the two responses from the SFT policy; world texts have the same grammar and
     length distribution, and need no trained model.)
     """
+    from rlhf_lab.config import world as W
     from rlhf_lab.world import streams as D
+    from rlhf_lab.config import data as DS
     from rlhf_lab.data.preferences import label_pairs
     from rlhf_lab.world import ReviewGenerator
 
-    gen = ReviewGenerator(D.stream_seed(cfg.world.seed, f"bench_pairs/{seed}"), D.world_spec(cfg))
+    gen = ReviewGenerator(D.stream_seed(cfg.world.seed, f"bench_pairs/{seed}"), W.world_spec(cfg))
     prompts, a, b = [], [], []
     while len(prompts) < n:
         p = gen.prompt()
@@ -135,7 +138,7 @@ def make_pairs(cfg, n: int, seed: int = 0):
             a.append(ra)
             b.append(rb)
     ended = [True] * n
-    pairs = label_pairs(cfg, prompts, a, b, ended, ended, random.Random(seed), "world")
+    pairs = label_pairs(DS.labelling(cfg), prompts, a, b, ended, ended, random.Random(seed), "world")
     assert len(pairs) == n
     return pairs
 

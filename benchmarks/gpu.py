@@ -56,10 +56,11 @@ def build_model(shape: str, folder: Path) -> int:
 
     from benchmarks.common import compose
     from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.models import families as Fm
 
     cfg = compose(["policy=a_small"])
-    tok = Fm.train_tokenizer("a", [p + " " + r for p, r in D.reviews(cfg, "pretrain_a", 2000)],
+    tok = Fm.train_tokenizer("a", [p + " " + r for p, r in D.reviews(W.world_settings(cfg), "pretrain_a", 2000)],
                              int(cfg.policy.vocab_size))
     dims = dict(SHAPES[shape])
     dims["vocab_size"] = dims["vocab_size"] or len(tok)

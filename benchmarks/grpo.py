@@ -101,7 +101,7 @@ def trl_reward(scorer, eos_id: int):
 def ours_module(cfg: DictConfig, wm: WorldModel, tok, reference_dir=None, check=None):
     """``PPOModule`` with the config's algo (grpo here; ``check``: the stage's ``check_config``, default grpo's), as
     ``stages.ppo.build`` makes it (models by ``build_models``), the RM of :func:`make_scorer`."""
-    from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.algorithms.ppo import PPOModule
     from rlhf_lab.models import families as Fm
     from rlhf_lab.stages import grpo
@@ -114,7 +114,7 @@ def ours_module(cfg: DictConfig, wm: WorldModel, tok, reference_dir=None, check=
     if reference_dir is not None:
         reference = Fm.load_causal_lm(reference_dir, tok).requires_grad_(False).eval()
     prompt_fn = prompt_stream(cfg, int(cfg.seed), int(a.batch_size) // int(a.samples_per_prompt))
-    return PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation, D.gold_weights(cfg))
+    return PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation, W.gold_weights(cfg))
 
 
 def lightning_run(module, n_steps: int, callbacks: list) -> None:

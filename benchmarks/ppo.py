@@ -88,10 +88,10 @@ def world_lengths(cfg: DictConfig, tok, prompts: list[str]) -> dict[str, int]:
     distribution a trained policy's responses have (world texts share the SFT data's grammar and lengths)."""
     import zlib
 
-    from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.world import ReviewGenerator
 
-    spec = D.world_spec(cfg)
+    spec = W.world_spec(cfg)
     return {p: len(tok(" " + ReviewGenerator(zlib.crc32(p.encode()), spec).response(p),
                        add_special_tokens=False).input_ids) for p in prompts}
 
@@ -120,10 +120,11 @@ def build(cfg: DictConfig, wm: WorldModel) -> Models:
 
 
 def prompt_fn(cfg: DictConfig):
+    from rlhf_lab.config import world as W
     from rlhf_lab.world import streams as D
 
     n = int(cfg.algo.batch_size) // int(cfg.algo.samples_per_prompt)
-    return lambda step: D.prompts(cfg, f"ppo/{int(cfg.seed)}/{step}", n)
+    return lambda step: D.prompts(W.world_settings(cfg), f"ppo/{int(cfg.seed)}/{step}", n)
 
 
 _MLFLOW_DIR: list[str] = []
@@ -191,7 +192,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     """
     import mlflow
 
-    from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.models import reward as R
     from rlhf_lab.stages.ppo import model_bytes
     from rlhf_lab.algorithms import ppo
@@ -201,7 +202,7 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
         raise ValueError("run_ours needs at least one warm-up step (the first step's start is the previous one's end)")
     m = build(cfg, wm)
     module = ppo.PPOModule(m.policy, m.reference, m.critic, m.tok, m.scorer, prompt_fn(cfg), cfg.algo, cfg.kl,
-                           cfg.generation, D.gold_weights(cfg))
+                           cfg.generation, W.gold_weights(cfg))
     timer = PhaseTimer()
     timer.enabled = False
     clock = StepClock(warmup)

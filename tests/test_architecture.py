@@ -97,7 +97,7 @@ def test_no_import_cycle_inside_the_package():
 def test_the_import_scan_sees_function_level_imports():
     graph = import_graph()
     assert "rlhf_lab.stages.training" in graph["rlhf_lab.stages.sft"]
-    assert "rlhf_lab.runs.process" in graph["rlhf_lab.runs.distributed"]  # imported inside _child_main
+    assert "rlhf_lab.analysis.parent_run" in graph["rlhf_lab.entry.sweeps"]  # imported inside a method
 
 
 def test_runtime_is_a_leaf():
@@ -149,3 +149,26 @@ def test_nothing_links_outside_the_repository():
     files = [ROOT / "README.md", *PKG.rglob("*.py"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "conf").rglob("*.yaml")]
     bad = [str(p.relative_to(ROOT)) for p in files if p.exists() and "../shared" in p.read_text()]
     assert not bad, f"links to ../shared (not in a clone of the repository): {bad}"
+
+
+BELOW_STAGES = ("world", "data", "models", "algorithms", "evaluation", "runs", "server", "analysis")
+
+
+def test_below_stages_no_function_takes_the_config_and_nothing_imports_omegaconf():
+    """Rule 1 of docs/architecture.md: a stage resolves the Hydra config once, at its boundary, into the settings its
+    code takes (``config/``: typed dataclasses, plain values); below ``stages/`` no function has a first parameter
+    (after ``self``) named ``cfg`` and no module imports omegaconf. ``entry/``, ``stages/`` and ``config/`` may."""
+    offenders = []
+    for pkg in BELOW_STAGES:
+        for path in sorted((PKG / pkg).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "omegaconf" or (
+                        isinstance(node, ast.Import) and any(a.name.split(".")[0] == "omegaconf" for a in node.names)):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} imports omegaconf")
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    args = [a.arg for a in node.args.posonlyargs + node.args.args]
+                    args = args[1:] if args[:1] in (["self"], ["cls"]) else args
+                    if args[:1] == ["cfg"]:
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}(cfg, ...)")
+    assert not offenders, "the config travels below stages/:\n" + "\n".join(offenders)

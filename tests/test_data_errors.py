@@ -12,6 +12,7 @@ import mlflow
 import pytest
 
 from rlhf_lab.data.errors import DataError, data_errors
+from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import read_jsonl
 from tests import cli_process
 from tests.conftest import TINY
@@ -67,7 +68,7 @@ def load(tmp_path, overrides):
 
     EXAMPLES_MEMO.clear()
     with data_errors():
-        return load_examples(compose_cfg(overrides))
+        return load_examples(DS.external_data(compose_cfg(overrides)))
 
 
 def many_rows(n: int = 40) -> list[str]:
@@ -195,7 +196,7 @@ def test_the_size_bounds_change_no_key(monkeypatch):
     the start evaluation, DPO's artifact) are those of the config without them, as before they existed."""
     from omegaconf import OmegaConf
 
-    from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, to_plain
+    from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
     from rlhf_lab.stages import dpo
     from tests.conftest import compose_cfg
 

@@ -132,10 +132,12 @@ def test_a_dead_rank_stops_the_job_instead_of_hanging(tmp_path, sigint):
     from rlhf_lab.runs.distributed import launch
 
     cfg = OmegaConf.create({"trainer": {"devices": 2, "strategy": "ddp", "num_nodes": 1}})
+    yaml = OmegaConf.to_yaml(cfg)
     before = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
     try:
         with pytest.raises(RuntimeError, match=r"rank\(s\) \[\(1, 3\)\] of the job exited with an error"):
-            launch(cfg, tmp_path, _fail_on_rank_1)
+            launch(dict(cfg.trainer), tmp_path, lambda out: _fail_on_rank_1(cfg, out), f"{__name__}:_fail_on_rank_1",
+                   lambda: yaml)
         assert signal.getsignal(signal.SIGINT) == (signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
     finally:
         signal.signal(signal.SIGINT, before)

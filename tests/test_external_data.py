@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlhf_lab.data import external as X
+from rlhf_lab.config import data as DS
 from rlhf_lab.data import preferences as P
 from tests.conftest import compose_cfg
 
@@ -128,14 +129,14 @@ def test_jsonl_conversational_file_rendered_with_the_checkpoint_chat_template(tm
     f = conversational_jsonl(tmp_path / "conv.jsonl", world_pairs(20))
     cfg = data_cfg(tmp_path, source="jsonl", path=str(f))
     cfg.policy.name_or_path = str(arch_checkpoints["qwen2"])
-    train, held = P.load_external(cfg)
+    train, held = P.load_external(DS.external_data(cfg))
     assert train and held and len(train) + len(held) < 20  # the test split's pairs are neither
     assert not {p.prompt for p in train} & {p.prompt for p in held}
     p = train[0]
     assert p.prompt.startswith("<|im_start|>user\n") and p.prompt.endswith("<|im_start|>assistant\n")
     assert "<|im_end|>" not in p.chosen and p.chosen in {c for _, c, _ in world_pairs(20)}
     cfg.data.chat_template = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"  # the config's wins
-    assert P.load_external(cfg)[0][0].prompt.startswith("[")
+    assert P.load_external(DS.external_data(cfg))[0][0].prompt.startswith("[")
 
 
 def test_saved_dataset_folder_parquet_and_hub_name(tmp_path):
@@ -146,8 +147,8 @@ def test_saved_dataset_folder_parquet_and_hub_name(tmp_path):
     pairs = world_pairs(20)
     folder = ultrafeedback_folder(tmp_path / "uf", pairs)
     cfg = data_cfg(tmp_path, source="hf", name=str(folder), split="train", columns={"prompt": "instruction"})
-    train, held = P.load_external(cfg)
-    train_p, eval_p, test_p = P.external_prompts(cfg)
+    train, held = P.load_external(DS.external_data(cfg))
+    train_p, eval_p, test_p = P.external_prompts(DS.external_data(cfg))
     assert len(train) == len(train_p) and len(held) == len(eval_p) and train[0].prompt.startswith("user: ")
     assert set(train_p) | set(eval_p) | set(test_p) == {f"user: {p}\nassistant:" for p, _, _ in pairs}
 
@@ -157,7 +158,7 @@ def test_saved_dataset_folder_parquet_and_hub_name(tmp_path):
     with pytest.raises(ValueError, match=r"pairs.parquet\[train\] row 20: chosen == rejected"):
         P.load_external(data_cfg(tmp_path, source="hf", name=str(pq), split="train"))
     with pytest.raises(OSError, match="could not load it from the Hugging Face hub"):
-        P.load_external(data_cfg(tmp_path, source="hf", name="no-such-org/no-such-dataset", split="train"))
+        P.load_external(DS.external_data(data_cfg(tmp_path, source="hf", name="no-such-org/no-such-dataset", split="train")))
     with pytest.raises(FileNotFoundError, match="not a folder written by save_to_disk"):
         P.load_external(data_cfg(tmp_path, source="hf", name=str(tmp_path), split="train"))
 
@@ -169,8 +170,8 @@ def test_prompt_only_jsonl_feeds_the_ppo_prompt_stream(tmp_path):
     f.write_text("".join(json.dumps({"prompt": f"prompt {i}"}) + "\n" for i in range(20)))
     cfg = data_cfg(tmp_path, source="jsonl", path=str(f))
     with pytest.raises(ValueError, match="lacks column"):
-        P.load_external(cfg)  # an RM or DPO needs pairs
-    train, eval_p, test_p = P.external_prompts(cfg)
+        P.load_external(DS.external_data(cfg))  # an RM or DPO needs pairs
+    train, eval_p, test_p = P.external_prompts(DS.external_data(cfg))
     assert len(train) + len(eval_p) + len(test_p) == 20 and not set(train) & (set(eval_p) | set(test_p))
     fn = prompt_stream(cfg, seed=0, n_prompts=4)
     assert fn(3) == fn(3) and fn(3) != fn(4) and set(fn(3)) <= set(train) and len(set(fn(3))) == 4

@@ -17,9 +17,10 @@ import torch
 
 from rlhf_lab.config import checks as CC
 from rlhf_lab.config.errors import ConfigError
-from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.models import families as F
 from rlhf_lab.models.reward import RewardScorer
+from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import PreferencePair, label_pairs
 from rlhf_lab.stages import gold as G
 from rlhf_lab.world import Labeler, ReviewGenerator, gold_reward
@@ -74,13 +75,13 @@ SHARP = ["labeler=unbiased", "labeler.temperature=0.0001"]  # the labeler follow
 def test_a_pair_flips_when_the_gold_rm_disagrees_with_the_formula(tiny_cfg, gold_rms):
     formula_cfg = tiny_cfg(*SHARP)
     assert G.label_scorer(formula_cfg) is None  # the formula: label_pairs computes it exactly
-    pairs = label_pairs(formula_cfg, [PROMPT], [GOOD], [BAD], [True], [True], random.Random(0), "t")
+    pairs = label_pairs(DS.labelling(formula_cfg), [PROMPT], [GOOD], [BAD], [True], [True], random.Random(0), "t")
     assert pairs[0].chosen == GOOD
     for name, want in (("along", GOOD), ("against", BAD)):
         cfg = tiny_cfg(*SHARP, "gold=rm", f"gold.path={gold_rms[name]}")
         CC.validate(cfg)
         scorer = G.label_scorer(cfg)
-        (p,) = label_pairs(cfg, [PROMPT], [GOOD], [BAD], [True], [True], random.Random(0), "t", scorer)
+        (p,) = label_pairs(DS.labelling(cfg), [PROMPT], [GOOD], [BAD], [True], [True], random.Random(0), "t", scorer)
         assert p.chosen == want, name
         # the pair records the gold RM's scores (rm/accuracy_gold, rm/spearman_gold read them), not the formula's
         s = scorer([PROMPT, PROMPT], [p.chosen, p.rejected], [True, True]).tolist()
@@ -98,14 +99,14 @@ def test_opposite_gold_rms_flip_every_label_and_the_biases_apply_on_top(tiny_cfg
     labels = {}
     for name in ("along", "against"):
         cfg = tiny_cfg(*SHARP, "gold=rm", f"gold.path={gold_rms[name]}")
-        pairs = label_pairs(cfg, prompts, a, b, ended, ended, rng, "t", G.label_scorer(cfg))
+        pairs = label_pairs(DS.labelling(cfg), prompts, a, b, ended, ended, rng, "t", G.label_scorer(cfg))
         labels[name] = [(q.prompt, q.chosen) for q in pairs]
     assert len(labels["along"]) == len(labels["against"]) > 30
     assert all(x != y for x, y in zip(labels["along"], labels["against"]))  # the gold decides every label
     # a strong length bias on top of the gold RM: the longer response wins whichever RM is gold
     for name in ("along", "against"):
         cfg = tiny_cfg(*SHARP, "labeler.length_bonus=1000", "gold=rm", f"gold.path={gold_rms[name]}")
-        pairs = label_pairs(cfg, prompts, a, b, ended, ended, rng, "t", G.label_scorer(cfg))
+        pairs = label_pairs(DS.labelling(cfg), prompts, a, b, ended, ended, rng, "t", G.label_scorer(cfg))
         assert all(len(q.chosen.split()) > len(q.rejected.split()) for q in pairs
                    if len(q.chosen.split()) != len(q.rejected.split()))
 
@@ -126,7 +127,7 @@ def test_margins_use_the_recorded_gold(tiny_cfg):
 
     cfg = tiny_cfg("labeler=length_biased")
     pairs = [PreferencePair(PROMPT, BAD, GOOD, gold_chosen=0.9, gold_rejected=0.5)]  # gold-RM scores, not the formula
-    (m,) = RM.pair_margins(cfg, pairs)
+    (m,) = RM.pair_margins(pairs, W.labeler(cfg), W.gold_weights(cfg), cfg.data.source == "world")
     assert m == pytest.approx(0.4 + 0.25 * (len(BAD.split()) - len(GOOD.split())) / 10)
 
 
@@ -155,7 +156,7 @@ def test_eval_gold_metrics_are_the_gold_rm_scores_with_the_formula_beside_them(t
     assert len(rows) == 12  # one sample per prompt: the rows are every sample
     p, y, e = [r["prompt"] for r in rows], [r["response"] for r in rows], [r["ended"] for r in rows]
     rm = G.load_scorer(cfg)(p, y, e).tolist()
-    formula = [gold_reward(a, b, c, D.gold_weights(cfg)) for a, b, c in zip(p, y, e)]
+    formula = [gold_reward(a, b, c, W.gold_weights(cfg)) for a, b, c in zip(p, y, e)]
     assert m["eval/gold_reward"] == pytest.approx(sum(rm) / 12, abs=1e-4)
     assert m["eval/formula_gold_reward"] == pytest.approx(sum(formula) / 12, abs=1e-5)
     assert abs(m["eval/gold_reward"] - m["eval/formula_gold_reward"]) > 1e-3  # two measures, not one twice

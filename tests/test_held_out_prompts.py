@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from rlhf_lab.data import external as X
+from rlhf_lab.config import data as DS
 from rlhf_lab.data import preferences as P
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.checks import validate
@@ -58,8 +59,8 @@ def ultrafeedback_rows(n_prompts: int) -> list[dict]:
 
 
 def assert_held_out(cfg, n_prompts: int):
-    train, held = P.load_external(cfg)
-    train_p, eval_p, test_p = P.external_prompts(cfg)
+    train, held = P.load_external(DS.external_data(cfg))
+    train_p, eval_p, test_p = P.external_prompts(DS.external_data(cfg))
     assert len(set(train_p)) + len(set(eval_p)) + len(set(test_p)) == n_prompts
     assert eval_p and test_p and train_p
     assert not set(eval_p) & set(train_p) and not set(test_p) & set(train_p) and not set(eval_p) & set(test_p)
@@ -93,14 +94,14 @@ def test_split_by_prompt_keeps_every_row_of_a_prompt_together_in_row_order():
 def test_too_few_prompts_fails_with_one_line_saying_how_many(tmp_path):
     f = write_jsonl(tmp_path / "one.jsonl", [{"prompt": "p", "chosen": "a", "rejected": "b"}])
     with pytest.raises(P.TooFewPrompts) as exc:
-        P.load_external(data_cfg(f))
+        P.load_external(DS.external_data(data_cfg(f)))
     msg = str(exc.value)
     assert isinstance(exc.value, ConfigError) and "\n" not in msg
     assert msg.startswith(f"data.path={str(f)!r}: 1 distinct prompt(s)") and "each split needs at least 1" in msg
     assert exc.value.counts == {hash_bucket("p", 0.8, 0.1): 1, **{s: 0 for s in P.HELD_OUT
                                                                    if s != hash_bucket("p", 0.8, 0.1)}}
     with pytest.raises(P.TooFewPrompts, match="1 distinct prompt"):  # a prompt-only dataset too
-        P.external_prompts(data_cfg(f))
+        P.external_prompts(DS.external_data(data_cfg(f)))
 
 
 def test_hh_rlhf_shaped_file_is_held_out_by_prompt(tmp_path):
@@ -115,18 +116,18 @@ def test_ultrafeedback_shaped_file_is_held_out_by_prompt(tmp_path):
     f = write_jsonl(tmp_path / "uf.jsonl", ultrafeedback_rows(60))
     train_p, eval_p, test_p = assert_held_out(data_cfg(f), 60)
     assert all(p.startswith("user: instruction ") for p in train_p + eval_p + test_p)
-    train, held = P.load_external(data_cfg(f))
+    train, held = P.load_external(DS.external_data(data_cfg(f)))
     assert train[0].chosen.startswith("best ") and train[0].rejected.startswith("worse ")  # the prompt turn cut
 
 
 def test_one_pair_per_prompt_eval_and_test_are_disjoint_and_the_split_is_stable(tmp_path):
     rows = [{"prompt": f"prompt {i}", "chosen": "a", "rejected": "b"} for i in range(200)]
     f = write_jsonl(tmp_path / "a.jsonl", rows)
-    _, eval_p, test_p = P.external_prompts(data_cfg(f))
+    _, eval_p, test_p = P.external_prompts(DS.external_data(data_cfg(f)))
     assert not set(eval_p) & set(test_p) and 5 < len(eval_p) < 40 and 5 < len(test_p) < 40
     assert eval_p == sorted(eval_p, key=prompt_hash)  # a hash order, not the file's
     g = write_jsonl(tmp_path / "b.jsonl", rows[::-1] + [{"prompt": "new", "chosen": "a", "rejected": "b"}])
-    _, eval_g, test_g = P.external_prompts(data_cfg(g, seed=3))
+    _, eval_g, test_g = P.external_prompts(DS.external_data(data_cfg(g, seed=3)))
     assert set(eval_p) <= set(eval_g) and set(test_p) <= set(test_g)  # by the text: order, seed, more rows
 
 
@@ -150,6 +151,7 @@ WORLD_BEFORE = {"prefs_key": "aecd283b69de34e7", "rm_key": "4495f3c51e640e49", "
 
 def test_the_world_is_unchanged(monkeypatch, tmp_path):
     from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.stages import gold, prefs, presets, registry, rm, sft
     from rlhf_lab.stages.registry import cache_for, stage_module
 
@@ -161,8 +163,8 @@ def test_the_world_is_unchanged(monkeypatch, tmp_path):
     cfg = compose_cfg(TINY + [f"cache_dir={tmp_path}", "algo=rm"])
     digest = lambda x: hashlib.sha256(json.dumps(x).encode()).hexdigest()[:16]  # noqa: E731
     now = {"prefs_key": key_only("prefs", cfg).name, "rm_key": key_only("rm", cfg).name,
-           "prefs_train": digest(D.prompts(cfg, "prefs", int(cfg.data.n_train), split="train")),
-           "prefs_eval": digest(D.prompts(cfg, "prefs_eval", int(cfg.data.n_eval), split="eval")),
+           "prefs_train": digest(D.prompts(W.world_settings(cfg), "prefs", int(cfg.data.n_train), split="train")),
+           "prefs_eval": digest(D.prompts(W.world_settings(cfg), "prefs_eval", int(cfg.data.n_eval), split="eval")),
            **{s: digest(evaluation_prompts(cfg, s)) for s in ("eval", "test", "ood")}}
     assert now == WORLD_BEFORE
 

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs import identity as J
+from rlhf_lab.stages.registry import run_settings
 from tests import cli_process
 from tests.conftest import TINY, compose_cfg
 
@@ -83,12 +85,12 @@ def test_a_file_digest_is_remembered_by_size_and_time_and_read_again_when_they_c
 
 def test_config_digest_ignores_the_keys_that_do_not_change_results():
     base = ["algo=dpo", "kl.beta=0.1"]
-    d = J.config_digest(compose_cfg(base))
+    d = J.config_digest(to_plain(compose_cfg(base)))
     same = ["tracking.uri=sqlite:///elsewhere.db", "tracking.experiment=x", "cache_dir=/other", "study=s",
             "skip_finished=true", "trainer.progress_bar=false", "eval.reuse_start=false", "+algo.resume_from=/x"]
-    assert J.config_digest(compose_cfg(base + same)) == d  # runtime.NOT_COMPUTED
-    assert J.config_digest(compose_cfg(["algo=dpo", "kl.beta=0.2"])) != d
-    assert J.config_digest(compose_cfg(base + ["seed=1"])) != d
+    assert J.config_digest(to_plain(compose_cfg(base + same))) == d  # config.keys.NOT_COMPUTED
+    assert J.config_digest(to_plain(compose_cfg(["algo=dpo", "kl.beta=0.2"]))) != d
+    assert J.config_digest(to_plain(compose_cfg(base + ["seed=1"]))) != d
 
 
 def test_local_inputs_are_the_path_keys_and_path_like_values_that_exist(tmp_path, monkeypatch):
@@ -98,15 +100,15 @@ def test_local_inputs_are_the_path_keys_and_path_like_values_that_exist(tmp_path
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     (tmp_path / "ppo").mkdir()  # a folder named like a value that is no path (algo.name): not an input
     cfg = compose_cfg(["algo=ppo", "data=jsonl", "data.path=pairs.jsonl", f"policy.name_or_path={tmp_path / 'ckpt'}"])
-    assert J.local_inputs(cfg) == {"data.path": "pairs.jsonl", "policy.name_or_path": str(tmp_path / "ckpt"),
+    assert J.local_inputs(to_plain(cfg)) == {"data.path": "pairs.jsonl", "policy.name_or_path": str(tmp_path / "ckpt"),
                                    "reward_model.name_or_path": str(tmp_path / "ckpt")}  # same_source: the policy's
     hub = compose_cfg(["algo=dpo", "data=hf", "data.name=org/no_such_local_dataset"])
-    assert J.local_inputs(hub) == {}  # a hub name counts as its text (in the config digest)
+    assert J.local_inputs(to_plain(hub)) == {}  # a hub name counts as its text (in the config digest)
     local = compose_cfg(["algo=dpo", "data=hf", "data.name=pairs.jsonl"])
-    assert J.local_inputs(local) == {"data.name": "pairs.jsonl"}
-    ident = J.job_identity(cfg)
+    assert J.local_inputs(to_plain(local)) == {"data.name": "pairs.jsonl"}
+    ident = J.job_identity(to_plain(cfg))
     assert json.loads(ident[J.INPUT_FILES_TAG])["data.path"] == J.path_digest(tmp_path / "pairs.jsonl")
-    assert ident[J.CODE_TAG] == J.source_digest() and ident[J.CONFIG_TAG] == J.config_digest(cfg)
+    assert ident[J.CODE_TAG] == J.source_digest() and ident[J.CONFIG_TAG] == J.config_digest(to_plain(cfg))
 
 
 def test_the_code_digest_is_source_digest_unchanged():
@@ -128,8 +130,8 @@ def test_changed_parts_names_what_differs():
     old = {**now, J.INPUTS_TAG: "j", J.INPUT_FILES_TAG: '{"data.path": "0", "gold.path": "2"}', J.CODE_TAG: "t"}
     assert J.changed_parts(old, now) == ["data.path's content", "the code"]
     assert J.changed_parts({**now, J.CONFIG_TAG: "d"}, now) == ["the composed config"]
-    before = J.computed_config(compose_cfg(["kl.beta=0.1", "tracking.uri=sqlite:///a.db"]))
-    assert J.changed_keys(before, compose_cfg(["kl.beta=0.2", "tracking.uri=sqlite:///b.db"])) == "kl.beta: 0.1 -> 0.2"
+    before = J.computed_config(to_plain(compose_cfg(["kl.beta=0.1", "tracking.uri=sqlite:///a.db"])))
+    assert J.changed_keys(before, to_plain(compose_cfg(["kl.beta=0.2", "tracking.uri=sqlite:///b.db"]))) == "kl.beta: 0.1 -> 0.2"
 
 
 # -- skip_finished through the CLI (in this process; the job opens its run as a stage does, nothing trains) ----------
@@ -147,7 +149,7 @@ def launch(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
 
     def fake_job(cfg, out_dir):
-        with tracking.start_run(cfg, str(cfg.algo.name)) as run:
+        with tracking.start_run(run_settings(cfg), str(cfg.algo.name)) as run:
             pass
         ran.append(run.info.run_id)
         return {"run_id": run.info.run_id, "eval": {}}

@@ -17,7 +17,7 @@ from rlhf_lab import stages
 from rlhf_lab.stages.registry import cache_for
 from rlhf_lab.algorithms import ppo
 from rlhf_lab.models.batching import pad_right
-from rlhf_lab.world.streams import gold_weights
+from rlhf_lab.config.world import gold_weights
 from rlhf_lab.models.adapters import AdapterDisabled
 from rlhf_lab.models.reward import encode_texts
 from rlhf_lab.stages import ppo as ppo_stage

@@ -12,7 +12,8 @@ import torch
 
 from rlhf_lab.algorithms import ppo
 from rlhf_lab.models.actor_critic import lm_forward
-from rlhf_lab.world.streams import gold_weights
+from rlhf_lab.algorithms.steps import StepTimer
+from rlhf_lab.config.world import gold_weights
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import trim_padding
 from rlhf_lab.stages import ppo as ppo_stage
@@ -206,7 +207,7 @@ def test_the_job_summarys_time_line_splits_the_steps_by_the_timed_phases():
     """Every StepTimer phase is summed into phase_totals under its time/<phase>_s key and named in the summary's
     time line; the rest of the steps is what the phases leave of the fit's training time."""
     time_summary = ppo_stage.time_summary
-    totals = {f"time/{p}_s": float(i + 1) for i, p in enumerate(ppo.StepTimer.PHASES)}  # 1 + 2 + 3 + 4 = 10 s
+    totals = {f"time/{p}_s": float(i + 1) for i, p in enumerate(StepTimer.PHASES)}  # 1 + 2 + 3 + 4 = 10 s
     line = time_summary({"time/startup_s": 3.0}, train_s=14.5, eval_s=2.0, stage="ppo", step_totals=totals)
     assert line == ("start-up 3 s, PPO steps 12 s (generation 1.0 s, scoring 2.0 s, no-grad passes (old, reference, "
                     "values) 3.0 s, update 4.0 s, the rest 2.5 s), evaluations 2 s")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rlhf_lab.config import data as DS
 from rlhf_lab.data import preferences as P
 
 GOOD = json.dumps({"prompt": "p", "chosen": "good answer", "rejected": "bad answer"})
@@ -69,4 +70,4 @@ def test_load_external_uses_the_checks(tmp_path):
     f = write(tmp_path, GOOD, json.dumps({"prompt": "p", "chosen": "a", "rejected": None}))
     cfg = OmegaConf.create({"data": {"source": "jsonl", "path": str(f), "eval_fraction": 0.1, "seed": 0}})
     with pytest.raises(ValueError, match=r"pairs.jsonl:2: rejected is null"):
-        P.load_external(cfg)
+        P.load_external(DS.external_data(cfg))

@@ -80,13 +80,16 @@ def test_the_hacking_alarm_prints_one_line_above_the_bar_and_no_warning(capsys, 
 
 def test_work_bar_counts_what_sample_pairs_did(arch_checkpoints, capsys):
     from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
+    from rlhf_lab.config import data as DS
+    from rlhf_lab.config.schema import GenerationConfig, settings
     from rlhf_lab.data.preferences import sample_pairs
     from rlhf_lab.runs.progress import work_bar
 
     cfg = compose_cfg(["generation.max_new_tokens=4", "generation.max_prompt_len=null"])
-    prompts = D.prompts(cfg, "bar", 10)
+    prompts = D.prompts(W.world_settings(cfg), "bar", 10)
     with work_bar("prefs", len(prompts), "pair") as bar:
-        pairs = sample_pairs(cfg, arch_checkpoints["gpt2"], prompts, 0, "sft", batch_size=4, progress=bar)
+        pairs = sample_pairs(DS.labelling(cfg), settings(cfg.generation, GenerationConfig), {}, arch_checkpoints["gpt2"], prompts, 0, "sft", batch_size=4, progress=bar)
         assert bar.n == 10 and len(pairs) <= 10  # three batches (4, 4, 2); a tie in text is dropped
     out = capsys.readouterr().out
     assert "prefs" in out and "10/10" in out and "pair/s" in out
@@ -103,7 +106,7 @@ def test_the_prefs_stage_shows_a_bar_named_prefs_over_all_its_pairs(monkeypatch,
 
     calls = []
 
-    def fake_sample(cfg, path, prompts, seed, source, gold=None, progress=None, **kw):
+    def fake_sample(labelling, gen, options, path, prompts, seed, source, gold=None, progress=None, **kw):
         calls.append((source, len(prompts)))
         progress.update(len(prompts))
         return [PreferencePair(p, "a", "b", gold_chosen=1.0, gold_rejected=0.0) for p in prompts]

@@ -180,15 +180,17 @@ def test_runs_of_a_dead_ray_node_are_marked_killed_on_any_host(monkeypatch):
 def test_a_job_elsewhere_takes_relative_paths_from_the_launch_folder(monkeypatch):
     from omegaconf import OmegaConf
 
-    from rlhf_lab.runs.process import LAUNCH_DIR_ENV, launch_path, tracking_uri
+    from rlhf_lab.runs.process import LAUNCH_DIR_ENV, launch_path
+    from rlhf_lab.config.keys import configured_uri
+    from rlhf_lab.runs.tracking_server import tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = OmegaConf.create({"tracking": {"uri": "sqlite:///mlflow.db"}})
     monkeypatch.delenv(LAUNCH_DIR_ENV, raising=False)
-    assert launch_path(".rlhf_lab_cache") == ".rlhf_lab_cache" and tracking_uri(cfg) == "sqlite:///mlflow.db"
+    assert launch_path(".rlhf_lab_cache") == ".rlhf_lab_cache" and tracking_uri(configured_uri(cfg)) == "sqlite:///mlflow.db"
     monkeypatch.setenv(LAUNCH_DIR_ENV, "/shared/rlhf")
     assert launch_path(".rlhf_lab_cache") == "/shared/rlhf/.rlhf_lab_cache" and launch_path("/abs/c") == "/abs/c"
-    assert tracking_uri(cfg) == "sqlite:////shared/rlhf/mlflow.db"
-    assert tracking_uri(OmegaConf.create({"tracking": {"uri": "sqlite:////abs/m.db"}})) == "sqlite:////abs/m.db"
+    assert tracking_uri(configured_uri(cfg)) == "sqlite:////shared/rlhf/mlflow.db"
+    assert tracking_uri(configured_uri(OmegaConf.create({"tracking": {"uri": "sqlite:////abs/m.db"}}))) == "sqlite:////abs/m.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://head:5000")
-    assert tracking_uri(cfg) == "http://head:5000"
+    assert tracking_uri(configured_uri(cfg)) == "http://head:5000"

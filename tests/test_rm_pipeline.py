@@ -96,6 +96,7 @@ def test_same_and_different_source_rms_score_policy_samples(tiny_cfg):
     """Both RMs train; both score the policy's samples through their own tokenizer (b re-encodes a's text)."""
     from rlhf_lab.algorithms.rm import spearman
     from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.models import families as F
     from rlhf_lab.models.sampling import sample
     from rlhf_lab.world import gold_reward
@@ -110,11 +111,11 @@ def test_same_and_different_source_rms_score_policy_samples(tiny_cfg):
     assert type(diff.members[0]).__name__.startswith("GPT2") and type(same.members[0]).__name__.startswith("Llama")
     assert same.tokenizer.get_vocab() == tok.get_vocab() and len(diff.tokenizer) != len(tok)
     policy = F.load_causal_lm(sft, tok)
-    prompts = D.prompts(same_cfg, "rm_test", 96)
+    prompts = D.prompts(W.world_settings(same_cfg), "rm_test", 96)
     torch.manual_seed(0)
     g = same_cfg.generation
     ro = sample(policy, tok, prompts, g.max_new_tokens, 1.0, 0, 1.0, g.max_prompt_len)
-    gold = [gold_reward(p, r, e, D.gold_weights(same_cfg)) for p, r, e in zip(prompts, ro.responses, ro.ended)]
+    gold = [gold_reward(p, r, e, W.gold_weights(same_cfg)) for p, r, e in zip(prompts, ro.responses, ro.ended)]
     for sc in (same, diff):
         s = sc.score_tokens(tok, prompts, ro.response_ids, ro.response_mask, ro.ended)
         assert s.tolist() == pytest.approx(sc(prompts, ro.responses, ro.ended).tolist(), abs=1e-5)
@@ -149,9 +150,10 @@ def test_external_jsonl_preferences_train_an_rm_without_gold_metrics(tiny_cfg, t
     cfg = _compose_external(tiny_cfg, f, "algo=rm", "reward_model.steps=100", mlflow_db=db)
     meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
+    from rlhf_lab.config import data as DS
     from rlhf_lab.data.preferences import load_external
 
-    n_eval = len(load_external(cfg)[1])  # the pairs of the eval split's prompts (83 of 400)
+    n_eval = len(load_external(DS.external_data(cfg))[1])  # the pairs of the eval split's prompts (83 of 400)
     assert ev["rm/n_eval_pairs"] == n_eval and n_eval > 60
     assert ev["rm/accuracy"] > 0.65
     assert not any("gold" in k or k.endswith("_preference") for k in ev)

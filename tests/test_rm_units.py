@@ -151,18 +151,19 @@ def test_margin_is_the_labelers_utility_gap_clipped(tiny_cfg):
     pairs = [PreferencePair(p, ten, "the blender is great .", True, True),  # +1 sentence: length bonus 0.25 * 1.0
              PreferencePair(p, "the blender is great .", "the blender is bad .", True, True),
              PreferencePair(p, "the blender is bad .", "the blender is great .", True, True)]
-    m = RM.pair_margins(cfg, pairs)
-    from rlhf_lab.world import streams as D
+    from rlhf_lab.config import world as W
     from rlhf_lab.world import gold_reward
 
-    w = D.gold_weights(cfg)
+    m = RM.pair_margins(pairs, W.labeler(cfg), W.gold_weights(cfg), cfg.data.source == "world")
+
+    w = W.gold_weights(cfg)
     g0 = gold_reward(p, ten, True, w) - gold_reward(p, "the blender is great .", True, w)
     assert m[0] == pytest.approx(min(1.0, max(0.0, g0 + 0.25 * (15 - 5) / 10)))
     assert m[1] == 1.0  # gold gap 2 (valence +1 vs -1, approx.), clipped at 1
     assert m[2] == 0.0  # the label contradicts the utility: no margin
     with pytest.raises(ValueError, match="only data=world"):
         cfg.data.source = "jsonl"
-        RM.pair_margins(cfg, pairs)
+        RM.pair_margins(pairs, W.labeler(cfg), W.gold_weights(cfg), cfg.data.source == "world")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -307,20 +307,21 @@ def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
     from omegaconf import OmegaConf
 
     from rlhf_lab.runs import tracking
+    from rlhf_lab.stages.registry import run_settings
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = OmegaConf.create({"tracking": {"uri": uri, "experiment": "rlhf-lab"}})
     client = mlflow.MlflowClient(uri)
     with pytest.raises(PermissionError):
         with tracking.status_after_writes():
-            with tracking.start_run(cfg, "pretrain") as run:
+            with tracking.start_run(run_settings(cfg), "pretrain") as run:
                 failed = run.info.run_id
             assert client.get_run(failed).info.status == "RUNNING" and mlflow.active_run() is None
             raise PermissionError("[Errno 13] Permission denied: 'cache/pretrain'")
     run = client.get_run(failed)
     assert run.info.status == "FAILED"
     assert run.data.tags["rlhf_lab.error"] == "PermissionError: [Errno 13] Permission denied: 'cache/pretrain'"
-    with tracking.status_after_writes(), tracking.start_run(cfg, "pretrain") as run:
+    with tracking.status_after_writes(), tracking.start_run(run_settings(cfg), "pretrain") as run:
         finished = run.info.run_id
     assert client.get_run(finished).info.status == "FINISHED" and not tracking.OPEN_RUNS
     # nested blocks (an upstream stage built inside the job's): each run waits on its own block
@@ -328,10 +329,10 @@ def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
         with tracking.status_after_writes():  # a cached upstream artifact: no run (an empty list, like the outer's)
             pass
         with tracking.status_after_writes():
-            with tracking.start_run(cfg, "sft") as run:
+            with tracking.start_run(run_settings(cfg), "sft") as run:
                 inner = run.info.run_id
         assert client.get_run(inner).info.status == "FINISHED"
-        with tracking.start_run(cfg, "ppo") as run:
+        with tracking.start_run(run_settings(cfg), "ppo") as run:
             outer = run.info.run_id
         assert client.get_run(outer).info.status == "RUNNING"
     assert client.get_run(outer).info.status == "FINISHED" and not tracking.PENDING
@@ -355,7 +356,7 @@ def test_a_job_whose_artifact_cannot_be_saved_ends_failed(tmp_path):
 def test_an_unreachable_tracking_server_is_named_in_seconds():
     import socket
 
-    from rlhf_lab.runs.process import tracking_server_problem
+    from rlhf_lab.runs.tracking_server import tracking_server_problem
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -380,7 +381,7 @@ def test_a_server_that_answers_is_reachable_whatever_its_status():
         def log_message(self, *args):
             pass
 
-    from rlhf_lab.runs.process import tracking_server_problem
+    from rlhf_lab.runs.tracking_server import tracking_server_problem
 
     server = http.server.HTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=server.serve_forever, daemon=True).start()

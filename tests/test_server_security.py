@@ -22,7 +22,7 @@ import pytest
 
 from rlhf_lab.entry import server
 from rlhf_lab.server import auth as server_auth, files as server_files, postgres as server_postgres
-from rlhf_lab.runs.process import tracking_server_problem
+from rlhf_lab.runs.tracking_server import tracking_server_problem
 from tests.test_sweeps import MICRO
 from tests.test_team_scale import login, run_cmd, start_team_server
 

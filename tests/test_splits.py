@@ -15,6 +15,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.evaluation.metrics import cluster_mean_se, half_a, pair_agreement
 from rlhf_lab.world import (
     ALL_SPLITS,
@@ -44,14 +45,14 @@ def cfg():
 def draws(cfg):
     """Many thousands of prompts drawn from each split through the public API."""
     n = {"train": 20000, "eval": 5000, "test": 5000, "ood": 3000}
-    return {s: D.prompts(cfg, f"draws/{s}", k, split=s) for s, k in n.items()}
+    return {s: D.prompts(W.world_settings(cfg), f"draws/{s}", k, split=s) for s, k in n.items()}
 
 
 @pytest.mark.slow
 def test_prompt_space_has_tens_of_thousands_of_distinct_prompts(cfg, draws):
     space = prompt_space()
     assert len(space) == len(set(space)) == 40 * 20 * (1 + 3 * 16) == 39200
-    sp = D.splits(cfg)
+    sp = W.splits(cfg)
     sizes = {s: sum(sp.split_of(p) == s for p in space) for s in ALL_SPLITS}
     assert sizes["train"] > 25000 and min(sizes["eval"], sizes["test"]) > 3000 and sizes["ood"] > 500
     assert sum(sizes.values()) == len(space)
@@ -64,7 +65,7 @@ def test_prompt_space_has_tens_of_thousands_of_distinct_prompts(cfg, draws):
 
 
 def test_splits_are_disjoint_and_each_draw_is_in_its_split(cfg, draws):
-    sp = D.splits(cfg)
+    sp = W.splits(cfg)
     for s, ps in draws.items():
         assert {sp.split_of(p) for p in ps} == {s}
     sets = {s: set(ps) for s, ps in draws.items()}
@@ -84,12 +85,12 @@ def test_ood_products_never_reach_training_after_pretraining(cfg, draws):
     assert ood and ood <= set(G.PRODUCTS)
     assert not any(opener_product(p) in ood for p in draws["train"])
     assert all(opener_product(p) in ood for p in draws["ood"])
-    sft = D.reviews(cfg, "sft", 5000)  # the SFT stage's stream and default split
+    sft = D.reviews(W.world_settings(cfg), "sft", 5000)  # the SFT stage's stream and default split
     assert not any(w in ood for p, r in sft for w in (p + " " + r).split())
-    assert {D.splits(cfg).split_of(p) for p, _ in sft} == {"train"}
+    assert {W.splits(cfg).split_of(p) for p, _ in sft} == {"train"}
     # documented choice: the pretraining corpus ("web text") has the OOD products, but no eval/test/ood prompt
-    corpus = D.reviews(cfg, "pretrain_a", 5000, split="pretrain")
-    assert {D.splits(cfg).split_of(p) for p, _ in corpus} == {"train", "ood_pretrain"}
+    corpus = D.reviews(W.world_settings(cfg), "pretrain_a", 5000, split="pretrain")
+    assert {W.splits(cfg).split_of(p) for p, _ in corpus} == {"train", "ood_pretrain"}
     assert any(opener_product(p) in ood for p, _ in corpus)
 
 
@@ -112,16 +113,21 @@ def test_split_of_a_prompt_is_stable():
         assert prompt_hash(q) == pytest.approx(u, abs=1e-6) and sp.split_of(q) == split
 
 
+def eval_prompts(c, split="eval"):
+    return D.eval_prompts(W.world_settings(c), split, W.eval_size(c, split))
+
+
 @pytest.mark.slow
 def test_eval_prompts_are_fixed_across_calls_runs_and_seeds(cfg):
-    a = D.eval_prompts(cfg, "eval")
-    assert len(a) == cfg.eval.n_prompts and a == D.eval_prompts(cfg, "eval")
-    assert a == D.eval_prompts(cfg_with("seed=7", "algo=dpo", "sft.seed=3"), "eval")  # the job's seeds do not move it
-    assert D.eval_prompts(cfg_with("eval.n_prompts=500"), "eval")[: len(a)] == a  # a larger set extends it
-    assert set(D.eval_prompts(cfg, "test")).isdisjoint(a)
-    code = ("from hydra import compose, initialize_config_module\nfrom rlhf_lab import data as D\n"
+    a = eval_prompts(cfg)
+    assert len(a) == cfg.eval.n_prompts and a == eval_prompts(cfg)
+    assert a == eval_prompts(cfg_with("seed=7", "algo=dpo", "sft.seed=3"))  # the job's seeds do not move it
+    assert eval_prompts(cfg_with("eval.n_prompts=500"))[: len(a)] == a  # a larger set extends it
+    assert set(eval_prompts(cfg, "test")).isdisjoint(a)
+    code = ("from hydra import compose, initialize_config_module\nfrom rlhf_lab.world import streams as D\n"
+            "from rlhf_lab.config import world as W\n"
             "with initialize_config_module('rlhf_lab.conf', version_base='1.3'):\n    c = compose('config')\n"
-            "print(repr(D.eval_prompts(c, 'eval')))")
+            "print(repr(D.eval_prompts(W.world_settings(c), 'eval', W.eval_size(c, 'eval'))))")
     env = {**os.environ, "PYTHONHASHSEED": "99", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     assert eval(out.stdout) == a
@@ -133,15 +139,15 @@ def test_eval_prompts_are_fixed_across_calls_runs_and_seeds(cfg):
 def test_ppo_prompt_stream_draws_only_train_prompts(cfg):
     from rlhf_lab.stages.ppo import prompt_stream
 
-    sp = D.splits(cfg)
+    sp = W.splits(cfg)
     fn = prompt_stream(cfg, seed=0, n_prompts=64)
     seen = [p for step in range(100) for p in fn(step)]
     assert {sp.split_of(p) for p in seen} == {"train"}
-    assert set(seen).isdisjoint(D.eval_prompts(cfg, "eval"))
+    assert set(seen).isdisjoint(eval_prompts(cfg))
     ranks = [prompt_stream(cfg, 0, 64, rank=r, world=2)(5) for r in (0, 1)]
     assert sorted(ranks[0] + ranks[1]) == sorted(fn(5))  # the ranks share one step's prompts
     # the other training streams: preference prompts, online DPO
-    assert {sp.split_of(p) for p in D.prompts(cfg, "prefs", 2000)} == {"train"}
+    assert {sp.split_of(p) for p in D.prompts(W.world_settings(cfg), "prefs", 2000)} == {"train"}
 
 
 def test_split_config_is_validated():
@@ -150,7 +156,7 @@ def test_split_config_is_validated():
     with pytest.raises(ValueError, match="world.ood_products"):
         Splits(ood_products=("spaceship",))
     with pytest.raises(ValueError, match="split="):
-        D.prompts(cfg_with(), "x", 3, split="validation")
+        D.prompts(W.world_settings(cfg_with()), "x", 3, split="validation")
     from hydra.errors import ConfigCompositionException
 
     with pytest.raises(ConfigCompositionException, match="world.splits.train=abc"):  # typed by the world schema
@@ -183,12 +189,12 @@ def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     sft = stages.ensure("sft", cfg)  # the session's tiny SFT policy: its samples vary in gold
     tok = F.load_tokenizer(sft)
     model = F.load_causal_lm(sft, tok).eval()
-    prompts = D.prompts(cfg, "eval", 12, split="eval")
+    prompts = D.prompts(W.world_settings(cfg), "eval", 12, split="eval")
     state = torch.random.get_rng_state()
     kw = dict(samples_per_prompt=3, halves=True, seed=11, batch_size=8, n_rows=36)
-    m1, rows = evaluate_policy(model, tok, prompts, cfg.generation, D.gold_weights(cfg), **kw)
+    m1, rows = evaluate_policy(model, tok, prompts, cfg.generation, W.gold_weights(cfg), **kw)
     assert torch.equal(state, torch.random.get_rng_state())  # the training's RNG stream is untouched
-    m2, _ = evaluate_policy(model, tok, prompts, cfg.generation, D.gold_weights(cfg), **kw)
+    m2, _ = evaluate_policy(model, tok, prompts, cfg.generation, W.gold_weights(cfg), **kw)
     assert m1 == m2  # same prompts, same random numbers
     assert {"eval/gold_reward_se", "eval/gold_reward_a", "eval/gold_reward_b", "eval/gold_reward_a_se"} <= set(m1)
     assert len(rows) == 36 and rows[0]["prompt"] == rows[2]["prompt"] == prompts[0]  # 3 samples per prompt
@@ -202,9 +208,9 @@ def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     # a proxy that is the gold ranks every pair of a prompt's samples as gold does; its negation none
     from rlhf_lab.evaluation.policy import as_gold_scorer
 
-    gold = as_gold_scorer(D.gold_weights(cfg))
+    gold = as_gold_scorer(W.gold_weights(cfg))
     for scorer, want in ((gold, 1.0), (lambda *a: -gold(*a), 0.0)):
-        m, _ = evaluate_policy(model, tok, prompts, cfg.generation, D.gold_weights(cfg), scorer=scorer, **kw)
+        m, _ = evaluate_policy(model, tok, prompts, cfg.generation, W.gold_weights(cfg), scorer=scorer, **kw)
         assert m["eval/proxy_gold_agreement"] == pytest.approx(want)
     assert "eval/proxy_gold_agreement" not in m1  # no proxy: nothing to rank
 

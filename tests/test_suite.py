@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 from rlhf_lab.entry import suite, suite_seeds, sweeps as sweeping
 from rlhf_lab.runs.identity import job_identity
 from rlhf_lab.stages.presets import parse_preset_ref
-from rlhf_lab.runs.tracking import find_finished_run, job_overrides, study_digest
+from rlhf_lab.runs.jobs import find_finished_run, job_overrides, study_digest
+from rlhf_lab.stages.registry import run_settings
 
 SUITE = [s for s, _ in suite.SUITE]
 SEEDS = {0, 1, 2, 3, 4}
@@ -263,13 +264,13 @@ def test_finished_run_of_the_same_study_and_overrides_is_found(store):
     fake_run(client, exp, "sft", "ref_sync", ["algo.reference.sync_every=1", "seed=2", "sweep=ref_sync"])
     fake_run(client, exp, "ppo", "clip_eps", ["algo.reference.sync_every=1", "seed=3", "sweep=ref_sync"])
     cfg = compose_job(["study=ref_sync", f"tracking.uri={uri}"])
-    assert find_finished_run(cfg, "ppo", job).info.run_id == done
-    assert find_finished_run(cfg, "ppo", job + ["skip_finished=true"]).info.run_id == done  # not part of a job
+    assert find_finished_run(run_settings(cfg), "ppo", job).info.run_id == done
+    assert find_finished_run(run_settings(cfg), "ppo", job + ["skip_finished=true"]).info.run_id == done  # not part of a job
     for seed in (1, 2, 3, 4):  # FAILED; only an upstream stage's run; another study; never run
-        assert find_finished_run(cfg, "ppo", ["algo.reference.sync_every=1", f"seed={seed}", "sweep=ref_sync"]) is None
-    assert find_finished_run(cfg, "ppo", ["algo.reference.sync_every=10", "seed=0", "sweep=ref_sync"]) is None
+        assert find_finished_run(run_settings(cfg), "ppo", ["algo.reference.sync_every=1", f"seed={seed}", "sweep=ref_sync"]) is None
+    assert find_finished_run(run_settings(cfg), "ppo", ["algo.reference.sync_every=10", "seed=0", "sweep=ref_sync"]) is None
     other = compose_job(["study=clip_eps", f"tracking.uri={uri}"])
-    assert find_finished_run(other, "ppo", job) is None
+    assert find_finished_run(run_settings(other), "ppo", job) is None
     assert job_overrides("a=1 skip_finished=true b=2") == ["a=1", "b=2"]
     # as a multirun renders them (the tags of its jobs) and as typed: one job
     assert job_overrides(["tracking.uri=sqlite\\:///x.db", "skip_finished=True", "+k=v"]) == job_overrides(
@@ -423,13 +424,13 @@ def test_a_run_of_another_study_design_is_not_finished_for_this_one(store):
     now = study_digest(job)
     old = fake_run(client, exp, "ppo", "ref_sync", job)  # before the tag existed: counts
     cfg = compose_job(["study=ref_sync", f"tracking.uri={uri}"])
-    assert find_finished_run(cfg, "ppo", job).info.run_id == old
+    assert find_finished_run(run_settings(cfg), "ppo", job).info.run_id == old
     time.sleep(0.01)  # distinct start times: the newest run is looked at first
     fake_run(client, exp, "ppo", "ref_sync", job, digest="0" * 16)  # newer, another design: does not count
-    assert find_finished_run(cfg, "ppo", job).info.run_id == old
+    assert find_finished_run(run_settings(cfg), "ppo", job).info.run_id == old
     time.sleep(0.01)
     same = fake_run(client, exp, "ppo", "ref_sync", job, digest=now)
-    assert find_finished_run(cfg, "ppo", job).info.run_id == same
+    assert find_finished_run(run_settings(cfg), "ppo", job).info.run_id == same
 
 
 def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch, tmp_path, capsys):
@@ -544,10 +545,10 @@ def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reprodu
 def test_more_seeds_launched_with_other_display_keys_join_their_arms(store):
     """Measured on 2026-12-02: rm_normalize_5rms' seeds 5–8, launched with trainer.progress_bar=false, became arms of
     their own beside seeds 0–4 (the key varied across the study's runs), and C20 read 4–5 RMs per arm instead of
-    9. A key that does not change what a job computes (runtime.NOT_COMPUTED) names no arm; one that does, does."""
+    9. A key that does not change what a job computes (config.keys.NOT_COMPUTED) names no arm; one that does, does."""
     from rlhf_lab.analysis.runs import load_study
     from rlhf_lab.analysis.snapshot import run_from_dict, run_to_dict
-    from rlhf_lab.runs.process import computes
+    from rlhf_lab.config.keys import computes
 
     uri, client, exp = store
     for seed in range(4):

@@ -13,7 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from rlhf_lab.entry import sweeps as sweeping
-from rlhf_lab.runs import tracking
+from rlhf_lab.runs.jobs import job_sweep_params
+from rlhf_lab.runs.process import SWEPT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 # every study file, the claims suite's (rlhf_lab/entry/suite.py, tests/test_suite.py) included
@@ -123,12 +124,12 @@ def test_inline_overrides_win_and_seeds_combine_with_a_study():
 def test_swept_keys_and_job_params():
     keys = sweeping.swept_keys({"algo": "ppo", "+ppo_kl": "fixed_0,fixed_1"}, ["seed=0,1", "sweep=x", "algo=dpo"])
     assert keys == ["ppo_kl", "seed"]
-    os.environ[tracking.SWEPT_ENV] = "ppo_kl,seed"
+    os.environ[SWEPT_ENV] = "ppo_kl,seed"
     try:
-        assert tracking.job_sweep_params(["+ppo_kl=fixed_0", "seed=1", "sweep=x"]) == {
+        assert job_sweep_params(["+ppo_kl=fixed_0", "seed=1", "sweep=x"]) == {
             "sweep.ppo_kl": "fixed_0", "sweep.seed": "1"}
     finally:
-        del os.environ[tracking.SWEPT_ENV]
+        del os.environ[SWEPT_ENV]
 
 
 def run_cli(*args, cwd, timeout=240):

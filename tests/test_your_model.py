@@ -185,9 +185,10 @@ def test_minilm_rm_trains_offline_and_beats_chance(session_cache, tmp_path):
         f"cache_dir={session_cache}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     meta = stages.run_job(cfg, tmp_path / "out")
     ev = meta["eval"]
+    from rlhf_lab.config import data as DS
     from rlhf_lab.data.preferences import load_external
 
-    n_eval = len(load_external(cfg)[1])  # the pairs of the eval split's prompts (by a hash of the text), ~60
+    n_eval = len(load_external(DS.external_data(cfg))[1])  # the pairs of the eval split's prompts (by a hash of the text), ~60
     assert ev["rm/n_eval_pairs"] == n_eval and n_eval > 40 and ev["rm/accuracy"] > 0.65  # chance 0.5 (SE ≈ 0.07)
     from rlhf_lab.models.reward import RewardScorer
 

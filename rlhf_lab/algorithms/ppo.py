@@ -32,21 +32,19 @@ KL estimator, batch mean; ``objective/kl_token`` its per-token mean; ``objective
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import math
-import time
 from pathlib import Path
 from typing import Callable
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
 from torch import nn
 
 from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.algorithms.guards import check_divergence
+from rlhf_lab.algorithms.steps import Forever, StepTimer, check_finite
 from rlhf_lab.algorithms.kl import KLEstimator, check_kl_in_loss, kl_controller, kl_estimators
+from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig
 from rlhf_lab.algorithms.rl_math import (
     aggregate_loss,
     explained_variance,
@@ -74,54 +72,13 @@ from rlhf_lab.evaluation.policy import Scorer, as_gold_scorer
 from rlhf_lab.world import GoldWeights
 
 
-def check_finite(name: str, x: torch.Tensor, step: int, mask: torch.Tensor | None = None) -> None:
-    bad = ~torch.isfinite(x)
-    if mask is not None:
-        bad = bad & mask.bool()
-    if bad.any():
-        raise FloatingPointError(
-            f"non-finite {name} at PPO step {step} ({int(bad.sum())} values, e.g. "
-            f"{x[bad].flatten()[0].item()}); the run is stopped. Lower algo.lr, check the reward model's "
-            "scores and the KL coefficient, or enable algo.reward_clip")
-
-
-class _Forever(torch.utils.data.IterableDataset):
-    """The PPO loop draws its own prompts; Lightning only needs a clock."""
-
-    def __iter__(self):
-        return itertools.count()
-
-
-class StepTimer:
-    """Wall-clock seconds of one PPO step's :attr:`PHASES` (each logged as ``time/<phase>_s``): ``with timer("rollout"):
-    ...`` adds the block's time to ``seconds["rollout"]``; ``elapsed()`` is the time since the step's start."""
-
-    PHASES = {"rollout": "generation", "score": "scoring", "forward": "no-grad passes (old, reference, values)",
-              "update": "update"}  # {phase: what the job summary calls it}
-
-    def __init__(self):
-        self.start = time.perf_counter()
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, phase: str):
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-
 # ------------------------------------------------------------------------------------------------
 # the algorithm
 
 
 class PPOModule(L.LightningModule):
     def __init__(self, policy, reference, critic, tokenizer, scorer: Scorer, prompt_fn: Callable[[int], list[str]],
-                 algo: DictConfig, kl: DictConfig, gen: DictConfig, gold: GoldWeights | Scorer | None,
+                 algo: PPOConfig, kl: KLConfig, gen: GenerationConfig, gold: GoldWeights | Scorer | None,
                  checkpoint_dir=None, formula_gold: Scorer | None = None):
         super().__init__()
         self.automatic_optimization = False
@@ -134,7 +91,7 @@ class PPOModule(L.LightningModule):
         object.__setattr__(self, "_reference", reference)
         object.__setattr__(self, "scorer", scorer)
         self.tok, self.prompt_fn = tokenizer, prompt_fn
-        self.a, self.kl_cfg, self.gen = algo, kl, gen
+        self.a, self.kl_settings, self.gen = algo, kl, gen
         self.gold = as_gold_scorer(gold)  # None: no objective/gold (external data)
         self.formula_gold = formula_gold  # the world's formula beside a gold RM: objective/formula_gold
         self.kl_ctl = kl_controller(kl.name, kl.beta, kl.target, kl.horizon)
@@ -173,7 +130,7 @@ class PPOModule(L.LightningModule):
     @property
     def compiled(self) -> bool:
         """``algo.compile``: the packed passes' trunks (policy, critic, reference) through ``torch.compile``."""
-        return bool(self.a.get("compile", False))
+        return bool(self.a.compile)
 
     @property
     def updates_per_step(self) -> int:
@@ -188,7 +145,7 @@ class PPOModule(L.LightningModule):
         return torch.optim.AdamW(groups, eps=1e-5, weight_decay=0.0, foreach=True)
 
     def train_dataloader(self):
-        return torch.utils.data.DataLoader(_Forever(), batch_size=None)
+        return torch.utils.data.DataLoader(Forever(), batch_size=None)
 
     def on_train_start(self):
         for rm in (self.scorer, self.gold):  # the RMs (proxy, gold) are not submodules: follow the policy's device
@@ -252,7 +209,7 @@ class PPOModule(L.LightningModule):
         self.restore_rng()  # resume: continue the sampling stream where it stopped
         a, step, timer = self.a, self.ppo_step, StepTimer()
         self.eval()  # no dropout anywhere in PPO (Huang et al. 2023, detail 9); gradients still flow
-        sync_every = int(a.reference.get("sync_every") or 0)
+        sync_every = int(a.reference.sync_every or 0)
         if sync_every and step % sync_every == 0:
             self.sync_reference()
         beta = self.kl_ctl.beta
@@ -269,7 +226,7 @@ class PPOModule(L.LightningModule):
                 scores = self.score(ro)
                 self.assert_finite({"reward-model score": scores})
             shaped = shape_scores(scores, mask.sum(1).float(), torch.tensor(ro.ended, device=mask.device),
-                                  a.length_penalty, a.missing_eos_penalty, a.get("reward_clip"))
+                                  a.length_penalty, a.missing_eos_penalty, a.reward_clip)
 
             # 3. evaluate: log π_θ_old(y_t), log π_ref(y_t), V(s_t)
             with timer("forward"):
@@ -306,8 +263,8 @@ class PPOModule(L.LightningModule):
         tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
         if self.start_entropy is None:
             self.start_entropy = self.last_stats.get("objective/entropy")
-        check_divergence(self.last_stats, step, max_kl=a.get("max_kl"), min_entropy=a.get("min_entropy"),
-                         max_approxkl=a.get("max_approxkl"), max_entropy_ratio=a.get("max_entropy_ratio"),
+        check_divergence(self.last_stats, step, max_kl=a.max_kl, min_entropy=a.min_entropy,
+                         max_approxkl=a.max_approxkl, max_entropy_ratio=a.max_entropy_ratio,
                          vocab_size=len(self.tok), start_entropy=self.start_entropy)
 
     # -- the steps ---------------------------------------------------------------------------------
@@ -328,7 +285,7 @@ class PPOModule(L.LightningModule):
         """Step 1: one sampled response per prompt, with the ``generation.*`` settings."""
         g = self.gen
         return sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
-                      g.get("max_prompt_len"), sampler=g.sampler)
+                      g.max_prompt_len, sampler=g.sampler)
 
     def score(self, ro) -> torch.Tensor:
         """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device."""
@@ -370,7 +327,7 @@ class PPOModule(L.LightningModule):
                 self.assert_finite({"loss": loss.detach()})
                 opt.zero_grad()
                 self.manual_backward(loss)
-                if a.get("max_grad_norm"):
+                if a.max_grad_norm:
                     self.clip_gradients(opt, gradient_clip_val=a.max_grad_norm, gradient_clip_algorithm="norm")
                 opt.step()
                 for k, v in st.items():
@@ -416,7 +373,7 @@ class PPOModule(L.LightningModule):
         """Step 7: the KL controller sees the KL measured in ``kl.unit`` (per-response sum or per-token mean),
         averaged over ranks so that every rank keeps the same β; returns that measured KL."""
         kl_seq = masked_sum(kl_t, mask, dim=1)
-        measured_kl = kl_seq.mean().item() if self.kl_cfg.unit == "sequence" else masked_mean(kl_t, mask).item()
+        measured_kl = kl_seq.mean().item() if self.kl_settings.unit == "sequence" else masked_mean(kl_t, mask).item()
         measured_kl = distributed.all_reduce_mean({"kl": measured_kl})["kl"]  # one β on every rank
         self.kl_ctl.update(measured_kl, n_steps=kl_t.shape[0] * self._world)
         return measured_kl
@@ -469,21 +426,21 @@ class PPOModule(L.LightningModule):
         return {k: v for k, v in stats.items() if v == v or k == "val/explained_variance"}
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        every = int(self.a.get("checkpoint_every") or 0)
+        every = int(self.a.checkpoint_every or 0)
         if every and self.checkpoint_dir and self.ppo_step % every == 0:
             self.trainer.save_checkpoint(str(Path(self.checkpoint_dir) / f"ppo_step{self.ppo_step:05d}.ckpt"))
 
     # -- β, controller state and the sampling RNG travel with the Lightning checkpoint ----------------
     def on_save_checkpoint(self, checkpoint):
-        checkpoint["ppo"] = {"kl_controller": self.kl_ctl.state_dict(), "kl": self.kl_cfg.name,
+        checkpoint["ppo"] = {"kl_controller": self.kl_ctl.state_dict(), "kl": self.kl_settings.name,
                              "ppo_step": self.ppo_step, "torch_rng": torch.get_rng_state()}
 
     def on_load_checkpoint(self, checkpoint):
         st = checkpoint.get("ppo")
         if st is None:
             raise ValueError("this Lightning checkpoint was not written by PPO (no 'ppo' state)")
-        if st["kl"] != self.kl_cfg.name:
-            raise ValueError(f"checkpoint has a {st['kl']} KL controller but kl={self.kl_cfg.name}")
+        if st["kl"] != self.kl_settings.name:
+            raise ValueError(f"checkpoint has a {st['kl']} KL controller but kl={self.kl_settings.name}")
         self.kl_ctl.load_state_dict(st["kl_controller"])
         self.ppo_step = int(st["ppo_step"])
         self._rng_to_restore = st["torch_rng"]

@@ -21,11 +21,11 @@ import time
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
 
 from rlhf_lab.runs import distributed
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
+from rlhf_lab.world import GoldWeights, Labeler
 from rlhf_lab.models.batching import pack_rows, pad_right
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.reward import RewardScorer, encode_texts, packable, rm_forward, rm_forward_packed
@@ -95,24 +95,22 @@ class RewardModelModule(L.LightningModule):
 # data
 
 
-def pair_margins(cfg: DictConfig, pairs) -> list[float]:
+def pair_margins(pairs, labeler: Labeler, weights: GoldWeights, world_data: bool) -> list[float]:
     """Margin per pair: the labeler's utility gap u(chosen) − u(rejected), clipped to [0, 1], with u the gold the
     pair records (the formula, or a gold RM's score) plus the labeler's biases; pairs without recorded gold use
-    the world's formula."""
+    the world's formula (`weights`), which only the world's data (`world_data`, ``data=world``) has."""
     recorded = all(p.gold_chosen is not None and p.gold_rejected is not None for p in pairs)
-    if cfg.data.source != "world" and not recorded:
+    if not world_data and not recorded:
         raise ValueError("reward_model.margin=true needs the annotator's strength of preference, which only "
                          "data=world (or a gold RM, gold=rm) has; set reward_model.margin=false for external "
                          "preference data")
-    from rlhf_lab.world import streams as D
     from rlhf_lab.world import gold_reward
 
-    lab, w = D.labeler(cfg), D.gold_weights(cfg)
     out = []
     for p in pairs:
-        gc = p.gold_chosen if recorded else gold_reward(p.prompt, p.chosen, p.chosen_ended, w)
-        gr = p.gold_rejected if recorded else gold_reward(p.prompt, p.rejected, p.rejected_ended, w)
-        gap = lab.utility_from_gold(gc, p.chosen) - lab.utility_from_gold(gr, p.rejected)
+        gc = p.gold_chosen if recorded else gold_reward(p.prompt, p.chosen, p.chosen_ended, weights)
+        gr = p.gold_rejected if recorded else gold_reward(p.prompt, p.rejected, p.rejected_ended, weights)
+        gap = labeler.utility_from_gold(gc, p.chosen) - labeler.utility_from_gold(gr, p.rejected)
         out.append(min(1.0, max(0.0, gap)))
     return out
 

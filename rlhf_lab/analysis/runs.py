@@ -19,7 +19,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from rlhf_lab.analysis.fits import GaoFit, fit_bon, fit_rl
-from rlhf_lab.runs.process import DEFAULT_TRACKING_URI, computes
+from rlhf_lab.config.keys import computes
+from rlhf_lab.runs.tracking_server import DEFAULT_TRACKING_URI
 
 STUDY_TAG = "rlhf_lab.study"
 POLICY_STAGES = ("ppo", "grpo", "rloo", "dpo", "bon")  # policy runs a study report reads
@@ -125,7 +126,7 @@ class RunData:
 
 def store_uri(uri: str | None = None) -> str:
     """The MLflow store the reports read: ``MLFLOW_TRACKING_URI``, else ``uri`` (``--uri``), else
-    ``sqlite:///mlflow.db``; the order of :func:`rlhf_lab.runs.process.tracking_uri`, with ``uri`` for ``tracking.uri``."""
+    ``sqlite:///mlflow.db``; the order of :func:`rlhf_lab.runs.tracking_server.tracking_uri`, with ``uri`` for ``tracking.uri``."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     return uri or DEFAULT_TRACKING_URI

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key
-from rlhf_lab.runs.process import computes, write_atomic
+from rlhf_lab.config.keys import computes
+from rlhf_lab.runs.process import write_atomic
 
 FORMAT = 1
 FILE_NAME = "claims_runs.json.gz"

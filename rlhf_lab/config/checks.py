@@ -43,8 +43,6 @@ from rlhf_lab.config.rules import (
     required,
     unit_interval,
 )
-from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES
-from rlhf_lab.models.sampling import SAMPLERS
 
 PPO_REWARDS = ("rm", "gold")
 PPO_CRITICS = ("rm", "policy", "shared", "none")
@@ -72,6 +70,8 @@ def check_generation(g: DictConfig) -> None:
                                "top_k": non_negative, "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
                                "max_prompt_len": (optional(at_least(1)), ">= 1 or null")})
     if "sampler" in g:
+        from rlhf_lab.models.sampling import SAMPLERS  # here: transformers' import is the job's, not the sweep's
+
         choice(g, "generation", "sampler", SAMPLERS)
 
 
@@ -79,6 +79,8 @@ def check_eval(e: DictConfig) -> None:
     need_all(e, "eval", {"every_n_steps": non_negative, "n_prompts": (at_least(1), ">= 1"),
                          "n_samples_logged": non_negative, "n_points": non_negative})
     if "schedule" in e:
+        from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES  # here: Lightning's import is the job's
+
         choice(e, "eval", "schedule", EVAL_SCHEDULES)
 
 

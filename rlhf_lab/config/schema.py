@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, List, Optional, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -314,6 +314,18 @@ SCHEMAS = {
     ("data", "jsonl_schema"): JsonlDataConfig,
     ("data", "hf_schema"): HfDataConfig,
 }
+
+
+T = TypeVar("T")
+
+
+def settings(node: Any, schema: type[T]) -> T:
+    """A config group as the dataclass `schema` of this module: the typed settings a stage hands to the code below it
+    (``settings(cfg.algo, PPOConfig)``). A node that lost its type (the config of a rank that ``rlhf-lab`` started
+    itself, read back from YAML) is typed again by merging it into the schema."""
+    if OmegaConf.get_type(node) is not schema:
+        node = OmegaConf.merge(OmegaConf.structured(schema), node)
+    return OmegaConf.to_object(node)
 
 
 def register() -> None:

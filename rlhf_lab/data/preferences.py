@@ -38,18 +38,35 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
 
-from rlhf_lab.world import streams as D
 from rlhf_lab.data import external as X
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.data.files import MAX_LINE_BYTES, MAX_TOTAL_BYTES, dataset_rows, jsonl_rows, load_hf_dataset
 from rlhf_lab.data.external import ChatRenderer
-from rlhf_lab.runs.process import to_plain
+from rlhf_lab.world import GoldWeights, Labeler
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
 
 COLUMNS = ("prompt", "chosen", "rejected")
 HELD_OUT = ("train", "eval", "test")  # the splits of an external dataset's prompts
+
+
+@dataclass(frozen=True)
+class Labelling:
+    """How pairs are labelled (``labeler`` group, :func:`rlhf_lab.config.data.labelling`): the labeler with its
+    biases, and the world's gold weights, the formula's gold when no gold RM scores the responses."""
+
+    labeler: Labeler
+    weights: GoldWeights
+
+
+@dataclass(frozen=True)
+class ExternalData:
+    """``data=jsonl|hf`` as its readers take it (:func:`rlhf_lab.config.data.external_data`): the ``data`` group as
+    plain containers, and the policy checkpoint (``policy.name_or_path``) whose chat template renders conversational
+    rows."""
+
+    data: dict
+    policy: str | None = None
 
 
 @dataclass
@@ -81,16 +98,16 @@ def load_pairs(path: Path) -> list[PreferencePair]:
         return [PreferencePair(**json.loads(line)) for line in f if line.strip()]
 
 
-def label_pairs(cfg: DictConfig, prompts: list[str], a: list[str], b: list[str], ended_a: list[bool],
+def label_pairs(labelling: Labelling, prompts: list[str], a: list[str], b: list[str], ended_a: list[bool],
                 ended_b: list[bool], rng: random.Random, source: str, gold=None) -> list[PreferencePair]:
     """Label (a, b) with the configured labeler; ties in text are dropped (they carry no preference).
 
     `gold`: the gold reward the labeler's utility starts from, a scorer ``(prompts, responses, ended) -> scores``
     (a gold reward model, ``gold=rm``); None is the world's formula (``world.gold`` weights). Each pair records both
     responses' gold rewards; the labeler's biases are added on top (:meth:`rlhf_lab.world.Labeler.utility_from_gold`)."""
-    lab = D.labeler(cfg)
+    lab = labelling.labeler
     keep = [i for i, (ya, yb, ea, eb) in enumerate(zip(a, b, ended_a, ended_b)) if not (ya == yb and ea == eb)]
-    ga, gb = gold_scores(cfg, gold, [prompts[i] for i in keep], [a[i] for i in keep], [ended_a[i] for i in keep],
+    ga, gb = gold_scores(labelling.weights, gold, [prompts[i] for i in keep], [a[i] for i in keep], [ended_a[i] for i in keep],
                          [b[i] for i in keep], [ended_b[i] for i in keep])
     out = []
     for j, i in enumerate(keep):
@@ -101,14 +118,14 @@ def label_pairs(cfg: DictConfig, prompts: list[str], a: list[str], b: list[str],
     return out
 
 
-def gold_scores(cfg: DictConfig, gold, prompts: list[str], a: list[str], ended_a: list[bool], b: list[str],
+def gold_scores(weights: GoldWeights, gold, prompts: list[str], a: list[str], ended_a: list[bool], b: list[str],
                 ended_b: list[bool]) -> tuple[list[float], list[float]]:
     """The gold rewards of the responses a and b (one scorer call for both): the formula's exact values when
-    `gold` is None, else the scorer's."""
+    `gold` is None (with the world's `weights`), else the scorer's."""
     if gold is None:
         from rlhf_lab.world import gold_reward
 
-        w = D.gold_weights(cfg)
+        w = weights
         return ([gold_reward(p, y, e, w) for p, y, e in zip(prompts, a, ended_a)],
                 [gold_reward(p, y, e, w) for p, y, e in zip(prompts, b, ended_b)])
     if not prompts:
@@ -117,29 +134,30 @@ def gold_scores(cfg: DictConfig, gold, prompts: list[str], a: list[str], ended_a
     return s[: len(prompts)], s[len(prompts):]
 
 
-def relabel_pairs(cfg: DictConfig, pairs: list[PreferencePair], gold, rng: random.Random) -> list[PreferencePair]:
+def relabel_pairs(labelling: Labelling, pairs: list[PreferencePair], gold, rng: random.Random) -> list[PreferencePair]:
     """External pairs labelled again by the labeler on the gold RM's scores (``gold=rm`` with ``data=jsonl|hf``):
     the dataset's own chosen/rejected order is replaced, as the gold RM labels the data in Gao et al. 2022."""
     ones = [True] * len(pairs)
-    return label_pairs(cfg, [p.prompt for p in pairs], [p.chosen for p in pairs], [p.rejected for p in pairs], ones,
+    return label_pairs(labelling, [p.prompt for p in pairs], [p.chosen for p in pairs], [p.rejected for p in pairs], ones,
                        ones, rng, "external", gold)
 
 
 @torch.no_grad()
-def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, source: str,
+def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts: list[str], seed: int, source: str,
                  batch_size: int = 256, gold=None, progress=None,
                  key: str = "policy.name_or_path") -> list[PreferencePair]:
-    """Two responses per prompt from the policy checkpoint (named by config `key` in its errors), labelled by
-    :func:`label_pairs` (`gold`: see there). `progress`: a bar whose ``update(n)`` is called with the number of
+    """Two responses per prompt from the policy checkpoint (named by config `key` in its errors; loaded with
+    `options`, ``models.families.load_options``), sampled with the ``generation`` settings `gen`
+    (:class:`rlhf_lab.config.schema.GenerationConfig`), labelled by :func:`label_pairs` (`gold`: see there). `progress`: a bar whose ``update(n)`` is called with the number of
     prompts of each batch sampled and labelled."""
-    from rlhf_lab.models.families import load_causal_lm, load_options, load_tokenizer
+    from rlhf_lab.models.families import load_causal_lm, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
     tok = load_tokenizer(policy_path, key)
-    model = load_causal_lm(policy_path, tok, key, **load_options(cfg.policy))
+    model = load_causal_lm(policy_path, tok, key, **options)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    g = cfg.generation
+    g = gen
     pairs: list[PreferencePair] = []
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
@@ -147,24 +165,22 @@ def sample_pairs(cfg: DictConfig, policy_path, prompts: list[str], seed: int, so
                     sampler=g.sampler)
         rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
                     sampler=g.sampler)
-        pairs += label_pairs(cfg, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source, gold)
+        pairs += label_pairs(labelling, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source, gold)
         if progress is not None:
             progress.update(len(chunk))
     return pairs
 
 
-def chat_renderer(cfg: DictConfig) -> ChatRenderer:
+def chat_renderer(src: ExternalData) -> ChatRenderer:
     """The chat template for conversational data: ``data.chat_template``, else the template of the policy
     checkpoint's tokenizer (``policy.name_or_path``), else :data:`rlhf_lab.data.external.DEFAULT_CHAT_TEMPLATE`;
     with that tokenizer's BOS and EOS texts (a leading BOS is dropped when the tokenizer adds one itself)."""
-    template = cfg.data.get("chat_template")
-    policy = cfg.get("policy")
-    src = policy.get("name_or_path") if policy is not None else None
-    if not src:
+    template = src.data.get("chat_template")
+    if not src.policy:
         return ChatRenderer(template)
     from rlhf_lab.models.families import load_tokenizer
 
-    tok = load_tokenizer(src, "policy.name_or_path")
+    tok = load_tokenizer(src.policy, "policy.name_or_path")
     own = tok.chat_template
     if isinstance(own, dict):  # several named templates: the default one
         own = own.get("default")
@@ -172,19 +188,20 @@ def chat_renderer(cfg: DictConfig) -> ChatRenderer:
     return ChatRenderer(template or own, tok.bos_token, tok.eos_token, strip_bos=adds_bos)
 
 
-def external_rows(dc: DictConfig):
-    """(rows, key) of the configured external source: (where, row) pairs and the key that names the source."""
-    if dc.source == "jsonl":
+def external_rows(dc: dict):
+    """(rows, key) of the configured external source (`dc`: the ``data`` group, plain): (where, row) pairs and the
+    key that names the source."""
+    if dc["source"] == "jsonl":
         if not dc.get("path"):
             raise ValueError("data=jsonl needs data.path=<file.jsonl> with prompt, chosen, rejected columns")
-        path = Path(str(dc.path)).expanduser()
+        path = Path(str(dc["path"])).expanduser()
         if not path.exists():
             raise FileNotFoundError(f"data.path={str(path)!r}: no such file")
         rows = jsonl_rows(path, dc.get("max_line_bytes", MAX_LINE_BYTES), dc.get("max_total_bytes", MAX_TOTAL_BYTES))
         return rows, f"data.path={str(path)!r}"  # the bounds: null is no limit (rlhf_lab.data.files)
     if not dc.get("name"):
         raise ValueError("data=hf needs data.name=<save_to_disk folder, .parquet/.jsonl file or hub name>")
-    name, split = str(dc.name), str(dc.get("split", "train"))
+    name, split = str(dc["name"]), str(dc.get("split", "train"))
     ds = load_hf_dataset(name, split, dc.get("max_total_bytes", MAX_TOTAL_BYTES))
     return dataset_rows(ds, f"{name}[{split}]"), f"data.name={name!r}"
 
@@ -224,26 +241,24 @@ def split_by_prompt(examples: list[X.Example], eval_fraction: float, test_fracti
 EXAMPLES_MEMO: dict[str, dict[str, list[X.Example]]] = {}
 
 
-def data_memo_key(cfg: DictConfig, *extra) -> str:
+def data_memo_key(src: ExternalData, *extra) -> str:
     """What determines the rows read from ``data=jsonl|hf``: the data config, the file's size and modification time
     (a file rewritten in place is read again), the policy checkpoint (its chat template), and `extra`."""
-    policy = cfg.get("policy")
-    where = Path(str(cfg.data.get("path") or cfg.data.get("name") or ""))
+    where = Path(str(src.data.get("path") or src.data.get("name") or ""))
     stat = (where.stat().st_size, where.stat().st_mtime_ns) if where.is_file() else None
-    return json.dumps([to_plain(cfg.data), stat, str(policy.get("name_or_path")) if policy is not None else None,
-                       *extra], sort_keys=True, default=str)
+    return json.dumps([src.data, stat, str(src.policy), *extra], sort_keys=True, default=str)
 
 
-def load_examples(cfg: DictConfig, prompt_only: bool = False) -> dict[str, list[X.Example]]:
+def load_examples(src: ExternalData, prompt_only: bool = False) -> dict[str, list[X.Example]]:
     """The rows of ``data=jsonl|hf`` as text, every row checked (:func:`rlhf_lab.data.external.read_examples`),
     by split of their prompt (:func:`split_by_prompt`, ``data.eval_fraction``, ``data.test_fraction``); the
     training rows shuffled with ``data.seed``. Read once per process and configuration (the job reads them before
     training to fail early, then its stages use them): callers must not change the lists."""
-    memo_key = data_memo_key(cfg, prompt_only)
+    memo_key = data_memo_key(src, prompt_only)
     if memo_key not in EXAMPLES_MEMO:
-        dc = cfg.data
+        dc = src.data
         rows, key = external_rows(dc)
-        ex = X.read_examples(rows, X.columns_of(dc), str(dc.get("format", "auto")), lambda: chat_renderer(cfg),
+        ex = X.read_examples(rows, X.columns_of(dc), str(dc.get("format", "auto")), lambda: chat_renderer(src),
                              prompt_only=prompt_only, key=key)
         out = split_by_prompt(ex, float(dc.get("eval_fraction", 0.1)), float(dc.get("test_fraction", 0.1)), key)
         random.Random(int(dc.get("seed", 0))).shuffle(out["train"])
@@ -251,10 +266,10 @@ def load_examples(cfg: DictConfig, prompt_only: bool = False) -> dict[str, list[
     return EXAMPLES_MEMO[memo_key]
 
 
-def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
+def load_external(src: ExternalData) -> tuple[list[PreferencePair], list[PreferencePair]]:
     """(train, eval) preference pairs of ``data=jsonl|hf`` (:func:`load_examples`), in either format; the
     test split's pairs are not used (its prompts are: :func:`external_prompts`)."""
-    split = load_examples(cfg)
+    split = load_examples(src)
     to_pairs = lambda xs: [PreferencePair(e.prompt, e.chosen, e.rejected, source="external") for e in xs]  # noqa: E731
     pairs = to_pairs(split["train"])
     validate_pairs(pairs, "data")
@@ -264,14 +279,14 @@ def load_external(cfg: DictConfig) -> tuple[list[PreferencePair], list[Preferenc
 PROMPTS_MEMO: dict[str, tuple[list[str], list[str], list[str]]] = {}
 
 
-def external_prompts(cfg: DictConfig) -> tuple[list[str], list[str], list[str]]:
+def external_prompts(src: ExternalData) -> tuple[list[str], list[str], list[str]]:
     """(train, eval, test) distinct prompts of ``data=jsonl|hf`` (a prompt-only dataset will do; the same
     split as :func:`load_external`'s pairs): train in row order, eval and test in the order of their hash
     (a fixed pseudo-random order, so the first ``eval.n_prompts`` are a sample, whatever the file's order);
     read once per process and configuration."""
-    memo_key = data_memo_key(cfg)
+    memo_key = data_memo_key(src)
     if memo_key not in PROMPTS_MEMO:
-        split = load_examples(cfg, prompt_only=True)
+        split = load_examples(src, prompt_only=True)
         distinct = {s: list(dict.fromkeys(e.prompt for e in split[s])) for s in HELD_OUT}
         held = lambda s: sorted(distinct[s], key=prompt_hash)  # noqa: E731
         PROMPTS_MEMO[memo_key] = distinct["train"], held("eval"), held("test")

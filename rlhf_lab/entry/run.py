@@ -23,13 +23,9 @@ from rlhf_lab.runs.states import (
     install_signal_handlers,
     restore_signal_handlers,
 )
-from rlhf_lab.runs.process import (
-    exit_on_unreachable_server,
-    quiet_libraries,
-    start_job_clock,
-    stop_job_clock,
-    tracking_uri,
-)
+from rlhf_lab.config.keys import configured_uri, experiment_name, to_plain
+from rlhf_lab.runs.process import quiet_libraries, start_job_clock, stop_job_clock
+from rlhf_lab.runs.tracking_server import exit_on_unreachable_server, tracking_uri
 from rlhf_lab.entry.sweeps import mark_job
 
 
@@ -60,7 +56,7 @@ def set_threads(cfg: DictConfig) -> int:
             pass
         from rlhf_lab.runs.distributed import n_processes
 
-        n = max(1, n // n_processes(cfg))  # and among the job's own processes (trainer=ddp_cpu)
+        n = max(1, n // n_processes(to_plain(cfg.trainer)))  # and among the job's own processes (trainer=ddp_cpu)
     torch.set_num_threads(int(n))
     return int(n)
 
@@ -69,7 +65,7 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     lines = [
         "=" * 72,
         f"rlhf-lab {cfg.algo.name}: done in {seconds:.0f}s" + (f" ({threads} CPU threads)" if threads else ""),
-        f"  MLflow run : {meta.get('run_id')}  ({tracking_uri(cfg)})",
+        f"  MLflow run : {meta.get('run_id')}  ({tracking_uri(configured_uri(cfg))})",
         f"  artifact   : {meta.get('artifact')}",
     ]
     if meta.get("cache_path"):
@@ -83,7 +79,7 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
                 f" ± {ev[k + '_se']:.3f}" if k + "_se" in ev else "") for k in keys))
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")
-    uri = tracking_uri(cfg)
+    uri = tracking_uri(configured_uri(cfg))
     from rlhf_lab.runs.tracking import ui_hint
 
     hint = ui_hint(uri, meta.get("experiment_id"), meta.get("run_id"))
@@ -95,16 +91,17 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 
 def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, float | None]:
     """With ``skip_finished=true``: ``("skipped", its final gold)`` when a FINISHED run of the job (same study, same
-    overrides: :func:`rlhf_lab.runs.tracking.finished_runs`) computed what the job would: the same config, inputs and
+    overrides: :func:`rlhf_lab.runs.jobs.finished_runs`) computed what the job would: the same config, inputs and
     code (`identity`, :mod:`rlhf_lab.runs.identity`); ``("rerun", None)`` when the job has such runs but none did,
     after one line saying what changed since the latest; ``("ran", None)`` when it has none, or without
     ``skip_finished``. The kind is the job's mark for its sweep (:func:`rlhf_lab.entry.sweeps.mark_job`)."""
     if not cfg.get("skip_finished"):
         return "ran", None
     from rlhf_lab.runs.identity import changed_parts, rerun_reason
-    from rlhf_lab.runs.tracking import finished_runs, hydra_overrides
+    from rlhf_lab.runs.jobs import finished_runs, hydra_overrides
+    from rlhf_lab.stages.registry import run_settings
 
-    runs = list(finished_runs(cfg, str(cfg.algo.name), hydra_overrides()))
+    runs = list(finished_runs(run_settings(cfg), str(cfg.algo.name), hydra_overrides()))
     if not runs:
         return "ran", None
     overrides = " ".join(hydra_overrides())
@@ -112,7 +109,7 @@ def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, fl
         if changed_parts(run.data.tags, identity) == []:
             print(f"[rlhf-lab] {cfg.algo.name} {overrides}: skipped (finished run {run.info.run_id})", flush=True)
             return "skipped", run.data.metrics.get("eval/gold_reward")
-    why = rerun_reason(runs[0], identity, cfg, tracking_uri(cfg))
+    why = rerun_reason(runs[0], identity, to_plain(cfg), tracking_uri(configured_uri(cfg)))
     print(f"[rlhf-lab] {cfg.algo.name} {overrides}: rerun: {why}", flush=True)
     return "rerun", None
 
@@ -136,9 +133,9 @@ def _app(cfg: DictConfig) -> float | None:
         install_signal_handlers()  # a sweep's job in a joblib worker: a stop signal ends its run KILLED
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
-        exit_on_unreachable_server(tracking_uri(cfg))
+        exit_on_unreachable_server(tracking_uri(configured_uri(cfg)))
         quiet_libraries()
-        with running(cfg) as identity:  # what the job computes, recorded on its run (rlhf_lab.runs.identity)
+        with running(to_plain(cfg)) as identity:  # what the job computes, recorded on its run (rlhf_lab.runs.identity)
             kind, gold = skip_if_finished(cfg, identity)  # before any work: a resumed sweep runs only what is missing
             mark_job(kind)
             if kind == "skipped":
@@ -155,7 +152,7 @@ def _app(cfg: DictConfig) -> float | None:
         if meta.get("run_id") and "experiment_id" not in meta:
             from rlhf_lab.runs import tracking
 
-            meta["experiment_id"] = tracking.experiment_id(cfg)
+            meta["experiment_id"] = tracking.experiment_id(tracking_uri(configured_uri(cfg)), experiment_name(cfg))
         print(summary(cfg, meta, time.time() - t0, threads))
         return (meta.get("eval") or {}).get("eval/gold_reward")  # for a sweeper: selection on eval, never test
     except Exception as err:

@@ -37,14 +37,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from rlhf_lab.runs.states import OPEN_SWEEP, SWEEP_PID_ENV, mark_dead_runs, process_tags
-from rlhf_lab.runs.process import (
-    LAUNCH_DIR_ENV,
-    PARENT_ENV,
-    SWEPT_ENV,
-    exit_on_unreachable_server,
-    override_key,
-    tracking_uri,
-)
+from rlhf_lab.config.keys import configured_uri, experiment_name, override_key
+from rlhf_lab.runs.process import LAUNCH_DIR_ENV, PARENT_ENV, SWEPT_ENV
+from rlhf_lab.runs.tracking_server import exit_on_unreachable_server, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +106,7 @@ def mark_job(kind: str) -> None:
 def _client(cfg: DictConfig):
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri(cfg))
+    return MlflowClient(tracking_uri=tracking_uri(configured_uri(cfg)))
 
 
 class MlflowSweepCallback(Callback):
@@ -139,7 +134,7 @@ class MlflowSweepCallback(Callback):
         try:
             self.open_parent_run(config)
         except Exception as err:  # Hydra would turn it into a warning, and the jobs would run without their parent
-            print(f"rlhf-lab: the sweep could not open its parent MLflow run in {tracking_uri(config)} "
+            print(f"rlhf-lab: the sweep could not open its parent MLflow run in {tracking_uri(configured_uri(config))} "
                   f"({type(err).__name__}: {str(err)[:300]}); no job ran", file=sys.stderr)
             raise SystemExit(2) from err
 
@@ -147,7 +142,7 @@ class MlflowSweepCallback(Callback):
         """The sweep's parent run, and the environment that makes every job its child."""
         from rlhf_lab.runs.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
-        exit_on_unreachable_server(tracking_uri(config))  # before any job: in seconds, not minutes of retries per job
+        exit_on_unreachable_server(tracking_uri(configured_uri(config)))  # before any job: in seconds, not minutes of retries per job
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
         params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}
@@ -155,7 +150,7 @@ class MlflowSweepCallback(Callback):
         study = config.get("study")
         command = sweep_command(overrides)
         client = _client(config)
-        exp_id = experiment_id(config)
+        exp_id = experiment_id(tracking_uri(configured_uri(config)), experiment_name(config))
         tags = {**process_tags(), "rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
                 "rlhf_lab.git_commit": git_commit(), "rlhf_lab.swept_keys": ",".join(keys)}
         if study:
@@ -163,7 +158,7 @@ class MlflowSweepCallback(Callback):
         run = client.create_run(exp_id, run_name=f"sweep:{study or 'multirun'}", tags=tags)
         self.run_id = run.info.run_id
         self._client = client
-        OPEN_SWEEP.update(uri=tracking_uri(config), run_id=self.run_id, experiment_id=exp_id)  # a stop signal ends it
+        OPEN_SWEEP.update(uri=tracking_uri(configured_uri(config)), run_id=self.run_id, experiment_id=exp_id)  # a stop signal ends it
         flat = {"sweep.study": str(study), "sweep.command": command[:6000],
                 **{f"sweep.values.{override_key(k)}": str(v)[:6000] for k, v in (params or {}).items()}}
         for o in overrides:
@@ -215,7 +210,7 @@ class MlflowSweepCallback(Callback):
         client.log_batch(self.run_id, metrics=[_metric("sweep/n_child_runs", len(children)),
                                                _metric("sweep/n_failed", n_failed_jobs)])
         if self.report:
-            attach_study_report(client, self.run_id, config.get("study"), tracking_uri(config), children)
+            attach_study_report(client, self.run_id, config.get("study"), tracking_uri(configured_uri(config)), children)
         status = "FAILED" if failed else "FINISHED"
         if failed:
             client.set_tag(self.run_id, "rlhf_lab.error", "; ".join(f"{k}: {v}" for k, v in failed.items())[:5000])
@@ -229,7 +224,7 @@ class MlflowSweepCallback(Callback):
             print(f"[rlhf-lab] sweep {config.get('study') or ''}: skip_finished: {resumed}")
         from rlhf_lab.runs.tracking import ui_hint
 
-        hint = ui_hint(tracking_uri(config), exp_id, self.run_id)
+        hint = ui_hint(tracking_uri(configured_uri(config)), exp_id, self.run_id)
         if hint:
             print(f"[rlhf-lab] in the UI: {hint}")
         if failed and self.exit_nonzero_on_failure:

@@ -4,7 +4,7 @@ A job with ``trainer.devices > 1`` (``trainer=ddp_cpu``, ``trainer=ddp``, ...) r
 device. Who starts them:
 
 - ``rlhf-lab trainer=ddp_cpu ...`` on one machine: :func:`launch` starts ranks 1..N-1 as child processes
-  (``python -m rlhf_lab.runs.distributed``) with the job's resolved config, and runs rank 0 itself, all in the job's one
+  (``python -m rlhf_lab.entry.rank``) with the job's resolved config, and runs rank 0 itself, all in the job's one
   Hydra output folder;
 - ``torchrun`` or SLURM (``srun``): they set ``LOCAL_RANK``/``RANK``/``WORLD_SIZE`` (or ``SLURM_*``) and
   every process runs ``rlhf-lab`` itself; :func:`launch` then starts nothing.
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 _ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
 
@@ -62,15 +61,15 @@ def is_rank_zero() -> bool:
     return rank() == 0
 
 
-def n_processes(cfg: DictConfig) -> int:
-    """Processes per node the trainer config asks for (1 unless ``devices`` > 1 with a DDP-type strategy)."""
-    t = cfg.trainer
+def n_processes(t: dict) -> int:
+    """Processes of the job the ``trainer`` settings `t` (plain) ask for (1 unless ``devices`` > 1 with a DDP-type
+    strategy), over all nodes."""
     devices = t.get("devices", 1)
     if devices in (None, "auto"):
         return 1
     if devices == -1:
         devices = torch.cuda.device_count() if t.get("accelerator") in ("gpu", "cuda") else (os.cpu_count() or 1)
-    if isinstance(devices, (list, tuple)) or OmegaConf.is_list(devices):
+    if isinstance(devices, (list, tuple)):
         devices = len(devices)
     n = int(devices)
     if n > 1 and str(t.get("strategy", "auto")) in ("auto", "single_device"):
@@ -83,25 +82,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _child_main(argv: list[str] | None = None) -> None:
-    """Entry point of a rank started by :func:`launch`: ``python -m rlhf_lab.runs.distributed CONFIG OUT TARGET THREADS``
-    with ``LOCAL_RANK``/``RANK``/``WORLD_SIZE``/``MASTER_*`` in the environment."""
-    import importlib
-
-    cfg_file, out_dir, target, threads = (argv if argv is not None else sys.argv[1:])
-    from rlhf_lab.runs.process import quiet_libraries
-
-    quiet_libraries()
-    torch.set_num_threads(int(threads))
-    mod, attr = target.split(":")
-    fn = getattr(importlib.import_module(mod), attr)
-    try:
-        fn(OmegaConf.load(cfg_file), Path(out_dir))
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
 
 
 class _Watchdog(threading.Thread):
@@ -127,26 +107,29 @@ class _Watchdog(threading.Thread):
                 return
 
 
-def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], dict]) -> dict:
-    """Run ``target(cfg, out_dir)`` on every rank of the job; returns rank 0's result.
+def launch(trainer: dict, out_dir: Path, target: Callable[[Path], dict], rank_target: str,
+           config_yaml: Callable[[], str]) -> dict:
+    """Run the job on every rank: ``target(out_dir)`` here (rank 0), and in each other local rank the function
+    `rank_target` (``module:name``, called with the job's config and `out_dir` by :mod:`rlhf_lab.entry.rank`) on the
+    config `config_yaml()` (resolved YAML); returns rank 0's result. `trainer`: the ``trainer`` settings (plain).
 
     Starts the other local ranks when nothing else (torchrun, SLURM) has; with one process it is a plain call.
     """
-    n = n_processes(cfg)
+    n = n_processes(trainer)
     external = os.environ.get("LOCAL_RANK") is not None or world_size() > 1
     if n <= 1 or external:
-        return target(cfg, out_dir)
-    if int(cfg.trainer.get("num_nodes", 1) or 1) > 1:
+        return target(out_dir)
+    if int(trainer.get("num_nodes", 1) or 1) > 1:
         raise ValueError("trainer.num_nodes > 1: start one rlhf-lab per node with torchrun or srun (SLURM); "
                          "rlhf-lab starts the ranks itself only on one machine")
     env = {"WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "NODE_RANK": "0"}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg_file = out_dir / ".rank_config.yaml"  # resolved here: the other ranks have no Hydra context
-    cfg_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    cfg_file.write_text(config_yaml())
     # plain subprocesses, not multiprocessing: they start the same from a joblib (loky) worker of a sweep
-    cmd = [sys.executable, "-m", "rlhf_lab.runs.distributed", str(cfg_file), str(out_dir),
-           f"{target.__module__}:{target.__qualname__}", str(torch.get_num_threads())]
+    cmd = [sys.executable, "-m", "rlhf_lab.entry.rank", str(cfg_file), str(out_dir), rank_target,
+           str(torch.get_num_threads())]
     saved = {k: os.environ.get(k) for k in _ENV}
     children: list[subprocess.Popen] = []
     watchdog = _Watchdog(children)
@@ -162,7 +145,7 @@ def launch(cfg: DictConfig, out_dir: Path, target: Callable[[DictConfig, Path], 
         os.environ["LOCAL_RANK"] = os.environ["RANK"] = "0"
         watchdog.start()
         try:
-            result = target(cfg, out_dir)
+            result = target(out_dir)
             codes = [c.wait() for c in children]
         except KeyboardInterrupt:
             if watchdog.fired:  # a failure of this job (a sweep goes on), not a user's Ctrl-C
@@ -262,6 +245,3 @@ def check_in_sync(module: torch.nn.Module, what: str) -> None:
         raise RuntimeError(f"{what}: parameters differ across ranks after training ({lo.item()} vs {hi.item()}); "
                            "gradients were not synchronised")
 
-
-if __name__ == "__main__":
-    _child_main()

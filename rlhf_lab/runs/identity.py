@@ -6,7 +6,7 @@ code can change. :func:`job_identity` digests each of them, and :mod:`rlhf_lab.r
 the job's run:
 
 - ``rlhf_lab.job.config_digest`` (:func:`config_digest`): the composed, resolved config without the keys that do
-  not change results (:data:`rlhf_lab.runs.process.NOT_COMPUTED`);
+  not change results (:data:`rlhf_lab.config.keys.NOT_COMPUTED`);
 - ``rlhf_lab.job.inputs_digest`` (:func:`input_digests`): the content of every local file or folder the config
   names as an input (``data.path``, ``policy.name_or_path``, ``gold.path``, ...; :func:`local_inputs`), with
   ``rlhf_lab.job.inputs`` holding each one's digest by key (JSON) so that a rerun can name the one that changed;
@@ -22,6 +22,7 @@ under ``skip_finished=true`` are the ones the job's run then records; :func:`cha
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import json
@@ -30,10 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from omegaconf import DictConfig
-
 from rlhf_lab.runs.cache import MANIFEST_FILE, META_FILE, SPEC_FILE
-from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys
 
 CONFIG_TAG = "rlhf_lab.job.config_digest"
 INPUTS_TAG = "rlhf_lab.job.inputs_digest"
@@ -116,14 +115,15 @@ def readable_digest(path: str) -> str:
         return "unreadable"
 
 
-def computed_config(cfg: DictConfig) -> dict:
-    """The composed config as plain, resolved containers without :data:`rlhf_lab.runs.process.NOT_COMPUTED`."""
-    return drop_keys(to_plain(cfg), NOT_COMPUTED)
+def computed_config(config: dict) -> dict:
+    """`config` (the composed config as plain, resolved containers: ``config.keys.to_plain(cfg)``) without
+    :data:`rlhf_lab.config.keys.NOT_COMPUTED`; `config` itself is left as it is."""
+    return drop_keys(copy.deepcopy(config), NOT_COMPUTED)
 
 
-def config_digest(cfg: DictConfig) -> str:
+def config_digest(config: dict) -> str:
     """A digest of :func:`computed_config`: where a job logs, how it shows progress and the like do not count."""
-    return digest_text(json.dumps(computed_config(cfg), sort_keys=True, default=str))
+    return digest_text(json.dumps(computed_config(config), sort_keys=True, default=str))
 
 
 def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -137,14 +137,14 @@ def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def local_inputs(cfg: DictConfig) -> dict[str, str]:
+def local_inputs(config: dict) -> dict[str, str]:
     """``{config key: path}`` of the local files and folders the config names: every key that ends with ``path``
     (``data.path``, ``policy.name_or_path``, ``algo.reference.path``, ``data.on_policy_path``, ...) or is one of
     :data:`INPUT_NAME_KEYS`, and any other value with a ``/`` or a leading ``~``, when it names an existing file or
     folder (relative to the working folder, as the stages read them) other than the filesystem's root. Other values
     (a hub name) are text."""
     out = {}
-    for key, value in leaves(computed_config(cfg)).items():
+    for key, value in leaves(computed_config(config)).items():
         if not isinstance(value, str) or not value.strip():
             continue
         named = key.split(".")[-1].endswith("path") or key in INPUT_NAME_KEYS
@@ -156,19 +156,19 @@ def local_inputs(cfg: DictConfig) -> dict[str, str]:
     return out
 
 
-def input_digests(cfg: DictConfig) -> dict[str, str]:
+def input_digests(config: dict) -> dict[str, str]:
     """``{config key: content digest}`` of :func:`local_inputs` (a path named twice is read once)."""
-    inputs = local_inputs(cfg)
+    inputs = local_inputs(config)
     done = {p: path_digest(p) for p in sorted(set(inputs.values()))}
     return {k: done[p] for k, p in sorted(inputs.items())}
 
 
-def job_identity(cfg: DictConfig) -> dict[str, str]:
+def job_identity(config: dict) -> dict[str, str]:
     """The tags that say what the job computes: :data:`CONFIG_TAG`, :data:`INPUTS_TAG` (with :data:`INPUT_FILES_TAG`)
-    and :data:`CODE_TAG`."""
-    inputs = input_digests(cfg)
+    and :data:`CODE_TAG`, of `config` (plain, resolved containers)."""
+    inputs = input_digests(config)
     files = json.dumps(inputs, sort_keys=True)
-    return {CONFIG_TAG: config_digest(cfg), INPUTS_TAG: digest_text(files), INPUT_FILES_TAG: files,
+    return {CONFIG_TAG: config_digest(config), INPUTS_TAG: digest_text(files), INPUT_FILES_TAG: files,
             CODE_TAG: source_digest()}
 
 
@@ -176,24 +176,24 @@ CURRENT: dict[str, str] = {}  # the identity of the job the CLI is running (runn
 
 
 @contextlib.contextmanager
-def running(cfg: DictConfig) -> Iterator[dict[str, str]]:
+def running(config: dict) -> Iterator[dict[str, str]]:
     """Around a job the CLI runs: its identity, computed once before any work and kept for the job's run
     (:func:`run_tags`); forgotten when the job is over, so that the next job of a sweep's process computes its own."""
     CURRENT.clear()
-    CURRENT.update(job_identity(cfg))
+    CURRENT.update(job_identity(config))
     try:
         yield dict(CURRENT)
     finally:
         CURRENT.clear()
 
 
-def run_tags(cfg: DictConfig) -> dict[str, str]:
-    """The identity tags for the job's run: the CLI's (:func:`running`), else computed from `cfg` (a stage called
-    directly), else none (a config that does not resolve: such a run is never taken for a finished job)."""
+def run_tags(config: dict) -> dict[str, str]:
+    """The identity tags for the job's run: the CLI's (:func:`running`), else computed from `config` (a stage called
+    directly), else none (inputs that cannot be digested: such a run is never taken for a finished job)."""
     if CURRENT:
         return dict(CURRENT)
     try:
-        return job_identity(cfg)
+        return job_identity(config)
     except Exception:
         return {}
 
@@ -219,7 +219,7 @@ def changed_parts(tags: dict[str, str], identity: dict[str, str]) -> list[str] |
     return parts
 
 
-def rerun_reason(run, identity: dict[str, str], cfg: DictConfig, uri: str) -> str:
+def rerun_reason(run, identity: dict[str, str], config: dict, uri: str) -> str:
     """Why a job whose latest FINISHED run (same study, same overrides) is `run` runs again, in one line: the parts
     of its identity that changed (:func:`changed_parts`; a changed config with its keys when the run's logged
     ``config.yaml`` can be read, :func:`changed_keys`), or that the run has no job digest."""
@@ -229,7 +229,7 @@ def rerun_reason(run, identity: dict[str, str], cfg: DictConfig, uri: str) -> st
         return f"finished run {run_id} has no job digest (made before rlhf-lab recorded what a job computes)"
     if "the composed config" in parts:
         old = logged_config(uri, run_id)
-        keys = changed_keys(old, cfg) if old is not None else ""
+        keys = changed_keys(old, config) if old is not None else ""
         parts = [p + (f" ({keys})" if keys and p == "the composed config" else "") for p in parts]
     what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     return f"{what} changed since finished run {run_id}"
@@ -239,23 +239,23 @@ def logged_config(uri: str, run_id: str) -> dict | None:
     """The ``config.yaml`` a run logged (its resolved config) as plain containers, or None when it cannot be read."""
     import tempfile
 
+    import yaml
     from mlflow.tracking import MlflowClient
-    from omegaconf import OmegaConf
 
     try:
         with tempfile.TemporaryDirectory() as tmp:
             local = MlflowClient(tracking_uri=uri).download_artifacts(run_id, "config.yaml", tmp)
-            node = OmegaConf.to_container(OmegaConf.create(Path(local).read_text()), resolve=False)
+            node = yaml.safe_load(Path(local).read_text())
     except Exception:
         return None
     return node if isinstance(node, dict) else None
 
 
-def changed_keys(old: dict, cfg: DictConfig, limit: int = 3) -> str:
-    """The computed keys whose values differ between an old run's logged config (plain containers) and `cfg`, as
+def changed_keys(old: dict, config: dict, limit: int = 3) -> str:
+    """The computed keys whose values differ between an old run's logged config and `config` (both plain), as
     ``kl.beta: 0.1 -> 0.2`` (at most `limit`, then how many more); empty when none differ."""
     before = leaves(drop_keys(old, NOT_COMPUTED))
-    after = leaves(computed_config(cfg))
+    after = leaves(computed_config(config))
     keys = sorted(k for k in {*before, *after} if before.get(k, "(none)") != after.get(k, "(none)"))
     text = [f"{k}: {before.get(k, '(none)')} -> {after.get(k, '(none)')}" for k in keys[:limit]]
     return "; ".join(text) + (f"; {len(keys) - limit} more" if len(keys) > limit else "")

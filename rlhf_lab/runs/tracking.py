@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import mlflow
-from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.runs.distributed import is_rank_zero
 from rlhf_lab.runs.identity import run_tags
+from rlhf_lab.runs.jobs import STUDY_DIGEST_TAG, RunSettings, hydra_overrides, job_sweep_params, study_digest
 from rlhf_lab.runs.states import Interrupted, mark_dead_runs, process_tags
-from rlhf_lab.runs.process import PARENT_ENV, SWEPT_ENV, override_key, tracking_server_unreachable, tracking_uri
+from rlhf_lab.runs.process import PARENT_ENV
+from rlhf_lab.runs.tracking_server import tracking_server_unreachable
 
 
 def git_commit() -> str:
@@ -41,121 +42,6 @@ def git_commit() -> str:
         return out.stdout.strip() or "unknown"
     except Exception:
         return "unknown"
-
-
-def hydra_overrides() -> list[str]:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return list(HydraConfig.get().overrides.task)
-    except Exception:
-        return []
-
-
-def job_sweep_params(overrides: list[str]) -> dict[str, str]:
-    """The job's values of the swept keys (all its overrides when the swept keys are not known)."""
-    keys = os.environ.get(SWEPT_ENV)
-    wanted = set(filter(None, keys.split(","))) if keys is not None else None
-    out = {}
-    for o in overrides:
-        if "=" not in o:
-            continue
-        k, v = o.split("=", 1)
-        k = override_key(k)
-        if wanted is None or k in wanted:
-            out[f"sweep.{k}"] = v
-    return out
-
-
-# Overrides that do not change what a job computes; a finished run counts for a job whatever their values.
-NOT_JOB_KEYS = ("skip_finished",)
-
-
-def job_overrides(overrides: list[str] | str) -> list[str]:
-    """A job's overrides as the tag ``rlhf_lab.overrides`` holds them (space-joined), each in Hydra's canonical
-    form (a multirun writes ``skip_finished=True``, ``tracking.uri=sqlite\\:///x.db`` for what was typed
-    ``skip_finished=true``, ``tracking.uri=sqlite:///x.db``), without :data:`NOT_JOB_KEYS`: the identity of a job
-    within its study, in order."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    text = overrides if isinstance(overrides, str) else " ".join(overrides)
-    out = []
-    for token in filter(None, text.split(" ")):
-        try:
-            o = parser.parse_override(token)
-            key, token = override_key(o.get_key_element()), f"{o.get_key_element()}={o.get_value_element_as_str()}"
-        except Exception:  # a piece of a value with spaces: compared as it is
-            key = override_key(token.split("=", 1)[0])
-        if key not in NOT_JOB_KEYS:
-            out.append(token)
-    return out
-
-
-STUDY_DIGEST_TAG = "rlhf_lab.study_digest"
-
-
-def study_digest(overrides: list[str], root=None) -> str | None:
-    """A digest of what a job's study files fix: the parsed ``sweeps/sweep/<study>.yaml`` of its ``sweep=``
-    override without its ``hydra`` node (launcher settings and the swept values, which the overrides carry), and
-    the parsed option files of ``sweeps/<group>/`` its overrides select (``+rm_src=different_mix``). Comments do
-    not count. None for a job without ``sweep=``. Editing what a study fixes (say ``kl.beta``) changes it, so
-    ``skip_finished`` does not take the runs of the old design for the new one. `root`: the folder of study
-    groups (default: the package's ``rlhf_lab.sweeps``)."""
-    import hashlib
-    from importlib.resources import files
-
-    import yaml
-
-    root = files("rlhf_lab.sweeps") if root is None else root
-    parts = []
-    for o in overrides:
-        if "=" not in o:
-            continue
-        key, value = o.split("=", 1)
-        group = key.lstrip("+~")
-        f = root.joinpath(group, f"{value}.yaml")
-        if "/" in group or "," in value or not f.is_file():
-            continue
-        node = yaml.safe_load(f.read_text()) or {}
-        if group == "sweep" and isinstance(node, dict):
-            node.pop("hydra", None)
-        parts.append([group, value, node])
-    if not any(g == "sweep" for g, _, _ in parts):
-        return None
-    text = json.dumps(sorted(parts, key=lambda p: (p[0], p[1])), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def finished_runs(cfg: DictConfig, stage: str, overrides: list[str]) -> Iterator:
-    """The FINISHED runs of `stage` in this config's tracking store and experiment, newest first, with the same study
-    (tag ``rlhf_lab.study``, none when ``study`` is null), the same overrides (tag ``rlhf_lab.overrides``,
-    compared by :func:`job_overrides`) and, where both have one, the same study design (tag
-    ``rlhf_lab.study_digest``, :func:`study_digest`). Upstream stages of a job carry its tags too: `stage` tells the
-    job's own run from them. Whether such a run computed what the job would is :mod:`rlhf_lab.runs.identity`'s."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri(cfg))
-    exp = client.get_experiment_by_name(str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab")
-    if exp is None:
-        return
-    study = str(cfg.study) if cfg.get("study") else None
-    query = f"attributes.status = 'FINISHED' and tags.`rlhf_lab.stage` = '{stage}'"
-    if study and "'" not in study:
-        query += f" and tags.`rlhf_lab.study` = '{study}'"
-    want, digest = job_overrides(overrides), study_digest(overrides)
-    for run in client.search_runs([exp.experiment_id], query, max_results=50000,
-                                  order_by=["attributes.start_time DESC"]):
-        tags = run.data.tags
-        if tags.get("rlhf_lab.study") == study and job_overrides(tags.get("rlhf_lab.overrides", "")) == want:
-            if digest and tags.get(STUDY_DIGEST_TAG, digest) != digest:  # a run before the tag existed: as before
-                continue  # the study file's design changed since this run
-            yield run
-
-
-def find_finished_run(cfg: DictConfig, stage: str, overrides: list[str]):
-    """The latest of :func:`finished_runs`, or None."""
-    return next(finished_runs(cfg, stage, overrides), None)
 
 
 JOB_TAG = "rlhf_lab.job"  # "true" on the run of the job stage (not on the upstream stages it built)
@@ -179,10 +65,6 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}  # the MLflow 3 UI opens on the runs
-
-
-def experiment_name(cfg: DictConfig) -> str:
-    return str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab"
 
 
 UI_WORKFLOW = "workflowType=machine_learning"  # MLflow 3's UI opens in its GenAI view (traces) without it
@@ -220,12 +102,11 @@ def store_lock(uri: str) -> contextlib.AbstractContextManager:
     return FileLock(str(db) + ".lock", timeout=600)
 
 
-def experiment_id(cfg: DictConfig) -> str:
-    """The id of the config's experiment. The store (a sqlite file: its tables, its schema migrations) and
+def experiment_id(uri: str, name: str) -> str:
+    """The id of the experiment `name` in the store at `uri`. The store (a sqlite file: its tables, its schema migrations) and
     the experiment (tagged :data:`EXPERIMENT_TAGS`) are created once, under :func:`store_lock`, so any
     number of processes may start at the same moment in a fresh folder; on a tracking server (no lock) the
     process that loses the race to create the experiment uses the one the winner created."""
-    uri, name = tracking_uri(cfg), experiment_name(cfg)
     with store_lock(uri):
         client = mlflow.MlflowClient(uri)
         exp = client.get_experiment_by_name(name)
@@ -240,6 +121,13 @@ def experiment_id(cfg: DictConfig) -> str:
             return exp.experiment_id
 
 
+def config_yaml(config: dict) -> str:
+    """The resolved config as YAML, as OmegaConf writes it (block style, keys in their order, unicode kept)."""
+    import yaml
+
+    return yaml.dump(config, default_flow_style=False, allow_unicode=True, sort_keys=False)
+
+
 def peak_accelerator_mb() -> float | None:
     """torch.cuda.max_memory_allocated in MiB when this process has used a CUDA device, else None."""
     import torch
@@ -250,7 +138,7 @@ def peak_accelerator_mb() -> float | None:
 
 
 @contextlib.contextmanager
-def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: dict | None = None,
+def start_run(settings: RunSettings, stage: str, run_name: str | None = None, params: dict | None = None,
               tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
     """Open an MLflow run for a stage with the shared params and tags (docs/metrics.md).
 
@@ -259,8 +147,8 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     if not is_rank_zero():
         yield _NoRun()
         return
-    uri = tracking_uri(cfg)
-    exp_id = experiment_id(cfg)
+    uri = settings.uri
+    exp_id = experiment_id(uri, settings.experiment)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment_id=exp_id)
     with contextlib.suppress(Exception):  # runs left RUNNING by a dead process (kill -9): KILLED
@@ -274,23 +162,22 @@ def start_run(cfg: DictConfig, stage: str, run_name: str | None = None, params: 
     digest = study_digest(hydra_overrides())
     if digest:
         all_tags[STUDY_DIGEST_TAG] = digest
-    study = cfg.get("study")
-    if study:
-        all_tags["rlhf_lab.study"] = str(study)
+    if settings.study:
+        all_tags["rlhf_lab.study"] = settings.study
     parent = os.environ.get(PARENT_ENV)
     if parent:
         all_tags["mlflow.parentRunId"] = parent
     all_tags.update(tags or {})
-    is_job = cfg.get("algo") is not None and stage == str(cfg.algo.get("name"))
+    is_job = settings.job is not None and stage == settings.job
     swept = job_sweep_params(hydra_overrides()) if parent and is_job else {}
     if is_job:  # what the job computes (rlhf_lab.runs.identity): skip_finished compares it
-        all_tags.update({JOB_TAG: "true", **run_tags(cfg)})
+        all_tags.update({JOB_TAG: "true", **run_tags(settings.config)})
     run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     OPEN_RUNS[run.info.run_id] = uri
     try:
         if swept:
             mlflow.log_params(swept)
-        mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")  # the resolved config
+        mlflow.log_text(config_yaml(settings.config), "config.yaml")  # the resolved config
         if params is not None:
             flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
             items = list(flat.items())
@@ -424,7 +311,7 @@ def end_open_runs(error: str, status: str = "KILLED") -> list[str]:
     return ended
 
 
-def lightning_logger(cfg: DictConfig):
+def lightning_logger(settings: RunSettings):
     """Lightning's MLflow logger bound to the open run, whose status stays ours to set (its ``finalize`` does
     nothing); False on ranks other than 0: they log nothing. Lightning is imported here, not with this module: a
     sweep's launching process imports this module to open the parent run and never trains (Lightning's import
@@ -440,7 +327,7 @@ def lightning_logger(cfg: DictConfig):
     run = mlflow.active_run()
     if run is None:
         raise RuntimeError("lightning_logger() needs an open run: call it inside tracking.start_run")
-    return RunLogger(tracking_uri=tracking_uri(cfg), run_id=run.info.run_id)
+    return RunLogger(tracking_uri=settings.uri, run_id=run.info.run_id)
 
 
 class _NoRun:

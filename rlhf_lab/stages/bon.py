@@ -21,15 +21,16 @@ import torch
 from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.runs import tracking
 from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
 from rlhf_lab.evaluation.metrics import cluster_mean_se
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import sample
-from rlhf_lab.runs.process import to_plain
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.registry import ensure, stage_seed, upstream_run
+from rlhf_lab.stages.registry import run_settings, ensure, stage_seed, upstream_run
 from rlhf_lab.world import gold_reward
 
 WHAT = "best-of-n samples"
@@ -85,7 +86,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path", **F.load_options(cfg.policy)).eval()
     scorer = rm_stage.load_scorer(cfg, spec["rm"])
     gold_rm = G.load_gold(cfg)  # the formula, or a gold RM with the formula beside it
-    prompts = D.eval_prompts(cfg)
+    prompts = D.eval_prompts(W.world_settings(cfg), "eval", W.eval_size(cfg, "eval"))
     params = {"stage": "bon", "algo": to_plain(a), "generation": to_plain(cfg.generation),
               "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": spec["seed"],
               "sft": spec["sft"], "n_prompts": len(prompts),
@@ -95,10 +96,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"]), "rlhf_lab.upstream.rm": upstream_run(cfg, spec["rm"])}
     if gold_rm.source == "rm":
         tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
-    with tracking.start_run(cfg, "bon", params=params, tags=tags) as run:
+    with tracking.start_run(run_settings(cfg), "bon", params=params, tags=tags) as run:
         t0 = time.time()
         proxy, gold, length, formula = sample_and_score(
-            policy, tok, prompts, spec["n_max"], cfg.generation, scorer, D.gold_weights(cfg), int(a.batch_size),
+            policy, tok, prompts, spec["n_max"], cfg.generation, scorer, W.gold_weights(cfg), int(a.batch_size),
             gold=gold_rm.scorer if gold_rm.source == "rm" else None, formula_gold=gold_rm.formula)
         curve = {}
         for n in n_grid(spec["n_max"]):

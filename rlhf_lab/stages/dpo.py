@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.algorithms.dpo import (
     DPOModule,
@@ -37,14 +38,15 @@ from rlhf_lab.config.checks import check_dpo
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
+from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import label_pairs, validate_pairs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
-from rlhf_lab.runs.process import computes, to_plain
+from rlhf_lab.config.keys import computes, to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary
-from rlhf_lab.stages.registry import ensure, generation_spec, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 
 WHAT = "DPO policy"
@@ -62,7 +64,7 @@ def spec(cfg: DictConfig) -> dict:
     check_config(cfg.algo)
     data = {k: v for k, v in to_plain(cfg.data).items() if computes(f"data.{k}")}  # not the input's size bounds
     if cfg.data.source == "world":  # what determines the pairs besides the SFT model (stages.prefs.spec)
-        data = {**data, "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
+        data = {**data, "world": W.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
     out = {"sft": str(ensure("sft", cfg)), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
            "generation": generation_spec(cfg), "seed": stage_seed(cfg, "dpo", "algo"),
            "steps": job_steps(cfg, "dpo", cfg.algo.steps)}
@@ -75,7 +77,7 @@ def online_refresh(cfg, module_ref, tok, max_len: int, seed: int, gold=None) -> 
     """Sample two responses per prompt from the current policy, label them (the labeler on `gold`, a gold-RM
     scorer; None: the formula), attach reference log-probs."""
     n = cfg.algo.online_prompts
-    stream = D.prompts(cfg, "dpo_online", n * 50, split="train")
+    stream = D.prompts(W.world_settings(cfg), "dpo_online", n * 50, split="train")
     rng = random.Random(seed)
     state = {"i": 0}
     g = cfg.generation
@@ -90,7 +92,7 @@ def online_refresh(cfg, module_ref, tok, max_len: int, seed: int, gold=None) -> 
                    sampler=g.sampler)
         b = sample(policy, tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
                    sampler=g.sampler)
-        pairs = label_pairs(cfg, prompts, a.responses, b.responses, a.ended, b.ended, rng, "online", gold)
+        pairs = label_pairs(DS.labelling(cfg), prompts, a.responses, b.responses, a.ended, b.ended, rng, "online", gold)
         ex = encode_dpo_pairs(tok, pairs, max_len)
         for e, p in zip(ex, pairs):
             e["gold_agrees"] = p.gold_agrees
@@ -107,7 +109,7 @@ def online_refresh(cfg, module_ref, tok, max_len: int, seed: int, gold=None) -> 
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # the frozen reference
     ac = cfg.algo
-    if ac.online and distributed.n_processes(cfg) > 1:
+    if ac.online and distributed.n_processes(to_plain(cfg.trainer)) > 1:
         raise ValueError("algo.online=true is not supported with several processes (trainer.devices > 1): "
                          "its generated pairs are not shared across ranks; run online DPO on one process")
     if ac.online and cfg.data.source != "world":
@@ -177,7 +179,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
               "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex),
               "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
     tags["rlhf_lab.upstream.sft"] = upstream_run(cfg, sft_path)
-    with tracking.start_run(cfg, "dpo", params=params, tags=tags) as run:
+    with tracking.start_run(run_settings(cfg), "dpo", params=params, tags=tags) as run:
         g = torch.Generator().manual_seed(seed)
         loader = distributed.loader(train_ex, ac.batch_size, g, collate_dpo_pairs(tok.pad_token_id),
                                     drop_last=len(train_ex) >= ac.batch_size, key="algo.batch_size")
@@ -187,7 +189,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         kw = trainer_kwargs(cfg, out_dir, steps, "dpo", callbacks=[ev])
         if ac.get("max_grad_norm") is not None:
             kw["gradient_clip_val"] = ac.max_grad_norm
-        trainer = L.Trainer(**kw, logger=tracking.lightning_logger(cfg))
+        trainer = L.Trainer(**kw, logger=tracking.lightning_logger(run_settings(cfg)))
         size = model_size(policy)
         tracking.log_metrics({**size, "time/reference_precompute_s": t_pre}, step=0)
         t0 = time.time()

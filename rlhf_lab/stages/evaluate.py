@@ -10,11 +10,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.runs import tracking
 from rlhf_lab.runs.cache import announce_reuse, write_json_atomic
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.runs.identity import source_digest  # the code's digest, part of the start evaluation's key
-from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
 from rlhf_lab.stages.registry import cache_for
 
 
@@ -29,7 +30,7 @@ def world_gold(cfg: DictConfig):
     :func:`rlhf_lab.stages.gold.load_gold`."""
     from rlhf_lab.evaluation.policy import GoldScorer
 
-    return GoldScorer(D.gold_weights(cfg)) if cfg.data.source == "world" else None
+    return GoldScorer(W.gold_weights(cfg)) if cfg.data.source == "world" else None
 
 
 def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
@@ -39,14 +40,15 @@ def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
     :func:`rlhf_lab.data.preferences.external_prompts`: split by prompt, never a training prompt, eval and test
     disjoint), no ``ood``."""
     if cfg.data.source == "world":
-        return D.eval_prompts(cfg, split)
+        return D.eval_prompts(W.world_settings(cfg), split, W.eval_size(cfg, split))
+    from rlhf_lab.config import data as DS
     from rlhf_lab.data.preferences import external_prompts
 
     if split == "ood":
         return []
     with data_errors():
-        _, eval_prompts, test_prompts = external_prompts(cfg)
-    n = int(cfg.eval[D.EVAL_SIZE_KEYS[split]])
+        _, eval_prompts, test_prompts = external_prompts(DS.external_data(cfg))
+    n = W.eval_size(cfg, split)
     return (eval_prompts if split == "eval" else test_prompts)[:n]
 
 

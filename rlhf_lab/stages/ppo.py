@@ -34,24 +34,29 @@ from omegaconf import DictConfig
 from torch import nn
 
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.runs import distributed, tracking
-from rlhf_lab.algorithms.ppo import PPOModule, StepTimer
+from rlhf_lab.algorithms.ppo import PPOModule
+from rlhf_lab.algorithms.steps import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.kl import check_kl_in_loss
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.evaluation.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
 from rlhf_lab.config.errors import ConfigError
+from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settings
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
-from rlhf_lab.runs.process import NOT_COMPUTED, drop_keys, job_phases, launch_path, to_plain
+from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.runs.process import job_phases, launch_path
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, start_evaluation
 from rlhf_lab.stages.presets import checkpoint_path
-from rlhf_lab.stages.registry import ensure, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.registry import run_settings, ensure, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 from rlhf_lab.stages import gold as G
+from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import external_prompts
 
 WHAT = "PPO policy"
@@ -98,7 +103,7 @@ def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
 
 def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
     """Where a pre-empted policy job leaves the checkpoint it resumes from: ``<cache_dir>/resume/<stage>/<key>.ckpt``,
-    `key` a hash of the job's whole config (but :data:`~rlhf_lab.runs.process.NOT_COMPUTED`) and its `spec`; so the same command (or the
+    `key` a hash of the job's whole config (but :data:`~rlhf_lab.config.keys.NOT_COMPUTED`) and its `spec`; so the same command (or the
     same job under ``skip_finished=true``) finds it, and any other job does not."""
     import hashlib
     import json
@@ -293,7 +298,7 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
     prompt-only dataset will do), without replacement within a step when there are enough."""
     if cfg.data.source != "world":
         with data_errors():  # one line naming file and line, exit 2 (the CLI); no run has started yet
-            pool = external_prompts(cfg)[0]
+            pool = external_prompts(DS.external_data(cfg))[0]
 
         def external_fn(step: int) -> list[str]:
             rng = random.Random(f"ppo/{seed}/{step}")
@@ -303,7 +308,7 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
         return external_fn
 
     def prompt_fn(step: int) -> list[str]:
-        return D.prompts(cfg, f"ppo/{seed}/{step}", n_prompts, split="train")[rank::world]
+        return D.prompts(W.world_settings(cfg), f"ppo/{seed}/{step}", n_prompts, split="train")[rank::world]
 
     return prompt_fn
 
@@ -323,7 +328,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
                                             options=F.load_options(cfg.policy))
     prompt_fn = prompt_stream(cfg, seed, a.batch_size // a.samples_per_prompt, distributed.rank(),
                               distributed.world_size())
-    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, a, cfg.kl, cfg.generation, gold.scorer,
+    module = PPOModule(policy, reference, critic, tok, scorer, prompt_fn, settings(a, PPOConfig),  # typed settings
+                       settings(cfg.kl, KLConfig), settings(cfg.generation, GenerationConfig), gold.scorer,
                        checkpoint_dir=out_dir, formula_gold=gold.formula)
     if module.compiled and distributed.is_rank_zero():
         print(f"[rlhf-lab] {stage}: algo.compile=true: the first steps compile the trunks' passes (tens of seconds "
@@ -345,7 +351,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     if spec.get("reference"):
         tags["rlhf_lab.upstream.reference"] = upstream_run(cfg, spec["reference"])
-    with tracking.start_run(cfg, stage, params=params, tags=tags) as run:
+    with tracking.start_run(run_settings(cfg), stage, params=params, tags=tags) as run:
         eval_scorer = scorer if a.reward == "rm" else None
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, gold=gold),
                           at_steps=eval_steps(cfg, steps), at_start=True, step_fn=lambda trainer, m: m.ppo_step,
@@ -366,7 +372,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         preempt = Preemption(resume, step_fn=lambda trainer, m: m.ppo_step)  # last: saves what the others did
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor, preempt],
                                              steps_per_unit=module.updates_per_step),
-                            logger=tracking.lightning_logger(cfg))
+                            logger=tracking.lightning_logger(run_settings(cfg)))
         tracking.log_metrics({**mem, **size}, step=0)
         ref_metrics = {}
         if spec.get("reference") and ckpt is None and distributed.is_rank_zero():  # another model: its own gold

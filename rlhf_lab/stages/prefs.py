@@ -18,8 +18,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
+from rlhf_lab.config.schema import GenerationConfig, settings
+from rlhf_lab.models import families as F
 from rlhf_lab.runs import tracking
 from rlhf_lab.data.errors import data_errors
+from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import (
     PreferencePair,
     load_external,
@@ -30,9 +34,9 @@ from rlhf_lab.data.preferences import (
     validate_pairs,
 )
 from rlhf_lab.runs.progress import work_bar
-from rlhf_lab.runs.process import to_plain
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages import gold as G
-from rlhf_lab.stages.registry import ensure, generation_spec, upstream_run
+from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, upstream_run
 
 WHAT = "preference pairs"
 
@@ -40,7 +44,7 @@ WHAT = "preference pairs"
 def spec(cfg: DictConfig) -> dict:
     dc = cfg.data
     s = {
-        "sft": str(ensure("sft", cfg)), "world": D.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold),
+        "sft": str(ensure("sft", cfg)), "world": W.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold),
         "labeler": to_plain(cfg.labeler), "generation": generation_spec(cfg), "n_train": dc.n_train,
         "n_eval": dc.n_eval, "seed": dc.seed,
         "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
@@ -67,17 +71,18 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     if gold is not None:
         params["gold_rm"] = str(G.rm_path(cfg))
         tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
-    with tracking.start_run(cfg, "prefs", params=params, tags=tags) as run:
+    with tracking.start_run(run_settings(cfg), "prefs", params=params, tags=tags) as run:
         n_on = int(round(spec["n_train"] * spec["on_policy_fraction"]))
-        train_prompts = D.prompts(cfg, "prefs", spec["n_train"], split="train")
-        held_prompts = D.prompts(cfg, "prefs_eval", spec["n_eval"], split="eval")
+        train_prompts = D.prompts(W.world_settings(cfg), "prefs", spec["n_train"], split="train")
+        held_prompts = D.prompts(W.world_settings(cfg), "prefs_eval", spec["n_eval"], split="eval")
         seed = spec["seed"]
+        how = (DS.labelling(cfg), settings(cfg.generation, GenerationConfig), F.load_options(cfg.policy))  # typed
         with work_bar("prefs", len(train_prompts) + len(held_prompts), "pair", bool(cfg.trainer.progress_bar)) as bar:
-            train = sample_pairs(cfg, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold, progress=bar)
+            train = sample_pairs(*how, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold, progress=bar)
             if n_on:
-                train += sample_pairs(cfg, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy",
+                train += sample_pairs(*how, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy",
                                       gold=gold, progress=bar, key="data.on_policy_path")
-            held = sample_pairs(cfg, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar)
+            held = sample_pairs(*how, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
         save_pairs(held, Path(out_dir) / "eval.jsonl")
@@ -96,7 +101,7 @@ def gold_formula_agreement(cfg: DictConfig, pairs: list[PreferencePair]) -> floa
     order them as the formula does (a tie of the gold RM counts ½)."""
     from rlhf_lab.world import gold_reward
 
-    w = D.gold_weights(cfg)
+    w = W.gold_weights(cfg)
     wins = []
     for p in pairs:
         fc, fr = gold_reward(p.prompt, p.chosen, p.chosen_ended, w), gold_reward(p.prompt, p.rejected, p.rejected_ended, w)
@@ -112,12 +117,12 @@ def load(cfg: DictConfig) -> tuple[list[PreferencePair], list[PreferencePair]]:
     ``data.seed + 2``, as the world's train and held-out pairs) and carry its gold rewards."""
     if cfg.data.source != "world":
         with data_errors():  # one line naming file and line, exit 2 (the CLI); no run has started yet
-            train, held = load_external(cfg)
+            train, held = load_external(DS.external_data(cfg))
         gold = G.label_scorer(cfg)
         if gold is None:
             return train, held
         seed = int(cfg.data.get("seed", 0))
-        return (relabel_pairs(cfg, train, gold, random.Random(seed)),
-                relabel_pairs(cfg, held, gold, random.Random(seed + 2)))
+        return (relabel_pairs(DS.labelling(cfg), train, gold, random.Random(seed)),
+                relabel_pairs(DS.labelling(cfg), held, gold, random.Random(seed + 2)))
     path = ensure("prefs", cfg)
     return load_pairs(path / "train.jsonl"), load_pairs(path / "eval.jsonl")

@@ -17,8 +17,9 @@ from omegaconf import DictConfig
 
 from rlhf_lab.models.batching import encode_lm_examples
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.models import families as F
-from rlhf_lab.runs.process import to_plain
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages.registry import job_stage, job_steps, stage_seed
 from rlhf_lab.stages.training import fit_lm
 from rlhf_lab.stages.gold import load_gold
@@ -30,7 +31,7 @@ def spec(cfg: DictConfig) -> dict:
     m = cfg.policy
     return {
         "family": m.family, "arch": to_plain(m.arch), "vocab_size": m.vocab_size,
-        "world": D.world_generation_spec(cfg), "pretrain": to_plain(cfg.pretrain),
+        "world": W.world_generation_spec(cfg), "pretrain": to_plain(cfg.pretrain),
         "seed": stage_seed(cfg, "pretrain"), "steps": job_steps(cfg, "pretrain", cfg.pretrain.steps),
     }
 
@@ -39,7 +40,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     m, pc = cfg.policy, cfg.pretrain
     family = str(m.family)
     L.seed_everything(spec["seed"], verbose=False)
-    corpus = D.reviews(cfg, f"pretrain_{family}", pc.n_texts, split="pretrain")  # "web text": OOD products too
+    corpus = D.reviews(W.world_settings(cfg), f"pretrain_{family}", pc.n_texts, split="pretrain")  # "web text": OOD products too
     tok = F.train_tokenizer(family, [p + " " + r for p, r in corpus], m.vocab_size)
     model = F.build_model(family, m.arch, tok)
     examples = encode_lm_examples(tok, corpus, pc.max_len, loss_on_prompt=True)

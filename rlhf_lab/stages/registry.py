@@ -15,18 +15,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.runs.cache import ArtifactCache, announce_reuse
 from rlhf_lab.data.errors import data_errors
-from rlhf_lab.runs.process import launch_path, to_plain
+from rlhf_lab.config.keys import configured_uri, experiment_name, to_plain
+from rlhf_lab.runs.jobs import RunSettings
+from rlhf_lab.runs.process import launch_path
+from rlhf_lab.runs.tracking_server import tracking_uri
 
 
 STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
 
 
 JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", "grpo", "rloo", "bon")  # the stages `algo` can name
+
+
+def run_settings(cfg: DictConfig) -> RunSettings:
+    """Where this config's runs go and what they record of the job (:class:`rlhf_lab.runs.jobs.RunSettings`)."""
+    job = cfg.algo.get("name") if cfg.get("algo") is not None else None
+    return RunSettings(uri=tracking_uri(configured_uri(cfg)), experiment=experiment_name(cfg),
+                       study=str(cfg.study) if cfg.get("study") else None,
+                       job=str(job) if job is not None else None, config=to_plain(cfg))
 
 
 def stage_module(stage: str):
@@ -113,15 +124,17 @@ def run_job(cfg: DictConfig, out_dir: Path) -> dict:
         raise ValueError(f"algo={name!r} is not a known algorithm; choose one of {', '.join(JOBS)}")
     if cfg.data.source != "world" and name not in ("pretrain", "sft"):
         from rlhf_lab.config.checks import PPO_FAMILY
+        from rlhf_lab.config import data as DS
         from rlhf_lab.data.preferences import load_examples
 
         # read, check and split the data as the job will (PPO's family: a prompt-only dataset will do) before any
         # upstream stage trains: a bad row or too few prompts for a held-out split fails in seconds, not after training
         with data_errors():  # one line naming the file and line, or how many prompts a held-out split needs
-            load_examples(cfg, prompt_only=name in PPO_FAMILY)
+            load_examples(DS.external_data(cfg), prompt_only=name in PPO_FAMILY)
     out_dir = Path(out_dir)
     try:
-        return distributed.launch(cfg, out_dir, run_rank)
+        return distributed.launch(to_plain(cfg.trainer), out_dir, lambda d: run_rank(cfg, d),
+                                  f"{__name__}:run_rank", lambda: OmegaConf.to_yaml(cfg, resolve=True))
     finally:
         for scratch in out_dir.glob(".rank*"):  # the other ranks' throw-away outputs
             shutil.rmtree(scratch, ignore_errors=True)

@@ -35,10 +35,11 @@ from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer, packable
 from rlhf_lab.data.preferences import validate_pairs
-from rlhf_lab.runs.process import to_plain
+from rlhf_lab.config import world as W
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
-from rlhf_lab.stages.registry import cache_for, ensure, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.registry import run_settings, cache_for, ensure, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import model_size, trainer_kwargs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 
@@ -163,7 +164,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     key = "reward_model.name_or_path" if str(rc.source) == "pretrained" else "reward_model backbone"
     tok = F.load_tokenizer(backbone, key)
     max_len = rc.max_len
-    margins = pair_margins(cfg, train) if rc.margin else None
+    margins = (pair_margins(train, W.labeler(cfg), W.gold_weights(cfg), cfg.data.source == "world")
+               if rc.margin else None)
     examples = encode_rm_pairs(tok, train, max_len, margins)
     n_trunc = sum(len(e["chosen"]) >= max_len or len(e["rejected"]) >= max_len for e in examples)
     if n_trunc:
@@ -185,7 +187,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
               "n_on_policy_pairs": n_on,
               "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
     k = rc.ensemble
-    with tracking.start_run(cfg, "rm", params=params,
+    with tracking.start_run(run_settings(cfg), "rm", params=params,
                             tags={f"rlhf_lab.upstream.{a}": str(b) for a, b in upstream.items()}) as run:
         t0 = time.time()
         members, size = [], {}
@@ -206,7 +208,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                                        center_coef=rc.center_coef, prefix="" if i == 0 else f"member_{i}/")
             label = "rm" if k == 1 else f"rm member {i + 1}/{k}"
             trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, "rm", label=label),
-                                logger=tracking.lightning_logger(cfg))
+                                logger=tracking.lightning_logger(run_settings(cfg)))
             with lightning_sigterm_as_interrupted():
                 trainer.fit(module, loader)
             distributed.check_in_sync(model, f"reward model member {i}")

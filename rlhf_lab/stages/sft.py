@@ -12,8 +12,9 @@ from omegaconf import DictConfig
 
 from rlhf_lab.models.batching import encode_lm_examples
 from rlhf_lab.world import streams as D
+from rlhf_lab.config import world as W
 from rlhf_lab.models import families as F
-from rlhf_lab.runs.process import to_plain
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages.registry import ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import fit_lm
 from rlhf_lab.stages.gold import load_gold
@@ -23,7 +24,7 @@ WHAT = "SFT policy"
 
 def spec(cfg: DictConfig) -> dict:
     return {
-        "base": str(ensure("pretrain", cfg)), "world": D.world_generation_spec(cfg), "sft": to_plain(cfg.sft),
+        "base": str(ensure("pretrain", cfg)), "world": W.world_generation_spec(cfg), "sft": to_plain(cfg.sft),
         "seed": stage_seed(cfg, "sft"), "steps": job_steps(cfg, "sft", cfg.sft.steps),
     }
 
@@ -34,7 +35,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     base = spec["base"]
     tok = F.load_tokenizer(base, "policy.name_or_path")
     model = F.load_causal_lm(base, tok, "policy.name_or_path", **F.load_options(cfg.policy))
-    pairs = D.reviews(cfg, "sft", sc.n_examples, split="train")
+    pairs = D.reviews(W.world_settings(cfg), "sft", sc.n_examples, split="train")
     examples = encode_lm_examples(tok, pairs, sc.max_len, loss_on_prompt=False)
     gold = load_gold(cfg) if job_stage(cfg) == "sft" else None  # upstream: the formula (the model suits any gold)
     return fit_lm(cfg, "sft", model, tok, examples, sc, spec["steps"], out_dir, params={"base": str(base)},

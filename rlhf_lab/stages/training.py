@@ -9,10 +9,10 @@ from omegaconf import DictConfig
 
 from rlhf_lab.models.batching import collate_right
 from rlhf_lab.runs import distributed, tracking
-from rlhf_lab.runs.process import to_plain
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 from rlhf_lab.stages.evaluate import evaluate, gold_summary
-from rlhf_lab.stages.registry import job_stage, stage_seed
+from rlhf_lab.stages.registry import run_settings, job_stage, stage_seed
 
 
 def eval_steps(cfg: DictConfig, total_steps: int) -> list[int]:
@@ -39,7 +39,7 @@ def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callb
         log_every_n_steps=t.log_every_n_steps, enable_checkpointing=False, enable_model_summary=False,
         default_root_dir=str(out_dir), num_sanity_val_steps=0,
     )
-    if job_stage(cfg) == stage and distributed.n_processes(cfg) > 1:
+    if job_stage(cfg) == stage and distributed.n_processes(to_plain(cfg.trainer)) > 1:
         kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=strategy(t),
                   use_distributed_sampler=False)  # the loaders slice each global batch (GlobalBatchSampler)
         show_bar = show_bar and distributed.is_rank_zero()
@@ -85,7 +85,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
     run_params = {"stage": stage, stage: to_plain(sc), "world": to_plain(cfg.world), "seed": stage_seed(cfg, stage),
                   "steps": steps, **params}
     tags = {f"rlhf_lab.upstream.{k}": v for k, v in (upstream or {}).items()}
-    with tracking.start_run(cfg, stage, params=run_params, tags=tags) as run:
+    with tracking.start_run(run_settings(cfg), stage, params=run_params, tags=tags) as run:
         g = torch.Generator().manual_seed(stage_seed(cfg, stage))
         loader = distributed.loader(examples, sc.batch_size, g, collate_right(tok), key=f"{stage}.batch_size")
         module = CausalLMModule(model, lr=sc.lr, weight_decay=sc.weight_decay,
@@ -95,7 +95,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
                           at_steps=eval_steps(cfg, steps) if is_job else (), at_start=is_job,
                           test=(lambda: evaluate(cfg, model, tok, split="test", gold=gold)) if is_job else None)
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev]),
-                            logger=tracking.lightning_logger(cfg))
+                            logger=tracking.lightning_logger(run_settings(cfg)))
         size = model_size(model)
         tracking.log_metrics(size, step=0)
         t0 = time.time()

@@ -26,67 +26,47 @@ from __future__ import annotations
 
 import zlib
 
-from omegaconf import DictConfig
+from dataclasses import dataclass
 
-from rlhf_lab.world import PRETRAIN, SPLITS, GoldWeights, Labeler, ReviewGenerator, Splits, WorldSpec, check_split
+from rlhf_lab.world import PRETRAIN, SPLITS, ReviewGenerator, Splits, WorldSpec, check_split
 
 
 def stream_seed(world_seed: int, stream: str) -> int:
     return (int(world_seed) * 1_000_003 + zlib.crc32(stream.encode())) % (2**31)
 
 
-def world_spec(cfg: DictConfig) -> WorldSpec:
-    w = cfg.world
-    return WorldSpec(max_sentences=w.max_sentences, mean_sentences=w.mean_sentences, filler_rate=w.filler_rate,
-                     adverb_rate=w.adverb_rate, sentiment_noise=w.sentiment_noise)
+@dataclass(frozen=True)
+class WorldSettings:
+    """What the world's streams read of the ``world`` group (:func:`rlhf_lab.config.world.world_settings` resolves it
+    from the config): the seed every stream's seed derives from, the text settings, the splits."""
+
+    seed: int
+    spec: WorldSpec
+    splits: Splits
 
 
-def gold_weights(cfg: DictConfig) -> GoldWeights:
-    return GoldWeights(**dict(cfg.world.gold))
+def generator(world: WorldSettings, stream: str) -> ReviewGenerator:
+    return ReviewGenerator(stream_seed(world.seed, stream), world.spec, world.splits)
 
 
-def labeler(cfg: DictConfig) -> Labeler:
-    lab = cfg.labeler
-    return Labeler(temperature=lab.temperature, length_bonus=lab.length_bonus, filler_bonus=lab.filler_bonus)
-
-
-def splits(cfg: DictConfig) -> Splits:
-    sp = cfg.world.splits
-    return Splits(train=float(sp.train), eval=float(sp.eval), test=float(sp.test),
-                  ood_products=tuple(str(p) for p in cfg.world.ood_products))
-
-
-def world_generation_spec(cfg: DictConfig) -> dict:
-    """The part of the world config that determines generated text (not the reward), splits included."""
-    spec = {k: cfg.world[k] for k in ("name", "seed", "max_sentences", "mean_sentences", "filler_rate",
-                                      "adverb_rate", "sentiment_noise")}
-    sp = splits(cfg)
-    spec["splits"] = {"train": sp.train, "eval": sp.eval, "test": sp.test, "ood_products": list(sp.ood_products)}
-    return spec
-
-
-def generator(cfg: DictConfig, stream: str) -> ReviewGenerator:
-    return ReviewGenerator(stream_seed(cfg.world.seed, stream), world_spec(cfg), splits(cfg))
-
-
-def reviews(cfg: DictConfig, stream: str, n: int, split: str = "train") -> list[tuple[str, str]]:
+def reviews(world: WorldSettings, stream: str, n: int, split: str = "train") -> list[tuple[str, str]]:
     """`n` (prompt, review) pairs of the seeded `stream`, prompts from `split` (or ``pretrain``)."""
     check_split(split, SPLITS + (PRETRAIN,))
-    return generator(cfg, stream).reviews(n, split)
+    return generator(world, stream).reviews(n, split)
 
 
-def prompts(cfg: DictConfig, stream: str, n: int, split: str = "train") -> list[str]:
+def prompts(world: WorldSettings, stream: str, n: int, split: str = "train") -> list[str]:
     """`n` prompts of the seeded `stream` from `split` (train, eval, test or ood; repeats possible)."""
     check_split(split)
-    g = generator(cfg, stream)
+    g = generator(world, stream)
     return [g.prompt(split) for _ in range(n)]
 
 
 EVAL_SIZE_KEYS = {"eval": "n_prompts", "test": "n_test_prompts", "ood": "n_ood_prompts"}
 
 
-def eval_prompts(cfg: DictConfig, split: str = "eval") -> list[str]:
-    """The fixed evaluation prompts of `split` (eval, test or ood): ``eval.<size key>`` draws of the stream
-    named after the split, the same in every run and at every step (a larger size extends the list)."""
+def eval_prompts(world: WorldSettings, split: str, n: int) -> list[str]:
+    """The fixed evaluation prompts of `split` (eval, test or ood): `n` (``eval.<size key>``) draws of the stream
+    named after the split, the same in every run and at every step (a larger `n` extends the list)."""
     check_split(split, tuple(EVAL_SIZE_KEYS))
-    return prompts(cfg, split, int(cfg.eval[EVAL_SIZE_KEYS[split]]), split)
+    return prompts(world, split, n, split)

@@ -1,0 +1,71 @@
+"""The config as the rest of the package sees it: plain containers (:func:`to_plain`, resolved, for cache keys,
+MLflow params and the typed settings a stage hands down), and which keys compute nothing (:data:`NOT_COMPUTED`,
+:func:`computes`, :func:`drop_keys`). Also the resolver ``${rlhf_lab.launch_dir:}`` (registered on import): the
+folder a multirun is launched from, cached, so that a job on a Ray or SLURM worker writes its Hydra output folder
+under the launch folder (``hydra.sweep.dir`` in conf/config.yaml), not under its own working folder."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+
+def launch_dir() -> str:
+    """``${rlhf_lab.launch_dir:}``: the working folder where it is first resolved. Registered with Hydra's
+    ``use_cache`` (like ``${now:}``): a launcher resolves ``hydra.sweep.dir`` in the process that launches the sweep
+    and copies that config's resolver cache into every job's config (``load_sweep_config``), and the cache travels
+    with the pickled config, so a job on another machine resolves the launch folder, not its own."""
+    return os.getcwd()
+
+
+if not OmegaConf.has_resolver("rlhf_lab.launch_dir"):  # on import: a Ray worker resolves the job's config too
+    OmegaConf.register_new_resolver("rlhf_lab.launch_dir", launch_dir, use_cache=True)
+
+
+# the config keys that do not change what a job computes (where it logs, how it shows progress, an explicit resume,
+# the input's size bounds, which only refuse data): left out of a pre-empted job's checkpoint key (stages/ppo.py) and
+# of a run's setting in the reports (analysis/runs.py)
+NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.progress_bar", "algo.resume_from",
+                "eval.reuse_start", "data.max_line_bytes", "data.max_total_bytes")
+
+
+def drop_keys(plain: dict, keys) -> dict:
+    """`plain` (a config as plain containers, changed in place and returned) without the dotted `keys`."""
+    for key in keys:
+        *parents, last = key.split(".")
+        node = plain
+        for part in parents:
+            node = node.get(part) or {}
+        node.pop(last, None)
+    return plain
+
+
+def computes(key: str) -> bool:
+    """Whether config key `key` (dotted) can change what a job computes: not one of :data:`NOT_COMPUTED` or below."""
+    return not any(key == k or key.startswith(k + ".") for k in NOT_COMPUTED)
+
+
+def override_key(key: str) -> str:
+    """The config key of a command-line override (``+key`` / ``~key`` / ``key``)."""
+    return key.lstrip("+~")
+
+
+def to_plain(x: Any) -> Any:
+    """An OmegaConf node as plain (resolved) dicts and lists; anything else is returned as it is."""
+    if isinstance(x, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(x, resolve=True)
+    return x
+
+
+def configured_uri(cfg: Any) -> str | None:
+    """``tracking.uri`` of a config, or None (the store is then ``MLFLOW_TRACKING_URI`` or the default:
+    :func:`rlhf_lab.runs.tracking_server.tracking_uri`)."""
+    t = cfg.get("tracking") if cfg is not None else None
+    return str(t.uri) if t and t.get("uri") else None
+
+
+def experiment_name(cfg: Any) -> str:
+    """``tracking.experiment`` of a config (``rlhf-lab`` when it has no ``tracking`` group)."""
+    return str(cfg.tracking.experiment) if cfg.get("tracking") else "rlhf-lab"

@@ -1,0 +1,32 @@
+"""One rank of a multi-process job started by :func:`rlhf_lab.runs.distributed.launch`:
+``python -m rlhf_lab.entry.rank CONFIG OUT TARGET THREADS`` with ``LOCAL_RANK``/``RANK``/``WORLD_SIZE``/``MASTER_*``
+in the environment. It loads the job's resolved config (``CONFIG``, YAML: the rank has no Hydra context) and calls
+``TARGET`` (``module:name``, :func:`rlhf_lab.stages.registry.run_rank`) with it and the job's output folder."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from rlhf_lab.runs.process import quiet_libraries
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg_file, out_dir, target, threads = (argv if argv is not None else sys.argv[1:])
+    quiet_libraries()
+    torch.set_num_threads(int(threads))
+    mod, attr = target.split(":")
+    fn = getattr(importlib.import_module(mod), attr)
+    try:
+        fn(OmegaConf.load(cfg_file), Path(out_dir))
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

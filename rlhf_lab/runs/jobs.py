@@ -1,0 +1,143 @@
+"""What identifies a job's runs in the tracking store: its command-line overrides (:func:`hydra_overrides`, the
+swept keys a sweep logs as params, :func:`job_overrides` as ``skip_finished`` compares them), the design of its study
+file (:func:`study_digest`), where its runs go (:class:`RunSettings`), and its FINISHED runs (:func:`finished_runs`).
+Whether such a run computed what the job would is :mod:`rlhf_lab.runs.identity`'s."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from rlhf_lab.config.keys import override_key
+from rlhf_lab.runs.process import SWEPT_ENV
+
+
+def hydra_overrides() -> list[str]:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return list(HydraConfig.get().overrides.task)
+    except Exception:
+        return []
+
+
+def job_sweep_params(overrides: list[str]) -> dict[str, str]:
+    """The job's values of the swept keys (all its overrides when the swept keys are not known)."""
+    keys = os.environ.get(SWEPT_ENV)
+    wanted = set(filter(None, keys.split(","))) if keys is not None else None
+    out = {}
+    for o in overrides:
+        if "=" not in o:
+            continue
+        k, v = o.split("=", 1)
+        k = override_key(k)
+        if wanted is None or k in wanted:
+            out[f"sweep.{k}"] = v
+    return out
+
+
+# Overrides that do not change what a job computes; a finished run counts for a job whatever their values.
+NOT_JOB_KEYS = ("skip_finished",)
+
+
+def job_overrides(overrides: list[str] | str) -> list[str]:
+    """A job's overrides as the tag ``rlhf_lab.overrides`` holds them (space-joined), each in Hydra's canonical
+    form (a multirun writes ``skip_finished=True``, ``tracking.uri=sqlite\\:///x.db`` for what was typed
+    ``skip_finished=true``, ``tracking.uri=sqlite:///x.db``), without :data:`NOT_JOB_KEYS`: the identity of a job
+    within its study, in order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    text = overrides if isinstance(overrides, str) else " ".join(overrides)
+    out = []
+    for token in filter(None, text.split(" ")):
+        try:
+            o = parser.parse_override(token)
+            key, token = override_key(o.get_key_element()), f"{o.get_key_element()}={o.get_value_element_as_str()}"
+        except Exception:  # a piece of a value with spaces: compared as it is
+            key = override_key(token.split("=", 1)[0])
+        if key not in NOT_JOB_KEYS:
+            out.append(token)
+    return out
+
+
+STUDY_DIGEST_TAG = "rlhf_lab.study_digest"
+
+
+def study_digest(overrides: list[str], root=None) -> str | None:
+    """A digest of what a job's study files fix: the parsed ``sweeps/sweep/<study>.yaml`` of its ``sweep=``
+    override without its ``hydra`` node (launcher settings and the swept values, which the overrides carry), and
+    the parsed option files of ``sweeps/<group>/`` its overrides select (``+rm_src=different_mix``). Comments do
+    not count. None for a job without ``sweep=``. Editing what a study fixes (say ``kl.beta``) changes it, so
+    ``skip_finished`` does not take the runs of the old design for the new one. `root`: the folder of study
+    groups (default: the package's ``rlhf_lab.sweeps``)."""
+    import hashlib
+    from importlib.resources import files
+
+    import yaml
+
+    root = files("rlhf_lab.sweeps") if root is None else root
+    parts = []
+    for o in overrides:
+        if "=" not in o:
+            continue
+        key, value = o.split("=", 1)
+        group = key.lstrip("+~")
+        f = root.joinpath(group, f"{value}.yaml")
+        if "/" in group or "," in value or not f.is_file():
+            continue
+        node = yaml.safe_load(f.read_text()) or {}
+        if group == "sweep" and isinstance(node, dict):
+            node.pop("hydra", None)
+        parts.append([group, value, node])
+    if not any(g == "sweep" for g, _, _ in parts):
+        return None
+    text = json.dumps(sorted(parts, key=lambda p: (p[0], p[1])), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Where a stage's MLflow run goes and what it records of the job, resolved once from the config by the stage
+    (:func:`rlhf_lab.stages.registry.run_settings`): the store (:func:`rlhf_lab.runs.tracking_server.tracking_uri`),
+    the experiment (``tracking.experiment``), the study (``study``), the job's stage (``algo.name``: its run is the
+    job's, tagged with the job's identity) and the resolved config as plain containers (``config.yaml``)."""
+
+    uri: str
+    experiment: str = "rlhf-lab"
+    study: str | None = None
+    job: str | None = None
+    config: dict = field(default_factory=dict, compare=False)
+
+
+def finished_runs(settings: RunSettings, stage: str, overrides: list[str]) -> Iterator:
+    """The FINISHED runs of `stage` in the settings' tracking store and experiment, newest first, with the same study
+    (tag ``rlhf_lab.study``, none when ``study`` is null), the same overrides (tag ``rlhf_lab.overrides``,
+    compared by :func:`job_overrides`) and, where both have one, the same study design (tag
+    ``rlhf_lab.study_digest``, :func:`study_digest`). Upstream stages of a job carry its tags too: `stage` tells the
+    job's own run from them. Whether such a run computed what the job would is :mod:`rlhf_lab.runs.identity`'s."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=settings.uri)
+    exp = client.get_experiment_by_name(settings.experiment)
+    if exp is None:
+        return
+    study = settings.study
+    query = f"attributes.status = 'FINISHED' and tags.`rlhf_lab.stage` = '{stage}'"
+    if study and "'" not in study:
+        query += f" and tags.`rlhf_lab.study` = '{study}'"
+    want, digest = job_overrides(overrides), study_digest(overrides)
+    for run in client.search_runs([exp.experiment_id], query, max_results=50000,
+                                  order_by=["attributes.start_time DESC"]):
+        tags = run.data.tags
+        if tags.get("rlhf_lab.study") == study and job_overrides(tags.get("rlhf_lab.overrides", "")) == want:
+            if digest and tags.get(STUDY_DIGEST_TAG, digest) != digest:  # a run before the tag existed: as before
+                continue  # the study file's design changed since this run
+            yield run
+
+
+def find_finished_run(settings: RunSettings, stage: str, overrides: list[str]):
+    """The latest of :func:`finished_runs`, or None."""
+    return next(finished_runs(settings, stage, overrides), None)
