@@ -42,13 +42,14 @@ def day(ms: int) -> str:
 
 @cache
 def file_seeds(study: str) -> tuple[int, ...] | None:
-    """The seeds a study file sweeps (``hydra.sweeper.params.seed`` of ``sweeps/sweep/<study>.yaml``), or None."""
-    from importlib.resources import files
-
+    """The seeds a study file sweeps (``hydra.sweeper.params.seed`` of ``sweeps/sweep/<study>.yaml``, or of an
+    archived design), or None."""
     import yaml
 
-    f = files("rlhf_lab.sweeps").joinpath("sweep", f"{study}.yaml")
-    if not f.is_file():
+    from rlhf_lab.runs.jobs import study_file
+
+    f = study_file("sweep", study)
+    if f is None:
         return None
     node = yaml.safe_load(f.read_text()) or {}
     seeds = (((node.get("hydra") or {}).get("sweeper") or {}).get("params") or {}).get("seed")

@@ -30,11 +30,11 @@ class ReportError(ValueError):
 
 
 def known_studies() -> list[str]:
-    """The canned studies: the names of the sweep files shipped in ``rlhf_lab.sweeps`` (``sweeps/sweep/*.yaml``)."""
-    from importlib.resources import files
+    """The canned studies: the names of the sweep files shipped in ``rlhf_lab.sweeps`` (``sweeps/sweep/*.yaml``, and
+    the superseded designs of ``sweeps/archive/sweep/``, whose earlier reports can be written again)."""
+    from rlhf_lab.runs.jobs import study_names
 
-    folder = files("rlhf_lab.sweeps").joinpath("sweep")
-    return sorted(p.name[:-len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return study_names(archived=True)
 
 
 def check_study(study: str, own_out: bool, known: list[str] | None = None) -> None:

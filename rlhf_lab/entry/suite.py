@@ -48,12 +48,12 @@ import shutil
 import subprocess
 import sys
 import time
-from importlib.resources import files
 from pathlib import Path
 from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
 from rlhf_lab.analysis.registry import SUITE_VERSIONS
+from rlhf_lab.runs.jobs import study_file, study_names
 from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem, uri_override
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
@@ -92,21 +92,15 @@ _ON_POLICY_OTHER_RM = ("suite_artifacts/rm_mis_scoring_on_policy",
                        ["study=rm_mis_scoring_on_policy", "algo=ppo", "reward_model=same_source", "kl=fixed",
                         "kl.beta=0.01", "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
                        "data.on_policy_path")
-PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY, "rm_source_5seeds": _ON_POLICY,
+PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY,
                                                   "rm_mis_scoring": _ON_POLICY_OTHER_RM}
 SEEDS = 5  # seeds of every suite study file (0–4); --more-seeds adds 5, 6, …
 UPSTREAM_MIN = 30  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs incl. MiniLM), 2 cores
 
 
-def study_names() -> list[str]:
-    """Every canned study (``sweeps/sweep/*.yaml``)."""
-    return sorted(p.name[: -len(".yaml")] for p in files("rlhf_lab.sweeps").joinpath("sweep").iterdir()
-                  if p.name.endswith(".yaml"))
-
-
 def study_header(study: str) -> str:
     """The leading comment block of a study file."""
-    text = files("rlhf_lab.sweeps").joinpath("sweep", f"{study}.yaml").read_text()
+    text = study_file("sweep", study).read_text()
     lines = []
     for line in text.splitlines():
         if not line.startswith("#"):

@@ -64,6 +64,32 @@ def job_overrides(overrides: list[str] | str) -> list[str]:
 
 
 STUDY_DIGEST_TAG = "rlhf_lab.study_digest"
+# where study groups live, in Hydra's search order (conf/config.yaml): the live studies and option groups, then the
+# superseded designs, still composable with the same `sweep=<study>`
+STUDY_ROOTS = ("rlhf_lab.sweeps", "rlhf_lab.sweeps.archive")
+
+
+def study_file(group: str, name: str, roots=None):
+    """The file of option `name` of study group `group` (``sweep``: a study) as Hydra finds it, live before archived
+    (:data:`STUDY_ROOTS`; `roots`: other folders, tests), or None."""
+    from importlib.resources import files
+
+    for root in roots if roots is not None else [files(r) for r in STUDY_ROOTS]:
+        f = root.joinpath(group, f"{name}.yaml")
+        if f.is_file():
+            return f
+    return None
+
+
+def study_names(archived: bool = False) -> list[str]:
+    """The live studies (``sweeps/sweep/*.yaml``), with `archived` also the superseded ones (``sweeps/archive/sweep``)."""
+    from importlib.resources import files
+
+    out = set()
+    for r in STUDY_ROOTS[: 2 if archived else 1]:
+        folder = files(r).joinpath("sweep")
+        out.update(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(out)
 
 
 def study_digest(overrides: list[str], root=None) -> str | None:
@@ -72,21 +98,21 @@ def study_digest(overrides: list[str], root=None) -> str | None:
     the parsed option files of ``sweeps/<group>/`` its overrides select (``+rm_src=different_mix``). Comments do
     not count. None for a job without ``sweep=``. Editing what a study fixes (say ``kl.beta``) changes it, so
     ``skip_finished`` does not take the runs of the old design for the new one. `root`: the folder of study
-    groups (default: the package's ``rlhf_lab.sweeps``)."""
+    groups (default: the package's, :func:`study_file`)."""
     import hashlib
-    from importlib.resources import files
 
     import yaml
 
-    root = files("rlhf_lab.sweeps") if root is None else root
     parts = []
     for o in overrides:
         if "=" not in o:
             continue
         key, value = o.split("=", 1)
         group = key.lstrip("+~")
-        f = root.joinpath(group, f"{value}.yaml")
-        if "/" in group or "," in value or not f.is_file():
+        if "/" in group or "," in value:
+            continue
+        f = study_file(group, value, None if root is None else [root])
+        if f is None:
             continue
         node = yaml.safe_load(f.read_text()) or {}
         if group == "sweep" and isinstance(node, dict):
