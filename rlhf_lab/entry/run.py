@@ -144,7 +144,7 @@ def _app(cfg: DictConfig) -> float | None:
 
             threads = set_threads(cfg)
             out_dir = Path(HydraConfig.get().runtime.output_dir)
-            t0 = start_job_clock(entered)  # time/startup_s, time/setup_s (runtime.job_phases)
+            t0 = start_job_clock(entered)  # time/startup_s, time/setup_s (runs.process.job_phases)
             try:
                 meta = run_job(cfg, out_dir)
             finally:

@@ -16,7 +16,7 @@ the job's run:
 The CLI computes the identity once per job, before any work (:func:`running`), so the digests it compares
 under ``skip_finished=true`` are the ones the job's run then records; :func:`changed_parts` and
 :func:`rerun_reason` say which part of the identity differs from a finished run's. It imports nothing from
-``rlhf_lab`` but ``runtime`` and ``cache`` (the names of the cache's bookkeeping files).
+``rlhf_lab`` but ``config.keys`` (the keys that compute nothing) and ``runs.cache`` (the names of the cache's bookkeeping files).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def stage_module(stage: str):
 
 
 def cache_for(cfg: DictConfig) -> ArtifactCache:
-    """The artifact cache at ``cache_dir`` (a relative one is the launch folder's: runtime.launch_path)."""
+    """The artifact cache at ``cache_dir`` (a relative one is the launch folder's: runs.process.launch_path)."""
     return ArtifactCache(launch_path(cfg.cache_dir))
 
 
