@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
 from rlhf_lab.entry import suite, suite_seeds, sweeps as sweeping
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.identity import job_identity
 from rlhf_lab.stages.presets import parse_preset_ref
 from rlhf_lab.runs.jobs import find_finished_run, job_overrides, study_digest, study_names
@@ -300,8 +301,8 @@ def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(sto
         return capsys.readouterr().out
 
     job = lambda seed: ["study=unit", f"seed={seed}", f"tracking.uri={uri}"]  # noqa: E731
-    done = fake_run(client, exp, "ppo", "unit", job(7), gold=0.5, identity=job_identity(compose_job(job(7))))
-    fake_run(client, exp, "ppo", "unit", job(8), status="FAILED", identity=job_identity(compose_job(job(8))))
+    done = fake_run(client, exp, "ppo", "unit", job(7), gold=0.5, identity=job_identity(to_plain(compose_job(job(7)))))
+    fake_run(client, exp, "ppo", "unit", job(8), status="FAILED", identity=job_identity(to_plain(compose_job(job(8)))))
     out = launch(7)
     assert f"skipped (finished run {done})" in out and calls == []
     out = launch(8)  # its run FAILED: run again
@@ -323,7 +324,7 @@ def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp
     monkeypatch.setattr(runtime, "JOBS_STARTED", [0])  # as in a fresh process
     monkeypatch.chdir(tmp_path)
     job = ["study=unit", "seed=1", f"tracking.uri={uri}"]
-    done = fake_run(client, exp, "ppo", "unit", job, gold=0.5, identity=job_identity(compose_job(job)))
+    done = fake_run(client, exp, "ppo", "unit", job, gold=0.5, identity=job_identity(to_plain(compose_job(job))))
     monkeypatch.setattr(sys, "argv", ["rlhf-lab", "-m", "study=unit", "seed=0,1,2", f"tracking.uri={uri}",
                                       "skip_finished=true", f"hydra.sweep.dir={tmp_path / 'multirun'}",
                                       "hydra/job_logging=none", "hydra/hydra_logging=none"])
