@@ -156,7 +156,6 @@ def test_the_process_that_loses_the_race_to_create_the_experiment_on_a_server_us
     import mlflow
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_ALREADY_EXISTS
-    from omegaconf import OmegaConf
 
     from rlhf_lab.runs import tracking
 
@@ -178,8 +177,7 @@ def test_the_process_that_loses_the_race_to_create_the_experiment_on_a_server_us
 
     monkeypatch.setattr(mlflow, "MlflowClient", Client)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
-    cfg = OmegaConf.create({"tracking": {"experiment": "rlhf-lab"}})
-    assert tracking.experiment_id(cfg) == "7" and Client.looked == 2
+    assert tracking.experiment_id("http://127.0.0.1:1", "rlhf-lab") == "7" and Client.looked == 2
 
     class Refused(Client):
         def create_experiment(self, name, tags=None):
@@ -188,7 +186,7 @@ def test_the_process_that_loses_the_race_to_create_the_experiment_on_a_server_us
     Client.looked = 0
     monkeypatch.setattr(mlflow, "MlflowClient", Refused)
     with pytest.raises(MlflowException, match="permission denied"):  # any other refusal is the user's to see
-        tracking.experiment_id(cfg)
+        tracking.experiment_id("http://127.0.0.1:1", "rlhf-lab")
 
 
 def test_a_sweep_that_cannot_open_its_parent_run_stops_before_any_job(monkeypatch, capsys):
