@@ -93,6 +93,21 @@ def test_config_digest_ignores_the_keys_that_do_not_change_results():
     assert J.config_digest(to_plain(compose_cfg(base + ["seed=1"]))) != d
 
 
+def test_the_logged_config_yaml_is_omegaconfs_byte_for_byte():
+    """runs.tracking.config_yaml writes a plain config as ``OmegaConf.to_yaml(cfg, resolve=True)`` did before the
+    runs package took plain containers: the same text, strings that OmegaConf reads as numbers or booleans quoted."""
+    from omegaconf import OmegaConf
+
+    from rlhf_lab.runs.tracking import config_yaml
+
+    for overrides in ([], ["algo=dpo", "study=s", "tracking.experiment=1e-3"], ["algo=ppo", "trainer=ddp_cpu"]):
+        cfg = compose_cfg(overrides)
+        assert config_yaml(to_plain(cfg)) == OmegaConf.to_yaml(cfg, resolve=True)
+    tricky = {"a": "1e-3", "b": "nan", "y": "n", "c": "yes", "d": "0x1F", "e": " 1 ", "f": "ü", "g": [1, "2", None],
+              "h": {"i": 1.0e-5, "j": True, "k": "", "l": "a: b"}}
+    assert config_yaml(tricky) == OmegaConf.to_yaml(OmegaConf.create(tricky))
+
+
 def test_local_inputs_are_the_path_keys_and_path_like_values_that_exist(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_pairs(tmp_path / "pairs.jsonl")

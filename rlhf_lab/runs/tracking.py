@@ -121,11 +121,39 @@ def experiment_id(uri: str, name: str) -> str:
             return exp.experiment_id
 
 
+YAML_BOOLS = ("y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false", "False",
+              "FALSE", "on", "On", "ON", "off", "Off", "OFF")  # the words OmegaConf's YAML reads as booleans
+
+
+def number_like(text: str) -> bool:
+    """Whether OmegaConf would read `text` unquoted as a number or boolean (``1e-3``, ``nan``, ``y``), which PyYAML
+    alone writes bare."""
+    if text in YAML_BOOLS:
+        return True
+    for parse in (int, float):
+        try:
+            parse(text)
+            return True
+        except ValueError:
+            pass
+    return False
+
+
 def config_yaml(config: dict) -> str:
-    """The resolved config as YAML, as OmegaConf writes it (block style, keys in their order, unicode kept)."""
+    """The resolved config as YAML, byte for byte as OmegaConf writes it (``OmegaConf.to_yaml(cfg, resolve=True)``:
+    block style, keys in their order, unicode kept, a string that reads as a number or boolean in quotes), so that
+    ``OmegaConf.load`` of the logged ``config.yaml`` gives the config back."""
     import yaml
 
-    return yaml.dump(config, default_flow_style=False, allow_unicode=True, sort_keys=False)
+    class Dumper(yaml.Dumper):
+        pass
+
+    def text(dumper: yaml.Dumper, data: str) -> yaml.ScalarNode:
+        return dumper.represent_scalar(yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG, data,
+                                       style="'" if number_like(data) else None)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(config, default_flow_style=False, allow_unicode=True, sort_keys=False, Dumper=Dumper)
 
 
 def peak_accelerator_mb() -> float | None:
