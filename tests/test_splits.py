@@ -183,6 +183,7 @@ def test_clustered_se_against_hand_computation():
 def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     from rlhf_lab import stages
     from rlhf_lab.evaluation.policy import evaluate_policy
+    from rlhf_lab.config.schema import GenerationConfig, settings
     from rlhf_lab.models import families as F
 
     cfg = tiny_cfg("algo=sft")
@@ -190,11 +191,12 @@ def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
     tok = F.load_tokenizer(sft)
     model = F.load_causal_lm(sft, tok).eval()
     prompts = D.prompts(W.world_settings(cfg), "eval", 12, split="eval")
+    gen = settings(cfg.generation, GenerationConfig)  # the typed settings a stage hands to evaluate_policy
     state = torch.random.get_rng_state()
     kw = dict(samples_per_prompt=3, halves=True, seed=11, batch_size=8, n_rows=36)
-    m1, rows = evaluate_policy(model, tok, prompts, cfg.generation, W.gold_weights(cfg), **kw)
+    m1, rows = evaluate_policy(model, tok, prompts, gen, W.gold_weights(cfg), **kw)
     assert torch.equal(state, torch.random.get_rng_state())  # the training's RNG stream is untouched
-    m2, _ = evaluate_policy(model, tok, prompts, cfg.generation, W.gold_weights(cfg), **kw)
+    m2, _ = evaluate_policy(model, tok, prompts, gen, W.gold_weights(cfg), **kw)
     assert m1 == m2  # same prompts, same random numbers
     assert {"eval/gold_reward_se", "eval/gold_reward_a", "eval/gold_reward_b", "eval/gold_reward_a_se"} <= set(m1)
     assert len(rows) == 36 and rows[0]["prompt"] == rows[2]["prompt"] == prompts[0]  # 3 samples per prompt
@@ -210,7 +212,7 @@ def test_evaluation_uses_common_random_numbers_and_clustered_se(tiny_cfg):
 
     gold = as_gold_scorer(W.gold_weights(cfg))
     for scorer, want in ((gold, 1.0), (lambda *a: -gold(*a), 0.0)):
-        m, _ = evaluate_policy(model, tok, prompts, cfg.generation, W.gold_weights(cfg), scorer=scorer, **kw)
+        m, _ = evaluate_policy(model, tok, prompts, gen, W.gold_weights(cfg), scorer=scorer, **kw)
         assert m["eval/proxy_gold_agreement"] == pytest.approx(want)
     assert "eval/proxy_gold_agreement" not in m1  # no proxy: nothing to rank
 

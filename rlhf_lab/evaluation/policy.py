@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from rlhf_lab.config.schema import GenerationConfig
 from rlhf_lab.evaluation.metrics import cluster_mean_se, distinct_n, filler_rate, half_a, pair_agreement, unique_rate
 from rlhf_lab.models.sampling import Rollout, response_logprobs, sample
 from rlhf_lab.world import GoldWeights, count_fillers, gold_reward
@@ -77,11 +78,12 @@ def seeded_sampling(seed: int | None):
 
 
 @torch.no_grad()
-def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeights | Scorer | None, reference=None,
-                    scorer: Scorer | None = None, batch_size: int = 64, n_rows: int = 16, samples_per_prompt: int = 1,
-                    prefix: str = "eval/", halves: bool = False, seed: int | None = None, details: bool = True,
-                    formula_gold: Scorer | None = None):
-    """Sample `samples_per_prompt` responses per prompt; return ({metric: value}, rows of a samples table).
+def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig, gold: GoldWeights | Scorer | None,
+                    reference=None, scorer: Scorer | None = None, batch_size: int = 64, n_rows: int = 16,
+                    samples_per_prompt: int = 1, prefix: str = "eval/", halves: bool = False, seed: int | None = None,
+                    details: bool = True, formula_gold: Scorer | None = None):
+    """Sample `samples_per_prompt` responses per prompt with the ``generation`` settings `gen`; return
+    ({metric: value}, rows of a samples table).
 
     ``details=False`` skips the policy and reference forward passes (entropy, KL) and the text statistics:
     only the rewards and their SEs, for a cheap extra slice. ``gold``: the world's gold weights or a gold
@@ -98,7 +100,7 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen, gold: GoldWeight
         for i in range(0, len(flat), batch_size):
             chunk = flat[i : i + batch_size]
             ro: Rollout = sample(policy, tokenizer, chunk, gen.max_new_tokens, gen.temperature, gen.top_k, gen.top_p,
-                                 gen.get("max_prompt_len"), sampler=gen.sampler)
+                                 gen.max_prompt_len, sampler=gen.sampler)
             if details:
                 logp, ent = response_logprobs(policy, ro.query_ids, ro.query_mask, ro.response_ids,
                                               ro.response_mask, gen.temperature or 1.0, with_entropy=True)

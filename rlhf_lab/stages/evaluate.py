@@ -16,6 +16,7 @@ from rlhf_lab.runs.cache import announce_reuse, write_json_atomic
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.runs.identity import source_digest  # the code's digest, part of the start evaluation's key
 from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.config.schema import GenerationConfig, settings
 from rlhf_lab.stages.registry import cache_for
 
 
@@ -69,8 +70,8 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
 
     e = cfg.eval
     g = gold if gold is not None else Gold(world_gold(cfg))
-    kw = dict(gen=cfg.generation, gold=g.scorer, formula_gold=g.formula, scorer=scorer, batch_size=int(e.batch_size),
-              samples_per_prompt=int(e.samples_per_prompt))
+    kw = dict(gen=settings(cfg.generation, GenerationConfig), gold=g.scorer, formula_gold=g.formula, scorer=scorer,
+              batch_size=int(e.batch_size), samples_per_prompt=int(e.samples_per_prompt))
     seed = lambda s: D.stream_seed(cfg.world.seed, f"{s}/sampling")  # noqa: E731
     if split == "eval":
         return evaluate_policy(policy, tok, evaluation_prompts(cfg, "eval"), reference=reference,
