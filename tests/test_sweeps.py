@@ -111,6 +111,30 @@ def test_algo_frontier_has_a_beta_grid_per_algorithm_and_three_seeds():
         assert len({b for b, _ in pts}) >= (1 if algo == "bon" else 3), algo
 
 
+def test_frontier_points_are_their_algorithm_file_with_beta_set():
+    """conf/frontier/ holds a file per algorithm family (rl.yaml: PPO, GRPO, RLOO; dpo.yaml; bon.yaml); a point of
+    the study, +frontier=<algo>_<β>, composes as that file with algo=<algo> and β typed inline (rlhf_lab/config/
+    frontier.py registers the points, issue 47), and every point algo_frontier sweeps exists."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    from rlhf_lab.config.frontier import BETAS, POINTS
+
+    assert sorted(p.stem for p in (ROOT / "conf" / "frontier").glob("*.yaml")) == ["bon", "dpo", "rl"]
+    registered = {n.removesuffix(".yaml") for n in ConfigStore.instance().list("frontier")}
+    assert registered == {f"{a}_{b}" for a in POINTS for b in BETAS}
+    study = (ROOT / "sweeps" / "sweep" / "algo_frontier.yaml").read_text()
+    swept = study.split("+frontier:")[1].splitlines()[0].strip().split(",")
+    assert set(swept) - {"bon"} <= registered and "bon" in swept and len(swept) == 13
+    for point, spelled in (("grpo_0.3", ["+frontier=rl", "algo=grpo", "kl.beta=0.3"]),
+                           ("ppo_1", ["+frontier=rl", "kl.beta=1"]),
+                           ("dpo_0.01", ["+frontier=dpo", "algo.beta=0.01"])):
+        a, b = job_cfg([f"+frontier={point}", "seed=1"]), job_cfg(spelled + ["seed=1"])
+        assert OmegaConf.to_container(a) == OmegaConf.to_container(b), point
+    c = job_cfg(["+frontier=rloo_0.03"])
+    assert (c.algo.name, c.kl.name, c.kl.beta, c.algo.steps, c.eval.every_n_steps) == ("rloo", "fixed", 0.03, 60, 10)
+
+
 @pytest.mark.slow
 def test_inline_overrides_win_and_seeds_combine_with_a_study():
     jobs = sweeping.plan(["sweep=ppo_beta_grid", "+ppo_kl=fixed_0,fixed_0.1", "trainer.max_steps=7"], validate=False)
@@ -197,6 +221,8 @@ def test_wheel_ships_the_sweeps(installed_wheel, tmp_path):
     assert "rlhf-lab-report = rlhf_lab.entry.report:main" in entry and "rlhf-lab-suite = rlhf_lab.entry.suite:main" in entry
     assert "rlhf_lab/sweeps/kl_est/k3_loss.yaml" in names and "rlhf_lab/sweeps/rm_ens/ens3_tiny_l1.yaml" in names
     assert "rlhf_lab/sweeps/rm_size/micro.yaml" in names and "rlhf_lab/entry/suite.py" in names
+    assert {f"rlhf_lab/sweeps/archive/sweep/{s}.yaml" for s in ARCHIVED} <= set(names)
+    assert {f"rlhf_lab/conf/frontier/{f}.yaml" for f in ("rl", "dpo", "bon")} <= set(names)
     env = dict(os.environ, PYTHONPATH=str(target))
     code = ("import rlhf_lab.entry.sweeps as s, rlhf_lab; assert rlhf_lab.__file__.startswith(%r); "
             "print(len(s.plan(['sweep=ppo_beta_grid', 'hydra/launcher=parallel'])))" % str(target))
@@ -207,6 +233,10 @@ def test_wheel_ships_the_sweeps(installed_wheel, tmp_path):
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "study: rm_source" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", "--cfg", "job", "+frontier=grpo_0.3"], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=120)  # a point registered from the wheel's files
+    assert r.returncode == 0, r.stderr
+    assert "name: grpo" in r.stdout and "beta: 0.3" in r.stdout and "steps: 60" in r.stdout
 
 
 def test_a_sweeps_launching_process_does_not_import_lightning():
