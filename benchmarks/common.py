@@ -1,36 +1,48 @@
-"""Shared pieces of the benchmarks: config, the tiny world model on disk, preference pairs, clocks, tables.
+"""What every benchmark shares: process set-up, the world model on disk, preference pairs, step clocks, the
+machine's state during a measurement, and the results: each benchmark writes ``benchmarks/results/NAME.json``
+(its markdown section, its summary row, its headline numbers) and ``benchmarks/results.md`` is generated from them.
 
-Nothing here talks to a hub: the model is a family-``a`` (Llama-style) decoder with freshly initialised
-weights and a tokenizer trained on world texts, saved with ``save_pretrained`` so that both sides of every
-comparison load the very same weights with ``from_pretrained``.
+Nothing here talks to a hub: the model is a family-``a`` (Llama-style) decoder with freshly initialised weights and
+a tokenizer trained on world texts, saved with ``save_pretrained`` so that both sides of every comparison load the
+very same weights with ``from_pretrained``.
 """
 
 from __future__ import annotations
 
+import argparse
+import atexit
 import contextlib
+import datetime
+import functools
+import json
 import os
+import platform
 import random
-import re
+import shlex
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_NO_ADVISORY_WARNINGS", "HF_HUB_DISABLE_PROGRESS_BARS"):
+    os.environ.setdefault(_k, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-# ------------------------------------------------------------------------------------------------
-# process setup
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+AGREEMENT_TOL = 1e-4  # first-batch / first-step agreement, relative above 1
 
 
 def quiet() -> None:
     """Silence the libraries' progress bars, advisories and warnings (the project's own recipe, plus TRL's)."""
     import logging
+    import warnings
 
     from rlhf_lab.runs.process import quiet_libraries
 
@@ -46,11 +58,6 @@ def quiet() -> None:
         datasets.logging.set_verbosity_error()
 
 
-def set_threads(n: int) -> None:
-    """torch intra-op threads for both sides (the project's default is ``trainer.threads: 1``)."""
-    torch.set_num_threads(int(n))
-
-
 def compose(overrides: list[str] | None = None):
     """The project's config composed with Hydra's compose API (as tests/conftest.py does)."""
     from hydra import compose as hydra_compose
@@ -62,34 +69,30 @@ def compose(overrides: list[str] | None = None):
         return hydra_compose("config", overrides=list(overrides or []))
 
 
-# ------------------------------------------------------------------------------------------------
-# the model on disk
-
-
 @dataclass
 class WorldModel:
-    """A tokenizer + causal LM folder (``lm``), a sequence-classifier (RM) folder of the same backbone (``rm``),
-    and beside them ``lm_ref``: the same architecture with other random weights."""
+    """A tokenizer + causal LM folder (``lm``), a sequence-classifier (RM) folder of the same backbone (``rm``), and
+    beside them ``lm_ref``: the same architecture with other random weights (a non-trivial reference)."""
 
     lm_dir: Path
     rm_dir: Path
     n_params: int
     arch: dict
 
+    @property
+    def ref_dir(self) -> Path:
+        return self.lm_dir.parent / "lm_ref"
+
 
 def make_world_model(cfg, out_dir: Path, seed: int = 0, n_texts: int = 2000) -> WorldModel:
-    """Train the family's tokenizer on world texts, build a randomly initialised model, save both.
-
-    The RM folder holds the same backbone with a scalar head (``AutoModelForSequenceClassification``,
-    ``num_labels=1``, the way ``rlhf_lab.models.families.load_sequence_scorer`` loads RMs); it is saved once so
-    that the head's random initialisation is the same for every later load.
-    """
-    from rlhf_lab.world import streams as D
+    """Train the family's tokenizer on world texts, build a randomly initialised model, save both; the RM folder
+    holds the same backbone with a scalar head (as ``families.load_sequence_scorer`` loads RMs), saved once so that
+    the head's random initialisation is the same for every later load."""
     from rlhf_lab.config import world as W
     from rlhf_lab.models import families as Fm
+    from rlhf_lab.world import streams as D
 
-    pc = cfg.policy
-    out_dir = Path(out_dir)
+    pc, out_dir = cfg.policy, Path(out_dir)
     lm_dir, rm_dir = out_dir / "lm", out_dir / "rm"
     corpus = D.reviews(W.world_settings(cfg), f"pretrain_{pc.family}", n_texts)
     tok = Fm.train_tokenizer(str(pc.family), [p + " " + r for p, r in corpus], int(pc.vocab_size))
@@ -97,7 +100,7 @@ def make_world_model(cfg, out_dir: Path, seed: int = 0, n_texts: int = 2000) -> 
     model = Fm.build_model(str(pc.family), pc.arch, tok)
     tok.save_pretrained(lm_dir)
     model.save_pretrained(lm_dir)
-    torch.manual_seed(seed + 100)  # another random model of the same shape: a non-trivial DPO reference
+    torch.manual_seed(seed + 100)
     Fm.build_model(str(pc.family), pc.arch, tok).save_pretrained(out_dir / "lm_ref")
     torch.manual_seed(seed + 1)
     rm = Fm.load_sequence_scorer(lm_dir, tok)
@@ -112,21 +115,14 @@ def load_tokenizer(path: Path):
     return Fm.load_tokenizer(path)
 
 
-# ------------------------------------------------------------------------------------------------
-# data
-
-
 def make_pairs(cfg, n: int, seed: int = 0):
-    """`n` preference pairs from the world: two world responses per prompt, labelled by the config's labeler.
-
-    (The project samples the two responses from the SFT policy; world texts have the same grammar and
-    length distribution, and need no trained model.)
-    """
-    from rlhf_lab.config import world as W
-    from rlhf_lab.world import streams as D
+    """`n` preference pairs from the world: two world responses per prompt, labelled by the config's labeler (the
+    project samples them from the SFT policy; world texts have the same grammar and lengths)."""
     from rlhf_lab.config import data as DS
+    from rlhf_lab.config import world as W
     from rlhf_lab.data.preferences import label_pairs
     from rlhf_lab.world import ReviewGenerator
+    from rlhf_lab.world import streams as D
 
     gen = ReviewGenerator(D.stream_seed(cfg.world.seed, f"bench_pairs/{seed}"), W.world_spec(cfg))
     prompts, a, b = [], [], []
@@ -137,136 +133,112 @@ def make_pairs(cfg, n: int, seed: int = 0):
             prompts.append(p)
             a.append(ra)
             b.append(rb)
-    ended = [True] * n
-    pairs = label_pairs(DS.labelling(cfg), prompts, a, b, ended, ended, random.Random(seed), "world")
+    pairs = label_pairs(DS.labelling(cfg), prompts, a, b, [True] * n, [True] * n, random.Random(seed), "world")
     assert len(pairs) == n
     return pairs
 
 
-# ------------------------------------------------------------------------------------------------
-# clocks
+def prompt_fn(cfg):
+    """PPO's and GRPO's prompts, as the stages draw them: ``step -> prompts`` (``stages.ppo.prompt_stream``)."""
+    from rlhf_lab.stages.ppo import prompt_stream
+
+    return prompt_stream(cfg, int(cfg.seed), int(cfg.algo.batch_size) // int(cfg.algo.samples_per_prompt))
+
+
+def make_scorer(cfg, wm: WorldModel, tok):
+    """The reward: the randomly initialised RM of the model folder through ``RewardScorer``."""
+    from rlhf_lab.models import families as Fm
+    from rlhf_lab.models.reward import RewardScorer
+
+    rm = Fm.load_sequence_scorer(wm.rm_dir, tok).eval()
+    return RewardScorer([rm], tok, normalize=True, max_len=int(cfg.reward_model.max_len))
+
+
+def ppo_module(cfg, wm: WorldModel, tok, reference_dir=None, check=None):
+    """``PPOModule`` with the config's algo (``check``: the stage's ``check_config``, default grpo's), as
+    ``stages.ppo.build`` makes it (models by ``build_models``), the RM of :func:`make_scorer`."""
+    from rlhf_lab.algorithms.ppo import PPOModule
+    from rlhf_lab.config import world as W
+    from rlhf_lab.models import families as Fm
+    from rlhf_lab.stages import grpo
+    from rlhf_lab.stages.ppo import build_models
+
+    a = cfg.algo
+    (check or grpo.check_config)(a)
+    scorer = make_scorer(cfg, wm, tok)
+    torch.manual_seed(0)
+    policy, reference, critic = build_models(a, wm.lm_dir, tok, scorer)
+    if reference_dir is not None:
+        reference = Fm.load_causal_lm(reference_dir, tok).requires_grad_(False).eval()
+    return PPOModule(policy, reference, critic, tok, scorer, prompt_fn(cfg), a, cfg.kl, cfg.generation,
+                     W.gold_weights(cfg))
 
 
 @dataclass
 class StepClock:
-    """Wall-clock timestamps at the end of each optimizer step; the rate is taken after `warmup` steps.
-
-    The interval between two consecutive step ends holds everything a step costs in its trainer: fetching
-    and collating the batch, forward, backward, optimizer and scheduler step, metric logging.
-    """
+    """Wall-clock stamps at the end of each optimizer step (with the torch threads then); the timed steps are those
+    after `warmup`: the interval between two step ends holds everything a step costs in its trainer."""
 
     warmup: int
     stamps: list[float] = field(default_factory=list)
     threads: list[int] = field(default_factory=list)
+    phases: list[dict] = field(default_factory=list)  # per timed step: seconds per phase
 
     def tick(self) -> None:
         self.stamps.append(time.perf_counter())
         self.threads.append(torch.get_num_threads())
 
     def step_times(self) -> list[float]:
-        s = self.stamps[self.warmup - 1 :] if self.warmup > 0 else self.stamps
+        s = self.stamps[self.warmup - 1:] if self.warmup > 0 else self.stamps
         return [b - a for a, b in zip(s, s[1:])]
 
     def seconds(self) -> float:
-        """Total time of the timed steps (after warm-up)."""
         return sum(self.step_times())
 
     def n_timed(self) -> int:
         return len(self.step_times())
 
 
-class PhaseTimer:
-    """Accumulates wall time per named phase; `wrap(fn, phase)` times every call of fn.
+def fit(module, loader=None, steps: int = 1, clock: StepClock | None = None, callbacks=(), grad_clip=None) -> None:
+    """Train `module` for `steps` optimizer steps (PPO: ``steps`` PPO steps) as the project's jobs do (CPU, fp32, no
+    checkpointing), without progress bar or logger; `clock` ticks at every step end."""
+    import lightning as L
 
-    `end_step()` closes a step: its totals go to `steps` (one dict per timed step) and start again from 0.
-    """
+    class Clock(L.Callback):
+        def on_train_batch_end(self, *args):
+            clock.tick()
 
-    def __init__(self):
-        self.totals: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-        self.steps: list[dict[str, float]] = []
-        self.enabled = True
-
-    def add(self, phase: str, dt: float) -> None:
-        if self.enabled:
-            self.totals[phase] = self.totals.get(phase, 0.0) + dt
-            self.counts[phase] = self.counts.get(phase, 0) + 1
-
-    @contextlib.contextmanager
-    def phase(self, name: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(name, time.perf_counter() - t0)
-
-    def wrap(self, fn, phase):
-        """fn timed under `phase` (a name, or a callable of no arguments returning the name at call time)."""
-
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.add(phase() if callable(phase) else phase, time.perf_counter() - t0)
-
-        return timed
-
-    def proxy(self, obj, phase: str):
-        """`obj` with its calls timed under `phase`; its other attributes (``.to``, ``.members``, …) pass through."""
-        return _TimedProxy(obj, self.wrap(obj, phase))
-
-    def end_step(self, **extra: float) -> None:
-        if self.enabled:
-            self.steps.append({**self.totals, **extra})
-        self.totals.clear()
-        self.counts.clear()
-
-    def medians(self) -> dict[str, float]:
-        """Median over the timed steps of every phase (0 for a step where a phase did not occur): robust to the
-        occasional step slowed down by another process on a shared machine."""
-        keys = {k for st in self.steps for k in st}
-        return {k: median(st.get(k, 0.0) for st in self.steps) for k in keys}
+    with tempfile.TemporaryDirectory() as tmp:
+        L.Trainer(max_steps=steps * getattr(module, "updates_per_step", 1), accelerator="cpu", devices=1,
+                  precision="32-true", enable_checkpointing=False, enable_model_summary=False, default_root_dir=tmp,
+                  num_sanity_val_steps=0, enable_progress_bar=False, logger=False, log_every_n_steps=10,
+                  gradient_clip_val=float(grad_clip) if grad_clip else None,
+                  callbacks=([Clock()] if clock else []) + list(callbacks)).fit(module, loader)
 
 
-class _TimedProxy:
-    def __init__(self, obj, timed_call):
-        self._obj, self._call = obj, timed_call
-
-    def __call__(self, *args, **kwargs):
-        return self._call(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._obj, name)
-
-
-def with_rest(phases: list[dict], step_times: list[float], keys: tuple[str, ...] | None = None) -> list[dict]:
-    """Each timed step's phases (only `keys`, 0 where missing, when given), plus ``step`` (the interval between step
-    ends) and ``update`` = step − the others."""
-    out = []
-    for ph, dt in zip(phases, step_times):
-        if keys is not None:
-            ph = {k: ph.get(k, 0.0) for k in keys}
-        out.append({**ph, "step": dt, "update": dt - sum(ph.values())})
+def alternate(rounds: int, run_side, sides: tuple[str, ...] = ("ours", "trl")) -> dict[str, list]:
+    """`rounds` runs of each side, the order reversed every other round, each from ``torch.manual_seed(0)``."""
+    out: dict[str, list] = {side: [] for side in sides}
+    for r in range(rounds):
+        for side in (sides if r % 2 == 0 else sides[::-1]):
+            torch.manual_seed(0)
+            out[side].append(run_side(side))
     return out
 
 
-def phase_medians(clocks: dict, phases) -> tuple[dict, str]:
-    """The median seconds of each phase (`phases`: (key, label) pairs) over the timed steps of every side's clocks
-    (``{"ours": [...], "trl": [...]}``, each with ``phases``), and the "where the time goes" table of the two."""
-    med = {side: {k: median(ph[k] for c in cs for ph in c.phases) for k, _ in phases} for side, cs in clocks.items()}
-    text = ("Where the time goes, median ms per step over the timed steps of all rounds (the phases' medians need not "
-            "add up to the step's):\n\n" + table(
-                ["phase", "ours ms", "TRL ms", "ratio ours/TRL"],
-                [[label, 1000 * med["ours"][k], 1000 * med["trl"][k], med["ours"][k] / med["trl"][k]]
-                 for k, label in phases]))
-    return med, text
+def rate(clocks: list[StepClock], per_step: int = 1) -> dict:
+    """Items per second and ms per step over the timed steps of all `clocks`."""
+    secs, n = sum(c.seconds() for c in clocks), sum(c.n_timed() for c in clocks)
+    return {"rate": n * per_step / secs, "ms": 1000 * secs / n, "n": n, "step": secs / n}
 
 
-def identical_rows(same: dict[str, bool]) -> tuple[list[list], bool]:
-    """The agreement table's rows for inputs both sides must share exactly ({what: identical?}), and whether all are."""
-    rows = [[f"identical {label}", str(v), "", "", "ok" if v else "DIFFERS"] for label, v in same.items()]
-    return rows, all(same.values())
+def per_round(ours: list[StepClock], trl: list[StepClock]) -> list[float]:
+    """Per-round ratios of the step times, TRL ÷ ours (= throughput ours/TRL)."""
+    return [(t.seconds() / t.n_timed()) / (o.seconds() / o.n_timed()) for o, t in zip(ours, trl)]
+
+
+def threads_seen(clocks: dict) -> list[int]:
+    return sorted({n for cs in clocks.values() for c in cs for n in c.threads})
 
 
 def median(xs) -> float:
@@ -274,49 +246,141 @@ def median(xs) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-# ------------------------------------------------------------------------------------------------
-# output
+def with_rest(phases: list[dict], step_times: list[float], keys=None) -> list[dict]:
+    """Each timed step's phases (only `keys`, 0 where missing, when given) plus ``step`` and ``update`` = step −
+    the others."""
+    out = []
+    for ph, dt in zip(phases, step_times):
+        ph = {k: ph.get(k, 0.0) for k in keys} if keys is not None else ph
+        out.append({**ph, "step": dt, "update": dt - sum(ph.values())})
+    return out
 
 
-def table(headers: list[str], rows: list[list]) -> str:
-    """A markdown table; floats are printed with 4 significant digits."""
-
-    def cell(v) -> str:
-        if isinstance(v, float):
-            if v != v:
-                return "n/a"
-            return f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
-        return str(v)
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
+def phase_table(clocks: dict, phases) -> tuple[dict, str]:
+    """Median seconds per phase (`phases`: (key, label)) over the timed steps of ``{"ours": [...], "trl": [...]}``
+    clocks, and the "where the time goes" table."""
+    med = {s: {k: median(ph[k] for c in cs for ph in c.phases) for k, _ in phases} for s, cs in clocks.items()}
+    return med, ("Where the time goes, median ms per step over the timed steps of all rounds (the phases' medians "
+                 "need not add up to the step's):\n\n" + table(
+                     ["phase", "ours ms", "TRL ms", "ratio ours/TRL"],
+                     [[label, 1000 * med["ours"][k], 1000 * med["trl"][k], med["ours"][k] / med["trl"][k]]
+                      for k, label in phases]))
 
 
-@dataclass
-class Section:
-    """One benchmark's output: a title, a short note on what is measured and matched, tables, findings."""
+def agreement(rows: list[tuple], same: dict[str, bool], tol: float = AGREEMENT_TOL, mask=None) -> tuple[list, bool]:
+    """Agreement table rows and whether all agree. `rows`: (label, ours, TRL) scalars or tensors; tensors are shown
+    by their mean (|mean| with label starting "|") over `mask` (per-token [B, T]) and checked on their largest
+    element-wise difference; each within `tol` (relative above 1). `same`: inputs both sides must share exactly."""
+    out, ok = [], True
+    for label, o, t in rows:
+        if isinstance(o, torch.Tensor):
+            o, t = o.detach().float(), t.detach().float()
+            if mask is not None and o.dim() == 2:
+                o, t = o[mask.bool()], t[mask.bool()]
+            diff, scale = float((o - t).abs().max()), float(t.abs().max())
+            o, t = (float(o.abs().mean()), float(t.abs().mean())) if "mean |" in label else (float(o.mean()),
+                                                                                          float(t.mean()))
+        else:
+            diff, scale = abs(o - t), abs(t)
+        good = diff <= tol * max(1.0, scale)
+        ok &= good
+        out.append([label, o, t, diff, "ok" if good else "DIFFERS"])
+    out += [[f"identical {label}", str(v), "", "", "ok" if v else "DIFFERS"] for label, v in same.items()]
+    return out, ok and all(same.values())
 
-    title: str
-    note: str = ""
-    tables: list[str] = field(default_factory=list)
-    findings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    data: dict = field(default_factory=dict)  # headline numbers for the summary
-    run: str = ""  # the run that wrote it (its date), set when the results file is written
 
-    def markdown(self) -> str:
-        out = [f"## {self.title}", ""]
-        if self.note:
-            out += [self.note, ""]
-        for t in self.tables:
-            out += [t, ""]
-        for f in self.findings:
-            out.append(f"- {f}")
-        if self.findings:
-            out.append("")
-        out.append(f"_({self.seconds:.0f} s" + (f"; run of {self.run}" if self.run else "") + ")_")
-        return "\n".join(out) + "\n"
+def agreement_table(rows: list, tol: float = AGREEMENT_TOL) -> str:
+    return table(["quantity", "ours", "TRL", "abs diff (largest element-wise)", f"within {tol:g} (relative above 1)"],
+                 rows)
+
+
+def grad_norm(*models) -> float:
+    """L2 norm of all parameter gradients of `models` together (0 when none)."""
+    gs = [p.grad.detach().flatten() for m in models for p in m.parameters() if p.grad is not None]
+    return float(torch.cat(gs).norm()) if gs else 0.0
+
+
+@contextlib.contextmanager
+def lm_head_hook(model, hook):
+    """While active, `hook` is a forward hook on the model's LM head (it may edit the logits in place)."""
+    from rlhf_lab.models.adapters import unwrap
+
+    h = unwrap(model).get_output_embeddings().register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        h.remove()
+
+
+def suppress_tokens(model, *ids: int):
+    """While active, the LM head's logits of `ids` (EOS: every sampled response runs to full length) are −inf."""
+    ids = list(ids)
+
+    def hook(_module, _inputs, out):
+        out[..., ids] = float("-inf")
+        return out
+
+    return lm_head_hook(model, hook)
+
+
+@contextlib.contextmanager
+def patched_sample(wrap):
+    """``rlhf_lab.algorithms.ppo.sample`` called inside ``wrap(model, tok, prompts)`` (a context manager)."""
+    from unittest.mock import patch
+
+    from rlhf_lab.algorithms import ppo
+
+    base = ppo.sample
+
+    def sample(model, tok, prompts, *args, **kw):
+        with wrap(model, tok, prompts):
+            return base(model, tok, prompts, *args, **kw)
+
+    with patch.object(ppo, "sample", sample):
+        yield
+
+
+@functools.cache
+def mlflow_store() -> str:
+    """A throw-away sqlite MLflow store for this process (the jobs log to ``sqlite:///mlflow.db``), removed at exit."""
+    import mlflow
+
+    folder = tempfile.mkdtemp(prefix="bench_mlflow_")
+    atexit.register(shutil.rmtree, folder, True)
+    mlflow.set_tracking_uri(f"sqlite:///{folder}/mlflow.db")
+    mlflow.set_experiment("benchmarks")
+    return folder
+
+
+def mlflow_run():
+    """An MLflow run to log into (``PPOModule`` logs its metrics at every step)."""
+    import mlflow
+
+    mlflow_store()
+    return mlflow.start_run()
+
+
+def rlhf_lab(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 900,
+             check: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+    """``rlhf-lab ARGS`` in `cwd` (`env`: variables over the environment; ``PYTHONPATH`` this checkout's by default):
+    (wall seconds, the finished process); RuntimeError on a non-zero exit when `check`."""
+    full = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    full.pop("MLFLOW_TRACKING_URI", None)
+    Path(cwd).mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", *args], cwd=cwd, capture_output=True, text=True,
+                       env=full, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"rlhf-lab {shlex.join(args)} exited {r.returncode}:\n{r.stderr[-3000:]}")
+    return time.perf_counter() - t0, r
+
+
+def finished_job_runs(client, study: str) -> list:
+    """The FINISHED job runs (tag ``rlhf_lab.job``) of `study` in `client`'s store, experiment ``rlhf-lab``."""
+    exp = client.get_experiment_by_name("rlhf-lab")
+    runs = client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}' and "
+                              "tags.`rlhf_lab.job` = 'true'", max_results=1000)
+    return [r for r in runs if r.info.status == "FINISHED"]
 
 
 def cpu_seconds() -> tuple[float, float] | None:
@@ -336,84 +400,152 @@ OTHERS_BUSY = 0.05  # the share of the cores' time other processes may use befor
 
 
 class CoreUse:
-    """Whether other processes shared the cores while a benchmark measured: the machine's busy CPU time minus this
-    process tree's own (its jobs are waited for, so their CPU time is counted as ours), over the measurement's
-    wall time × cores. The load average alone cannot tell: a benchmark's own warm-up job raises it. Where there is
-    no ``/proc/stat`` only the load average is reported. `detached`: the benchmark's own processes that run detached
-    (a daemon nobody waits for, e.g. ``pg_ctl``'s PostgreSQL), whose time counts as others': the line names them
-    and the flag falls back on the load average at the start."""
+    """Whether other processes shared the cores during a measurement: the machine's busy CPU time minus this process
+    tree's own (its jobs are waited for, so their time is ours), over wall time × cores. The load average cannot
+    tell (a benchmark's own warm-up job raises it); it decides only without ``/proc/stat`` or when the benchmark has
+    `detached` processes of its own (a daemon nobody waits for), whose time counts as others' (the line names them)."""
 
     def __init__(self, detached: str | None = None):
         self.t0, self.load0, self.cpu0, self.detached = time.time(), os.getloadavg()[0], cpu_seconds(), detached
 
-    def others_share(self) -> float | None:
-        """Other processes' CPU time since the start ÷ (wall time × cores); None without /proc/stat."""
-        now = cpu_seconds()
-        if self.cpu0 is None or now is None:
-            return None
-        others = (now[0] - self.cpu0[0]) - (now[1] - self.cpu0[1])
-        return max(0.0, others) / max(1e-9, (time.time() - self.t0) * (os.cpu_count() or 1))
-
-    def busy(self, share: float | None) -> bool:
-        """Whether to flag the measurement: other processes' `share` (:meth:`others_share`) above
-        :data:`OTHERS_BUSY`; where the share is unknown or holds detached processes of the benchmark's own, the load
-        average at the start above 0.5."""
-        if share is None or self.detached:
-            return self.load0 > 0.5
-        return share > OTHERS_BUSY
-
     def machine_line(self) -> str:
-        """The results file's machine line: cores, load averages, other processes' share, and the flag."""
-        share = self.others_share()
-        line = (f"- machine: {os.cpu_count()} CPU cores, load average {self.load0:.2f} at the start, "
-                f"{os.getloadavg()[0]:.2f} at the end")
+        now = cpu_seconds()
+        share = None if self.cpu0 is None or now is None else max(0.0, (now[0] - self.cpu0[0]) - (
+            now[1] - self.cpu0[1])) / max(1e-9, (time.time() - self.t0) * (os.cpu_count() or 1))
+        line = (f"- machine: {os.cpu_count()} CPU cores ({platform.machine()}, {platform.system()} "
+                f"{platform.release()}), torch threads {torch.get_num_threads()}, load average {self.load0:.2f} at "
+                f"the start, {os.getloadavg()[0]:.2f} at the end")
         if share is None:
             line += " (other processes' share of the cores not measured: no /proc/stat)"
         else:
             among = f", {self.detached} among them," if self.detached else ""
             line += f"; other processes{among} used {100 * share:.1f}% of the cores' time during the measurement"
+        busy = self.load0 > 0.5 if share is None or self.detached else share > OTHERS_BUSY
         return line + (" — **other jobs shared the cores**: the wall times are upper bounds and the ratios noisy"
-                       if self.busy(share) else "")
+                       if busy else "")
 
 
-def run_lines(started, secs: float, cmd: str, cores: CoreUse) -> list[str]:
-    """The date and machine lines that open a standalone benchmark's section of results.md (`cores`: started
-    with the measurement)."""
+def versions() -> str:
+    import importlib.metadata as md
+
+    out = [f"python {platform.python_version()}"]
+    for pkg in ("torch", "transformers", "trl", "accelerate", "lightning", "peft", "datasets", "mlflow"):
+        try:
+            out.append(f"{pkg} {md.version(pkg)}")
+        except md.PackageNotFoundError:
+            out.append(f"{pkg} not installed")
+    return ", ".join(out)
+
+
+def run_lines(started: datetime.datetime, secs: float, cmd: str, cores: CoreUse) -> list[str]:
+    """The lines that open a section: date, command, machine, versions (`cores`: started with the measurement)."""
     return [f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
-            cores.machine_line()]
+            cores.machine_line(), f"- versions: {versions()}"]
 
 
-# ------------------------------------------------------------------------------------------------
-# the job runs of a sweep the standalone benchmarks launched (benchmarks.team, benchmarks.suite)
+def table(headers: list[str], rows: list[list]) -> str:
+    """A markdown table; floats with 4 significant digits, NaN as n/a."""
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "n/a" if v != v else f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+        return str(v)
+
+    return "\n".join(["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+                     + ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows])
 
 
-def finished_job_runs(client, study: str) -> list:
-    """The FINISHED job runs (tag ``rlhf_lab.job``) of `study` in `client`'s store, experiment ``rlhf-lab``."""
-    exp = client.get_experiment_by_name("rlhf-lab")
-    runs = client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}' and "
-                              "tags.`rlhf_lab.job` = 'true'", max_results=1000)
-    return [r for r in runs if r.info.status == "FINISHED"]
+@dataclass
+class Section:
+    """One benchmark's output: a title, a note on what is measured and matched, tables, findings; `summary`: its
+    row of results.md's summary (what, value, check); `ok`: False when an agreement check failed."""
+
+    title: str
+    note: str = ""
+    tables: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    summary: list[str] | None = None
+    ok: bool = True
+    data: dict = field(default_factory=dict)
+    t0: float = field(default_factory=time.time)
+
+    def markdown(self, head: list[str] = ()) -> str:
+        out = [f"## {self.title}", "", *head, ""] + ([self.note, ""] if self.note else [])
+        for t in self.tables:
+            out += [t, ""]
+        out += [f"- {f}" for f in self.findings] + ([""] if self.findings else [])
+        return "\n".join(out + [f"_({time.time() - self.t0:.0f} s)_"]) + "\n"
 
 
-# ------------------------------------------------------------------------------------------------
-# sections of results.md written by the standalone benchmarks (benchmarks.team, benchmarks.suite)
+ORDER = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_steps", "memory", "scaling", "team", "suite", "suite_with")
+TITLE = "# Benchmarks: rlhf-lab vs Hugging Face TRL, and operations"
+INTRO = ("Generated from `benchmarks/results/*.json`: each benchmark run rewrites its own file and this document (do "
+         "not edit it by hand). Absolute times drift with the machine's load; the ratios compare the sides measured in "
+         "the same invocation, alternating, on the same weights, data and shapes. Each section opens with the run "
+         "that wrote it. See benchmarks/README.md.")
 
 
-def marked_section(text: str, begin: str, end: str) -> str:
-    """The block from the marker `begin` to the marker `end` in `text` (markers included), or ''."""
-    m = re.search(re.escape(begin) + ".*?" + re.escape(end), text, re.S)
-    return m.group(0) if m else ""
+def render(folder: Path = RESULTS_DIR) -> str:
+    """results.md from the JSON files of `folder`: the summary, then every section, in :data:`ORDER`."""
+    res = {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")}
+    names = [n for n in ORDER if n in res] + sorted(set(res) - set(ORDER))
+    rows = [[f"`{n}`", *res[n]["summary"]] for n in names if res[n].get("summary")]
+    out = [TITLE, "", INTRO, "", "## Summary", "", table(["benchmark", "what", "value", "check"], rows)]
+    return "\n".join(out + ["\n" + res[n]["markdown"].rstrip("\n") for n in names]) + "\n"
 
 
-def write_marked_section(path: Path, begin: str, end: str, section: str) -> None:
-    """Replace the `begin` … `end` block of `path` with `section` (or append it), through a temporary file in the
-    same folder and a rename."""
-    import tempfile
-
-    old = path.read_text() if path.exists() else ""
-    new = old.replace(marked_section(old, begin, end), section) if begin in old else old.rstrip("\n") + "\n\n" + section + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results.", suffix=".md")
+def save(name: str, markdown: str, summary=None, data=None, folder: Path = RESULTS_DIR,
+         out: Path | None = None) -> Path:
+    """Write `name`'s JSON into `folder` and regenerate `out` (``folder``'s sibling results.md by default) through a
+    temporary file and a rename."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps({"summary": summary, "markdown": markdown, "data": data or {}},
+                                                    indent=1, ensure_ascii=False, default=float) + "\n")
+    out = Path(out or folder.parent / "results.md")
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".results.", suffix=".md")
     with os.fdopen(fd, "w") as f:
-        f.write(new)
-    os.replace(tmp, path)
+        f.write(render(folder))
+    os.replace(tmp, out)
+    return out
 
+
+def main(prog: str, runners: dict, sizes: dict, argv: list[str] | None = None, setup=None) -> int:
+    """The command of a group of world-model benchmarks: ``--quick``, ``--only``, ``--threads``, ``--results``.
+    `runners`: {name: run(cfg, wm, work, **sizes[mode][name]) -> Section}; `setup(names)` runs first. Exit status 1
+    when a check fails."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog=prog, description=sys.modules["__main__"].__doc__)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and few steps: a smoke check")
+    ap.add_argument("--only", default=",".join(runners), help=f"comma-separated subset of {','.join(runners)}")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1, the project's trainer.threads)")
+    ap.add_argument("--results", default=str(RESULTS_DIR), help="the folder of the results' JSON files; results.md "
+                    "is written beside it")
+    args = ap.parse_args(argv)
+    only = [b.strip() for b in args.only.split(",") if b.strip()]
+    if set(only) - set(runners):
+        ap.error(f"unknown benchmark(s) {sorted(set(only) - set(runners))}; choose from {','.join(runners)}")
+    quiet()
+    torch.set_num_threads(args.threads)
+    if setup:
+        setup(only)
+    size = sizes["quick" if args.quick else "full"]
+    work = Path(tempfile.mkdtemp(prefix="rlhf_bench_"))
+    ok = True
+    print(f"[benchmarks] {'quick' if args.quick else 'full'} run of {','.join(only)} ({args.threads} torch "
+          f"thread(s)); work folder {work}", flush=True)
+    try:
+        cfg = compose([])  # policy=a_small, algo=ppo: the project's defaults
+        wm = make_world_model(cfg, work / "world")
+        for name in only:
+            started, cores = datetime.datetime.now().astimezone(), CoreUse()
+            sec = runners[name](cfg, wm, work, **size[name])
+            cmd = f"{prog} --only {name}" + (" --quick" if args.quick else "") + (
+                f" --threads {args.threads}" if args.threads != 1 else "")
+            md = sec.markdown(run_lines(started, time.time() - sec.t0, cmd, cores))
+            print("\n" + md, flush=True)
+            out = save(name, md, sec.summary, sec.data, Path(args.results))
+            print(f"[benchmarks] wrote {Path(args.results) / name}.json and {out}", flush=True)
+            ok &= sec.ok
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1

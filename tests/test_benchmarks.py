@@ -1,9 +1,10 @@
-"""The benchmark runner's results file (merged section by section) and the GRPO and PPO-vs-TRL benchmarks' settings
-mappings; slow smoke runs of ``python -m benchmarks.run --only grpo|ppo_trl --quick`` (need TRL: ``pip install -e
-".[bench]"``; ``ppo_trl`` also installs TRL 1.9.2 into ``~/.cache/rlhf_lab_bench`` on first use)."""
+"""The benchmarks' results (one JSON per benchmark, results.md generated from them), the GRPO and PPO-vs-TRL settings
+mappings; slow smoke runs of ``python -m benchmarks.vs_trl --only grpo|ppo --quick`` (need TRL: ``pip install -e
+".[bench]"``; ``ppo`` also installs TRL 1.9.2 into ``~/.cache/rlhf_lab_bench`` on first use)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -11,55 +12,34 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import run as R
-from benchmarks.team import BEGIN, END
+from benchmarks import common as C
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _section(name: str) -> str:
-    return f"## {name.upper()} benchmark\n\nsome table\n\n_(1 s)_\n"
+def test_saving_a_result_rewrites_its_json_and_regenerates_the_document(tmp_path):
+    folder = tmp_path / "results"
+    C.save("suite", "## Suite\n\nkept\n", folder=folder)
+    C.save("dpo", "## DPO\n\nfirst\n", ["DPO throughput", "1.5×", "loss agrees"], {"ratio": 1.5}, folder=folder)
+    C.save("grpo", "## GRPO\n\nx\n", ["GRPO throughput", "1.2×", "ok"], folder=folder)
+    out = C.save("dpo", "## DPO\n\nsecond\n", ["DPO throughput", "1.7×", "loss agrees"], folder=folder)
+    text = out.read_text()
+    assert out == tmp_path / "results.md" and text == C.render(folder)
+    assert "first" not in text and "second" in text and "kept" in text and "1.7×" in text and "1.5×" not in text
+    assert text.index("## DPO") < text.index("## GRPO") < text.index("## Suite")  # ORDER, whatever the writing order
+    assert json.loads((folder / "dpo.json").read_text())["summary"][1] == "1.7×"
 
 
-def _block(key: str) -> str:
-    return f"- **{key}** (1 s): `python -m benchmarks.run`\n  - machine: test"
-
-
-def _row(name: str, value: str) -> list[str]:
-    return [f"`{name}`", f"{name} ratio", value, "ok"]
-
-
-def test_partial_run_replaces_only_its_sections_and_keeps_the_others():
-    team = f"{BEGIN}\n## Team scale\n\nkept\n{END}"
-    first = R.results_text("", "run-1", _block("run-1"), {"dpo": _section("dpo"), "rm": _section("rm")},
-                           {"dpo": _row("dpo", "1.5×"), "rm": _row("rm", "1.1×")}) + "\n" + team + "\n"
-    second = R.results_text(first, "run-2", _block("run-2"), {"grpo": _section("grpo")}, {"grpo": _row("grpo", "1.2×")})
-    runs, rows, sections = R.parse_results(second)
-    assert list(sections) == ["dpo", "rm", "grpo"]  # BENCHMARKS order
-    assert sections["dpo"][0] == sections["rm"][0] == "run-1" and sections["grpo"][0] == "run-2"
-    assert list(rows) == ["dpo", "rm", "grpo"] and "1.5×" in rows["dpo"] and "1.2×" in rows["grpo"]
-    assert set(runs) == {"run-1", "run-2"}
-    assert "; sections: dpo, rm" in runs["run-1"] and "; sections: grpo" in runs["run-2"]
-    assert second.count(BEGIN) == 1 and second.rstrip().endswith(END)  # the team-scale section stays, at the end
-
-    # rerunning dpo and rm: run-1 no longer wrote any section and leaves the runs list
-    third = R.results_text(second, "run-3", _block("run-3"), {"dpo": _section("dpo"), "rm": _section("rm")},
-                           {"dpo": _row("dpo", "1.7×"), "rm": _row("rm", "1.0×")})
-    runs, rows, sections = R.parse_results(third)
-    assert set(runs) == {"run-2", "run-3"} and sections["dpo"][0] == "run-3" and "1.7×" in rows["dpo"]
-    assert R.results_text(third, "run-3", runs["run-3"], {}, {}) == third  # nothing new: the same file
-
-
-def test_results_file_has_every_section_marked():
-    """The committed results file parses: every summary row has its section (the runner merges into it)."""
-    runs, rows, sections = R.parse_results((ROOT / "benchmarks" / "results.md").read_text())
-    assert set(rows) == set(sections) and set(sections) <= set(R.BENCHMARKS)
-    assert {k for k, _ in sections.values()} == set(runs)
+def test_results_document_is_generated_from_the_committed_json():
+    """The committed results.md is what the JSON files give (a run rewrites both; nobody edits it by hand)."""
+    assert (ROOT / "benchmarks" / "results.md").read_text() == C.render()
+    names = {p.stem for p in C.RESULTS_DIR.glob("*.json")}
+    assert names <= set(C.ORDER) and {"dpo", "rm", "grpo", "sampling", "ppo", "team", "suite"} <= names
 
 
 def test_grpo_settings_map_ours_to_trl():
-    from benchmarks.grpo import trl_settings
+    from benchmarks.vs_trl.grpo import trl_settings
 
     cfg = compose_cfg(["algo=grpo"])
     s = trl_settings(cfg)
@@ -76,16 +56,16 @@ def test_grpo_settings_map_ours_to_trl():
 @pytest.mark.slow
 def test_grpo_benchmark_quick_run(tmp_path):
     pytest.importorskip("trl")
-    out = tmp_path / "results.md"
-    p = subprocess.run([sys.executable, "-m", "benchmarks.run", "--only", "grpo", "--quick", "--out", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    p = subprocess.run([sys.executable, "-m", "benchmarks.vs_trl", "--only", "grpo", "--quick", "--results",
+                        str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    _, rows, sections = R.parse_results(out.read_text())
-    assert list(sections) == ["grpo"] and "loss agrees" in rows["grpo"]
+    res = json.loads((tmp_path / "results" / "grpo.json").read_text())
+    assert "loss agrees" in res["summary"][2] and "DIFFERS" not in res["markdown"]
+    assert "## GRPO training throughput" in (tmp_path / "results.md").read_text()
 
 
 def test_ppo_trl_settings_map_ours_to_trl_1_9_2():
-    from benchmarks.ppo_trl import config, trl_settings
+    from benchmarks.vs_trl.ppo import config, trl_settings
 
     cfg = config()
     s = trl_settings(cfg)
@@ -109,35 +89,21 @@ def test_ppo_trl_benchmark_quick_run(tmp_path):
     """Ours vs TRL 1.9.2's PPOTrainer (installed on first use into ~/.cache/rlhf_lab_bench, run in its own process):
     the section, its summary row and the first-batch agreement."""
     pytest.importorskip("trl", reason="needs the bench extra: pip install -e \".[bench]\"")
-    out = tmp_path / "results.md"
-    p = subprocess.run([sys.executable, "-m", "benchmarks.run", "--only", "ppo_trl", "--quick", "--out", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    p = subprocess.run([sys.executable, "-m", "benchmarks.vs_trl", "--only", "ppo", "--quick", "--results",
+                        str(tmp_path / "results")], cwd=ROOT, capture_output=True, text=True, timeout=900)
     if p.returncode == 2 and "pip install" in p.stderr:
         pytest.skip(p.stderr.strip().splitlines()[-1])  # TRL 1.9.2 could not be installed (no package index)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    _, rows, sections = R.parse_results(out.read_text())
-    assert list(sections) == ["ppo_trl"] and "loss agrees" in rows["ppo_trl"] and "target ≤ 0.67×" in rows["ppo_trl"]
-    md = sections["ppo_trl"][1]
+    res = json.loads((tmp_path / "results" / "ppo.json").read_text())
+    assert "loss agrees" in res["summary"][2] and "target ≤ 0.67×" in res["summary"][2]
+    md = res["markdown"]
     assert "TRL 1.9.2 PPOTrainer" in md and "TRL side imported rlhf_lab: no" in md and "DIFFERS" not in md
-
-
-def test_suite_throughput_section_is_kept_with_the_team_section():
-    from benchmarks import suite
-    from benchmarks.common import marked_section
-
-    team = f"{BEGIN}\n## Team scale\n\nkept\n{END}"
-    thr = f"{suite.BEGIN}\n## Claims-suite throughput\n\nkept too\n{suite.END}"
-    first = R.results_text("", "run-1", _block("run-1"), {"dpo": _section("dpo")},
-                           {"dpo": _row("dpo", "1.5×")}) + "\n" + team + "\n\n" + thr + "\n"
-    second = R.results_text(first, "run-2", _block("run-2"), {"rm": _section("rm")}, {"rm": _row("rm", "1.1×")})
-    assert second.count(BEGIN) == 1 and second.count(suite.BEGIN) == 1 and "kept too" in second
-    assert marked_section(second, suite.BEGIN, suite.END) == thr
 
 
 def test_suite_benchmark_gold_comparison_is_paired_by_seed():
     """today − before per seed (5 − 1 and 2 − 4: mean 1, t interval over the two differences) and the largest
     gap between the seed-mean eval curves (step 10: (3+1)/2 − (1+1)/2 = 1)."""
-    from benchmarks.suite import gold_comparison
+    from benchmarks.ops.suite import gold_comparison
     from scipy import stats
 
     before = [{"seed": 0, "test_gold": 1.0, "curve": {0: 0.0, 10: 1.0}},
@@ -152,7 +118,7 @@ def test_suite_benchmark_gold_comparison_is_paired_by_seed():
 
 
 def test_suite_projection_scales_the_sampled_algorithms_only():
-    from benchmarks.suite import suite_projection
+    from benchmarks.ops.suite import suite_projection
 
     rows, stated, projected = suite_projection(2.0)
     by = {r[0]: r for r in rows}
@@ -164,13 +130,13 @@ def test_suite_projection_scales_the_sampled_algorithms_only():
 
 @pytest.mark.slow
 def test_the_gpu_script_runs_its_four_jobs_at_tiny_shapes_on_the_cpu(tmp_path, monkeypatch, capsys):
-    """`python -m benchmarks.gpu --shape tiny --device cpu`: the script a GPU machine runs, checked here without one
+    """`python -m benchmarks.ops.gpu --shape tiny --device cpu`: the script a GPU machine runs, checked here without one
     (its jobs forked from the warm interpreter of tests/cli_process.py, as `rlhf-lab` processes)."""
     import os
 
     import torch
 
-    from benchmarks import gpu
+    from benchmarks.ops import gpu
     from tests import cli_process
 
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
@@ -188,7 +154,7 @@ def test_the_gpu_script_runs_its_four_jobs_at_tiny_shapes_on_the_cpu(tmp_path, m
 def test_suite_benchmark_splits_a_job_slot_into_its_phases():
     """Two jobs per side, two at a time: the slot is wall × 2 ÷ jobs; each phase is its mean over the jobs; what the
     phases do not account for is the sweep's own time (slot − their sum), and the share is of today's slot."""
-    from benchmarks.suite import phase_rows
+    from benchmarks.ops.suite import phase_rows
 
     def side(wall, update, evals):
         runs = [{"phases": {"update": u, "evaluations": e}} for u, e in zip(update, evals)]
@@ -202,27 +168,12 @@ def test_suite_benchmark_splits_a_job_slot_into_its_phases():
     assert outside[1:] == [100.0 - 80.0, 50.0 - 30.0, "40%"] and rows[-1][1:] == [100.0, 50.0, "100%"]
 
 
-def test_seed_parallel_benchmark_gives_each_model_its_own_gradient(capsys):
-    """K models trained as one batch (torch.func over stacked parameters): each model's gradient in the batch equals
-    its gradient alone, and both sides are timed (tiny shapes, one round)."""
-    import re
-
-    from benchmarks import seed_parallel
-
-    assert seed_parallel.main(["--seeds", "2", "--rounds", "1", "--batch", "2", "--prompt", "4",
-                               "--response", "4"]) == 0
-    out = capsys.readouterr().out
-    diff = float(re.search(r"largest gradient difference, a model in the batch vs alone: (\S+)", out).group(1))
-    assert diff < 1e-6, out
-    assert re.search(r"one after the other ÷ together \d+\.\d\d×", out), out
-
-
 def test_suite_benchmark_baseline_names_and_revisions(tmp_path):
     """--baseline takes v1, v2 or code:REV; a revision git does not know ends the run with one line, before any
     job runs."""
     import argparse
 
-    from benchmarks.suite import baseline_arg, install_revision
+    from benchmarks.ops.suite import baseline_arg, install_revision
 
     assert baseline_arg("v2") == "v2" and baseline_arg("code:8d3a177") == "code:8d3a177"
     for bad in ("v3", "code:"):
@@ -239,8 +190,6 @@ def test_core_use_flags_only_other_processes_cpu_time(monkeypatch):
     load average is not a busy machine. A benchmark with detached processes of its own (a daemon) names them, and
     its flag falls back on the load average at the start."""
     from types import SimpleNamespace
-
-    from benchmarks import common as C
 
     monkeypatch.setattr(C.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(C.os, "getloadavg", lambda: (0.2, 0.2, 0.2))
@@ -262,14 +211,12 @@ def test_core_use_flags_only_other_processes_cpu_time(monkeypatch):
 
 
 def test_cpu_seconds_counts_this_processes_work():
-    from benchmarks.common import cpu_seconds
-
-    before = cpu_seconds()
+    before = C.cpu_seconds()
     if before is None:
         pytest.skip("no /proc/stat here")
     t0 = time.process_time()
     while time.process_time() - t0 < 0.3:
         pass
-    after = cpu_seconds()
+    after = C.cpu_seconds()
     assert after[1] - before[1] >= 0.25  # ours
     assert after[0] - before[0] >= after[1] - before[1] - 0.05  # the machine's includes ours (clock ticks)

@@ -1,29 +1,14 @@
-"""Team scale: ``python -m benchmarks.team [--jobs 8] [--points 300] [--no-server]``.
+"""Team scale: ``python -m benchmarks.ops.team [--jobs 8] [--points 300] [--no-server]``.
 
-Two measurements (see benchmarks/README.md):
-
-1. **Sweep wall time.** One tiny sweep of ``--jobs`` jobs (``algo=sft`` at the sizes of tests/test_sweeps.py
-   MICRO, one job per seed, ``trainer.threads=1``), launched as ``rlhf-lab -m`` three ways: joblib with 1 and
-   with 2 jobs at a time (``hydra/launcher=parallel hydra.launcher.n_jobs=1|2``) and through a local Ray
-   instance with 2 CPUs (``hydra/launcher=ray``). The upstream base model is built first by a warm-up job, so
-   every sweep reuses it from the shared cache and times only its own jobs; each sweep pays its own process
-   start-up (and Ray its instance's).
-2. **Tracking cost per metric point**, in this process: ``--points`` synchronous ``mlflow.log_metric`` calls
-   (one point each), then as many points as ``log_metrics`` batches of 10 keys per step (how Lightning's logger
-   and the PPO loop log), against a sqlite store (the default, ``sqlite:///mlflow.db``) and against the team
-   server (``rlhf-lab-server``: MLflow on PostgreSQL, over HTTP on the loopback, logged in as a user it adds),
-   started and stopped here.
-
-The results go to the section "Team scale" of benchmarks/results.md (replaced in place; ``python -m
-benchmarks.run`` keeps it), with the date, the load average, other processes' share of the cores and the exact
-command.
+The wall time of one tiny sweep launched three ways (joblib 1 and 2 at a time, local Ray), and the tracking cost per
+metric point against sqlite and the team server (see benchmarks/README.md). The result goes to
+``benchmarks/results/team.json`` and the generated benchmarks/results.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import shlex
 import shutil
 import subprocess
@@ -32,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results.md"
-BEGIN, END = "<!-- team-scale: python -m benchmarks.team -->", "<!-- /team-scale -->"
+from benchmarks import common as C
+from benchmarks.common import table
+
 MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "eval.n_prompts=4",
          "eval.n_test_prompts=4", "eval.n_ood_prompts=0", "eval.every_n_steps=0", "eval.n_samples_logged=2",
          "generation.max_new_tokens=8", "trainer.progress_bar=false", "trainer.log_every_n_steps=1",
@@ -47,41 +32,23 @@ LAUNCHERS = {
 }
 
 
-def rlhf_lab(args: list[str], cwd: Path, env: dict | None = None,
-             timeout: float = 900) -> tuple[float, subprocess.CompletedProcess]:
-    """Run ``rlhf-lab ARGS`` in `cwd` (`env`: variables set over the environment, ``PYTHONPATH`` included: this
-    checkout's by default); (wall seconds, the finished process). Raises on a non-zero exit."""
-    full = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **(env or {})}
-    full.pop("MLFLOW_TRACKING_URI", None)
-    cwd.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", *args], cwd=cwd, capture_output=True, text=True,
-                       env=full, timeout=timeout)
-    secs = time.perf_counter() - t0
-    if r.returncode != 0:
-        raise RuntimeError(f"rlhf-lab {shlex.join(args)} exited {r.returncode}:\n{r.stderr[-3000:]}")
-    return secs, r
-
-
 def job_seconds(db: Path, study: str) -> list[float]:
     """Run times (start to end) of the FINISHED job runs of `study` in the sqlite store `db`."""
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.common import finished_job_runs
-
     return [(r.info.end_time - r.info.start_time) / 1000
-            for r in finished_job_runs(MlflowClient(f"sqlite:///{db}"), study)]
+            for r in C.finished_job_runs(MlflowClient(f"sqlite:///{db}"), study)]
 
 
 def sweeps(work: Path, n_jobs: int) -> list[list]:
     """Rows: launcher, wall s, jobs finished, summed job run time s, wall per job s, speed-up over 1 at a time."""
     common = [*MICRO, f"cache_dir={work / 'cache'}", f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
-    secs, _ = rlhf_lab([*common, "study=warmup"], work / "warmup")  # builds the base model once
+    secs, _ = C.rlhf_lab([*common, "study=warmup"], work / "warmup")  # builds the base model once
     print(f"[team] warm-up job (builds the base model): {secs:.0f} s", flush=True)
     rows, base = [], None
     for i, (name, launcher) in enumerate(LAUNCHERS.items()):
         study = f"bench{i}"
-        secs, r = rlhf_lab(["-m", *launcher, *common, f"study={study}",
+        secs, r = C.rlhf_lab(["-m", *launcher, *common, f"study={study}",
                             "seed=" + ",".join(str(s) for s in range(n_jobs))], work / study)
         done = job_seconds(work / "mlflow.db", study)
         if len(done) != n_jobs or "reusing cached base model" not in r.stdout + r.stderr:
@@ -149,10 +116,9 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
 
 def section(args, argv: list[str], started: datetime.datetime, cores, secs: float, sweep_rows, ray_s: float,
             track_rows, note: str) -> str:
-    from benchmarks.common import run_lines, table
-
-    cmd = "python -m benchmarks.team" + (" " + shlex.join(argv) if argv else "")
-    lines = [BEGIN, "## Team scale: sweeps through the launchers, tracking on the team server", "", *run_lines(started, secs, cmd, cores), "",
+    cmd = "python -m benchmarks.ops.team" + (" " + shlex.join(argv) if argv else "")
+    lines = ["## Team scale: sweeps through the launchers, tracking on the team server", "",
+             *C.run_lines(started, secs, cmd, cores), "",
              f"A sweep of {args.jobs} `algo=sft` jobs at the tests' MICRO sizes (1 torch thread each), the base model "
              "cached by a warm-up job; wall time of `rlhf-lab -m …` from start to exit (process start-up, the parent "
              "run, the jobs, the study report into the parent run). Speed-up: wall time with 1 job at a time ÷ this "
@@ -161,8 +127,8 @@ def section(args, argv: list[str], started: datetime.datetime, cores, secs: floa
                    sweep_rows), "", launch_note(sweep_rows), "",
              f"Tracking cost per metric point, {args.points} points each way, from one process: one synchronous "
              "`mlflow.log_metric` per point, and `mlflow.log_metrics` with 10 keys per step. " + note[:1].upper() + note[1:] + ".", "",
-             table(["store", "URI", "ms per point (log_metric)", "ms per point (batches of 10)"], track_rows), "", END]
-    return "\n".join(lines)
+             table(["store", "URI", "ms per point (log_metric)", "ms per point (batches of 10)"], track_rows)]
+    return "\n".join(lines) + "\n"
 
 
 def launch_note(rows: list[list]) -> str:
@@ -177,15 +143,13 @@ def launch_note(rows: list[list]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.team", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.ops.team", description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=8, help="jobs per sweep (default 8)")
     ap.add_argument("--points", type=int, default=300, help="metric points per store and way (default 300)")
     ap.add_argument("--no-server", action="store_true", help="measure sqlite only")
-    ap.add_argument("--out", default=str(RESULTS), help="the results file")
+    ap.add_argument("--results", default=str(C.RESULTS_DIR), help="the folder of the results' JSON files")
     args = ap.parse_args(argv)
-    from benchmarks.common import CoreUse
-
-    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), CoreUse(
+    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), C.CoreUse(
         detached="the team server's PostgreSQL and Ray's daemons")
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_team_"))
     try:
@@ -196,9 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     text = section(args, argv, started, cores, time.time() - t0, sweep_rows, ray_s,
                    track_rows, note)
-    from benchmarks.common import write_marked_section
-
-    write_marked_section(Path(args.out), BEGIN, END, text)
+    C.save("team", text, data={"sweeps": sweep_rows, "ray_start_s": ray_s, "tracking": track_rows},
+           folder=Path(args.results))
     print("\n" + text, flush=True)
     return 0
 

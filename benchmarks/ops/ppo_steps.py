@@ -1,5 +1,5 @@
-"""PPO step-time breakdown: our ``PPOModule`` (in a Lightning Trainer, as the ``ppo`` stage runs it) against a lower
-bound made of the bare model calls the step needs, on the same shapes.
+"""PPO step-time breakdown, ``python -m benchmarks.ops.ppo_steps [--quick]``: our ``PPOModule`` (in a Lightning
+Trainer, as the ``ppo`` stage runs it) against a lower bound made of the bare model calls the step needs.
 
 Ours is timed from outside, without editing ``ppo.py``: the callables a PPO step goes through are wrapped by
 timers (``ppo.sample``, the scorer, ``ppo.response_logprobs``, ``PPOModule.policy_forward`` and
@@ -22,44 +22,17 @@ Periodic evaluation (``eval_every``) is not part of the step and is not run.
 from __future__ import annotations
 
 import contextlib
-from unittest.mock import patch
 import copy
-import tempfile
+import sys
 import time
-from dataclasses import dataclass
+from unittest.mock import patch
 
 import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from benchmarks.common import PhaseTimer, Section, StepClock, WorldModel, load_tokenizer, table
-from benchmarks.train_sides import LightningClock
-
-# ------------------------------------------------------------------------------------------------
-# shared setup
-
-
-@contextlib.contextmanager
-def lm_head_hook(model, hook):
-    """While active, `hook` is a forward hook on the model's LM head (it may edit the logits in place)."""
-    from rlhf_lab.models.adapters import unwrap
-
-    h = unwrap(model).get_output_embeddings().register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        h.remove()
-
-
-@contextlib.contextmanager
-def suppress_eos(model, eos_id: int):
-    """While active, the LM head's output has logit −inf at EOS: every sampled response runs to full length."""
-    def hook(_module, _inputs, out):
-        out[..., eos_id] = float("-inf")
-        return out
-
-    with lm_head_hook(model, hook):
-        yield
+from benchmarks import common as C
+from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, suppress_tokens, table
 
 
 @contextlib.contextmanager
@@ -79,7 +52,7 @@ def end_at(model, eos_id: int, lengths: list[int]):
         logits[at, eos_id] = 0.0
         return out
 
-    with lm_head_hook(model, hook):
+    with C.lm_head_hook(model, hook):
         yield
 
 
@@ -96,68 +69,52 @@ def world_lengths(cfg: DictConfig, tok, prompts: list[str]) -> dict[str, int]:
                        add_special_tokens=False).input_ids) for p in prompts}
 
 
-@dataclass
-class Models:
-    tok: object
-    scorer: object
-    policy: object
-    reference: object
-    critic: object
+class PhaseTimer:
+    """Wall time per named phase within a step (`wrap(fn, phase)` times every call of fn; `phase` a name or a
+    callable giving it at call time); `end_step()` closes a step: its totals go to `steps` (when `enabled`)."""
+
+    def __init__(self):
+        self.totals: dict[str, float] = {}
+        self.steps: list[dict[str, float]] = []
+        self.enabled = False
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.enabled:
+                self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - t0
+
+    def wrap(self, fn, phase):
+        def timed(*args, **kwargs):
+            with self.phase(phase() if callable(phase) else phase):
+                return fn(*args, **kwargs)
+        return timed
+
+    def end_step(self, **extra: float) -> None:
+        if self.enabled:
+            self.steps.append({**self.totals, **extra})
+        self.totals.clear()
+
+    def medians(self) -> dict[str, float]:
+        """Median over the timed steps of every phase (0 where a step lacks it): robust to a step slowed down by
+        another process."""
+        return {k: median(st.get(k, 0.0) for st in self.steps) for k in {k for st in self.steps for k in st}}
 
 
-def build(cfg: DictConfig, wm: WorldModel) -> Models:
-    """Policy, reference, critic (``stages.ppo.build_models``) and the RM scorer, from the benchmark's folders."""
-    from rlhf_lab.stages.ppo import build_models
-    from rlhf_lab.models import families as Fm
-    from rlhf_lab.models.reward import RewardScorer
+class Timed:
+    """`obj` with its calls timed (`call`); its other attributes (``.to``, ``.members``, …) pass through."""
 
-    tok = load_tokenizer(wm.lm_dir)
-    rm = Fm.load_sequence_scorer(wm.rm_dir, tok).eval()
-    scorer = RewardScorer([rm], tok, normalize=True, max_len=int(cfg.reward_model.max_len))
-    torch.manual_seed(0)
-    policy, reference, critic = build_models(cfg.algo, wm.lm_dir, tok, scorer)
-    return Models(tok, scorer, policy, reference, critic)
+    def __init__(self, obj, call):
+        self._obj, self._call = obj, call
 
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
 
-def prompt_fn(cfg: DictConfig):
-    from rlhf_lab.config import world as W
-    from rlhf_lab.world import streams as D
-
-    n = int(cfg.algo.batch_size) // int(cfg.algo.samples_per_prompt)
-    return lambda step: D.prompts(W.world_settings(cfg), f"ppo/{int(cfg.seed)}/{step}", n)
-
-
-_MLFLOW_DIR: list[str] = []
-
-
-def mlflow_setup() -> None:
-    """A throw-away sqlite MLflow store for this process (as the jobs' default ``sqlite:///mlflow.db``)."""
-    import mlflow
-
-    if not _MLFLOW_DIR:
-        _MLFLOW_DIR.append(tempfile.mkdtemp(prefix="bench_mlflow_"))
-        mlflow.set_tracking_uri(f"sqlite:///{_MLFLOW_DIR[0]}/mlflow.db")
-        mlflow.set_experiment("benchmarks")
-
-
-def mlflow_cleanup() -> None:
-    """Remove the throw-away MLflow store of :func:`mlflow_setup` (if this process made one)."""
-    import shutil
-
-    while _MLFLOW_DIR:
-        shutil.rmtree(_MLFLOW_DIR.pop(), ignore_errors=True)
-
-
-def mlflow_run():
-    """An MLflow run to log into (PPOModule logs its metrics with ``mlflow.log_metrics`` at every step)."""
-    import mlflow
-
-    mlflow_setup()
-    return mlflow.start_run()
-
-
-# ------------------------------------------------------------------------------------------------
-# ours
+    def __getattr__(self, name):
+        return getattr(self._obj, name)
 
 
 OURS_PHASES = [
@@ -181,89 +138,64 @@ OURS_PHASES = [
 STAT_KEYS = ("objective/gold", "objective/scores", "objective/kl", "objective/length", "loss/policy", "loss/value")
 
 
-def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_full: bool = True,
-             sampler=None, lengths: dict[str, int] | None = None) -> dict[str, float]:
-    """Our PPO for `steps` PPO steps; median seconds over the timed steps of every phase in OURS_PHASES, and
-    (``_stats``) a few of the step's metrics at every step (:data:`STAT_KEYS`).
-
-    `sampler` replaces ``ppo.sample`` (same signature), e.g. to compare samplers; default: the project's.
-    `lengths` (prompt → tokens before EOS, :func:`world_lengths`): responses end there (:func:`end_at`) instead of
-    running to ``max_new_tokens`` (`force_full`).
-    """
+def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int,
+             lengths: dict[str, int] | None = None) -> dict[str, float]:
+    """Our PPO for `steps` PPO steps, every response run to ``max_new_tokens`` (or, with `lengths`: prompt → tokens
+    before EOS, :func:`world_lengths`, ended there); median seconds over the timed steps of every phase in
+    :data:`OURS_PHASES`, and (``_stats``) a few of the step's metrics at every step (:data:`STAT_KEYS`)."""
     import mlflow
 
-    from rlhf_lab.config import world as W
-    from rlhf_lab.models import reward as R
-    from rlhf_lab.stages.ppo import model_bytes
     from rlhf_lab.algorithms import ppo
+    from rlhf_lab.models import reward as R
     from rlhf_lab.models import sampling
+    from rlhf_lab.stages.ppo import check_config, model_bytes
 
     if warmup < 1:
         raise ValueError("run_ours needs at least one warm-up step (the first step's start is the previous one's end)")
-    m = build(cfg, wm)
-    module = ppo.PPOModule(m.policy, m.reference, m.critic, m.tok, m.scorer, prompt_fn(cfg), cfg.algo, cfg.kl,
-                           cfg.generation, W.gold_weights(cfg))
-    timer = PhaseTimer()
-    timer.enabled = False
-    clock = StepClock(warmup)
-    base_sample = sampler or ppo.sample
+    tok = load_tokenizer(wm.lm_dir)
+    module = C.ppo_module(cfg, wm, tok, check=check_config)
+    scorer, timer, clock, stats = module.scorer, PhaseTimer(), StepClock(warmup), []
+    base_sample = ppo.sample
 
-    def sample(model, tok, prompts, *a, **k):
-        if lengths is not None:
-            ctx = end_at(model, tok.eos_token_id, [lengths[p] for p in prompts])
-        else:
-            ctx = suppress_eos(model, tok.eos_token_id) if force_full else contextlib.nullcontext()
-        with ctx:
-            return base_sample(model, tok, prompts, *a, **k)
+    def sample(model, tk, prompts, *a, **k):
+        with (end_at(model, tk.eos_token_id, [lengths[p] for p in prompts]) if lengths is not None
+              else suppress_tokens(model, tk.eos_token_id)):
+            return base_sample(model, tk, prompts, *a, **k)
 
-    class Phases(L.Callback):  # after LightningClock: the step's end stamp is already taken
+    class Phases(L.Callback):  # after the clock: the step's end stamp is already taken
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             timer.enabled = batch_idx >= warmup
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if timer.enabled:
-                timer.end_step(update=module.last_stats["time/update_s"], step=clock.stamps[-1] - clock.stamps[-2])
+            timer.end_step(update=module.last_stats["time/update_s"], step=clock.stamps[-1] - clock.stamps[-2])
             stats.append({k: module.last_stats.get(k, float("nan")) for k in STAT_KEYS})
 
-    object.__setattr__(module, "scorer", timer.proxy(m.scorer, "score/rm"))
+    object.__setattr__(module, "scorer", Timed(scorer, timer.wrap(scorer, "score/rm")))
     module.policy_forward = timer.wrap(module.policy_forward,
                                        lambda: "update/forward" if torch.is_grad_enabled() else "score/policy_critic")
     module.manual_backward = timer.wrap(module.manual_backward, "update/backward")
     module.reference_logprobs = timer.wrap(module.reference_logprobs, "score/reference")
     if module.gold is not None:
-        module.gold = timer.proxy(module.gold, "other/gold")
-    stats: list[dict[str, float]] = []
+        module.gold = Timed(module.gold, timer.wrap(module.gold, "other/gold"))
     with contextlib.ExitStack() as stack:
         stack.enter_context(patch.object(ppo, "sample", timer.wrap(sample, "generation")))
         for name in ("encode_prompts", "decode_responses"):
             stack.enter_context(patch.object(sampling, name, timer.wrap(getattr(sampling, name), "gen/tokenize+decode")))
         stack.enter_context(patch.object(R, "encode_texts", timer.wrap(R.encode_texts, "score/rm_tokenize")))
         stack.enter_context(patch.object(mlflow, "log_metrics", timer.wrap(mlflow.log_metrics, "other/mlflow")))
-        stack.enter_context(mlflow_run())
-        tmp = stack.enter_context(tempfile.TemporaryDirectory())
-        trainer = L.Trainer(max_steps=steps * module.updates_per_step, accelerator="cpu", devices=1,
-                            precision="32-true", enable_checkpointing=False, enable_model_summary=False,
-                            default_root_dir=tmp, num_sanity_val_steps=0, enable_progress_bar=False, logger=False,
-                            callbacks=[LightningClock(clock), Phases()])
-        trainer.fit(module)
+        stack.enter_context(C.mlflow_run())
+        C.fit(module, None, steps, clock, [Phases()])
     if len(timer.steps) != steps - warmup:
         raise RuntimeError(f"expected {steps - warmup} timed PPO steps, got {len(timer.steps)}")
     named = ("generation", "score/rm", "score/reference", "score/policy_critic", "update")
     for st in timer.steps:
         st["update/rest"] = st["update"] - st.get("update/forward", 0.0) - st.get("update/backward", 0.0)
         st["other"] = st["step"] - sum(st.get(k, 0.0) for k in named)
-    out = timer.medians()
-    out["_steps"] = timer.steps
-    out["_stats"] = stats
-    out["response_tokens"] = float(module.last_stats["objective/length"])
-    out["model_bytes"] = float(model_bytes(m.policy, m.reference, m.critic, *m.scorer.members))
-    out["trainable_params"] = float(sum(p.numel() for p in module.parameters() if p.requires_grad))
-    out["threads"] = float(max(clock.threads))
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# the lower bound
+    return {**timer.medians(), "_steps": timer.steps, "_stats": stats,
+            "response_tokens": float(module.last_stats["objective/length"]),
+            "model_bytes": float(model_bytes(module.policy, module.reference, module.critic, *scorer.members)),
+            "trainable_params": float(sum(p.numel() for p in module.parameters() if p.requires_grad)),
+            "threads": float(max(clock.threads))}
 
 
 BARE_PHASES = [
@@ -276,30 +208,27 @@ BARE_PHASES = [
 ]
 
 
-def _values(critic, ids, attn, P):
-    return critic(ids, attn, P)
-
-
 @torch.no_grad()
-def _generate(policy, tok, q_ids, q_mask, g, max_new_tokens: int, force_full: bool):
+def _generate(policy, tok, q_ids, q_mask, g, max_new_tokens: int):
     kw = dict(do_sample=float(g.temperature) > 0, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
               eos_token_id=tok.eos_token_id)
     if float(g.temperature) > 0:
         kw.update(temperature=float(g.temperature), top_k=int(g.top_k or 0), top_p=float(g.top_p))
-    ctx = suppress_eos(policy, tok.eos_token_id) if force_full else contextlib.nullcontext()
-    with ctx:
-        out = policy.generate(input_ids=q_ids, attention_mask=q_mask, **kw)
-    return out[:, q_ids.shape[1]:]
+    with suppress_tokens(policy, tok.eos_token_id):
+        return policy.generate(input_ids=q_ids, attention_mask=q_mask, **kw)[:, q_ids.shape[1]:]
 
 
-def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_full: bool = True) -> dict[str, float]:
+def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> dict[str, float]:
     """The same PPO step as bare model calls in a plain loop; median seconds over the timed steps of each phase."""
     from rlhf_lab.algorithms.rl_math import ppo_policy_loss, ppo_value_loss
     from rlhf_lab.models.adapters import unwrap
     from rlhf_lab.models.sampling import encode_prompts, positions, token_logprobs
 
+    from rlhf_lab.stages.ppo import check_config
+
     a, g = cfg.algo, cfg.generation
-    m = build(cfg, wm)
+    tok = load_tokenizer(wm.lm_dir)
+    m = C.ppo_module(cfg, wm, tok, check=check_config)
     policy, critic, reference = m.policy, m.critic, m.reference
     if critic is None or critic.backbone is None:
         raise ValueError("the bare PPO loop is written for a separate critic (algo.critic=policy, algo.reference.kind=copy)")
@@ -311,11 +240,10 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     opt = torch.optim.AdamW(params, eps=1e-5, weight_decay=0.0)
     policy.eval()
     critic.eval()
-    prompts_of = prompt_fn(cfg)
+    prompts_of = C.prompt_fn(cfg)
     B, n_mb, T = int(a.batch_size), int(a.num_minibatches), int(g.max_new_tokens)
     mb = B // n_mb
     timer = PhaseTimer()
-    timer.enabled = False
 
     def policy_logp(ids, attn, P, r_ids, r_mask):
         # the LM head only where response tokens are predicted, as the step needs
@@ -326,9 +254,9 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     for step in range(steps):
         timer.end_step()
         timer.enabled = step >= warmup
-        q_ids, q_mask = encode_prompts(m.tok, prompts_of(step), g.get("max_prompt_len"))  # not timed
+        q_ids, q_mask = encode_prompts(tok, prompts_of(step), g.get("max_prompt_len"))  # not timed
         with timer.phase("generation"):
-            r_ids = _generate(policy, m.tok, q_ids, q_mask, g, T, force_full)
+            r_ids = _generate(policy, tok, q_ids, q_mask, g, T)
         r_mask = torch.ones_like(r_ids)
         ids, attn, P = torch.cat([q_ids, r_ids], 1), torch.cat([q_mask, r_mask], 1), q_ids.shape[1]
         with torch.no_grad():
@@ -341,7 +269,7 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
                 token_logprobs(ref_logits[:, :-1], r_ids, r_mask, float(g.temperature) or 1.0)
             with timer.phase("score/policy_critic"):
                 old_logp = policy_logp(ids, attn, P, r_ids, r_mask)
-                old_values = _values(critic, ids, attn, P)
+                old_values = critic(ids, attn, P)
         advantages = torch.randn(B, T) * r_mask  # the values do not change the work
         returns = old_values + scores[:, None]
         with timer.phase("update"):
@@ -350,7 +278,7 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
                 for i in range(n_mb):
                     idx = perm[i * mb : (i + 1) * mb]
                     logp = policy_logp(ids[idx], attn[idx], P, r_ids[idx], r_mask[idx])
-                    values = _values(critic, ids[idx], attn[idx], P)
+                    values = critic(ids[idx], attn[idx], P)
                     loss = ppo_policy_loss(logp, old_logp[idx], advantages[idx], r_mask[idx], float(a.clip_eps))[0]
                     loss = loss + float(a.vf_coef) * ppo_value_loss(values, old_values[idx], returns[idx], r_mask[idx],
                                                                      float(a.value_clip_eps))[0]
@@ -366,23 +294,13 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, force_ful
     return {**timer.medians(), "_steps": timer.steps}
 
 
-# ------------------------------------------------------------------------------------------------
-# the benchmark
-
-
 def _pooled(runs: list[dict]) -> dict[str, float]:
     """Medians over the timed steps of all rounds; the other (non-phase) numbers from the last round."""
-    from benchmarks.common import median
-
     steps = [st for r in runs for st in r["_steps"]]
     keys = {k for st in steps for k in st}
     out = {k: v for k, v in runs[-1].items() if k not in ("_steps", "_stats")}
     out.update({k: median(st.get(k, 0.0) for st in steps) for k in keys})
     return out
-
-
-# ------------------------------------------------------------------------------------------------
-# today's settings vs the v2 options
 
 
 OPTIONS = [  # (name, label, overrides): the step before v2, with the v2 defaults, with the shared critic
@@ -413,7 +331,7 @@ def run_options(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds
     """:data:`OPTIONS`, alternating, `rounds` runs each: {name: pooled medians}, per-round step ratios and
     trajectory differences against ``before``."""
     tok = load_tokenizer(wm.lm_dir)
-    prompts_of = prompt_fn(cfg)
+    prompts_of = C.prompt_fn(cfg)
     lengths = world_lengths(cfg, tok, [p for s in range(steps) for p in prompts_of(s)])
     runs: dict[str, list[dict]] = {name: [] for name, _, _ in OPTIONS}
     for r in range(rounds):
@@ -463,8 +381,8 @@ def options_tables(opt: dict) -> tuple[list[str], list[str], float]:
     return tables, findings, ratio
 
 
-def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int) -> Section:
-    t_start = time.time()
+def run(cfg: DictConfig, wm: WorldModel, work, steps: int, warmup: int, rounds: int) -> Section:
+    sec = Section("PPO step-time breakdown (ours vs bare model calls)", __doc__.split("\n\n", 1)[1].strip())
     ours_runs, bare_runs = [], []
     for r in range(rounds):  # alternate which side goes first
         for side in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
@@ -481,7 +399,6 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int) -
         rows.append([label, 1000 * o, 1000 * b if b is not None else float("nan"), o / b if b else float("nan")])
     overhead = ours["step"] / bare["step"] - 1
     a, g = cfg.algo, cfg.generation
-    sec = Section("PPO step-time breakdown (ours vs bare model calls)", __doc__.split("\n\n", 1)[1].strip())
     sec.tables.append("Median over the timed steps (the phases' medians need not add up to the step's):\n\n" + table(
         ["phase", "ours ms/step", "bare ms/step", "ratio ours/bare"], rows))
     gen_share = ours["generation"] / ours["step"]
@@ -497,6 +414,16 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds: int) -
     tables, findings, ratio = options_tables(opt)
     sec.tables += tables
     sec.findings += findings
-    sec.seconds = time.time() - t_start
-    sec.data = {"overhead": overhead, "ours": ours, "bare": bare, "options_ratio": ratio}
+    check = "target ≤ +30%: " + ("met" if overhead <= 0.30 else "NOT met") + "; target ≥ 1.3×: " + (
+        "met" if ratio >= 1.3 else "NOT met")
+    sec.summary = ["PPO step, ours/bare − 1; settings before v2 ÷ today's",
+                   f"{100 * overhead:+.0f}%; before v2 ÷ now {ratio:.2f}×", check]
+    sec.data = {"overhead": overhead, "options_ratio": ratio}
     return sec
+
+
+SIZES = {"full": {"ppo_steps": dict(steps=8, warmup=2, rounds=3)},
+         "quick": {"ppo_steps": dict(steps=3, warmup=1, rounds=1)}}
+
+if __name__ == "__main__":
+    sys.exit(C.main("python -m benchmarks.ops.ppo_steps", {"ppo_steps": run}, SIZES))

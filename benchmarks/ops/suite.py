@@ -1,41 +1,11 @@
-"""Claims-suite throughput against a baseline: ``python -m benchmarks.suite [--baseline v2|v1] [--seeds 4]``.
+"""Claims-suite throughput against a baseline: ``python -m benchmarks.ops.suite [--baseline v2|v1|code:REV]
+[--seeds 4] [--rounds 1] [--with KEY=VALUE ...]``.
 
-The claims suite (``rlhf-lab-suite``) is about 200 PPO, GRPO and DPO jobs of a few minutes each, run 2 at a
-time on 2 cores; its wall time decides how many verdicts a session gives. This benchmark measures it on a
-sample: the default PPO job at the suite's usual length (``--steps`` PPO steps, an evaluation every 10) over
-``--seeds`` seeds, launched as the suite launches a study (``rlhf-lab -m … hydra/launcher=parallel
-hydra.launcher.n_jobs=2``), once with the baseline's settings and once with today's defaults, one after the
-other in this invocation (``--rounds 2`` repeats them in the reverse order), into one tracking store:
-
-- ``--baseline v2`` (the default; performance v3's "before"): ``eval.reuse_start=false`` (every job computes the
-  SFT policy's start-of-run evaluations itself); the two sides must give the same numbers to the digit;
-- ``--baseline v1`` (before v2): also ``algo.packing=false algo.trim_minibatches=false reward_model.packing=false
-  generation.sampler=hf`` (padded passes, untrimmed minibatches, Hugging Face ``generate``);
-- ``--baseline code:REV`` (e.g. ``code:8d3a177``, the commit at which v2's figure was measured): the package as it
-  was at git revision REV with its own defaults, against today's code. REV's tree (``git archive``) is installed
-  with ``pip install --no-deps --target`` into the work folder and its side runs with that folder first on
-  ``PYTHONPATH``, with an artifact cache of its own that its own warm-up job fills (older code may key or lay out
-  its artifacts otherwise); the store is shared. Everything that changed since REV is in the ratio, also what no
-  override turns off, and the numbers may differ within noise where the training's arithmetic changed;
-- today: the defaults (padding-free passes and trimmed minibatches, the lab's KV-cache sampler, the start-of-run
-  evaluations computed once and reused from the artifact cache).
-
-It reports the wall time and jobs per hour of each side and their ratio, and whether the training result is
-unchanged: each seed's final test-split gold reward and its evaluation curve with both settings (paired by
-seed: the same data, initialisation and sampling seed), the mean difference with its 95% t interval. The two
-settings compute the same losses to float noise, and sampling then amplifies that noise, so the runs are
-expected to differ like two seeds' noise apart, not systematically.
-
-With ``--baseline v1``, it projects the whole suite's wall time from the sample's ratio: the study files' stated
-times (``rlhf-lab-suite --dry-run``; measured with the code before v2) for the studies the sample speaks for (PPO,
-GRPO, RLOO), the stated time unchanged for the others (DPO). A projection, labelled so: the full suite takes longer
-than a working session.
-
-The upstream stages (base model, SFT, pairs, RM) are built by a warm-up job first (which keeps no start-of-run
-evaluation: today's side builds its own in round 1, as a study's first job does), into ``--cache-dir``
-(default: a fresh folder, about 15 min on 2 cores; point it at a claims folder's ``.rlhf_lab_cache`` to reuse
-its stages), so that both sides time only their own jobs. The result goes to the section "Claims-suite
-throughput" of benchmarks/results.md (replaced in place; ``python -m benchmarks.run`` keeps it).
+The default PPO job at the suite's usual length over ``--seeds`` seeds, launched as the suite launches a study (2 jobs
+at a time), once with the baseline's settings and once with today's defaults (or ``--with`` options), into one store:
+wall time and jobs per hour, where a job's time goes, and whether the training result is unchanged (each seed's final
+test gold, paired). What the baselines are and how to read it: benchmarks/README.md. The result goes to
+``benchmarks/results/suite.json`` (``suite_with.json`` with ``--with``) and the generated benchmarks/results.md.
 """
 
 from __future__ import annotations
@@ -53,16 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results.md"
-BEGIN, END = "<!-- suite-throughput: python -m benchmarks.suite -->", "<!-- /suite-throughput -->"
-# a measurement of options (--with) has a section of its own, so that it does not replace the defaults' measurement
-BEGIN_WITH, END_WITH = "<!-- suite-throughput-with: python -m benchmarks.suite --with -->", "<!-- /suite-throughput-with -->"
+from benchmarks import common as C
+from benchmarks.common import table
 
-
-def markers(options: list[str]) -> tuple[str, str]:
-    """The results.md section a run writes: the defaults' measurement, or (with --with options) the options'."""
-    return (BEGIN_WITH, END_WITH) if options else (BEGIN, END)
 BASELINES = {
     "defaults": ("today's defaults", []),  # with --with: what an option buys against the defaults
     "v2": ("v2 (before v3)", ["eval.reuse_start=false"]),
@@ -138,16 +101,13 @@ def sweep_side(name: str, work: Path, common: list[str], seeds: int, round_i: in
     ``PYTHONPATH``); its wall seconds and its runs' facts."""
     from mlflow.tracking import MlflowClient
 
-    from benchmarks.common import finished_job_runs
-    from benchmarks.team import rlhf_lab
-
     study = f"bench_{name}_{round_i}"
     args = ["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", *common, f"study={study}",
             "seed=" + ",".join(str(s) for s in range(seeds)), *SIDES[name][1]]
     print(f"[suite-bench] round {round_i}: {SIDES[name][0]}: rlhf-lab {shlex.join(args)}", flush=True)
-    secs, _ = rlhf_lab(args, work / study, env=env, timeout=4 * 3600)
+    secs, _ = C.rlhf_lab(args, work / study, env=env, timeout=4 * 3600)
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    facts = [run_facts(client, r) for r in finished_job_runs(client, study)]
+    facts = [run_facts(client, r) for r in C.finished_job_runs(client, study)]
     if len(facts) != seeds:
         raise RuntimeError(f"{name}: {len(facts)} of {seeds} jobs finished")
     print(f"[suite-bench] {SIDES[name][0]}: {secs:.0f} s for {seeds} jobs", flush=True)
@@ -162,14 +122,14 @@ def install_revision(rev: str, work: Path) -> tuple[Path, str]:
         p = subprocess.run(cmd, capture_output=True)
         if p.returncode != 0:
             last = ((p.stderr or p.stdout).decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-            raise SystemExit(f"benchmarks.suite: --baseline code:{rev}: {what} failed (exit {p.returncode}): {last}")
+            raise SystemExit(f"benchmarks.ops.suite: --baseline code:{rev}: {what} failed (exit {p.returncode}): {last}")
         return p
 
-    sha = run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+    sha = run(["git", "-C", str(C.ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
               "not a commit of this checkout: git rev-parse").stdout.decode().strip()
     short, src, site = sha[:7], work / f"src_{sha[:7]}", work / f"site_{sha[:7]}"
     src.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(run(["git", "-C", str(ROOT), "archive", "--format=tar", sha],
+    with tarfile.open(fileobj=io.BytesIO(run(["git", "-C", str(C.ROOT), "archive", "--format=tar", sha],
                                              "git archive").stdout)) as tar:
         tar.extractall(src, filter="data")
     print(f"[suite-bench] installing the code at {short} into {site}", flush=True)
@@ -240,9 +200,7 @@ def repro_line(sides: dict) -> str:
 
 
 def section(argv, started, cores, secs, args, sides: dict, gold: dict, proj) -> str:
-    from benchmarks.common import run_lines, table
-
-    cmd = "python -m benchmarks.suite" + (" " + shlex.join(argv) if argv else "")
+    cmd = "python -m benchmarks.ops.suite" + (" " + shlex.join(argv) if argv else "")
     walls = {n: sum(r["wall"] for r in rounds) for n, rounds in sides.items()}
     n_jobs = {n: sum(len(r["runs"]) for r in rounds) for n, rounds in sides.items()}
     ratio = walls["before"] / walls["today"]
@@ -272,9 +230,8 @@ def section(argv, started, cores, secs, args, sides: dict, gold: dict, proj) -> 
             " jobs per hour). A projection from the sample, not a measurement of the whole suite (which takes "
             "longer than a working session).", "",
             table(["study", "algorithm", "jobs", "stated min", "projected min"], proj_rows), ""]
-    begin, end = markers(args.options)
-    lines = [begin, f"## Claims-suite throughput: jobs per hour, {SIDES['before'][0]} and {SIDES['today'][0]}", "",
-             *run_lines(started, secs, cmd, cores), "",
+    lines = [f"## Claims-suite throughput: jobs per hour, {SIDES['before'][0]} and {SIDES['today'][0]}", "",
+             *C.run_lines(started, secs, cmd, cores), "",
              f"The sample: the default PPO job (`algo.steps={args.steps} eval.every_n_steps=10`), seeds 0–{args.seeds - 1}, "
              f"launched as the suite launches a study (2 jobs at a time), {args.rounds} round(s); wall time of "
              "`rlhf-lab -m …` from start to exit. Upstream stages cached by a warm-up job"
@@ -295,20 +252,18 @@ def section(argv, started, cores, secs, args, sides: dict, gold: dict, proj) -> 
              f"means {gold['before_mean']:.3f} before, {gold['today_mean']:.3f} today.", "",
              table(["seed", "test gold before", "test gold today", "today − before"], gold_rows), "",
              f"Seed-mean `eval/gold_reward` curve (largest difference {gold['max_curve_diff']:.3f}):", "",
-             table(["step", "before", "today", "today − before"], curve_rows), "", *projection, end]
-    return "\n".join(lines)
+             table(["step", "before", "today", "today − before"], curve_rows), "", *projection]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.team import rlhf_lab
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.suite", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.ops.suite", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=4, help="jobs per side: seeds 0..N-1 (default 4)")
     ap.add_argument("--steps", type=int, default=60, help="PPO steps per job (default 60, the suite's usual)")
     ap.add_argument("--rounds", type=int, default=1, help="rounds; round 2 runs the sides in reverse order")
     ap.add_argument("--cache-dir", default=None, help="the artifact cache (default: a fresh one in the work folder)")
-    ap.add_argument("--out", default=str(RESULTS), help="the results file")
+    ap.add_argument("--results", default=str(C.RESULTS_DIR), help="the folder of the results' JSON files")
     ap.add_argument("--baseline", type=baseline_arg, default="v2",
                     help="what today's defaults are compared with: v2 (eval.reuse_start=false; default), v1 (before "
                          "v2), code:REV (the code at git revision REV, e.g. code:8d3a177, installed apart), or defaults "
@@ -321,9 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--baseline defaults compares the defaults with options: give them with --with KEY=VALUE")
     if args.options:
         SIDES["today"] = (f"today's defaults + {' '.join(args.options)}", list(args.options))
-    from benchmarks.common import CoreUse
-
-    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), CoreUse()
+    started, t0, cores = datetime.datetime.now().astimezone(), time.time(), C.CoreUse()
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_suite_"))
     cache = Path(args.cache_dir).resolve() if args.cache_dir else work / "cache"
     common = [f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"algo.steps={args.steps}", "eval.every_n_steps=10",
@@ -342,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             warm = [*side_common[name], "study=warmup", "algo.steps=1", "eval.every_n_steps=0"]
             if name == "today":
                 warm.append("eval.reuse_start=false")  # today's side builds its start-of-run evaluation itself
-            secs, _ = rlhf_lab(warm, work / f"warmup_{name}", env=side_env[name], timeout=4 * 3600)
+            secs, _ = C.rlhf_lab(warm, work / f"warmup_{name}", env=side_env[name], timeout=4 * 3600)
             label = SIDES[name][0] if name == "before" else "today's code"
             print(f"[suite-bench] {label}: warm-up job (builds or reuses the upstream stages): {secs:.0f} s", flush=True)
         sides: dict[str, list] = {"before": [], "today": []}
@@ -355,9 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                        suite_projection(ratio) if args.baseline == "v1" else None)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    from benchmarks.common import write_marked_section
-
-    write_marked_section(Path(args.out), *markers(args.options), text)
+    C.save("suite_with" if args.options else "suite", text, data={"ratio": ratio, "sides": sides},
+           folder=Path(args.results))
     print("\n" + text, flush=True)
     return 0
 

@@ -1,12 +1,12 @@
-"""Peak memory of PPO: four separate models (policy, frozen reference copy, critic with its own backbone, RM)
+"""Peak memory of PPO, ``python -m benchmarks.ops.memory [--quick]``: four separate models (policy, frozen reference copy, critic with its own backbone, RM)
 against ``algo.reference.kind=lora_disabled algo.lora.r=16`` (LoRA adapters on one base: the reference is the base with the adapters
 disabled, the critic a value head on the policy's hidden states; the RM stays a separate model).
 
-Each mode runs in a fresh subprocess (``python -m benchmarks.memory --worker ...``) that imports everything,
+Each mode runs in a fresh subprocess (``python -m benchmarks.ops.memory --worker ...``) that imports everything,
 sets up its MLflow store, pages in the kernels' code on a toy model, returns freed heap to the OS and resets
 the peak RSS to the current RSS (``malloc_trim``, ``/proc/self/clear_refs``), and records the peak RSS as
-its baseline; then it builds the models and runs a few PPO steps (``benchmarks.ppo.run_ours``, as in the
-breakdown). The peak RSS is ``VmHWM``: what ``getrusage(RUSAGE_SELF).ru_maxrss`` reports for a process
+its baseline; then it builds the models and runs a few PPO steps (``benchmarks.ops.ppo_steps.run_ours``, as in
+the breakdown). The peak RSS is ``VmHWM``: what ``getrusage(RUSAGE_SELF).ru_maxrss`` reports for a process
 that inherited no high-water mark from its parent. Reported: peak RSS − baseline, and
 ``rlhf_lab.stages.ppo.model_bytes`` (the distinct parameter and buffer storages of the four roles). A
 larger preset than the other benchmarks' makes the weights, rather than the allocator's noise, visible.
@@ -14,7 +14,6 @@ larger preset than the other benchmarks' makes the weights, rather than the allo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -23,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import common as C
 from benchmarks.common import Section, table
 
 MODES = {"separate": ["algo.reference.kind=copy", "algo.critic=policy"],
@@ -85,21 +85,21 @@ def _warm_kernels(lm_dir: Path) -> None:
 
 def worker(args: dict) -> dict:
     """In a fresh process: baseline RSS after imports and a kernel warm-up, then peak RSS over a few PPO steps."""
-    from benchmarks import common as C
+    import torch
 
     C.quiet()
-    C.set_threads(int(args["threads"]))
+    torch.set_num_threads(int(args["threads"]))
     import lightning  # noqa: F401
     import mlflow  # noqa: F401
     import peft  # noqa: F401
     import transformers  # noqa: F401
 
-    from benchmarks import ppo
+    from benchmarks.ops.ppo_steps import run_ours
     from rlhf_lab.algorithms import ppo as _ppo  # noqa: F401
     from rlhf_lab.models import reward as _reward  # noqa: F401
 
     cfg = C.compose(args["overrides"])
-    ppo.mlflow_setup()
+    C.mlflow_store()
     wm = C.WorldModel(Path(args["lm_dir"]), Path(args["rm_dir"]), 0, {})
     _warm_kernels(wm.lm_dir)
     import gc
@@ -108,10 +108,7 @@ def worker(args: dict) -> dict:
     reset = _reset_peak()
     base = _rss_mb()
     t0 = time.time()
-    try:
-        out = ppo.run_ours(cfg, wm, int(args["steps"]), 1)
-    finally:
-        ppo.mlflow_cleanup()
+    out = run_ours(cfg, wm, int(args["steps"]), 1)
     return {"baseline_mb": base, "peak_mb": _rss_mb(), "peak_reset": reset, "model_bytes": out["model_bytes"],
             "trainable_params": out["trainable_params"], "step_s": out["step"], "seconds": time.time() - t0}
 
@@ -119,9 +116,8 @@ def worker(args: dict) -> dict:
 def measure(mode: str, overrides: list[str], lm_dir: Path, rm_dir: Path, steps: int, threads: int) -> dict:
     args = {"overrides": overrides + MODES[mode], "lm_dir": str(lm_dir), "rm_dir": str(rm_dir), "steps": steps,
             "threads": threads}
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--worker", json.dumps(args)], cwd=root, env=env,
+    env = {**os.environ, "PYTHONPATH": str(C.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-m", "benchmarks.ops.memory", "--worker", json.dumps(args)], cwd=C.ROOT, env=env,
                        capture_output=True, text=True)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -129,13 +125,13 @@ def measure(mode: str, overrides: list[str], lm_dir: Path, rm_dir: Path, steps: 
     return json.loads(lines[-1])
 
 
-def run(cfg_overrides: list[str], preset: str, steps: int, threads: int, work_dir: Path) -> Section:
-    from benchmarks import common as C
+def run(cfg, wm, work: Path, overrides: list[str], preset: str, steps: int) -> Section:
+    import torch
 
-    t_start = time.time()
-    overrides = cfg_overrides + [f"policy={preset}"]
+    threads = torch.get_num_threads()
+    overrides = overrides + [f"policy={preset}"]
     cfg = C.compose(overrides)
-    wm = C.make_world_model(cfg, work_dir / f"memory_{preset}")
+    wm = C.make_world_model(cfg, work / f"memory_{preset}")
     res = {mode: measure(mode, overrides, wm.lm_dir, wm.rm_dir, steps, threads) for mode in MODES}
     rows = []
     for mode, r in res.items():
@@ -158,16 +154,17 @@ def run(cfg_overrides: list[str], preset: str, steps: int, threads: int, work_di
                         f"{int(cfg.generation.max_new_tokens)} response tokens, LoRA r={int(a.lora.r)} "
                         f"({a.lora.target_modules}), {steps} PPO steps per process (1 warm-up), "
                         f"torch threads {threads}")
-    sec.seconds = time.time() - t_start
+    sec.summary = ["PPO peak RSS, separate/shared_base", f"{ratio_rss:.2f}×", f"model_bytes {ratio_bytes:.2f}×"]
     sec.data = {"ratio_rss": ratio_rss, "ratio_model_bytes": ratio_bytes, "res": res}
     return sec
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--worker", required=True, help="JSON arguments (internal)")
-    print(json.dumps(worker(json.loads(ap.parse_args().worker))), flush=True)
-
+OVERRIDES = ["algo.batch_size=16", "generation.max_new_tokens=32"]
+SIZES = {"full": {"memory": dict(preset="a_large", steps=2, overrides=OVERRIDES)},
+         "quick": {"memory": dict(preset="a_medium", steps=2, overrides=OVERRIDES)}}
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--worker"]:  # internal: one mode in a fresh process
+        print(json.dumps(worker(json.loads(sys.argv[2]))), flush=True)
+    else:
+        sys.exit(C.main("python -m benchmarks.ops.memory", {"memory": run}, SIZES))

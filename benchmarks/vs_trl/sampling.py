@@ -19,7 +19,7 @@ import time
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, WorldModel, load_tokenizer, median, table
+from benchmarks.common import Section, WorldModel, load_tokenizer, median, prompt_fn, suppress_tokens, table
 
 EXTRA_SETTINGS = [(1.0, 20, 0.9), (0.7, 0, 0.8), (0.0, 0, 1.0)]  # untimed identity checks: (temperature, top_k, top_p)
 
@@ -27,11 +27,9 @@ EXTRA_SETTINGS = [(1.0, 20, 0.9), (0.7, 0, 0.8), (0.0, 0, 1.0)]  # untimed ident
 def rollout_batch(cfg: DictConfig, tok, step: int):
     """The left-padded prompt ids and mask of the GRPO rollout batch of `step`."""
     from rlhf_lab.models.sampling import encode_prompts
-    from rlhf_lab.stages.ppo import prompt_stream
 
-    a = cfg.algo
-    G = int(a.samples_per_prompt)
-    prompts = [p for p in prompt_stream(cfg, int(cfg.seed), int(a.batch_size) // G)(step) for _ in range(G)]
+    G = int(cfg.algo.samples_per_prompt)
+    prompts = [p for p in prompt_fn(cfg)(step) for _ in range(G)]
     return encode_prompts(tok, prompts, cfg.generation.get("max_prompt_len"))
 
 
@@ -50,12 +48,13 @@ def paired_call(fns: dict, order: tuple[str, str], seed: int, args: tuple) -> tu
     return secs, cpu, same
 
 
-def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> Section:
-    from benchmarks.ppo import suppress_eos
+def run(cfg: DictConfig, wm: WorldModel, work, steps: int, warmup: int) -> Section:
+    from benchmarks.common import compose
     from rlhf_lab.models import families as Fm
     from rlhf_lab.models.sampling import hf_generate, kv_generate, lab_unsupported
 
-    t_start = time.time()
+    sec = Section("Sampling speed (our KV-cache sampler vs Hugging Face generate)", __doc__.split("\n\n", 1)[1].strip())
+    cfg = compose(["algo=grpo"])
     g = cfg.generation
     tok = load_tokenizer(wm.lm_dir)
     model = Fm.load_causal_lm(wm.lm_dir, tok).eval()
@@ -78,7 +77,7 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> Section:
     times: dict[str, list[float]] = {"ours": [], "hf": []}
     cpu_times: dict[str, list[float]] = {"ours": [], "hf": []}
     timed_same = []
-    with suppress_eos(model, tok.eos_token_id):
+    with suppress_tokens(model, tok.eos_token_id):
         for step in range(warmup + steps):
             order = ("ours", "hf") if step % 2 == 0 else ("hf", "ours")
             secs, cpu, same = paired_call(fns, order, seed=step, args=args(step))
@@ -97,7 +96,6 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> Section:
     rate = {side: B * T / med[side] for side in med}
     ratio, cpu_ratio = rate["ours"] / rate["hf"], cpu_med["hf"] / cpu_med["ours"]
     per_pair = [h / o for o, h in zip(times["ours"], times["hf"])]
-    sec = Section("Sampling speed (our KV-cache sampler vs Hugging Face generate)", __doc__.split("\n\n", 1)[1].strip())
     sec.tables.append(table(
         ["sampler", "tokens/s", "ms per call", "ms per decoding step", "CPU ms per call", "timed calls",
          "ratio ours/HF"],
@@ -115,6 +113,7 @@ def run(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> Section:
     sec.findings.append(f"tokens/s ours/HF **{ratio:.2f}×** (medians of wall-clock times); in CPU time of this "
                         f"process, which other jobs on the cores disturb less, {cpu_ratio:.2f}×; tokens identical to "
                         "generate's: " + ("**yes**" if identical else "**NO**"))
-    sec.data = {"ratio": ratio, "cpu_ratio": cpu_ratio, "agree_ok": identical}
-    sec.seconds = time.time() - t_start
+    sec.summary = ["sampler, ours/HF generate (tokens/s)", f"{ratio:.2f}×",
+                   "tokens identical" if identical else "TOKENS DIFFER"]
+    sec.ok, sec.data = identical, {"ratio": ratio, "cpu_ratio": cpu_ratio}
     return sec

@@ -1,39 +1,27 @@
-"""``python -m benchmarks.gpu``: the GPU check, one run of a few minutes on a machine with a CUDA GPU.
+"""``python -m benchmarks.ops.gpu``: the GPU check, one run of a few minutes on a machine with a CUDA GPU.
 
-    python -m benchmarks.gpu                        # Qwen2-0.5B-shaped model, bf16, trainer=gpu: RM, DPO, PPO, GRPO
-    python -m benchmarks.gpu --shape tiny --device cpu   # the same script at tiny shapes on the CPU (the test's)
+    python -m benchmarks.ops.gpu                             # Qwen2-0.5B-shaped model, bf16, trainer=gpu
+    python -m benchmarks.ops.gpu --shape tiny --device cpu   # the same at tiny shapes on the CPU (the test's)
 
-It builds a randomly initialised Qwen2 model of the shape (``0.5b``: hidden 896, 24 layers, 14 heads, 2 KV heads,
-MLP 4864, vocabulary 151,936, tied embeddings, about 494M parameters; the world's family-a tokenizer uses the
-first few hundred ids), saves it with ``save_pretrained`` and runs four ``rlhf-lab`` jobs on it through the
-command line, as a user would (``policy.name_or_path=<folder> sft.steps=0``): ``algo=rm`` (the same-source RM the
-others reuse from the cache), ``algo=dpo``, ``algo=ppo`` and ``algo=grpo``, each a few steps, into a sqlite store
-in the work folder. It then reads each job's run and prints one table (and ``--out`` writes it as markdown):
-
-- **finite**: the run FINISHED (every stage fails its run on a non-finite loss or a diverging policy: the
-  divergence guards, ``rlhf_lab/algorithms/ppo.py``), and its last logged losses are finite;
-- **step s**: the median ``time/step_s`` after the first (warm-up) step; **tokens/s**: the median
-  ``time/tokens_per_s`` (RM and DPO: every token of both sequences; PPO and GRPO: response tokens);
-- **peak GPU MiB**: ``memory/peak_gpu_mb`` (``torch.cuda.max_memory_allocated`` of the job's process);
-- **MFU**: 6 · parameters · tokens/s ÷ the GPU's dense bf16 peak (:data:`PEAK_TFLOPS`, by the device name), the
-  PaLM convention counting the trained tokens only: PPO's and GRPO's generation, reference and critic passes are
-  not counted, so theirs is a lower bound. Left out on the CPU.
-
-Exit status 1 when a job fails or a loss is not finite. TRL on the same shapes is not run here (benchmarks/ppo.py
-and friends compare with TRL on the CPU).
+A random Qwen2 model of the shape, saved with ``save_pretrained``, trained by four ``rlhf-lab`` jobs through the
+command line (``algo=rm``, ``dpo``, ``ppo``, ``grpo``; ``policy.name_or_path=<folder> sft.steps=0``), each read back:
+FINISHED with finite losses, median step time and tokens/s, peak GPU memory, and MFU (6 · parameters · tokens/s ÷
+the GPU's dense bf16 peak, :data:`PEAK_TFLOPS`; PPO's and GRPO's count trained tokens only: a lower bound). Exit
+status 1 when a job fails or a loss is not finite.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks import common as C
 
 SHAPES = {
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -54,12 +42,11 @@ def build_model(shape: str, folder: Path) -> int:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from benchmarks.common import compose
     from rlhf_lab.world import streams as D
     from rlhf_lab.config import world as W
     from rlhf_lab.models import families as Fm
 
-    cfg = compose(["policy=a_small"])
+    cfg = C.compose(["policy=a_small"])
     tok = Fm.train_tokenizer("a", [p + " " + r for p, r in D.reviews(W.world_settings(cfg), "pretrain_a", 2000)],
                              int(cfg.policy.vocab_size))
     dims = dict(SHAPES[shape])
@@ -89,10 +76,7 @@ def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path) 
 
 
 def run_job(overrides: list[str], work: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "rlhf_lab.entry.run", *overrides], cwd=work, env=env,
-                          capture_output=True, text=True)
+    return C.rlhf_lab(overrides, work, timeout=4 * 3600, check=False)[1]
 
 
 def job_figures(client, exp_id: str, algo: str, n_params: int, peak_tflops: float | None) -> dict:
@@ -118,15 +102,9 @@ def job_figures(client, exp_id: str, algo: str, n_params: int, peak_tflops: floa
 
 
 def table(rows: list[dict]) -> str:
-    def f(x, d=3):
-        return "–" if isinstance(x, float) and math.isnan(x) else (f"{x:.{d}f}" if isinstance(x, float) else str(x))
-
-    lines = ["| job | status | losses finite | step s | tokens/s | peak GPU MiB | MFU |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['algo']} | {r['status']} | {r.get('finite', False)} | {f(r.get('step_s', math.nan))} | "
-                     f"{f(r.get('tokens_per_s', math.nan), 0)} | {f(r.get('peak_gpu_mb', math.nan), 0)} | "
-                     f"{f(r.get('mfu', math.nan))} |")
-    return "\n".join(lines)
+    keys = ("algo", "status", "finite", "step_s", "tokens_per_s", "peak_gpu_mb", "mfu")
+    return C.table(["job", "status", "losses finite", "step s", "tokens/s", "peak GPU MiB", "MFU"],
+                   [[r.get(k, False if k == "finite" else math.nan) for k in keys] for r in rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow.tracking import MlflowClient
 
     if a.device == "cuda" and not torch.cuda.is_available():
-        print("benchmarks.gpu: no CUDA device here; on the CPU: --device cpu --shape tiny", file=sys.stderr)
+        print("benchmarks.ops.gpu: no CUDA device here; on the CPU: --device cpu --shape tiny", file=sys.stderr)
         return 2
     work = Path(a.work or tempfile.mkdtemp(prefix="rlhf_lab_gpu_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -160,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     exp = client.get_experiment_by_name("rlhf-lab")
     rows = [job_figures(client, exp.experiment_id, algo, n_params, peak) if exp else {"algo": algo, "status": "no run"}
             for algo in ALGOS]
-    text = (f"GPU check: `python -m benchmarks.gpu --shape {a.shape} --device {a.device}` on {name}, "
+    text = (f"GPU check: `python -m benchmarks.ops.gpu --shape {a.shape} --device {a.device}` on {name}, "
             f"{n_params / 1e6:.2f}M parameters, {time.time() - t0:.0f} s in all\n\n{table(rows)}\n")
     print(text)
     if a.out:

@@ -1,24 +1,10 @@
-"""TRL 1.9.2's ``PPOTrainer`` side of the ``ppo_trl`` benchmark, run in a process of its own.
+"""TRL 1.9.2's ``PPOTrainer`` side of ``benchmarks.vs_trl.ppo``, in a process of its own:
+``python -m benchmarks.vs_trl.ppo_side JOB.json``, with the folder holding TRL 1.9.2 first on ``PYTHONPATH``.
 
-``python -m benchmarks.ppo_trl_side JOB.json``, started by :mod:`benchmarks.ppo_trl` with the folder holding TRL 1.9.2
-first on ``PYTHONPATH`` (TRL ≥ 1.16, in the environment, has no PPO; 1.9.2 was the last release with it, at
-``trl.experimental.ppo``). Self-contained on purpose: it imports torch, transformers, datasets and TRL, never
-``rlhf_lab`` (checked, and reported back), so the comparison does not depend on our package in its environment.
-
-The job file (written by the parent) names the model folders (policy, reference, reward model, value model), the
-prompts' token ids in step order, the ``PPOConfig`` arguments, the optimizer's settings and the token ids to
-suppress while sampling. Two modes:
-
-- ``timed``: ``PPOTrainer.train()`` for the job's steps; the wall clock at every step end (``on_step_end``) and, per
-  step, the seconds in generation (``batch_generation``), the RM (``get_reward`` on the reward model) and the
-  no-grad passes (reference ``forward`` and values, ``get_reward`` on the value model).
-- ``check``: one step on the rollout the parent gives (its query + response ids: ``batch_generation`` returns them
-  with the logits of a forward pass of the policy, as ``generate`` would have), with the parent's minibatch
-  permutations and its scores (TRL's own score on the ids is recorded beside them); returned: TRL's scores, old and
-  reference log-probs, values, KL, per-token rewards, advantages, returns (read from ``train``'s frame at the step's
-  end), each minibatch's policy and value loss (the inputs of ``masked_mean`` in the update) and gradient norm.
-
-Results go to the job's ``out`` file as JSON.
+Self-contained on purpose: torch, transformers, datasets and TRL, never ``rlhf_lab`` (checked and reported back).
+Mode ``timed``: ``PPOTrainer.train()`` with the step-end times and the phase times; mode ``check``: one step on the
+parent's rollout, permutations and scores, returning TRL's quantities (read from ``train``'s frame at the step's end),
+each minibatch's losses and gradient norm. Results go to the job's ``out`` file as JSON.
 """
 
 from __future__ import annotations
@@ -74,7 +60,7 @@ def optimizer(policy, value_model, o: dict, norms: list[float]):
 
 
 def suppress(model, ids: list[int]):
-    """A forward hook on the LM head that sets the logits of `ids` to −inf (as ``benchmarks.ppo.suppress_eos``);
+    """A forward hook on the LM head that sets the logits of `ids` to −inf (as ``benchmarks.common.suppress_tokens``);
     returns its handle."""
 
     def hook(_module, _inputs, out):
