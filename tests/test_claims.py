@@ -412,6 +412,35 @@ def test_registry_covers_every_claim_once():
             "gao_rm_scaling", "rm_mis_scoring"} <= studied
 
 
+def test_kl_estimators_arms_are_the_options_its_sweep_runs():
+    """C7's arms are read from the option files kl_estimators sweeps (sweeps/kl_est/, issue 47: each study's arms
+    defined once): one arm per swept option, matching exactly the values its file sets, so that editing the file
+    moves the arm with it; a job composed with the option has those values."""
+    from pathlib import Path
+
+    import yaml
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from rlhf_lab.analysis.designs import K1_REWARD, K3_LOSS, K3_REWARD, option_arm
+
+    root = Path(__file__).resolve().parents[1] / "sweeps"
+    swept = yaml.safe_load((root / "sweep" / "kl_estimators.yaml").read_text())["hydra"]["sweeper"]["params"]["+kl_est"]
+    arms = {"k1_reward": K1_REWARD, "k3_reward": K3_REWARD, "k3_loss": K3_LOSS}
+    assert sorted(swept.split(",")) == sorted(arms)
+    c7 = next(c for c in registry.CLAIMS if c.id == "C7")
+    assert c7.studies == (registry.KL_EST,)
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        for option, arm in arms.items():
+            assert arm.where == {"algo.kl_estimator": option[:2], "algo.kl_in": option[3:]}, option
+            cfg = compose("config", overrides=["sweep=kl_estimators", f"+kl_est={option}", "seed=0"])
+            assert all(OmegaConf.select(cfg, k) == v for k, v in arm.where.items()), option
+    with pytest.raises(ValueError):
+        option_arm("ppo_kl", "fixed_0", "a file that chooses the kl group")  # defaults: not values alone
+    with pytest.raises(FileNotFoundError):
+        option_arm("kl_est", "k9_nowhere", "no such option")
+
+
 # -- fits ---------------------------------------------------------------------------------------------------------
 
 

@@ -34,6 +34,25 @@ SUITE_VERSIONS: dict[str, tuple[str, ...]] = {
 RM_CLAIM_RMS = 5  # distinct RMs per arm a claim about the RM needs (Claim.min_rms)
 
 
+def option_arm(group: str, option: str, label: str, stage: str = "ppo") -> Arm:
+    """The arm of the runs that ran option `option` of study group `group` (``sweeps/<group>/<option>.yaml``, live or
+    archived: :func:`rlhf_lab.runs.jobs.study_file`): they match every value the file sets (its ``@package _global_``
+    leaves as dotted keys, ``algo.kl_estimator``), so an arm's settings are written once, in the file its study
+    sweeps, not restated here. Only for option files that set values (no ``defaults``, which choose other groups)."""
+    import yaml
+
+    from rlhf_lab.runs.identity import leaves
+    from rlhf_lab.runs.jobs import study_file
+
+    f = study_file(group, option)
+    if f is None:
+        raise FileNotFoundError(f"no option {option!r} of study group {group!r} (sweeps/{group}/)")
+    node = yaml.safe_load(f.read_text()) or {}
+    if not isinstance(node, dict) or not node or set(node) & {"defaults", "hydra"}:
+        raise ValueError(f"sweeps/{group}/{option}.yaml: an arm is read from an option file that sets values only")
+    return Arm(label, leaves(node), stage=stage)
+
+
 def fixed(beta: float) -> Arm:
     return Arm(f"fixed β = {beta:g}", {"kl.name": "fixed", "kl.beta": beta})
 
@@ -156,6 +175,11 @@ def kl_control(studies: Studies) -> Measured:
     return Measured(eff if eff.n else None, detail, "" if eff.n else "no seed has ≥ 3 β values in both grids",
                     tuple(ppo + dpo))
 
+
+# C7's kl_estimators: the arms its sweep runs (+kl_est=k1_reward,k3_reward,k3_loss), read from sweeps/kl_est/
+K1_REWARD = option_arm("kl_est", "k1_reward", "k1 in the reward")
+K3_REWARD = option_arm("kl_est", "k3_reward", "k3 in the reward")
+K3_LOSS = option_arm("kl_est", "k3_loss", "k3 in the loss")
 
 GRPO_BETA0 = Arm("GRPO β = 0", {"kl.beta": 0.0}, stage="grpo")
 GRPO_BETA004 = Arm("GRPO β = 0.04", {"kl.beta": 0.04}, stage="grpo")

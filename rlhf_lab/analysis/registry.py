@@ -49,6 +49,9 @@ from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, �
     GRPO_BETA004,
     GRPO_KL,
     KL_EST,
+    K1_REWARD,
+    K3_LOSS,
+    K3_REWARD,
     LEN_PEN,
     PPO_GRID,
     REF_SHARED,
@@ -207,15 +210,13 @@ CLAIMS: tuple[Claim, ...] = (
           (KL_EST,), (
         Part("the naive (k1) estimate is noisier than k3", "ln(step-to-step noise of objective/kl_k1 ÷ that of "
              "objective/kl_k3), both on the same rollouts, per k1-in-reward run", LN_RATIO, +1, LN_10PCT,
-             within(KL_EST, Arm("k1 in the reward", {"algo.kl_estimator": "k1", "algo.kl_in": "reward"}),
+             within(KL_EST, K1_REWARD,
                     log_ratio(step_noise("objective/kl_k1"), step_noise("objective/kl_k3"),
                               "ln noise ratio of objective/kl_k1 to objective/kl_k3"))),
         shown("k3 in the reward trains better", "final gold: k3 − k1, both in the reward, per seed", GOLD,
-              paired(KL_EST, Arm("k3 in the reward", {"algo.kl_estimator": "k3", "algo.kl_in": "reward"}),
-                     Arm("k1 in the reward", {"algo.kl_estimator": "k1", "algo.kl_in": "reward"}), final_gold)),
+              paired(KL_EST, K3_REWARD, K1_REWARD, final_gold)),
         shown("k3 in the loss (GRPO style) trains better", "final gold: k3 in the loss − k1 in the reward, per seed",
-              GOLD, paired(KL_EST, Arm("k3 in the loss", {"algo.kl_estimator": "k3", "algo.kl_in": "loss"}),
-                           Arm("k1 in the reward", {"algo.kl_estimator": "k1", "algo.kl_in": "reward"}), final_gold)),
+              GOLD, paired(KL_EST, K3_LOSS, K1_REWARD, final_gold)),
     ), note="Per-token k1 values are not logged, so 'can be negative' is not measured; the standard fix is Schulman's "
             "k3, not the notes' kl_div / JS."),
     Claim("C8", "A reference smaller than the policy caps the policy.", (REF_SIZE,), (
