@@ -172,3 +172,67 @@ def test_below_stages_no_function_takes_the_config_and_nothing_imports_omegaconf
                     if args[:1] == ["cfg"]:
                         offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}(cfg, ...)")
     assert not offenders, "the config travels below stages/:\n" + "\n".join(offenders)
+
+
+def top_level_names(path: Path) -> tuple[set[str], set[str]]:
+    """(names a module defines: functions, classes, assignments; names it only imports) at its top level, including
+    inside top-level `if`/`try` blocks."""
+    defined, imported = set(), set()
+
+    def scan(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    defined.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.If, ast.Try)):
+                scan(node.body)
+                scan(node.orelse)
+                for h in getattr(node, "handlers", []):
+                    scan(h.body)
+    scan(ast.parse(path.read_text(), str(path)).body)
+    return defined, imported - defined
+
+
+def package_all(path: Path) -> set[str]:
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {e.value for e in node.value.elts}
+    return set()
+
+
+def test_no_name_is_imported_through_a_module_that_only_imports_it():
+    """No re-exports (docs/architecture.md): every `from rlhf_lab.x import name` takes the name from the module that
+    defines it, so a reader finds the code where the import says and a move cannot leave a shim behind. A package's
+    `__all__` (rlhf_lab.world's public names) is its interface, not a shim."""
+    modules = package_modules()
+    scans = {m: top_level_names(p) for m, p in modules.items()}
+    offenders = []
+    files = list(PKG.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")) + list((ROOT / "benchmarks").rglob("*.py"))
+    for path in files:
+        for target, names, line in imports_of(path, modules):
+            if target not in scans:
+                continue
+            defined, only_imported = scans[target]
+            if modules[target].name == "__init__.py":  # a package's public names (its __all__) are its interface
+                defined = defined | package_all(modules[target])
+            offenders += [f"{path.relative_to(ROOT)}:{line} takes {n} from {target}, which imports it" for n in names
+                          if n in only_imported and n not in defined]
+    assert not offenders, "re-exported names:\n" + "\n".join(offenders)
+
+
+LEAVES = ("world", "data", "models", "algorithms", "evaluation")
+
+
+def test_leaves_never_reach_up_to_stages_tracking_or_the_entry_points():
+    """Rule 3 of docs/architecture.md: the leaf packages (the world, data, models, algorithms, evaluation) never
+    import `stages`, `runs.tracking` or `entry`, at module level or inside a function."""
+    graph = import_graph()
+    up = ("rlhf_lab.stages", "rlhf_lab.runs.tracking", "rlhf_lab.entry")
+    offenders = [f"{m} imports {t}" for m, targets in sorted(graph.items()) if m.split(".")[1:2] and m.split(".")[1] in LEAVES
+                 for t in sorted(targets) if t == up[1] or t.startswith(up[0]) or t.startswith(up[2])]
+    assert not offenders, "leaves reaching up:\n" + "\n".join(offenders)

@@ -54,7 +54,7 @@ def test_the_hacking_alarm_prints_one_line_above_the_bar_and_no_warning(capsys, 
     from rlhf_lab.evaluation.callbacks import RewardHackingMonitor
 
     for name in ("log_metrics", "set_tag", "log_dict"):  # no MLflow run here
-        monkeypatch.setattr(callbacks.tracking, name, lambda *a, **k: None)
+        monkeypatch.setattr(callbacks.active_run, name, lambda *a, **k: None)
     proxy = [0.1 * s for s in range(30)]
     gold = [0.05 * s if s < 10 else 0.5 - 0.06 * (s - 10) for s in range(30)]  # up, then down: the alarm fires
     feed = iter(zip(range(30), proxy, gold))
@@ -115,7 +115,7 @@ def test_the_prefs_stage_shows_a_bar_named_prefs_over_all_its_pairs(monkeypatch,
     monkeypatch.setattr(prefs, "sample_pairs", fake_sample)
     monkeypatch.setattr(prefs, "upstream_run", lambda cfg, path: "sft-run")
     monkeypatch.setattr(prefs.tracking, "start_run", lambda *a, **k: contextlib.nullcontext(run))
-    monkeypatch.setattr(prefs.tracking, "log_metrics", lambda *a, **k: None)
+    monkeypatch.setattr(prefs.active_run, "log_metrics", lambda *a, **k: None)
     cfg = compose_cfg(["data.n_train=30", "data.n_eval=7", "data.on_policy_fraction=0.2",
                        f"data.on_policy_path={tmp_path}", "trainer.progress_bar=true"])
     spec = {"sft": str(tmp_path), "n_train": 30, "n_eval": 7, "seed": 0, "on_policy_fraction": 0.2,

@@ -174,7 +174,8 @@ RM_STUDIES = ("ppo_beta_grid_wide", "rm_normalize_5rms", "rm_source_matched", "r
 def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_with_it(monkeypatch, tmp_path):
     """Every study of a claim about the RM (C10, C13, C16–C20; rm_lora's jobs are RMs, one per seed already) sets
     reward_model.seed: ${seed}: the RM an upstream stage trains takes the job's seed, and so does its cache key."""
-    from rlhf_lab.analysis.registry import CLAIMS, SUITE_VERSIONS
+    from rlhf_lab.analysis.designs import SUITE_VERSIONS
+    from rlhf_lab.analysis.registry import CLAIMS
     from rlhf_lab.stages import rm as rm_stage
     from rlhf_lab.stages.registry import cache_for, stage_seed
 

@@ -258,7 +258,8 @@ def test_archived_studies_stay_composable_and_nothing_live_runs_them():
 
     assert len(ARCHIVED) >= 7 and not set(ARCHIVED) & set(STUDIES)
     assert not {s for s, _ in SUITE} & set(ARCHIVED) and not set(PREPARE) & set(ARCHIVED)
-    from rlhf_lab.analysis.registry import CLAIMS, SUITE_VERSIONS
+    from rlhf_lab.analysis.designs import SUITE_VERSIONS
+    from rlhf_lab.analysis.registry import CLAIMS
 
     # a claim may name an archived study (the name its runs are kept under), but the design it reads first is live;
     # an archived design is at most a fallback for a store that has only its runs

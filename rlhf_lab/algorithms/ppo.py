@@ -40,7 +40,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs import active_run, distributed
 from rlhf_lab.algorithms.guards import check_divergence
 from rlhf_lab.algorithms.steps import Forever, StepTimer, check_finite
 from rlhf_lab.algorithms.kl import KLEstimator, check_kl_in_loss, kl_controller, kl_estimators
@@ -260,7 +260,7 @@ class PPOModule(L.LightningModule):
         for k in (f"time/{p}_s" for p in StepTimer.PHASES):
             self.phase_totals[k] = self.phase_totals.get(k, 0.0) + self.last_stats[k]
         finite = {k: v for k, v in self.last_stats.items() if math.isfinite(v)}
-        tracking.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
+        active_run.log_metrics(finite, step=self.ppo_step, synchronous=False)  # queued: the step does not wait
         if self.start_entropy is None:
             self.start_entropy = self.last_stats.get("objective/entropy")
         check_divergence(self.last_stats, step, max_kl=a.max_kl, min_entropy=a.min_entropy,

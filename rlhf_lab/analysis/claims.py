@@ -26,7 +26,8 @@ from rlhf_lab.analysis.provenance import (
     reproduction_runs,
 )
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
-from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, RM_CLAIM_RMS, SHOWN, SUITE_VERSIONS, Claim, Part
+from rlhf_lab.analysis.designs import RM_CLAIM_RMS, SUITE_VERSIONS
+from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import (

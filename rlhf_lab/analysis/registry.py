@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, â€¦: read from here too)
+from rlhf_lab.analysis.designs import (
     above_range,
     below_range,
     fixed,
@@ -40,7 +40,6 @@ from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, â€
     CLIP,
     CRITIC,
     DIFF,
-    DIFF_MIX,
     DPO_GRID,
     FIXED,
     GAO_BIASED,
@@ -56,7 +55,6 @@ from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, â€
     PPO_GRID,
     REF_SHARED,
     REF_SIZE,
-    REF_SMALL,
     REF_SYNC,
     RM_CLAIM_RMS,
     RM_ENS,
@@ -65,9 +63,7 @@ from rlhf_lab.analysis.designs import (  # noqa: F401 (SUITE_VERSIONS, fixed, â€
     RM_MIS,
     RM_NORM,
     RM_SIZE,
-    RM_SOURCE,
     SAME,
-    SUITE_VERSIONS,
 )
 from rlhf_lab.analysis.effects import (
     Arm,

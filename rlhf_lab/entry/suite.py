@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
-from rlhf_lab.analysis.registry import SUITE_VERSIONS
+from rlhf_lab.analysis.designs import SUITE_VERSIONS
 from rlhf_lab.runs.jobs import study_file, study_names
 from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem, uri_override
 

@@ -9,10 +9,10 @@ from typing import Callable, Iterable
 
 import lightning as L
 
-from rlhf_lab.runs import tracking
+from rlhf_lab.runs import active_run
+from rlhf_lab.runs.active_run import log_samples_table
 from rlhf_lab.runs.progress import write_line
 from rlhf_lab.runs.states import pending_stop, stop_now
-from rlhf_lab.runs.tracking import log_samples_table
 
 
 EVAL_SCHEDULES = ("every", "log")  # eval.schedule
@@ -79,7 +79,7 @@ class PeriodicEval(L.Callback):
         t0 = time.time()
         metrics, rows = self.start("eval", self.evaluate) if at_start and self.start else self.evaluate()
         self.seconds += time.time() - t0
-        tracking.log_metrics(metrics, step=step)
+        active_run.log_metrics(metrics, step=step)
         log_samples_table([dict(r, step=step) for r in rows], f"samples/step_{step:06d}.json")
         if not self.first:
             self.first = metrics
@@ -92,7 +92,7 @@ class PeriodicEval(L.Callback):
         t0 = time.time()
         metrics, rows = self.start("test", self.test) if at_start and self.start else self.test()
         self.seconds += time.time() - t0
-        tracking.log_metrics(metrics, step=step)
+        active_run.log_metrics(metrics, step=step)
         log_samples_table([dict(r, step=step) for r in rows], f"samples/test_step_{step:06d}.json")
         if not self.test_first:
             self.test_first = metrics
@@ -177,16 +177,16 @@ class RewardHackingMonitor(L.Callback):
             return
         step, proxy, gold = sig
         fire = self.update(step, float(proxy), float(gold))
-        tracking.log_metrics({"hacking/gold_drop": self.best_gold - self.gold_ema,
+        active_run.log_metrics({"hacking/gold_drop": self.best_gold - self.gold_ema,
                             "hacking/proxy_gain": self.proxy_ema - self.proxy_at_best,
                             "hacking/alarm": float(self.fired_at is not None)}, step=step)
         if fire:
             event = {"event": "reward_hacking", "step": step, "proxy_ema": self.proxy_ema, "gold_ema": self.gold_ema,
                      "best_gold_ema": self.best_gold, "proxy_ema_at_best_gold": self.proxy_at_best,
                      "gold_drop_threshold": self.gold_drop}
-            tracking.set_tag("rlhf_lab.reward_hacking", "true")
-            tracking.set_tag("rlhf_lab.reward_hacking_step", str(step))
-            tracking.log_dict(event, "events/reward_hacking.json")
+            active_run.set_tag("rlhf_lab.reward_hacking", "true")
+            active_run.set_tag("rlhf_lab.reward_hacking_step", str(step))
+            active_run.log_dict(event, "events/reward_hacking.json")
             msg = (f"[rlhf-lab] reward hacking suspected at step {step}: proxy {self.proxy_at_best:.3f} -> "
                    f"{self.proxy_ema:.3f} (rising) while gold fell {self.best_gold:.3f} -> {self.gold_ema:.3f}")
             write_line(msg)  # once, on a line of its own above the progress bar (no RuntimeWarning)

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
-from rlhf_lab.runs import tracking
+from rlhf_lab.runs import active_run, tracking
 from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
 from rlhf_lab.evaluation.metrics import cluster_mean_se
 from rlhf_lab.models import families as F
@@ -111,10 +111,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                  "bon/length": best_of_n_expectation(proxy, length, n).mean().item()}
             if formula is not None:
                 m["bon/formula_gold_reward"] = best_of_n_expectation(proxy, formula, n).mean().item()
-            tracking.log_metrics(m, step=n)
+            active_run.log_metrics(m, step=n)
             curve[n] = m
         train_s = time.time() - t0
-        tracking.log_metrics({"time/train_s": train_s}, step=spec["n_max"])
+        active_run.log_metrics({"time/train_s": train_s}, step=spec["n_max"])
         best = max(curve, key=lambda n: curve[n]["bon/gold_reward"])
         c1, cN = curve[1], curve[spec["n_max"]]
         summary = {

@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
-from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.algorithms.dpo import (
     DPOModule,
     collate_dpo_pairs,
@@ -191,7 +191,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             kw["gradient_clip_val"] = ac.max_grad_norm
         trainer = L.Trainer(**kw, logger=tracking.lightning_logger(run_settings(cfg)))
         size = model_size(policy)
-        tracking.log_metrics({**size, "time/reference_precompute_s": t_pre}, step=0)
+        active_run.log_metrics({**size, "time/reference_precompute_s": t_pre}, step=0)
         t0 = time.time()
         with lightning_sigterm_as_interrupted():
             trainer.fit(module, loader)
@@ -205,12 +205,12 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         model.eval()
         tok.save_pretrained(out_dir)
         model.save_pretrained(out_dir)
-        tracking.log_metric("time/train_s", train_s)
+        active_run.log_metric("time/train_s", train_s)
         start, last = ev.first, ev.last
         summary = {"test gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")}
         summary.update(held_out_summary(ev))
         if "eval/gold_reward" in start and "eval/gold_reward" in last:
-            tracking.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
+            active_run.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
         return {"run_id": run.info.run_id, "stage": "dpo", "eval": last, "eval_start": start, "train_s": train_s,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "reference": kind, "summary": summary, **size}

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
-from rlhf_lab.runs import tracking
+from rlhf_lab.runs import active_run
 from rlhf_lab.runs.cache import announce_reuse, write_json_atomic
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.runs.identity import source_digest  # the code's digest, part of the start evaluation's key
@@ -136,7 +136,7 @@ def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
             return done[0] if done else compute()
         if not built:
             announce_reuse(stage, f"start-of-run evaluation ({split}/*) of the SFT policy", path)
-        tracking.set_tag(f"rlhf_lab.start_eval.{split}", str(path))
+        active_run.set_tag(f"rlhf_lab.start_eval.{split}", str(path))
         data = json.loads((path / START_EVAL_FILE).read_text())
         return data["metrics"], data["rows"]
 

@@ -35,7 +35,7 @@ from torch import nn
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
-from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.algorithms.steps import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
@@ -368,18 +368,18 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         ckpt = a.get("resume_from") or (str(resume) if resume.is_file() else None)
         if ckpt and ckpt == str(resume):
             print(f"[rlhf-lab] {stage}: resuming from {resume} (this job was pre-empted before)", flush=True)
-            tracking.set_tag("rlhf_lab.resumed_from", str(resume))
+            active_run.set_tag("rlhf_lab.resumed_from", str(resume))
         preempt = Preemption(resume, step_fn=lambda trainer, m: m.ppo_step)  # last: saves what the others did
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor, preempt],
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(run_settings(cfg)))
-        tracking.log_metrics({**mem, **size}, step=0)
+        active_run.log_metrics({**mem, **size}, step=0)
         ref_metrics = {}
         if spec.get("reference") and ckpt is None and distributed.is_rank_zero():  # another model: its own gold
             ref_metrics = evaluate_reference(cfg, reference, tok, eval_scorer, gold)
-            tracking.log_metrics(ref_metrics, step=0)
+            active_run.log_metrics(ref_metrics, step=0)
         phases = job_phases()  # time/startup_s, time/setup_s: what the job spent before training (rlhf-lab only)
-        tracking.log_metrics(phases, step=0)
+        active_run.log_metrics(phases, step=0)
         t0 = time.time()
         # a SIGTERM stops at the step's end, after a checkpoint to resume from
         with defer_sigterm(), lightning_sigterm_as_interrupted():
@@ -394,7 +394,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         tok.save_pretrained(out_dir)
         final.save_pretrained(out_dir)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        tracking.log_metrics({"time/train_s": train_s, "time/eval_s": ev.seconds, "memory/peak_rss_mb": peak},
+        active_run.log_metrics({"time/train_s": train_s, "time/eval_s": ev.seconds, "memory/peak_rss_mb": peak},
                              step=module.ppo_step)
         first, last = ev.first, ev.last
         summary = {

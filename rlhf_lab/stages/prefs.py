@@ -21,7 +21,7 @@ from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
 from rlhf_lab.config.schema import GenerationConfig, settings
 from rlhf_lab.models import families as F
-from rlhf_lab.runs import tracking
+from rlhf_lab.runs import active_run, tracking
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import (
@@ -91,7 +91,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                  "prefs/label_gold_agreement": sum(agree) / len(agree)}
         if gold is not None:  # how often the gold RM orders a pair as the world's formula does
             stats["prefs/gold_formula_agreement"] = gold_formula_agreement(cfg, train)
-        tracking.log_metrics(stats, step=0)
+        active_run.log_metrics(stats, step=0)
         return {"run_id": run.info.run_id, "stage": "prefs", "n_train": len(train), "n_eval": len(held),
                 "label_gold_agreement": stats["prefs/label_gold_agreement"]}
 

@@ -18,7 +18,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.runs.cache import file_digest, path_digest
 from rlhf_lab.config.checks import check_reward_model
 from rlhf_lab.data.external import DEFAULT_COLUMNS, columns_of
@@ -198,7 +198,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                               "SEQ_CLS", key="reward_model.lora")
             size = model_size(model)
             if i == 0:
-                tracking.log_metrics(size, step=0)
+                active_run.log_metrics(size, step=0)
             g = torch.Generator().manual_seed(mseed)
             packed = bool(rc.packing) and packable(model)  # an encoder RM (MiniLM) reads every token: padded
             loader = distributed.loader(examples, rc.batch_size, g, collate_rm_pairs(tok.pad_token_id, packed),
@@ -232,8 +232,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         metrics.update({"rm/gain": scorer.gain, "rm/bias": scorer.bias,
                         "rm/raw_mean": float(raw_stats["raw_mean"][0]), "rm/raw_std": float(raw_stats["raw_std"][0]),
                         "rm/train_on_policy_fraction": n_on / len(train), "time/train_s": train_s})
-        tracking.log_metrics({k_: v for k_, v in metrics.items() if v == v}, step=steps)  # NaN-free
-        tracking.log_samples_table(rows, "samples/rm_eval_pairs.json")
+        active_run.log_metrics({k_: v for k_, v in metrics.items() if v == v}, step=steps)  # NaN-free
+        active_run.log_samples_table(rows, "samples/rm_eval_pairs.json")
         keys = ("rm/accuracy", "rm/accuracy_gold", "rm/spearman_gold", "rm/length_preference", "rm/filler_preference")
         line = ", ".join(f"{q.split('/')[1]}={metrics[q]:.3f}" for q in keys if q in metrics)
         return {"run_id": run.info.run_id, "stage": "rm", "eval": metrics, "train_s": train_s, **size,

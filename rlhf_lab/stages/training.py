@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlhf_lab.models.batching import collate_right
-from rlhf_lab.runs import distributed, tracking
+from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 from rlhf_lab.stages.evaluate import evaluate, gold_summary
@@ -97,7 +97,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev]),
                             logger=tracking.lightning_logger(run_settings(cfg)))
         size = model_size(model)
-        tracking.log_metrics(size, step=0)
+        active_run.log_metrics(size, step=0)
         t0 = time.time()
         with lightning_sigterm_as_interrupted():
             trainer.fit(module, loader)
@@ -107,7 +107,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         model.eval()
         tok.save_pretrained(out_dir)
         model.save_pretrained(out_dir)
-        tracking.log_metric("time/train_s", time.time() - t0)
+        active_run.log_metric("time/train_s", time.time() - t0)
         meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
         if ev.test_last:
             test_gold = gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")

@@ -33,7 +33,8 @@ from rlhf_lab.analysis.effects import Arm, spearman
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
-from rlhf_lab.analysis.registry import BETA0, BY_ID, fixed
+from rlhf_lab.analysis.designs import BETA0, fixed
+from rlhf_lab.analysis.registry import BY_ID
 from rlhf_lab.analysis.report_files import check_folder, no_runs
 from rlhf_lab.analysis.runs import RunData, groups, label, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
