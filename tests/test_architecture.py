@@ -1,4 +1,5 @@
-"""The layout rules of docs/architecture.md, checked on the source (AST scans, nothing imported):
+"""The layout rules of docs/architecture.md, checked on the source (AST scans with rlhf_lab.runs.code's import
+reader, which the cache uses for its code digests; nothing of the package is run):
 no import cycle inside rlhf_lab/ (imports inside functions count too), no `_private` name imported from
 another module, no file over 450 lines, at most 3 modules at the package root, no link to ../shared (which a clone does not have)."""
 
@@ -7,49 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PKG = ROOT / "rlhf_lab"
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
-
-
-def package_modules() -> dict[str, Path]:
-    return {module_name(p): p for p in PKG.rglob("*.py")}
-
-
-def imports_of(path: Path, modules: dict[str, Path]) -> list[tuple[str, list[str], int]]:
-    """(imported rlhf_lab module, names taken from it, line) for every import statement in the file."""
-    here = module_name(path)
-    is_pkg = path.name == "__init__.py"
-    out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            out += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "rlhf_lab"]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative import
-                anchor = here.split(".") if is_pkg else here.split(".")[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
-            if base.split(".")[0] != "rlhf_lab":
-                continue
-            names = [a.name for a in node.names]
-            subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]  # `from pkg import module`
-            out += [(s, [], node.lineno) for s in subs]
-            rest = [n for n in names if f"{base}.{n}" not in modules]
-            if rest or not subs:
-                out.append((base, rest, node.lineno))
-    return out
-
-
-def import_graph() -> dict[str, set[str]]:
-    modules = package_modules()
-    return {m: {t for t, _, _ in imports_of(p, modules) if t in modules and t != m} for m, p in modules.items()}
+from rlhf_lab.runs.code import PKG, ROOT, import_graph, imports_of, package_modules
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:

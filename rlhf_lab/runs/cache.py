@@ -1,7 +1,10 @@
 """A content-addressed artifact cache for stage outputs (tokenizers, base models, SFT policies, RMs).
 
-An artifact lives in ``<root>/<stage>/<key>/`` where ``key`` hashes the config that determines it
-(and the keys of its upstream artifacts, which are part of that config). Writers build into a
+An artifact lives in ``<root>/<stage>/<key>/`` where ``key`` hashes the config that determines it (and the keys of
+its upstream artifacts, which are part of that config) and the code that builds it
+(:func:`rlhf_lab.runs.code.stage_code_digest`: the stage's module and what it imports, the libraries' versions), so
+an artifact built by other code is never reused: changed code builds its artifacts under new keys, and through the
+upstream keys in their specs the artifacts downstream of it too. Writers build into a
 temporary folder beside it and rename it into place, so a reader never sees a half-written artifact;
 a file lock per key makes two processes of a parallel sweep that need the same artifact build it once.
 
@@ -29,6 +32,7 @@ from typing import Any, Callable
 
 from filelock import FileLock, Timeout
 
+from rlhf_lab.runs.code import stage_code_digest
 from rlhf_lab.runs.distributed import is_rank_zero, rank
 from rlhf_lab.runs.process import write_atomic
 
@@ -41,7 +45,13 @@ QUARANTINE_DIR = ".quarantine"
 
 
 def artifact_key(stage: str, spec: dict[str, Any]) -> str:
-    blob = json.dumps({"stage": stage, "spec": spec, "version": CACHE_VERSION}, sort_keys=True, default=str)
+    """The key of `stage`'s artifact for `spec`: the spec, the cache version and, for a stage's artifact, the digest
+    of the code that builds it (keys made before that digest are never looked up again: one rebuild)."""
+    what = {"stage": stage, "spec": spec, "version": CACHE_VERSION}
+    code = stage_code_digest(stage)
+    if code is not None:
+        what["code"] = code
+    blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -216,7 +226,7 @@ class ArtifactCache:
                 meta = build(tmp) or {}
                 write_json_atomic(tmp / META_FILE, meta)
                 write_json_atomic(tmp / MANIFEST_FILE, manifest(tmp))
-                write_json_atomic(tmp / SPEC_FILE, {"stage": stage, "spec": spec})
+                write_json_atomic(tmp / SPEC_FILE, {"stage": stage, "spec": spec, "code": stage_code_digest(stage)})
                 if final.exists():  # a leftover without a spec file: never completed
                     shutil.rmtree(final)
                 os.replace(tmp, final)
