@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rlhf_lab.analysis import claims as C
-from rlhf_lab.analysis import fits, quantities, registry
+from rlhf_lab.analysis import designs, fits, quantities, registry
 from rlhf_lab.analysis.provenance import provenance_rows
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.study import fit_cell, peak_cell
@@ -253,8 +253,9 @@ def test_c13_compares_the_drop_at_a_matched_kl():
     assert reduces.measured.effect.estimate < 0.1 and reduces.verdict != "holds"
     # the length-biased arm is read from its own runs, and is shown, not judged
     biased = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2) + _gao_runs(0.4, 0.4, "length_biased")})["C13"]
-    shown = parts(biased)["with the length-biased labeler, a larger RM reduces hacking"]
+    shown = parts(biased)["hacking with the length-biased labeler, smallest vs largest RM"]
     assert abs(shown.measured.effect.estimate) < 0.1 and biased.verdict == "holds"
+    assert C.verdict_cell(shown).startswith("shown: ")  # worded from its interval, not a hand-written conclusion
 
 
 # -- ratios and margins: C6 ------------------------------------------------------------------------------------
@@ -633,8 +634,10 @@ def test_c14_is_a_non_inferiority_test_at_the_gold_margin():
     rng = np.random.default_rng(14)
     res = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.3, 0.04: 0.7})})["C14"]
     assert res.verdict == "does not hold", res.reason  # the KL term gives 0.4 more gold: beyond −0.05
-    drift = parts(res)["without the KL term GRPO drifts further from the reference"].measured.effect
+    shown = parts(res)["GRPO's distance from the reference without the KL term"]
+    drift = shown.measured.effect
     assert drift.n == 5 and drift.lo > 1.0  # ln(30 / 6) ≈ 1.6
+    assert C.verdict_cell(shown) == "shown: drifts further without the KL term"  # the words follow the interval
     tie = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.7, 0.04: 0.7})})["C14"]
     e = parts(tie)["group normalisation alone does at least as well as the KL term"]
     assert e.measured.effect.lo > -0.05 and tie.verdict == "holds", tie.reason  # a tie is "at least as well"
@@ -666,7 +669,7 @@ def test_a_policy_runs_data_keys_come_from_its_upstream_rm_run():
     r.rm = {"params": {"data.on_policy_fraction": "0.2", "algo.name": "rm"}}
     assert r.value("data.on_policy_fraction", 0.0) == "0.2"
     assert r.value("algo.name", "ppo") == "ppo"  # other keys never from the RM run (a cached RM: another job's)
-    assert registry.DIFF_MIX.matches(r) and not registry.DIFF.matches(r)
+    assert designs.DIFF_MIX.matches(r) and not designs.DIFF.matches(r)
 
 
 def test_c8_compares_references_that_differ_only_in_size_and_needs_the_smaller_to_be_worse():

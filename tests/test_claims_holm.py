@@ -1,6 +1,7 @@
 """The claims report across claims: Holm's correction over every judged effect of the report, the rule that an effect
 shown against the claim decides it even when a precondition fails, the units an inconclusive effect would need, and
-the upstream factors (RM, SFT policy) replicated or held fixed per arm. Synthetic effects and runs, no training."""
+the upstream factors (RM, SFT policy) replicated or held fixed per arm, and the words of a shown effect, read off its
+interval and margin. Synthetic effects and runs, no training."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from scipy import stats as st
 from rlhf_lab.analysis import claims as C
 from rlhf_lab.analysis import verdicts as V
 from rlhf_lab.analysis.effects import Measured
-from rlhf_lab.analysis.registry import JUDGED, PRECONDITION, Claim, Part
+from rlhf_lab.analysis.registry import JUDGED, PRECONDITION, Claim, Part, shown
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.stats import Effect, units_for_power
+from rlhf_lab.analysis.wording import Words, word_effect
 
 N = 5  # units per synthetic effect
 
@@ -159,3 +161,83 @@ def test_seeds_to_decide_takes_the_largest_need_up_to_the_cap_per_study():
     assert V.seeds_to_decide(res, cap=needs[1] - 1) == {"s": needs[0]}  # b's effect needs more than the cap
     assert V.seeds_to_decide(res, cap=needs[0] - 1) == {}
     assert V.seeds_to_decide(res[1:], cap=1000) == {}
+
+
+# -- shown effects: worded from their interval and margin, never from a hand-written conclusion (issue 42, point 6) --
+
+GOLD_WORDS = Words("more gold with the shared base", "costs gold", "no gold cost detected")
+
+
+def test_an_interval_below_zero_reads_as_a_cost_with_its_numbers():
+    # C6 as the committed runs measured it: the label once said "costs no gold"
+    assert word_effect(-0.078, -0.009, 0.05, GOLD_WORDS) == "costs gold"
+    assert word_effect(-0.078, -0.009, 0.05, GOLD_WORDS, estimate=-0.044, unit="gold reward") == \
+        "costs gold: -0.044 [-0.078, -0.009] gold reward"
+    # below 0 but inside the margin: a cost, and a small one
+    assert word_effect(-0.04, -0.01, 0.05, GOLD_WORDS) == "costs gold (by less than ±0.05)"
+
+
+def test_an_interval_above_zero_reads_as_the_other_side():
+    assert word_effect(0.093, 0.315, 0.05, GOLD_WORDS) == "more gold with the shared base"
+    assert word_effect(0.01, 0.03, 0.05, GOLD_WORDS, estimate=0.02) == \
+        "more gold with the shared base (by less than ±0.05): 0.020 [0.010, 0.030]"
+
+
+def test_no_cost_is_said_only_when_the_interval_lies_inside_the_margin():
+    assert word_effect(-0.012, 0.016, 0.05, GOLD_WORDS) == "no gold cost detected (inside ±0.05)"
+    assert word_effect(-0.05, 0.05, 0.05, GOLD_WORDS) == "no gold cost detected (inside ±0.05)"  # the bounds count
+    assert word_effect(0.0, 0.0, 0.01, Words("KL above 0", "KL below 0", "KL ≡ 0")) == "KL ≡ 0 (inside ±0.01)"
+    # without a margin nothing is negligible
+    assert word_effect(-0.012, 0.016, None, GOLD_WORDS) == "inconclusive (the interval spans 0)"
+
+
+def test_an_interval_straddling_zero_beyond_the_margin_is_inconclusive():
+    # C11 as the committed runs measured it: the label once said "at no cost in gold"
+    assert word_effect(-1.685, 0.882, 0.05, GOLD_WORDS) == \
+        "inconclusive (the interval spans 0 and reaches past ±0.05)"
+    assert word_effect(-0.03, 0.08, 0.05, GOLD_WORDS, estimate=0.025) == \
+        "inconclusive (the interval spans 0 and reaches past ±0.05): 0.025 [-0.030, 0.080]"
+    assert word_effect(math.nan, math.nan, 0.05, GOLD_WORDS, estimate=0.3) == "no interval: 0.300"
+
+
+def test_a_shown_part_reads_its_words_off_the_interval_in_the_report():
+    def shown_result(e: Effect | None) -> V.PartResult:
+        p = shown("gold with the shared base instead of the copy", "synthetic", "gold reward",
+                  lambda studies: Measured(e, "", "" if e else "no runs"), GOLD_WORDS, 0.05)
+        res = judge(claim("X1", part("j", effect_with_p(0.001)), p))["X1"]
+        return res.parts[1]
+
+    cost = shown_result(Effect(-0.044, -0.078, -0.009, 5, "paired t"))
+    assert cost.verdict is None and C.verdict_cell(cost) == "shown: costs gold"
+    assert C.margin_cell(cost.part) == "–, ±0.05"
+    assert C.verdict_cell(shown_result(Effect(0.002, -0.012, 0.016, 5, "t"))) == \
+        "shown: no gold cost detected (inside ±0.05)"
+    assert C.verdict_cell(shown_result(None)) == "shown"  # nothing measured: nothing to word
+
+
+def test_a_label_names_the_only_value_that_ran_when_largest_and_smallest_coincide():
+    """C11: only α ∈ {0, 0.1} ran, so "the largest α" and "the smallest α > 0" are one arm; the label says so."""
+    runs = [RunData(f"r{a}-{s}", "ppo", "FINISHED", {"sweep.algo.length_penalty": str(a)}, {},
+                    {"test/gold_reward": 0.5 + 0.01 * s}, {}, {}, {"algo.length_penalty": str(a)}, str(s))
+            for a in (0.0, 0.1) for s in range(5)]
+    studies = {"length_penalty": runs}
+    c11 = {p.part.effect: p for p in judge_c11(studies).parts}
+    largest, smallest = (c11[f"final gold: {w} − α = 0, per seed"] for w in ("largest α", "smallest α > 0"))
+    only = "the only α > 0 that ran, 0.1 (algo.length_penalty ran: 0, 0.1)"
+    assert largest.label == smallest.label == f"gold with the penalty at {only}"
+    assert largest.part.label(largest.measured, ran=False) == "gold with the penalty at largest α"
+    # with several values above 0, each arm names its own
+    more = runs + [RunData(f"r0.01-{s}", "ppo", "FINISHED", {"sweep.algo.length_penalty": "0.01"}, {},
+                           {"test/gold_reward": 0.5}, {}, {}, {"algo.length_penalty": "0.01"}, str(s))
+                   for s in range(5)]
+    c11 = {p.part.effect: p for p in judge_c11({"length_penalty": more}).parts}
+    assert c11["final gold: largest α − α = 0, per seed"].label == \
+        "gold with the penalty at largest α (algo.length_penalty = 0.1)"
+    assert c11["final gold: smallest α > 0 − α = 0, per seed"].label == \
+        "gold with the penalty at smallest α (algo.length_penalty = 0.01)"
+
+
+def judge_c11(studies: dict) -> V.ClaimResult:
+    from rlhf_lab.analysis.registry import BY_ID
+
+    return V.judge(BY_ID["C11"], studies, {k: len(v) for k, v in studies.items()})

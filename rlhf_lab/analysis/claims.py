@@ -54,6 +54,7 @@ from rlhf_lab.analysis.verdicts import (
     judge_all,
     needs_text,
     null_value,
+    reading,
     study_names,
     upstream_text,
 )
@@ -154,7 +155,7 @@ def n_cell(m: Measured) -> str:
 
 def margin_cell(part: Part) -> str:
     if part.role == SHOWN:
-        return "–"
+        return "–" + (f", ±{part.margin:.3g}" if part.margin is not None and part.words is not None else "")
     if part.noninferiority:
         null = null_value(part)
         return f"{'>' if part.direction == 1 else '<'} {null:+.3g} (non-inferiority)"
@@ -176,8 +177,9 @@ def holm_cell(r: PartResult) -> str:
 
 
 def verdict_cell(r: PartResult) -> str:
-    if r.verdict is None:
-        return "shown"
+    if r.verdict is None:  # a shown part: worded from its interval, not judged
+        words = reading(r)
+        return f"shown: {words}" if words else "shown"
     return f"**{r.verdict}**" + (f" ({needs_text(r)})" if r.needs is not None else "")
 
 
@@ -199,12 +201,13 @@ def claim_section(res: ClaimResult) -> list[str]:
         lines += [f"Studies: {', '.join(f'`{s}`' for s in c.studies + c.also)}. Reproduce, then "
                   "`rlhf-lab-report --claims`:", "", "```bash", *res.commands, "```", ""]
     if res.parts:
-        rows = [[p.part.role, p.part.says, p.part.effect, effect_cell(p.measured, p.part.unit), n_cell(p.measured),
+        rows = [[p.part.role, p.label, p.part.effect, effect_cell(p.measured, p.part.unit), n_cell(p.measured),
                  margin_cell(p.part), p_cell(p), holm_cell(p), verdict_cell(p)] for p in res.parts]
         lines += [md_table(EFFECT_HEADER, rows), ""]
         upstream = upstream_text(res.parts)
         lines += [upstream, ""] if upstream else []
-        figures = [f"- {p.part.says}: " + " — ".join(x for x in (p.measured.detail, p.measured.missing) if x)
+        figures = [f"- {p.part.label(p.measured, ran=False)}: "  # the detail names the arms as they ran
+                   + " — ".join(x for x in (p.measured.detail, p.measured.missing) if x)
                    for p in res.parts if p.measured.detail or p.measured.missing]
         lines += (["Figures behind the effects (mean ± sd over units):", "", *figures, ""] if figures else [])
         note = gold_note(res.parts)
@@ -218,7 +221,7 @@ def margins_text(claims: Sequence[Claim]) -> str:
     seen: dict[str, set[float]] = {}
     for c in claims:
         for p in c.parts:
-            if p.role != SHOWN and p.margin is not None:
+            if p.margin is not None and (p.role != SHOWN or p.words is not None):
                 seen.setdefault(p.unit, set()).add(p.margin)
     return "; ".join(f"{u}: ±{', ±'.join(f'{m:.3g}' for m in sorted(ms))}" for u, ms in seen.items())
 
@@ -274,7 +277,9 @@ def statistics_text(m: int) -> str:
             "when all its judged effects hold and does not hold when one does not. A precondition (what the claim "
             "presupposes, e.g. hacking to reduce) is judged on its unadjusted interval, outside the family; one that "
             "is not shown makes the claim inconclusive, **except** that a judged effect shown against the claim "
-            "(Holm-adjusted) makes it \"does not hold\" all the same. Shown effects are reported, not judged. "
+            "(Holm-adjusted) makes it \"does not hold\" all the same. Shown effects are reported, not judged, and "
+            "worded from their unadjusted interval alone: a direction when it excludes 0, \"no … detected\" only "
+            "when it lies inside ±margin, inconclusive otherwise. "
             f"**Power:** an inconclusive effect states the units that {POWER:.0%} power would need (one-sided t test, "
             "noncentral t) to detect a true effect the size of its estimate, or of the margin if larger, with its "
             f"observed spread, at level {ALPHA:g}/m for a judged effect (Holm's strictest step: an effect reaching "

@@ -58,6 +58,9 @@ def fixed(beta: float) -> Arm:
 
 
 FIXED, BETA0 = Arm("fixed β", {"kl.name": "fixed"}), fixed(0)
+# the arms at the top of a swept value (C11, C12): their labels name the value, and say so when only one ran (Arm)
+LARGEST_ALPHA = Arm("largest α", extreme=("algo.length_penalty", "max"), above={"algo.length_penalty": 0}, symbol="α")
+LARGEST_EPS = Arm("largest ε", extreme=("algo.clip_eps", "max"), above={"algo.clip_eps": 0.2}, symbol="ε")
 GAO_UNBIASED, GAO_BIASED = Arm("unbiased labels", {"labeler": "unbiased"}), Arm("biased labels", {"labeler": "length_biased"})
 ANY_PPO = Arm("PPO runs")
 

@@ -76,7 +76,10 @@ def config_num(r: RunData, key: str) -> float:
 class Arm:
     """The runs of one stage ("" = any stage) whose config matches `where`, not `unless`, and exceeds `above`
     (numbers); with `extreme` = (key, "max" | "min"), only those at that key's largest / smallest value among the
-    matching runs (named in the label)."""
+    matching runs, named in the label; when the matching runs have one value of the key only, the label says so and
+    names the values the study's runs have ("the only α > 0 that ran, 0.1 (algo.length_penalty ran: 0, 0.1)"), so
+    that a "largest" and a "smallest" arm that are the same runs do not read as two settings. `symbol`: the key's
+    name in labels (α), else the key."""
 
     label: str
     where: Mapping[str, Any] = field(default_factory=dict)
@@ -84,24 +87,31 @@ class Arm:
     extreme: tuple[str, str] | None = None
     unless: Mapping[str, Any] = field(default_factory=dict)
     above: Mapping[str, float] = field(default_factory=dict)
+    symbol: str = ""
 
-    def matches(self, r: RunData) -> bool:
+    def matches(self, r: RunData, bounds: bool = True) -> bool:
         return ((not self.stage or r.stage == self.stage)
                 and all(same(config(r, k), v) for k, v in self.where.items())
                 and not any(same(config(r, k), v) for k, v in self.unless.items())
-                and all(config_num(r, k) > v for k, v in self.above.items()))
+                and (not bounds or all(config_num(r, k) > v for k, v in self.above.items())))
 
     def select(self, runs: Sequence[RunData]) -> tuple[list[RunData], str]:
         rs = [r for r in runs if self.matches(r)]
         if not self.extreme or not rs:
             return rs, self.label
         key, how = self.extreme
-        values = [config_num(r, key) for r in rs]
-        values = [v for v in values if math.isfinite(v)]
+        values = sorted({v for v in (config_num(r, key) for r in rs) if math.isfinite(v)})
         if not values:
             return [], self.label
-        x = max(values) if how == "max" else min(values)
-        return [r for r in rs if config_num(r, key) == x], f"{self.label} ({key} = {x:g})"
+        x = values[-1] if how == "max" else values[0]
+        chosen = [r for r in rs if config_num(r, key) == x]
+        if len(values) > 1:
+            return chosen, f"{self.label} ({key} = {x:g})"
+        ran = sorted({v for v in (config_num(r, key) for r in runs if self.matches(r, bounds=False))
+                      if math.isfinite(v)})
+        name = self.symbol or key
+        bound = f" > {self.above[key]:g}" if key in self.above else ""
+        return chosen, f"the only {name}{bound} that ran, {x:g} ({key} ran: {', '.join(f'{v:g}' for v in ran)})"
 
 
 @dataclass
@@ -114,6 +124,8 @@ class Measured:
     runs: tuple[RunData, ...] = ()
     gold_sources: frozenset[str] = frozenset()
     n_of: str = "seeds"  # what the effect's n counts
+    arms: tuple[str, ...] = ()  # the labels of the arms compared, as the runs gave them (Arm.select)
+    arm_names: tuple[str, ...] = ()  # the same arms' names in the registry (Arm.label)
 
 
 def seed_of(r: RunData) -> str:
@@ -182,10 +194,11 @@ def _transform(va: dict, vb: dict, scale: str) -> Effect:
     raise ValueError(f"unknown scale {scale!r}")
 
 
-def _measured(eff: Effect, detail: str, q: Quantity, runs: Sequence[RunData], unit: Callable) -> Measured:
+def _measured(eff: Effect, detail: str, q: Quantity, runs: Sequence[RunData], unit: Callable,
+              arms: tuple[str, ...] = (), names: tuple[str, ...] = ()) -> Measured:
     if eff.n == 0:
-        return Measured(None, detail, why_nan(q, runs), tuple(runs), sources(q, runs), n_of(unit))
-    return Measured(eff, detail, "", tuple(runs), sources(q, runs), n_of(unit))
+        return Measured(None, detail, why_nan(q, runs), tuple(runs), sources(q, runs), n_of(unit), arms, names)
+    return Measured(eff, detail, "", tuple(runs), sources(q, runs), n_of(unit), arms, names)
 
 
 def paired(study: str, a: Arm, b: Arm, q: Quantity, scale: str = "diff",
@@ -197,10 +210,10 @@ def paired(study: str, a: Arm, b: Arm, q: Quantity, scale: str = "diff",
         rb, lb = b.select(runs)
         missing = _missing_arm(study, [(ra, la), (rb, lb)], studies)
         if missing:
-            return Measured(None, missing=missing)
+            return Measured(None, missing=missing, arms=(la, lb), arm_names=(a.label, b.label))
         va, vb = unit_values(ra, q, unit), unit_values(rb, q, unit)
         detail = f"{la}: {summary(va, n_of(unit))}; {lb}: {summary(vb, n_of(unit))}"
-        m = _measured(_transform(va, vb, scale), detail, q, ra + rb, unit)
+        m = _measured(_transform(va, vb, scale), detail, q, ra + rb, unit, (la, lb), (a.label, b.label))
         if m.effect is None and any(map(math.isfinite, va.values())) and any(map(math.isfinite, vb.values())):
             m.missing = f"no unit ({n_of(unit)}) has a value of {_name(q)} in both {la} and {lb}"
         return m
@@ -212,9 +225,10 @@ def within(study: str, a: Arm, q: Quantity, unit: Callable[[RunData], Any] = see
     def compute(studies: Studies) -> Measured:
         ra, la = a.select(studies.get(study, []))
         if not ra:
-            return Measured(None, missing=_missing_arm(study, [(ra, la)], studies))
+            return Measured(None, missing=_missing_arm(study, [(ra, la)], studies), arms=(la,), arm_names=(a.label,))
         va = unit_values(ra, q, unit)
-        return _measured(t_effect(list(va.values()), method="t"), f"{la}: {summary(va, n_of(unit))}", q, ra, unit)
+        return _measured(t_effect(list(va.values()), method="t"), f"{la}: {summary(va, n_of(unit))}", q, ra, unit,
+                         (la,), (a.label,))
     return compute
 
 

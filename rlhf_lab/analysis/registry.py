@@ -8,7 +8,9 @@ inside ±margin is negligible) and the function that computes it from the studie
 * ``judged``: the claim holds only if every judged part holds, and does not hold if one does not;
 * ``precondition``: something the claim presupposes (hacking to reduce, a gap to close); if it does not hold,
   the claim cannot be tested on these runs and is inconclusive;
-* ``shown``: reported with its interval, not judged.
+* ``shown``: reported with its interval, not judged; its `says` names what is compared, never a conclusion, and
+  the report words it from its interval and margin (:class:`Words`, :func:`~rlhf_lab.analysis.verdicts.word_effect`),
+  so that no hand-written label can contradict its numbers.
 
 Paired designs are preferred: the compared settings run with the same seeds and the effect is the mean
 per-seed difference. A claim with `untestable` set is not an effect (a definition, a quotation) and says why.
@@ -51,6 +53,8 @@ from rlhf_lab.analysis.designs import (
     K1_REWARD,
     K3_LOSS,
     K3_REWARD,
+    LARGEST_ALPHA,
+    LARGEST_EPS,
     LEN_PEN,
     PPO_GRID,
     REF_SHARED,
@@ -65,35 +69,13 @@ from rlhf_lab.analysis.designs import (
     RM_SIZE,
     SAME,
 )
-from rlhf_lab.analysis.effects import (
-    Arm,
-    Measured,
-    Studies,
-    config_value,
-    first_of,
-    grouped,
-    grouped_at_matched_kl,
-    log_ratio,
-    paired,
-    within,
-)
+from rlhf_lab.analysis.effects import (Arm, Measured, Studies, config_value, first_of, grouped, grouped_at_matched_kl,
+                                       log_ratio, paired, within)
 from rlhf_lab.analysis.studies.gao import BON_STUDY as GAO_BON
 from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO
-from rlhf_lab.analysis.quantities import (
-    above_reference,
-    change,
-    final,
-    final_gold,
-    gold_drop,
-    gold_drop_upto,
-    gold_peak,
-    max_jump,
-    rm_metric,
-    rm_seed,
-    step_mean,
-    step_median,
-    step_noise,
-)
+from rlhf_lab.analysis.quantities import (above_reference, change, final, final_gold, gold_drop, gold_drop_upto,
+                                          gold_peak, max_jump, rm_metric, rm_seed, step_mean, step_median, step_noise)
+from rlhf_lab.analysis.wording import Words, gold_words
 
 JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"
 AGREEMENT = final("eval/proxy_gold_agreement")  # the RM's accuracy against gold on the policy's own samples
@@ -105,7 +87,7 @@ LN_10PCT = math.log(1.1)    # ratios: within ±10 % is negligible
 
 @dataclass(frozen=True)
 class Part:
-    says: str                     # the part of the claim this effect tests
+    says: str                     # the part of the claim this effect tests; {a}, {b}: the arms as the runs named them
     effect: str                   # how it is computed, in words
     unit: str
     direction: int | None         # +1: the claim predicts effect > 0; −1: < 0; None for a shown part
@@ -113,6 +95,16 @@ class Part:
     compute: Callable[[Studies], Measured]
     role: str = JUDGED
     noninferiority: bool = False  # tested against −margin on the claimed side ("at least as well, within margin")
+    words: Words | None = None    # a shown part's reading on each side of 0 (None: a level, not a comparison)
+
+    def label(self, m: Measured | None = None, ran: bool = True) -> str:
+        """`says`, its {a} and {b} filled with the labels of the arms the measurement compared as the runs gave
+        them (:meth:`Arm.select` names the value that ran, and says when it is the only one), so that the label
+        says what ran; with `ran` False, with the arms' names in the registry ("largest α")."""
+        if "{" not in self.says:
+            return self.says
+        arms = (*((m.arms if ran else m.arm_names) if m is not None else ()), "?", "?")
+        return self.says.format(a=arms[0], b=arms[1])
 
 
 @dataclass(frozen=True)
@@ -127,8 +119,18 @@ class Claim:
     min_rms: int = 0              # a claim about the RM: distinct RMs each arm needs (else "not replicated")
 
 
-def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measured]) -> Part:
-    return Part(says, effect, unit, None, None, compute, SHOWN)
+def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measured], words: Words | None = None,
+          margin: float | None = None) -> Part:
+    """A shown part: `says` names what is compared; the report words the effect from its interval with `words` and
+    `margin` (default: :data:`SHOWN_MARGINS` of its unit; None: never called negligible)."""
+    return Part(says, effect, unit, None, SHOWN_MARGINS.get(unit) if margin is None else margin, compute, SHOWN,
+                words=words)
+
+
+KL_ZERO = 0.01              # nats: a KL read as ≡ 0 (mean objective/kl with the policy as its own reference)
+SHOWN_MARGINS = {GOLD: GOLD_MARGIN, LN_RATIO: LN_10PCT, TOKENS: 1.0}  # a shown part's margin by unit, unless given
+PENALTY_GOLD = Words("more gold with the penalty", "costs gold", "no gold cost detected")
+ENSEMBLE_GOLD = Words("more gold with the ensemble", "less gold with the ensemble", "no gold difference detected")
 
 
 # -- the claims -------------------------------------------------------------------------------------------------
@@ -157,9 +159,9 @@ CLAIMS: tuple[Claim, ...] = (
              "steps, per seed", GOLD, +1, GOLD_MARGIN,
              paired(REF_SYNC, Arm("sync_every = 0", {"algo.reference.sync_every": 0}),
                     Arm("sync_every = 10", {"algo.reference.sync_every": 10}), final_gold)),
-        shown("KL ≡ 0 with the policy as its own reference", "mean objective/kl over PPO steps, sync_every = 1",
+        shown("KL with the policy as its own reference", "mean objective/kl over PPO steps, sync_every = 1",
               "nats", within(REF_SYNC, Arm("sync_every = 1", {"algo.reference.sync_every": 1}),
-                             step_mean("objective/kl"))),
+                             step_mean("objective/kl")), Words("KL above 0", "KL below 0", "KL ≡ 0"), KL_ZERO),
     )),
     Claim("C4", "β too small hacks, β too large stalls learning; a good β is 0.01–0.1.", (PPO_GRID,), (
         Part("β too small hacks", "final gold: mean over the fixed β in 0.01–0.1 − β = 0, per seed", GOLD, +1,
@@ -198,9 +200,10 @@ CLAIMS: tuple[Claim, ...] = (
              paired(REF_SHARED, Arm("separate copy", {"algo.reference.kind": "copy"}),
                     Arm("adapters-off base", {"algo.reference.kind": "lora_disabled"}), step_median("time/step_s"),
                     scale="percent")),
-        shown("the shared base costs no gold", "final gold: adapters-off − copy, per seed", GOLD,
+        shown("gold with the shared base instead of the copy", "final gold: adapters-off − copy, per seed", GOLD,
               paired(REF_SHARED, Arm("adapters-off base", {"algo.reference.kind": "lora_disabled"}),
-                     Arm("separate copy", {"algo.reference.kind": "copy"}), final_gold)),
+                     Arm("separate copy", {"algo.reference.kind": "copy"}), final_gold),
+              Words("more gold with the shared base", "costs gold", "no gold cost detected")),
     ), note="Judged: the copy costs more (CI above 0, beyond ±5 %); whether it is 2× is in the figures."),
     Claim("C7", "The naive per-token KL estimate can be negative or unstable, and better estimators exist.",
           (KL_EST,), (
@@ -209,10 +212,13 @@ CLAIMS: tuple[Claim, ...] = (
              within(KL_EST, K1_REWARD,
                     log_ratio(step_noise("objective/kl_k1"), step_noise("objective/kl_k3"),
                               "ln noise ratio of objective/kl_k1 to objective/kl_k3"))),
-        shown("k3 in the reward trains better", "final gold: k3 − k1, both in the reward, per seed", GOLD,
-              paired(KL_EST, K3_REWARD, K1_REWARD, final_gold)),
-        shown("k3 in the loss (GRPO style) trains better", "final gold: k3 in the loss − k1 in the reward, per seed",
-              GOLD, paired(KL_EST, K3_LOSS, K1_REWARD, final_gold)),
+        shown("gold with k3 in the reward instead of k1", "final gold: k3 − k1, both in the reward, per seed", GOLD,
+              paired(KL_EST, K3_REWARD, K1_REWARD, final_gold),
+              gold_words("more gold with k3", "less gold with k3")),
+        shown("gold with k3 in the loss (GRPO style) instead of k1 in the reward",
+              "final gold: k3 in the loss − k1 in the reward, per seed", GOLD,
+              paired(KL_EST, K3_LOSS, K1_REWARD, final_gold),
+              gold_words("more gold with k3 in the loss", "less gold with k3 in the loss")),
     ), note="Per-token k1 values are not logged, so 'can be negative' is not measured; the standard fix is Schulman's "
             "k3, not the notes' kl_div / JS."),
     Claim("C8", "A reference smaller than the policy caps the policy.", (REF_SIZE,), (
@@ -223,17 +229,24 @@ CLAIMS: tuple[Claim, ...] = (
         Part("a smaller reference caps the policy", "final gold: a reference of the policy's size (a_small) − a "
              "smaller one (a_tiny), both other models than the policy, unbiased labels, per seed", GOLD, +1,
              GOLD_MARGIN, paired(REF_SIZE, ref_arm("a_small", "unbiased"), ref_arm("a_tiny", "unbiased"), final_gold)),
-        shown("the same under length-biased labels", "final gold: a_small − a_tiny reference, length-biased labels, "
-              "per seed", GOLD, paired(REF_SIZE, ref_arm("a_small", "length_biased"),
-                                       ref_arm("a_tiny", "length_biased"), final_gold)),
-        shown("a larger reference lifts it", "final gold: a_medium − a_small reference, unbiased labels, per seed",
-              GOLD, paired(REF_SIZE, ref_arm("a_medium", "unbiased"), ref_arm("a_small", "unbiased"), final_gold)),
+        shown("the same comparison under length-biased labels", "final gold: a_small − a_tiny reference, "
+              "length-biased labels, per seed", GOLD, paired(REF_SIZE, ref_arm("a_small", "length_biased"),
+                                                             ref_arm("a_tiny", "length_biased"), final_gold),
+              gold_words("more gold with the a_small reference", "less gold with the a_small reference")),
+        shown("gold with a larger reference (a_medium) than the policy's size", "final gold: a_medium − a_small "
+              "reference, unbiased labels, per seed", GOLD,
+              paired(REF_SIZE, ref_arm("a_medium", "unbiased"), ref_arm("a_small", "unbiased"), final_gold),
+              gold_words("more gold with the a_medium reference", "less gold with the a_medium reference")),
         shown("how far above its reference the policy gets (a_tiny)", "final gold − the reference's own gold, a_tiny "
-              "reference, unbiased labels", GOLD, within(REF_SIZE, ref_arm("a_tiny", "unbiased"), above_reference)),
-        shown("final length: the brake ref_small confounded", "final eval/length: a_small − a_tiny reference, "
-              "length-biased labels, per seed", TOKENS,
+              "reference, unbiased labels", GOLD, within(REF_SIZE, ref_arm("a_tiny", "unbiased"), above_reference),
+              Words("the policy ends above its reference", "the policy ends below its reference",
+                    "the policy ends level with its reference")),
+        shown("final length, the brake ref_small confounded: a_small vs a_tiny reference", "final eval/length: "
+              "a_small − a_tiny reference, length-biased labels, per seed", TOKENS,
               paired(REF_SIZE, ref_arm("a_small", "length_biased"), ref_arm("a_tiny", "length_biased"),
-                     final("eval/length"))),
+                     final("eval/length")),
+              Words("longer with the a_small reference", "shorter with the a_small reference",
+                    "no length difference detected")),
     ), note="Every reference is another model than the policy, pretrained and fine-tuned the same way with its own "
             "seed (ref_size); the superseded ref_small compared the policy as its own reference with a smaller "
             "other model, a difference in more than size."),
@@ -260,27 +273,22 @@ CLAIMS: tuple[Claim, ...] = (
         Part("without a penalty responses grow", "last − first eval/length of each α = 0 run", TOKENS, +1, 1.0,
              within(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), change("eval/length")), PRECONDITION),
         Part("the penalty shortens responses", "final eval/length: α = 0 − the largest α, per seed", TOKENS, +1, 1.0,
-             paired(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}),
-                    Arm("largest α", extreme=("algo.length_penalty", "max"), above={"algo.length_penalty": 0}),
-                    final("eval/length"))),
-        shown("at no cost in gold (largest α)", "final gold: largest α − α = 0, per seed", GOLD,
-              paired(LEN_PEN, Arm("largest α", extreme=("algo.length_penalty", "max"),
-                                  above={"algo.length_penalty": 0}),
-                     Arm("α = 0", {"algo.length_penalty": 0}), final_gold)),
-        shown("at no cost in gold (smallest α > 0)", "final gold: smallest α > 0 − α = 0, per seed", GOLD,
+             paired(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), LARGEST_ALPHA, final("eval/length"))),
+        shown("gold with the penalty at {a}", "final gold: largest α − α = 0, per seed", GOLD,
+              paired(LEN_PEN, LARGEST_ALPHA, Arm("α = 0", {"algo.length_penalty": 0}), final_gold), PENALTY_GOLD),
+        shown("gold with the penalty at {a}", "final gold: smallest α > 0 − α = 0, per seed", GOLD,
               paired(LEN_PEN, Arm("smallest α", extreme=("algo.length_penalty", "min"),
-                                  above={"algo.length_penalty": 0}),
-                     Arm("α = 0", {"algo.length_penalty": 0}), final_gold)),
+                                  above={"algo.length_penalty": 0}, symbol="α"),
+                     Arm("α = 0", {"algo.length_penalty": 0}), final_gold), PENALTY_GOLD),
     )),
     Claim("C12", "PPO's clip (ε = 0.2) limits each update and prevents reward spikes.", (CLIP,), (
         Part("the clip limits each update", "ln(mean policy/approxkl over steps: largest ε ÷ ε = 0.2), per seed",
              LN_RATIO, +1, LN_10PCT,
-             paired(CLIP, Arm("largest ε", extreme=("algo.clip_eps", "max"), above={"algo.clip_eps": 0.2}),
-                    Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/approxkl"), scale="log ratio")),
+             paired(CLIP, LARGEST_EPS, Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/approxkl"),
+                    scale="log ratio")),
         Part("and prevents reward spikes", "largest step-to-step change of objective/scores: largest ε − ε = 0.2, "
              "per seed", PROXY, +1, 0.05,
-             paired(CLIP, Arm("largest ε", extreme=("algo.clip_eps", "max"), above={"algo.clip_eps": 0.2}),
-                    Arm("ε = 0.2", {"algo.clip_eps": 0.2}), max_jump("objective/scores"))),
+             paired(CLIP, LARGEST_EPS, Arm("ε = 0.2", {"algo.clip_eps": 0.2}), max_jump("objective/scores"))),
         shown("how often the clip is active at ε = 0.2", "mean policy/clipfrac over steps, ε = 0.2", FRACTION,
               within(CLIP, Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/clipfrac"))),
     ), note="Compared: ε = 0.2 and the largest ε above 0.2 in the grid (a looser clip)."),
@@ -295,16 +303,20 @@ CLAIMS: tuple[Claim, ...] = (
         Part("but does not remove it", "split-half gold drop from the peak to the end of the run (120 steps at "
              "β = 0), largest RM, unbiased labels, per seed", GOLD, +1, GOLD_MARGIN,
              grouped(GAO, GAO_UNBIASED, rm_n, is_max, None, gold_drop, ("largest RM", ""))),
-        shown("a larger RM reaches a higher gold peak", "split-half peak gold: largest − smallest RM, unbiased "
+        shown("gold peak, largest vs smallest RM", "split-half peak gold: largest − smallest RM, unbiased "
               "labels, per seed", GOLD, grouped(GAO, GAO_UNBIASED, rm_n, is_max, is_min, gold_peak,
-                                                 ("largest RM", "smallest RM"))),
-        shown("with the length-biased labeler, a larger RM reduces hacking", "split-half gold drop up to the "
+                                                 ("largest RM", "smallest RM")),
+              Words("the largest RM peaks higher", "the largest RM peaks lower", "no peak difference detected")),
+        shown("hacking with the length-biased labeler, smallest vs largest RM", "split-half gold drop up to the "
               "matched KL: smallest − largest RM, length-biased labels, per seed", GOLD,
               grouped_at_matched_kl(GAO, GAO_BIASED, rm_n, is_min, is_max, gold_drop_upto,
-                                    ("smallest RM", "largest RM"))),
-        shown("best-of-n with a larger RM reaches more gold", "gold at n = 256 (best-of-n, same RMs): largest − "
+                                    ("smallest RM", "largest RM")),
+              Words("the largest RM's gold drops less", "the largest RM's gold drops more",
+                    "no drop difference detected")),
+        shown("best-of-n gold, largest vs smallest RM", "gold at n = 256 (best-of-n, same RMs): largest − "
               "smallest RM, unbiased labels, per seed", GOLD, grouped(GAO_BON, Arm("best-of-n", {"labeler": "unbiased"},
-              stage="bon"), rm_n, is_max, is_min, final_gold, ("largest RM", "smallest RM"))),
+              stage="bon"), rm_n, is_max, is_min, final_gold, ("largest RM", "smallest RM")),
+              gold_words("more gold with the largest RM", "less gold with the largest RM")),
     ), note="Gao et al.'s setup (gao_rm_scaling): PPO at β = 0 with log-spaced evaluations, RM micro to medium (about "
             "95×), one RM per seed. The runs end at very different KLs, so the drop is compared per seed at the KL "
             "both runs reached. Fits by RM size: reports/gao_rm_scaling/. Superseded: rm_size_hacking_beta0, _5rms.",
@@ -313,10 +325,13 @@ CLAIMS: tuple[Claim, ...] = (
         Part("group normalisation alone does at least as well as the KL term", "final gold: GRPO at β = 0 − GRPO at "
              "β = 0.04 (k3 in the loss), per seed; non-inferiority: holds when the lower bound is above −0.05",
              GOLD, +1, GOLD_MARGIN, paired(GRPO_KL, GRPO_BETA0, GRPO_BETA004, final_gold), noninferiority=True),
-        shown("without the KL term GRPO drifts further from the reference", "ln(final eval/kl: β = 0 ÷ β = 0.04), "
-              "per seed", LN_RATIO, paired(GRPO_KL, GRPO_BETA0, GRPO_BETA004, final("eval/kl"), scale="log ratio")),
-        shown("GRPO at β = 0 hacks", "split-half drop of gold from its peak, each β = 0 run", GOLD,
-              within(GRPO_KL, GRPO_BETA0, gold_drop)),
+        shown("GRPO's distance from the reference without the KL term", "ln(final eval/kl: β = 0 ÷ β = 0.04), "
+              "per seed", LN_RATIO, paired(GRPO_KL, GRPO_BETA0, GRPO_BETA004, final("eval/kl"), scale="log ratio"),
+              Words("drifts further without the KL term", "stays closer without the KL term",
+                    "no KL difference detected")),
+        shown("hacking by GRPO at β = 0: gold's drop from its peak", "split-half drop of gold from its peak, each "
+              "β = 0 run", GOLD, within(GRPO_KL, GRPO_BETA0, gold_drop),
+              Words("gold falls from its peak (hacking)", "gold ends above its peak", "no drop detected")),
     ), note="What GRPO is (Shao et al. 2024) is not in question: it keeps a KL term, in the loss (k3, β = 0.04), "
             "and its group-normalised advantages replace the critic. Tested here: whether the KL term still "
             "matters once advantages are group-normalised; the claim holds if β = 0 ends no more than 0.05 below β = 0.04 "
@@ -328,9 +343,9 @@ CLAIMS: tuple[Claim, ...] = (
              "critic), per seed", LN_RATIO, +1, LN_10PCT,
              paired(CRITIC, Arm("no critic", {"algo.critic": "none"}), Arm("critic", {"algo.critic": "policy"}),
                     step_mean("objective/advantage_var"), scale="log ratio")),
-        shown("and trains better", "final gold: critic − no critic, per seed", GOLD,
+        shown("gold with the critic", "final gold: critic − no critic, per seed", GOLD,
               paired(CRITIC, Arm("critic", {"algo.critic": "policy"}), Arm("no critic", {"algo.critic": "none"}),
-                     final_gold)),
+                     final_gold), gold_words("more gold with the critic", "less gold with the critic")),
     ), note="'Four models' describes the setup and is not tested; without a critic the baseline is the batch mean."),
     Claim("C16", "The RM need not share the policy's base, but a same-source RM is more stable.", (RM_MATCHED,), (
         Part("a different-source RM still works", "last − first eval/gold_reward with the different-source RM, per "
@@ -341,9 +356,12 @@ CLAIMS: tuple[Claim, ...] = (
         Part("and a smaller drop from its gold peak", "split-half gold drop from the peak: different − same source, "
              "per seed", GOLD, +1, GOLD_MARGIN, paired(RM_MATCHED, DIFF, SAME, gold_drop)),
         shown("final gold", "final gold: same − different source, per seed", GOLD,
-              paired(RM_MATCHED, SAME, DIFF, final_gold)),
+              paired(RM_MATCHED, SAME, DIFF, final_gold),
+              gold_words("more gold with the same-source RM", "less gold with the same-source RM")),
         shown("at what KL", "ln(final eval/kl: same ÷ different source), per seed", LN_RATIO,
-              paired(RM_MATCHED, SAME, DIFF, final("eval/kl"), scale="log ratio")),
+              paired(RM_MATCHED, SAME, DIFF, final("eval/kl"), scale="log ratio"),
+              Words("further from the reference with the same-source RM",
+                    "closer to the reference with the same-source RM", "no KL difference detected")),
     ), note="Both RMs start from an SFT run of their own family, same shape and training (rm_source_matched); the "
             "superseded rm_source_5rms confounded source with initialisation (SFT vs pretrained base).",
         min_rms=RM_CLAIM_RMS),
@@ -361,15 +379,19 @@ CLAIMS: tuple[Claim, ...] = (
              paired(RM_MIS, mis_arm("different", 0.2, "unbiased"), mis_arm("different", 0, "unbiased"), final_gold)),
         shown("the different-source RM's accuracy from SFT samples to the policy's own", "last − first "
               "eval/proxy_gold_agreement, different source, unbiased labels", FRACTION,
-              within(RM_MIS, mis_arm("different", 0, "unbiased"), change("eval/proxy_gold_agreement"))),
-        shown("the fix under length-biased labels", "final eval/proxy_gold_agreement: different source with − without "
-              "on-policy pairs, length-biased labels, per seed", FRACTION,
+              within(RM_MIS, mis_arm("different", 0, "unbiased"), change("eval/proxy_gold_agreement")),
+              Words("its accuracy rises", "its accuracy falls", "no change detected"), 0.02),
+        shown("the on-policy pairs under length-biased labels: agreement", "final eval/proxy_gold_agreement: "
+              "different source with − without on-policy pairs, length-biased labels, per seed", FRACTION,
               paired(RM_MIS, mis_arm("different", 0.2, "length_biased"), mis_arm("different", 0, "length_biased"),
-                     AGREEMENT)),
-        shown("and its gold under length-biased labels", "final gold: different source with − without on-policy "
+                     AGREEMENT),
+              Words("higher agreement with the on-policy pairs", "lower agreement with the on-policy pairs",
+                    "no agreement difference detected"), 0.02),
+        shown("and gold, under length-biased labels", "final gold: different source with − without on-policy "
               "pairs, length-biased labels, per seed", GOLD,
               paired(RM_MIS, mis_arm("different", 0.2, "length_biased"), mis_arm("different", 0, "length_biased"),
-                     final_gold)),
+                     final_gold),
+              gold_words("more gold with the on-policy pairs", "less gold with the on-policy pairs")),
     ), note="The on-policy pairs come from a policy trained against the same-source RM, not the RM they fix, and are "
             "labelled like the rest (rm_mis_scoring); the superseded rm_source_5rms drew them from a policy trained "
             "against the RM being fixed and never measured the mis-scoring.", min_rms=RM_CLAIM_RMS),
@@ -383,11 +405,11 @@ CLAIMS: tuple[Claim, ...] = (
               "final gold: ensemble (mean − 1·std) − single small RM, per seed", GOLD,
               paired(RM_ENS, Arm("ensemble of 3 tiny, λ = 1", {"reward_model.ensemble": 3,
                                                               "reward_model.conservative_lambda": 1}),
-                     Arm("one small RM", {"reward_model.ensemble": 1}), final_gold)),
+                     Arm("one small RM", {"reward_model.ensemble": 1}), final_gold), ENSEMBLE_GOLD),
         shown("the same ensemble scored by its mean (λ = 0)", "final gold: ensemble (mean) − single small RM, per seed",
               GOLD, paired(RM_ENS, Arm("ensemble of 3 tiny, λ = 0", {"reward_model.ensemble": 3,
                                                                     "reward_model.conservative_lambda": 0}),
-                           Arm("one small RM", {"reward_model.ensemble": 1}), final_gold)),
+                           Arm("one small RM", {"reward_model.ensemble": 1}), final_gold), ENSEMBLE_GOLD),
     ), note="'≈ one larger RM' is an equivalence: the ensemble parts are shown with their intervals, not judged.",
         also=(RM_ENS,), min_rms=RM_CLAIM_RMS),
     Claim("C19", "A LoRA-tuned RM with a small rank (r = 8) adapts worse than r = 64.", (RM_LORA,), (
@@ -395,22 +417,27 @@ CLAIMS: tuple[Claim, ...] = (
              "RM seed", FRACTION, +1, 0.01,
              paired(RM_LORA, Arm("r = 64", {"reward_model.lora.r": 64}, stage=""),
                     Arm("r = 8", {"reward_model.lora.r": 8}, stage=""), rm_metric("rm/accuracy"), unit=rm_seed)),
-        shown("and gold worse", "rm/accuracy_gold: r = 64 − r = 8, per RM seed", FRACTION,
+        shown("accuracy against gold, r = 64 vs r = 8", "rm/accuracy_gold: r = 64 − r = 8, per RM seed", FRACTION,
               paired(RM_LORA, Arm("r = 64", {"reward_model.lora.r": 64}, stage=""),
                      Arm("r = 8", {"reward_model.lora.r": 8}, stage=""), rm_metric("rm/accuracy_gold"),
-                     unit=rm_seed)),
+                     unit=rm_seed),
+              Words("r = 8 is less accurate against gold", "r = 8 is more accurate against gold",
+                    "no accuracy difference detected"), 0.01),
         shown("full fine-tuning vs r = 64", "rm/accuracy: full (r = 0) − r = 64, per RM seed", FRACTION,
               paired(RM_LORA, Arm("full fine-tuning", {"reward_model.lora.r": 0}, stage=""),
-                     Arm("r = 64", {"reward_model.lora.r": 64}, stage=""), rm_metric("rm/accuracy"), unit=rm_seed)),
+                     Arm("r = 64", {"reward_model.lora.r": 64}, stage=""), rm_metric("rm/accuracy"), unit=rm_seed),
+              Words("full fine-tuning fits better", "full fine-tuning fits worse", "no accuracy difference detected"),
+              0.01),
     ), note="One value per distinct RM: RMs shared by several PPO runs count once (an RM seed is the unit).",
         min_rms=RM_CLAIM_RMS),
     Claim("C20", "Reward normalisation fixes reward-scale drift.", (RM_NORM,), (
         Part("normalising the RM improves PPO", "final gold: normalize = true − false, per seed", GOLD, +1,
              GOLD_MARGIN, paired(RM_NORM, Arm("normalised", {"reward_model.normalize": True}),
                                  Arm("raw", {"reward_model.normalize": False}), final_gold)),
-        shown("and changes how far the policy moves", "final eval/kl: normalize = true − false, per seed", "nats",
-              paired(RM_NORM, Arm("normalised", {"reward_model.normalize": True}),
-                     Arm("raw", {"reward_model.normalize": False}), final("eval/kl"))),
+        shown("how far the policy moves, normalised vs raw", "final eval/kl: normalize = true − false, per seed",
+              "nats", paired(RM_NORM, Arm("normalised", {"reward_model.normalize": True}),
+                             Arm("raw", {"reward_model.normalize": False}), final("eval/kl")),
+              Words("further with normalisation", "less far with normalisation", "no KL difference detected")),
     ), note="A fixed affine map cannot follow a drift during PPO; what is judged is the outcome with vs without it.",
         min_rms=RM_CLAIM_RMS),
     Claim("C21", "Numbers quoted in the notes: 'Anthropic +30 % stability', 'DeepSeek-R1 used 5×1.3B RMs', "

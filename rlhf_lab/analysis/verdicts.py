@@ -9,7 +9,8 @@ one family: :func:`correct` adjusts their p-values with Holm's step-down method 
 ±margin; inconclusive otherwise). Preconditions are decided on their unadjusted p. A claim holds when every judged
 part holds and does not hold when one does not; a precondition that is not shown makes it inconclusive unless a
 judged part is shown against the claim (:func:`combine`); an RM claim without ``Claim.min_rms`` distinct RMs per
-arm is inconclusive (:func:`replication_gap`).
+arm is inconclusive (:func:`replication_gap`). A shown part is not judged: :func:`reading` words it from its
+interval and margin (:func:`~rlhf_lab.analysis.wording.word_effect`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rlhf_lab.analysis.quantities import EVAL_GOLD
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData
 from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Effect, holm, units_for_power, verdict
+from rlhf_lab.analysis.wording import word_effect
 
 NOT_RUN = "not run yet"
 NOT_TESTABLE = "not testable"
@@ -41,6 +43,11 @@ class PartResult:
     p_adj: float = NAN   # Holm-adjusted over the report's judged effects (judged parts only)
     needs: int | None = None  # units for 80 % power, for an inconclusive effect with a spread
     alpha: float = ALPHA  # the level `needs` was computed for
+
+    @property
+    def label(self) -> str:
+        """What the part tests, its arms named as the runs gave them (:meth:`Part.label`)."""
+        return self.part.label(self.measured)
 
     @property
     def against(self) -> bool:
@@ -117,6 +124,14 @@ def part_result(part: Part, m: Measured) -> PartResult:
     return PartResult(part, m, decide(part, m.effect, side, p), side, p, p if part.role == JUDGED else NAN)
 
 
+def reading(r: PartResult) -> str:
+    """A shown part's effect in words (:func:`word_effect`), '' without words or an effect."""
+    e = r.measured.effect
+    if r.part.words is None or e is None:
+        return ""
+    return word_effect(e.lo, e.hi, r.part.margin, r.part.words)
+
+
 def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> int | None:
     """The units (seeds) an inconclusive effect would need for `power` at one-sided level `alpha`, from its
     observed spread (sd of the per-unit values): to detect a true effect of the observed estimate's size, or of the
@@ -161,15 +176,15 @@ def combine(results: Sequence[PartResult]) -> tuple[str, str]:
         if r.part.role == PRECONDITION and r.verdict != HOLDS:
             why = "it does not hold" if r.verdict == DOES_NOT_HOLD else why_open(r)
             if against:
-                return DOES_NOT_HOLD, ("shown against the claim: " + "; ".join(f"\"{a.part.says}\"" for a in against)
-                                       + f" (although \"{r.part.says}\" is not shown: {why})")
-            return INCONCLUSIVE, f"cannot be tested on these runs: \"{r.part.says}\" is not shown ({why})"
-    failed = [r.part.says for r in judged if r.verdict == DOES_NOT_HOLD]
+                return DOES_NOT_HOLD, ("shown against the claim: " + "; ".join(f"\"{a.label}\"" for a in against)
+                                       + f" (although \"{r.label}\" is not shown: {why})")
+            return INCONCLUSIVE, f"cannot be tested on these runs: \"{r.label}\" is not shown ({why})"
+    failed = [r.label for r in judged if r.verdict == DOES_NOT_HOLD]
     if failed:
         return DOES_NOT_HOLD, "shown not to hold: " + "; ".join(f"\"{s}\"" for s in failed)
     if judged and all(r.verdict == HOLDS for r in judged):
         return HOLDS, "every judged effect holds"
-    open_ = [f"\"{r.part.says}\" ({why_open(r)})" for r in judged if r.verdict != HOLDS]
+    open_ = [f"\"{r.label}\" ({why_open(r)})" for r in judged if r.verdict != HOLDS]
     return INCONCLUSIVE, "not shown: " + "; ".join(open_)
 
 

@@ -197,7 +197,7 @@ def verdicts(runs: Sequence[RunData], claim_ids: Sequence[str] = CLAIMS) -> dict
 def agreement_of(results: dict[str, ClaimResult]) -> tuple[bool, list[tuple[str, str, str, bool]]]:
     """(the claim's verdicts agree, [(part, formula verdict, RM verdict, agree)] for the judged parts)."""
     f, g = results[FORMULA], results[RM]
-    rows = [(pf.part.says, pf.verdict or "shown", pg.verdict or "shown", pf.verdict == pg.verdict)
+    rows = [(pf.label, pf.verdict or "shown", pg.verdict or "shown", pf.verdict == pg.verdict)
             for pf, pg in zip(f.parts, g.parts)]
     return f.verdict == g.verdict, rows
 
@@ -249,7 +249,7 @@ def verdict_lines(res: dict[str, dict[str, ClaimResult]]) -> list[str]:
             eff = lambda p: (f"{fmt(p.measured.effect.estimate)} [{fmt(p.measured.effect.lo)}, "  # noqa: E731
                              f"{fmt(p.measured.effect.hi)}]" if p.measured.effect is not None else
                              f"– ({p.measured.missing})")
-            rows.append([pf.part.role, pf.part.says, eff(pf), pf.verdict or "shown", eff(pg), pg.verdict or "shown",
+            rows.append([pf.part.role, pf.label, eff(pf), pf.verdict or "shown", eff(pg), pg.verdict or "shown",
                          "yes" if pf.verdict == pg.verdict else "**no**"])
         lines += [md_table(["role", "part", "formula: estimate [95% CI]", "formula", "gold RM: estimate [95% CI]",
                             "gold RM", "agree"], rows), ""]
