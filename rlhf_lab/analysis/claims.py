@@ -4,7 +4,8 @@ The claims, the studies that test them and the effects they are judged on are da
 (:mod:`~rlhf_lab.analysis.registry`); their verdicts, with Holm's correction across every judged effect of the
 report, the units an inconclusive effect would need and the RM replication rule, are
 :mod:`~rlhf_lab.analysis.verdicts`' (:func:`verdicts.judge_all`). Here: reading the runs (the store, runs files),
-and writing the report, whose Statistics paragraph (:func:`statistics_text`) states the rules.
+and writing the report, whose Statistics paragraph (:func:`rlhf_lab.analysis.stats_text.statistics_text`) states
+the rules.
 A claim whose studies have no runs is **not run yet** (with the command), one that is no effect is
 **not testable**. Only FINISHED runs count, and policy runs (PPO, GRPO, RLOO, DPO, best-of-n) need :data:`MIN_EVALS` evaluations.
 """
@@ -15,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from rlhf_lab.analysis.anytime import FOOTNOTE, MARK, is_anytime
 from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.provenance import (
@@ -26,10 +28,11 @@ from rlhf_lab.analysis.provenance import (
     reproduction_runs,
 )
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
-from rlhf_lab.analysis.designs import RM_CLAIM_RMS, SUITE_VERSIONS
+from rlhf_lab.analysis.designs import SUITE_VERSIONS
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
+from rlhf_lab.analysis.stats_text import statistics_text
 from rlhf_lab.analysis.snapshot import (
     FILE_NAME,
     commands_of,
@@ -42,11 +45,9 @@ from rlhf_lab.analysis.snapshot import (
     write_snapshot,
 )
 from rlhf_lab.analysis.verdicts import (
-    ALPHA,
     MIN_EVALS,
     NOT_RUN,
     NOT_TESTABLE,
-    POWER,
     ClaimResult,
     PartResult,
     counts,
@@ -142,15 +143,16 @@ def effect_cell(m: Measured, unit: str) -> str:
         return "–"
     if e.method == "config value":
         return f"{fmt(e.estimate)} {unit}"
+    mark = f" {MARK}" if is_anytime(e) else ""
     if not (math.isfinite(e.lo) and math.isfinite(e.hi)):
-        return f"{fmt(e.estimate)} {unit}, no CI (n = {e.n})"
-    return f"{fmt(e.estimate)} [{fmt(e.lo)}, {fmt(e.hi)}] {unit}"
+        return f"{fmt(e.estimate)} {unit}, {'unbounded' if mark else 'no CI'} (n = {e.n}){mark}"
+    return f"{fmt(e.estimate)} [{fmt(e.lo)}, {fmt(e.hi)}] {unit}{mark}"
 
 
 def n_cell(m: Measured) -> str:
     if m.effect is None:
         return "0"
-    return count(m.effect.n, m.n_of) + (" (paired)" if m.effect.method == "paired t" else "")
+    return count(m.effect.n, m.n_of) + (" (paired)" if m.effect.method.endswith("paired t") else "")
 
 
 def margin_cell(part: Part) -> str:
@@ -203,7 +205,7 @@ def claim_section(res: ClaimResult) -> list[str]:
     if res.parts:
         rows = [[p.part.role, p.label, p.part.effect, effect_cell(p.measured, p.part.unit), n_cell(p.measured),
                  margin_cell(p.part), p_cell(p), holm_cell(p), verdict_cell(p)] for p in res.parts]
-        lines += [md_table(EFFECT_HEADER, rows), ""]
+        lines += [md_table(EFFECT_HEADER, rows), "", *footnote(res.parts)]
         upstream = upstream_text(res.parts)
         lines += [upstream, ""] if upstream else []
         figures = [f"- {p.part.label(p.measured, ran=False)}: "  # the detail names the arms as they ran
@@ -249,44 +251,24 @@ UPDATES = "**Updates.**"
 
 def holm_summary(r: ClaimResult) -> str:
     """The Holm-adjusted p of each judged effect with one, in registry order ('against' on the other side)."""
-    cells = [fmt_p(p.p_adj) + (" against" if p.side == -p.part.direction else "")
+    cells = [fmt_p(p.p_adj) + (" against" if p.side == -p.part.direction else "") + (MARK if anytime(p) else "")
              for p in r.parts if p.part.role == JUDGED and p.p_adj == p.p_adj]
     return ", ".join(cells) or "–"
+
+
+def anytime(r: PartResult) -> bool:
+    """Whether a part was judged with the anytime-valid interval (its study was extended after looking)."""
+    return is_anytime(r.measured.effect)
+
+
+def footnote(results: Sequence[PartResult]) -> list[str]:
+    """The marker's footnote (and a blank line) when one of `results` is marked, else nothing."""
+    return [FOOTNOTE, ""] if any(map(anytime, results)) else []
 
 
 def verdict_rows(results: Sequence[ClaimResult]) -> list[list[Any]]:
     return [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–", holm_summary(r),
              f"**{r.verdict}**"] for r in results]
-
-
-def statistics_text(m: int) -> str:
-    """The Statistics paragraph: the interval, the p-values, Holm's family (m judged effects), the verdict rules."""
-    return ("**Statistics.** An effect is a mean over units (normally seeds) with its 95% Student-t interval. Paired "
-            "designs run the compared settings with the same seeds and average the per-seed differences (\"paired\" "
-            "after n: the seeds both settings ran); the others take one value per unit (a change over training, a "
-            "drop, one value per distinct RM). Each judged effect has a one-sided p-value from its t statistic "
-            "(df = n − 1), on the side of 0 its estimate lies (\"against\": the side opposite to the claim); p < 0.025 "
-            "exactly when the 95% interval excludes 0 on that side. **Multiplicity:** the family is every judged "
-            f"effect of this report with a p-value (m = {m}); verdicts use Holm's step-down correction at a family-wise "
-            f"level of {ALPHA:g} per side (the 95% intervals' 2.5 % a side; 5 % for any wrong verdict either way), "
-            "and the tables show the unadjusted interval and p beside the Holm-adjusted p and verdict. A judged "
-            f"effect **holds** when its Holm-adjusted p is below {ALPHA:g} on the claimed side, **does not hold** when "
-            f"it is below {ALPHA:g} on the other side or its (unadjusted) interval lies inside ±margin (negligible), "
-            "and is **inconclusive** otherwise, including n < 2. A non-inferiority effect (\"at least as well, "
-            "within the margin\") is tested against −margin instead of 0 and has no negligible zone. A claim holds "
-            "when all its judged effects hold and does not hold when one does not. A precondition (what the claim "
-            "presupposes, e.g. hacking to reduce) is judged on its unadjusted interval, outside the family; one that "
-            "is not shown makes the claim inconclusive, **except** that a judged effect shown against the claim "
-            "(Holm-adjusted) makes it \"does not hold\" all the same. Shown effects are reported, not judged, and "
-            "worded from their unadjusted interval alone: a direction when it excludes 0, \"no … detected\" only "
-            "when it lies inside ±margin, inconclusive otherwise. "
-            f"**Power:** an inconclusive effect states the units that {POWER:.0%} power would need (one-sided t test, "
-            "noncentral t) to detect a true effect the size of its estimate, or of the margin if larger, with its "
-            f"observed spread, at level {ALPHA:g}/m for a judged effect (Holm's strictest step: an effect reaching "
-            f"it holds after the correction whatever the others) and {ALPHA:g} for a precondition. **Replication:** "
-            "each section counts the distinct upstream RMs and SFT policies per arm (`rlhf_lab.upstream.*` tags); "
-            "a factor with one per arm is held fixed, and the verdict is conditional on it. A claim about the RM "
-            f"needs at least {RM_CLAIM_RMS} distinct RMs per arm, else it is inconclusive (\"not replicated\").")
 
 
 def family_size(results: Sequence[ClaimResult]) -> int:
@@ -304,7 +286,8 @@ def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
              + data_text(runs), "",
              statistics_text(family_size(results)),
              "", f"**Margins** (equivalence, or non-inferiority where the table says so, per unit): {margins_text([r.claim for r in results])}.", "",
-             "## Verdicts", "", md_table(VERDICT_HEADER, verdict_rows(results)), "", "## Effects", ""]
+             "## Verdicts", "", md_table(VERDICT_HEADER, verdict_rows(results)), "",
+             *footnote([p for r in results for p in r.parts if p.part.role == JUDGED]), "## Effects", ""]
     for r in results:
         lines += claim_section(r)
     runs = list(runs)

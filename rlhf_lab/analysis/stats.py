@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -59,6 +59,7 @@ class Effect:
     n: int
     method: str
     level: float = 0.95
+    values: tuple[float, ...] = field(default=(), compare=False, repr=False)  # the per-unit values (t intervals)
 
     def verdict(self, direction: int, margin: float | None = None) -> str:
         """verdict(self.lo, self.hi, direction, margin)."""
@@ -73,7 +74,10 @@ class Effect:
 
     @property
     def sd(self) -> float:
-        """The spread of the per-unit values (or paired differences): se·√n."""
+        """The spread of the per-unit values (or paired differences): their sd when the effect keeps them, else
+        se·√n (an interval that is not a t interval, such as an anytime-valid one, keeps them)."""
+        if len(self.values) == self.n >= 2:
+            return float(np.std(self.values, ddof=1))
         return self.se * math.sqrt(self.n)
 
     def p_value(self, direction: int, null: float = 0.0) -> float:
@@ -112,7 +116,7 @@ def t_ci(x: Any, level: float = 0.95) -> tuple[float, float, float, int]:
 def t_effect(x: Any, level: float = 0.95, method: str = "t") -> Effect:
     """t_ci as an Effect."""
     m, lo, hi, n = t_ci(x, level)
-    return Effect(m, lo, hi, n, method, level)
+    return Effect(m, lo, hi, n, method, level, tuple(float(v) for v in _sample(x)))
 
 
 def bootstrap_ci(x: Any, level: float = 0.95, n_boot: int = 10_000, seed: int = 0,

@@ -2,15 +2,16 @@
 of a report, the units an inconclusive effect would need, and the upstream factors (RM, SFT policy) replicated per
 arm. :mod:`~rlhf_lab.analysis.claims` reads the runs and writes the report.
 
-A part's p-value is one-sided, from its effect's t statistic, on the side of the null value (0, or −margin for a
-non-inferiority part) its estimate lies (:func:`side_p`). The judged parts of all the claims judged together are
-one family: :func:`correct` adjusts their p-values with Holm's step-down method and decides each at
-:data:`ALPHA` per side (:func:`decide`: holds on the claimed side, does not hold on the other, or negligible inside
-±margin; inconclusive otherwise). Preconditions are decided on their unadjusted p. A claim holds when every judged
-part holds and does not hold when one does not; a precondition that is not shown makes it inconclusive unless a
-judged part is shown against the claim (:func:`combine`); an RM claim without ``Claim.min_rms`` distinct RMs per
-arm is inconclusive (:func:`replication_gap`). A shown part is not judged: :func:`reading` words it from its
-interval and margin (:func:`~rlhf_lab.analysis.wording.word_effect`).
+A part's p-value is one-sided, from its effect's t statistic (or, for a judged part or precondition whose runs
+include seeds added to their study after looking, its anytime-valid p, :mod:`~rlhf_lab.analysis.anytime`), on the
+side of the null value (0, or −margin for a non-inferiority part) its estimate lies (:func:`side_p`). The judged
+parts of all the claims judged together are one family: :func:`correct` adjusts their p-values with Holm's step-down
+method and decides each at :data:`ALPHA` per side (:func:`decide`: holds on the claimed side, does not hold on the
+other, or negligible inside ±margin; inconclusive otherwise). Preconditions are decided on their unadjusted p. A
+claim holds when every judged part holds and does not hold when one does not; a precondition that is not shown makes
+it inconclusive unless a judged part is shown against the claim (:func:`combine`); an RM claim without
+``Claim.min_rms`` distinct RMs per arm is inconclusive (:func:`replication_gap`). A shown part is not judged:
+:func:`reading` words it from its interval and margin (:func:`~rlhf_lab.analysis.wording.word_effect`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from rlhf_lab.analysis.anytime import added_run_ids, anytime_needs, anytime_p, from_extended, is_anytime, with_anytime
 from rlhf_lab.analysis.effects import Measured, count
 from rlhf_lab.analysis.quantities import EVAL_GOLD
 from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
@@ -87,7 +89,10 @@ def side_p(part: Part, e: Effect | None) -> tuple[int, float]:
     if part.role == SHOWN or e is None or e.method == "config value":
         return 0, NAN
     null = null_value(part)
-    p_for, p_other = e.p_value(part.direction, null), e.p_value(-part.direction, null)
+    if is_anytime(e):  # seeds added after looking: the anytime-valid p (rlhf_lab.analysis.anytime)
+        p_for, p_other = anytime_p(e, part.direction, null), anytime_p(e, -part.direction, null)
+    else:
+        p_for, p_other = e.p_value(part.direction, null), e.p_value(-part.direction, null)
     if p_for != p_for:  # NaN
         return 0, NAN
     return (part.direction, p_for) if p_for <= p_other else (-part.direction, p_other)
@@ -117,9 +122,13 @@ def decide(part: Part, e: Effect | None, side: int, p: float, alpha: float = ALP
     return INCONCLUSIVE
 
 
-def part_result(part: Part, m: Measured) -> PartResult:
+def part_result(part: Part, m: Measured, extended: Iterable[str] = ()) -> PartResult:
     """A part's result before the correction: its p-value and its verdict at the unadjusted level (a judged part's
-    adjusted p is its own until :func:`correct` adjusts it in a family)."""
+    adjusted p is its own until :func:`correct` adjusts it in a family). A judged part or precondition whose runs
+    include one of the run ids `extended` (seeds added after looking, :func:`anytime.added_run_ids`) gets the
+    anytime-valid interval and p."""
+    if part.role != SHOWN and from_extended(m, extended):
+        m = with_anytime(m)
     side, p = side_p(part, m.effect)
     return PartResult(part, m, decide(part, m.effect, side, p), side, p, p if part.role == JUDGED else NAN)
 
@@ -139,6 +148,8 @@ def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> i
     if e is None or e.n < 2 or e.method == "config value":
         return None
     delta = max(abs(e.estimate - null_value(part)), part.margin or 0.0)
+    if is_anytime(e):  # the seeds its anytime-valid sequence would need (rlhf_lab.analysis.anytime)
+        return anytime_needs(delta, e.sd, alpha, power)
     return units_for_power(delta, e.sd, alpha, power)
 
 
@@ -273,13 +284,13 @@ def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, in
     if missing:
         return ClaimResult(claim, NOT_RUN, "no runs of " + ", ".join(f"`{s}`" for s in missing) + "; run "
                            + " and ".join(f"`{default_command(s)}`" for s in missing), commands=cmds)
-    results = []
+    results, extended = [], added_run_ids(studies)
     for part in claim.parts:
         try:
             m = part.compute(studies)
         except Exception as err:  # an effect that cannot be computed is no evidence either way
             m = Measured(None, missing=f"could not compute: {type(err).__name__}: {err}")
-        results.append(part_result(part, m))
+        results.append(part_result(part, m, extended))
     return conclude(ClaimResult(claim, "", "", results, cmds), studies, present)
 
 
