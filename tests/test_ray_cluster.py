@@ -110,7 +110,7 @@ def test_a_node_lost_mid_sweep_leaves_no_run_running_and_changes_no_result(clust
         try:
             lost = wait_for_job_on(worker.node_id, faulty / "mlflow.db", out, proc)
             c.remove_node(worker)
-            assert proc.wait(timeout=600) == 0, (faulty / "err.txt").read_text()[-3000:]
+            assert proc.wait(timeout=1200) == 0, (faulty / "err.txt").read_text()[-3000:]
         finally:
             if proc.poll() is None:
                 proc.kill()
