@@ -273,9 +273,11 @@ def default_command(study: str) -> str:
 
 
 def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, int],
-          commands: dict[str, list[str]] | None = None) -> ClaimResult:
+          commands: dict[str, list[str]] | None = None, extended: frozenset[str] | None = None) -> ClaimResult:
     """One claim's effects and its verdict at the unadjusted level (each judged effect on its own): `studies` holds
-    the runs that count, `present` how many runs each study has. :func:`judge_all` corrects across claims."""
+    the runs that count, `present` how many runs each study has. :func:`judge_all` corrects across claims.
+    `extended`: the run ids of seeds added after looking (:func:`anytime.added_run_ids` of `studies`, read here
+    when not given)."""
     commands = commands or {}
     cmds = [c for s in claim.studies + claim.also for c in (commands.get(s) or [default_command(s)])]
     if claim.untestable:
@@ -284,7 +286,8 @@ def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, in
     if missing:
         return ClaimResult(claim, NOT_RUN, "no runs of " + ", ".join(f"`{s}`" for s in missing) + "; run "
                            + " and ".join(f"`{default_command(s)}`" for s in missing), commands=cmds)
-    results, extended = [], added_run_ids(studies)
+    results = []
+    extended = added_run_ids(studies) if extended is None else extended
     for part in claim.parts:
         try:
             m = part.compute(studies)
@@ -350,7 +353,8 @@ def seeds_to_decide(results: Sequence[ClaimResult], cap: int) -> dict[str, int]:
 def judge_all(claims: Sequence[Claim], studies: dict[str, list[RunData]], present: dict[str, int],
               commands: dict[str, list[str]] | None = None) -> list[ClaimResult]:
     """Every claim's verdict, with Holm's correction across all judged effects of these claims (:func:`correct`)."""
-    results = [judge(c, studies, present, commands) for c in claims]
+    extended = added_run_ids(studies)  # once for every claim: it reads each study's file
+    results = [judge(c, studies, present, commands, extended) for c in claims]
     correct(results)
     for r in results:
         if r.parts:

@@ -3,8 +3,9 @@ stage's artifact depends on.
 
 A cached artifact's key hashes the config that determines it (:mod:`rlhf_lab.runs.cache`), not the code that
 built it, so an artifact built by older code would be reused silently by newer code that builds something
-else from the same config (a stale SFT policy or preference set under a study's later seeds). The cache records
-:func:`stage_code_digest` in each artifact's spec file and rebuilds an artifact whose code differs.
+else from the same config (a stale SFT policy or preference set under a study's later seeds). The cache therefore
+puts :func:`stage_code_digest` into each stage's artifact keys (and records it in the spec file): other code looks
+up other keys and builds its own artifacts.
 
 The digest covers the stage's module and every module of the package it imports, at module level or inside a
 function (:func:`import_closure`), read as syntax trees without docstrings (a reworded docstring, a comment or
@@ -65,10 +66,16 @@ def imports_of(path: Path, modules: dict[str, Path],
     return out
 
 
+def imported_modules(path: Path, modules: dict[str, Path], tree: ast.Module | None = None) -> set[str]:
+    """The package's modules the file imports (itself left out)."""
+    here = module_name(path)
+    return {t for t, _, _ in imports_of(path, modules, tree) if t in modules and t != here}
+
+
 def import_graph() -> dict[str, set[str]]:
     """{module: the package's modules it imports}."""
     modules = package_modules()
-    return {m: {t for t, _, _ in imports_of(p, modules) if t in modules and t != m} for m, p in modules.items()}
+    return {m: imported_modules(p, modules) for m, p in modules.items()}
 
 
 def import_closure(module: str, graph: dict[str, set[str]]) -> set[str]:
@@ -113,7 +120,7 @@ def code_digests() -> tuple[dict[str, set[str]], dict[str, str]]:
     graph, texts = {}, {}
     for m, p in modules.items():
         tree = ast.parse(p.read_text(), str(p))
-        graph[m] = {t for t, _, _ in imports_of(p, modules, tree) if t in modules and t != m}
+        graph[m] = imported_modules(p, modules, tree)
         texts[m] = hashlib.sha256(code_text(p, tree).encode()).hexdigest()
     return graph, texts
 
