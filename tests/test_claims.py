@@ -579,7 +579,7 @@ def world() -> dict[str, list[RunData]]:
         for src, frac, g, acc in (("same", 0.0, 0.8, 0.78), ("different", 0.0, 0.5, 0.65), ("different", 0.2, 0.75, 0.74))]
     s["rm_source_matched"] = [  # C16: the different-source RM's gold is noisier from step to step and drops
         policy(k, {"reward_model.source": src}, 0.6, rng, **with_halves(gold, rng, sd))
-        for k in seeds for src, gold, sd in (("same", 0.6 * T, 0.01), ("different", 0.3 + rise_fall(0.3), 0.05))]
+        for k in seeds for src, gold, sd in (("same", 0.6 * T, 0.01), ("different", 0.3 + rise_fall(0.3), 0.03))]
     s["rm_ensemble"] = [policy(k, {"sweep.reward_model.ensemble": ens, "sweep.reward_model.conservative_lambda": lam}, g,
                                rng) for k in seeds for ens, lam, g in ((3, 1.0, 0.82), (3, 0.0, 0.8), (1, 0.0, 0.78))]
     s["rm_lora"] = [make_run(k, {"sweep.reward_model.lora.r": r, "seed": k}, stage="rm",
@@ -637,7 +637,7 @@ def test_c14_is_a_non_inferiority_test_at_the_gold_margin():
     shown = parts(res)["GRPO's distance from the reference without the KL term"]
     drift = shown.measured.effect
     assert drift.n == 5 and drift.lo > 1.0  # ln(30 / 6) ≈ 1.6
-    assert C.verdict_cell(shown) == "shown: drifts further without the KL term"  # the words follow the interval
+    assert C.verdict_cell(shown) == "shown: drifts further without the KL term (unadjusted)"  # the words follow the interval
     tie = verdicts({"grpo_kl": grpo_kl_runs(rng, {0.0: 0.7, 0.04: 0.7})})["C14"]
     e = parts(tie)["group normalisation alone does at least as well as the KL term"]
     assert e.measured.effect.lo > -0.05 and tie.verdict == "holds", tie.reason  # a tie is "at least as well"

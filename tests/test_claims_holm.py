@@ -57,16 +57,16 @@ def test_an_effect_with_p_0_009_holds_alone_but_not_after_holm_among_30():
     assert res["X1"].verdict == "holds" and res["X1"].parts[0].p_adj == pytest.approx(0.015, rel=1e-6)
 
 
-def test_the_family_is_every_judged_effect_with_a_p_value_not_preconditions_or_shown_or_missing():
+def test_the_family_is_every_judged_effect_and_precondition_with_a_p_value_not_shown_or_missing():
     res = judge(claim("X1", part("pre", effect_with_p(0.001), PRECONDITION), part("a", effect_with_p(0.01)),
                       part("b", effect_with_p(0.02)), part("gone", None)),
                 claim("X2", part("c", effect_with_p(0.3))))
-    a, b = res["X1"].parts[1], res["X1"].parts[2]
-    # Holm over {0.01, 0.02, 0.3}: 3·0.01 = 0.03, max(0.03, 2·0.02) = 0.04, max(0.04, 0.3) = 0.3
+    pre, a, b = res["X1"].parts[:3]
+    # Holm over {0.001, 0.01, 0.02, 0.3}: 4·0.001 = 0.004, 3·0.01 = 0.03, max(0.03, 2·0.02) = 0.04, 0.3
     assert (a.p_adj, b.p_adj) == pytest.approx((0.03, 0.04)) and res["X2"].parts[0].p_adj == pytest.approx(0.3)
-    assert math.isnan(res["X1"].parts[0].p_adj) and res["X1"].parts[0].verdict == "holds"  # unadjusted
+    assert pre.p_adj == pytest.approx(0.004) and pre.verdict == "holds"  # the precondition is in the family
     assert math.isnan(res["X1"].parts[3].p) and res["X1"].parts[3].verdict == "inconclusive"
-    assert C.family_size(list(res.values())) == 3
+    assert C.family_size(list(res.values())) == 4
 
 
 def test_a_judged_effect_against_the_claim_decides_it_even_when_the_precondition_fails():
@@ -89,19 +89,20 @@ def test_an_inconclusive_effect_states_the_units_80_percent_power_would_need():
     e = effect_with_p(0.2, se=0.1)  # sd = se·√5 ≈ 0.224, estimate ≈ 0.094
     res = judge(claim("X1", part("open", e, margin=0.05)), claim("X2", part("other", effect_with_p(0.5))))
     r = res["X1"].parts[0]
-    assert r.verdict == "inconclusive" and r.alpha == pytest.approx(0.025 / 2)  # m = 2: Holm's strictest step
-    assert r.needs == units_for_power(e.estimate, e.sd, 0.025 / 2) and r.needs > N
+    assert r.verdict == "inconclusive" and r.alpha == pytest.approx(0.025 / 3)  # m = 3 (with its TOST p)
+    assert r.needs == units_for_power(e.estimate, e.sd, 0.025 / 3) and r.needs > N
     section = "\n".join(C.claim_section(res["X1"]))
     assert f"**inconclusive** (needs about {r.needs} seeds)" in section
     assert f"needs about {r.needs} seeds" in res["X1"].reason
     # the margin when it is larger than the estimate
     small = effect_with_p(0.45, se=0.1)
     r = judge(claim("X1", part("open", small, margin=0.15)))["X1"].parts[0]
-    assert r.verdict == "inconclusive" and r.needs == units_for_power(0.15, small.sd, 0.025)
-    # a precondition is not corrected: its units are for 0.025
+    # m = 2: its one-sided p and its TOST p
+    assert r.verdict == "inconclusive" and r.needs == units_for_power(0.15, small.sd, 0.025 / 2)
+    # a precondition is in the family too: its units are for 0.025 / m (m = 3)
     r = judge(claim("X1", part("pre", e, PRECONDITION), part("x", effect_with_p(0.01))),
               claim("X2", part("y", effect_with_p(0.5))))["X1"].parts[0]
-    assert r.alpha == 0.025 and r.needs == units_for_power(e.estimate, e.sd, 0.025)
+    assert r.alpha == pytest.approx(0.025 / 3) and r.needs == units_for_power(e.estimate, e.sd, 0.025 / 3)
 
 
 def test_the_report_shows_holm_p_beside_the_unadjusted_interval_and_states_the_family(tmp_path):
@@ -208,10 +209,12 @@ def test_a_shown_part_reads_its_words_off_the_interval_in_the_report():
         return res.parts[1]
 
     cost = shown_result(Effect(-0.044, -0.078, -0.009, 5, "paired t"))
-    assert cost.verdict is None and C.verdict_cell(cost) == "shown: costs gold"
+    assert cost.verdict is None and C.verdict_cell(cost) == "shown: costs gold (unadjusted)"
     assert C.margin_cell(cost.part) == "–, ±0.05"
     assert C.verdict_cell(shown_result(Effect(0.002, -0.012, 0.016, 5, "t"))) == \
-        "shown: no gold cost detected (inside ±0.05)"
+        "shown: no gold cost detected (inside ±0.05) (unadjusted)"
+    assert C.verdict_cell(shown_result(Effect(0.002, -0.1, 0.1, 5, "t"))) == \
+        "shown: inconclusive (the interval spans 0 and reaches past ±0.05)"  # no conclusion: nothing to qualify
     assert C.verdict_cell(shown_result(None)) == "shown"  # nothing measured: nothing to word
 
 

@@ -175,7 +175,11 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     text = (tmp_path / "reports" / "claims.md").read_text()
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip().strip("*")
                for line in text.splitlines() if line.startswith("| C")}
-    assert verdict["C2"] == "holds" and verdict["C4"] == "holds"
+    assert verdict["C2"] == "holds"
+    # C4 on 2 seeds: two of its parts hold; the other two (unadjusted p 0.004-0.005) miss 0.025 once preconditions and
+    # equivalence (TOST) p-values are in Holm's family (issue 42, point 7)
+    c4 = text.split("### C4")[1].split("### C5")[0]
+    assert verdict["C4"] == "inconclusive" and c4.count("| **holds** |") == 2
     # C5 is judged per KL target, and this store has one adaptive run (one seed) at each: no interval
     assert verdict["C5"] == "inconclusive" and "1 seed: no interval" in text.split("### C5")[1].split("### C6")[0]
     # no eval/gold_reward_a/_b halves in this store: no unbiased drop from the peak, so no hacking verdict

@@ -25,11 +25,12 @@ from rlhf_lab.analysis.provenance import (
     REPRODUCE_SUFFIX,
     provenance_rows,
     provenance_text,
+    redone_text,
     reproduction_runs,
 )
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
-from rlhf_lab.analysis.designs import SUITE_VERSIONS
-from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
+from rlhf_lab.analysis.designs import REDONE, SUITE_VERSIONS
+from rlhf_lab.analysis.registry import CLAIMS, JUDGED, SHOWN, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
 from rlhf_lab.analysis.stats_text import statistics_text
@@ -51,6 +52,7 @@ from rlhf_lab.analysis.verdicts import (
     ClaimResult,
     PartResult,
     counts,
+    family,
     fmt_p,
     judge_all,
     needs_text,
@@ -173,9 +175,8 @@ def p_cell(r: PartResult) -> str:
 
 
 def holm_cell(r: PartResult) -> str:
-    if r.part.role == PRECONDITION and r.p == r.p:
-        return "not corrected"
-    return fmt_p(r.p_adj)
+    """The Holm-adjusted p, and the adjusted equivalence p beside it when it makes the effect negligible."""
+    return fmt_p(r.p_adj) + (f"; inside ±margin: {fmt_p(r.p_eq_adj)}" if r.negligible else "")
 
 
 def verdict_cell(r: PartResult) -> str:
@@ -272,7 +273,8 @@ def verdict_rows(results: Sequence[ClaimResult]) -> list[list[Any]]:
 
 
 def family_size(results: Sequence[ClaimResult]) -> int:
-    return sum(1 for r in results for p in r.parts if p.part.role == JUDGED and p.p_adj == p.p_adj)
+    """The size of Holm's family (:func:`verdicts.family`)."""
+    return len(family(results))
 
 
 def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
@@ -293,7 +295,8 @@ def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
     runs = list(runs)
     if runs:
         lines += [PROVENANCE, "", provenance_text(FILE_NAME), "",
-                  md_table(PROVENANCE_HEADER, provenance_rows(runs, reruns)), ""]
+                  md_table(PROVENANCE_HEADER, provenance_rows(runs, reruns)), "",
+                  redone_text(REDONE), ""]
     return "\n".join(lines)
 
 

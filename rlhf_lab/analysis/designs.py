@@ -32,6 +32,17 @@ SUITE_VERSIONS: dict[str, tuple[str, ...]] = {
     RM_ENS: ("rm_ensemble_5rms",),
 }
 RM_CLAIM_RMS = 5  # distinct RMs per arm a claim about the RM needs (Claim.min_rms)
+# Designs redone after their results were seen (issue 42, point 7): {the design now judged: (the earlier designs it
+# replaced, what was wrong with them)}; the provenance table's note is written from it (provenance.redone_text).
+REDONE: dict[str, tuple[tuple[str, ...], str]] = {
+    "ppo_beta_grid_wide": (("ppo_beta_grid", "ppo_beta_grid_5seeds"), "one RM for every seed, and only β = 0 below "
+                           "0.01 and β = 1 above 0.1: the β grid widened"),
+    REF_SIZE: ((REF_SMALL,), "its default arm's reference was the policy itself, and the smaller reference braked "
+               "length hacking"),
+    "gao_rm_scaling": (("rm_size_hacking", "rm_size_hacking_beta0", "rm_size_hacking_5rms"), "at β = 0.001 no "
+                       "hacking; at β = 0 its runs peaked within three evaluations"),
+    RM_MATCHED: ((RM_SOURCE, "rm_source_5seeds", "rm_source_5rms"), "source confounded with initialisation"),
+}
 
 
 def option_arm(group: str, option: str, label: str, stage: str = "ppo") -> Arm:

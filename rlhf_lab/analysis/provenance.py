@@ -36,6 +36,15 @@ def provenance_text(file_name: str) -> str:
             "file alone.")
 
 
+def redone_text(redone: dict[str, tuple[tuple[str, ...], str]]) -> str:
+    """The note under the table: which designs replaced an earlier one after its results were seen (`redone`:
+    :data:`rlhf_lab.analysis.designs.REDONE`)."""
+    items = [f"`{new}` replaced {', '.join(f'`{o}`' for o in old)} ({why})" for new, (old, why) in redone.items()]
+    return ("**Designs redone after their results were seen:** " + "; ".join(items) + ". The replacements were chosen "
+            "knowing the earlier results (a second look of another kind than added seeds, which no interval here "
+            "allows for); each claim reads one design, never a mix.")
+
+
 def day(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M") if ms else "?"
 

@@ -4,14 +4,17 @@ arm. :mod:`~rlhf_lab.analysis.claims` reads the runs and writes the report.
 
 A part's p-value is one-sided, from its effect's t statistic (or, for a judged part or precondition whose runs
 include seeds added to their study after looking, its anytime-valid p, :mod:`~rlhf_lab.analysis.anytime`), on the
-side of the null value (0, or −margin for a non-inferiority part) its estimate lies (:func:`side_p`). The judged
-parts of all the claims judged together are one family: :func:`correct` adjusts their p-values with Holm's step-down
-method and decides each at :data:`ALPHA` per side (:func:`decide`: holds on the claimed side, does not hold on the
-other, or negligible inside ±margin; inconclusive otherwise). Preconditions are decided on their unadjusted p. A
+side of the null value (0, or −margin for a non-inferiority part) its estimate lies (:func:`side_p`); a superiority
+part with a margin also has an equivalence (TOST) p against ±margin (:func:`equivalence_p`). The judged parts and
+the preconditions of all the claims judged together are one family, with their equivalence p-values: :func:`correct`
+adjusts them all with Holm's step-down method and decides each part at :data:`ALPHA` per side (:func:`decide`: holds
+on the claimed side, does not hold on the other, or negligible when its adjusted equivalence p is below ALPHA;
+inconclusive otherwise). A
 claim holds when every judged part holds and does not hold when one does not; a precondition that is not shown makes
 it inconclusive unless a judged part is shown against the claim (:func:`combine`); an RM claim without
 ``Claim.min_rms`` distinct RMs per arm is inconclusive (:func:`replication_gap`). A shown part is not judged:
-:func:`reading` words it from its interval and margin (:func:`~rlhf_lab.analysis.wording.word_effect`).
+:func:`reading` words it from its unadjusted interval and margin (:func:`~rlhf_lab.analysis.wording.word_effect`)
+and says so ("(unadjusted)"): it is outside the family, and no verdict rests on it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ class PartResult:
     verdict: str | None  # None for a shown part
     side: int = 0        # the side of the null value the estimate lies on (+1 / −1), 0 without a p-value
     p: float = NAN       # one-sided p on that side (unadjusted)
-    p_adj: float = NAN   # Holm-adjusted over the report's judged effects (judged parts only)
+    p_adj: float = NAN   # Holm-adjusted over the report's family (judged parts and preconditions)
+    p_eq: float = NAN    # the equivalence (TOST) p against ±margin, unadjusted (superiority parts with a margin)
+    p_eq_adj: float = NAN  # the same, Holm-adjusted in the family
     needs: int | None = None  # units for 80 % power, for an inconclusive effect with a spread
     alpha: float = ALPHA  # the level `needs` was computed for
 
@@ -54,8 +59,12 @@ class PartResult:
     @property
     def against(self) -> bool:
         """The effect is shown on the side opposite to the claim (after Holm's correction for a judged part)."""
-        return self.verdict == DOES_NOT_HOLD and self.side == -(self.part.direction or 0) and not negligible(
-            self.part, self.measured.effect)
+        return self.verdict == DOES_NOT_HOLD and self.side == -(self.part.direction or 0) and not self.negligible
+
+    @property
+    def negligible(self) -> bool:
+        """Shown to lie inside ±margin: its (adjusted) equivalence p is below ALPHA."""
+        return self.p_eq_adj < ALPHA
 
 
 @dataclass
@@ -98,16 +107,24 @@ def side_p(part: Part, e: Effect | None) -> tuple[int, float]:
     return (part.direction, p_for) if p_for <= p_other else (-part.direction, p_other)
 
 
-def negligible(part: Part, e: Effect | None) -> bool:
-    """A superiority part whose (unadjusted) interval lies inside ±margin: the effect is shown to be negligible."""
-    return (e is not None and not part.noninferiority and part.margin is not None and e.lo == e.lo and e.hi == e.hi
-            and -part.margin <= e.lo and e.hi <= part.margin)
+def equivalence_p(part: Part, e: Effect | None) -> float:
+    """The equivalence (TOST) p of a judged part or precondition tested for superiority with a margin: the larger of
+    the one-sided p-values against −margin (effect above it) and +margin (effect below it); p < alpha exactly when
+    the two-sided 1 − 2·alpha interval lies inside ±margin. An anytime-valid effect uses its sequence's p-values
+    (:func:`anytime.anytime_p`). NaN for a shown or non-inferiority part, without a margin, or without a t interval."""
+    if (part.role == SHOWN or part.noninferiority or part.margin is None or e is None or e.method == "config value"
+            or e.n < 2):
+        return NAN
+    pf = (lambda d, null: anytime_p(e, d, null)) if is_anytime(e) else e.p_value
+    p = max(pf(+1, -part.margin), pf(-1, part.margin))
+    return p if p == p else NAN
 
 
-def decide(part: Part, e: Effect | None, side: int, p: float, alpha: float = ALPHA) -> str | None:
-    """A part's verdict from the one-sided `p` on `side` (adjusted or not): holds when p < alpha on the claimed side,
-    does not hold when p < alpha on the other side or the effect is negligible (:func:`negligible`), else
-    inconclusive. Without a p-value (an exact config value) the interval decides (:func:`stats.verdict`)."""
+def decide(part: Part, e: Effect | None, side: int, p: float, alpha: float = ALPHA, p_eq: float = NAN) -> str | None:
+    """A part's verdict from the one-sided `p` on `side` and its equivalence p `p_eq` (both adjusted or both not):
+    does not hold when p_eq < alpha (negligible, checked first), holds when p < alpha on the claimed side, does not
+    hold when p < alpha on the other side, else inconclusive. Without a p-value (an exact config value) the interval
+    decides (:func:`stats.verdict`)."""
     if part.role == SHOWN:
         return None
     if e is None:
@@ -115,7 +132,7 @@ def decide(part: Part, e: Effect | None, side: int, p: float, alpha: float = ALP
     if p != p:
         null = null_value(part)
         return verdict(e.lo - null, e.hi - null, part.direction, None if part.noninferiority else part.margin)
-    if negligible(part, e):
+    if p_eq < alpha:
         return DOES_NOT_HOLD
     if p < alpha:
         return HOLDS if side == part.direction else DOES_NOT_HOLD
@@ -123,22 +140,25 @@ def decide(part: Part, e: Effect | None, side: int, p: float, alpha: float = ALP
 
 
 def part_result(part: Part, m: Measured, extended: Iterable[str] = ()) -> PartResult:
-    """A part's result before the correction: its p-value and its verdict at the unadjusted level (a judged part's
-    adjusted p is its own until :func:`correct` adjusts it in a family). A judged part or precondition whose runs
+    """A part's result before the correction: its p-values and its verdict at the unadjusted level (its adjusted p
+    are its own until :func:`correct` adjusts them in a family). A judged part or precondition whose runs
     include one of the run ids `extended` (seeds added after looking, :func:`anytime.added_run_ids`) gets the
     anytime-valid interval and p."""
     if part.role != SHOWN and from_extended(m, extended):
         m = with_anytime(m)
     side, p = side_p(part, m.effect)
-    return PartResult(part, m, decide(part, m.effect, side, p), side, p, p if part.role == JUDGED else NAN)
+    p_eq = equivalence_p(part, m.effect)
+    return PartResult(part, m, decide(part, m.effect, side, p, ALPHA, p_eq), side, p, p, p_eq, p_eq)
 
 
 def reading(r: PartResult) -> str:
-    """A shown part's effect in words (:func:`word_effect`), '' without words or an effect."""
+    """A shown part's effect in words (:func:`word_effect`), '' without words or an effect; a conclusion drawn from
+    its interval (a direction, or "no … detected") is marked "(unadjusted)": shown parts are outside Holm's family."""
     e = r.measured.effect
     if r.part.words is None or e is None:
         return ""
-    return word_effect(e.lo, e.hi, r.part.margin, r.part.words)
+    text = word_effect(e.lo, e.hi, r.part.margin, r.part.words)
+    return text if text.startswith(("inconclusive", "no interval")) else f"{text} (unadjusted)"
 
 
 def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> int | None:
@@ -167,8 +187,7 @@ def why_open(r: PartResult) -> str:
         return m.missing
     if m.effect is not None and m.effect.n < 2:
         return f"{count(m.effect.n, m.n_of)}: no interval"
-    what = "Holm-adjusted p" if r.part.role == JUDGED else "p"
-    text = f"{what} = {fmt_p(r.p_adj if r.part.role == JUDGED else r.p)}, not below {ALPHA:g}"
+    text = f"Holm-adjusted p = {fmt_p(r.p_adj)}, not below {ALPHA:g}"
     return text + (f"; {needs_text(r)}" if r.needs is not None else "")
 
 
@@ -312,20 +331,29 @@ def conclude(res: ClaimResult, studies: dict[str, list[RunData]], present: dict[
     return res
 
 
+def family(results: Sequence[ClaimResult]) -> list[tuple[PartResult, str]]:
+    """Holm's family of `results`: (part, "p" or "p_eq") for the one-sided p of every judged part and precondition
+    with one, and the equivalence p of every such part with one (:func:`equivalence_p`)."""
+    return [(p, k) for r in results for p in r.parts if p.part.role != SHOWN for k in ("p", "p_eq")
+            if getattr(p, k) == getattr(p, k)]
+
+
 def correct(results: Sequence[ClaimResult], alpha: float = ALPHA) -> int:
-    """Holm's correction across every judged effect with a p-value in `results` (the family), in place: each judged
-    part gets its adjusted p and verdict, each inconclusive part the units 80 % power would need (judged: at
-    alpha / m, Holm's strictest step, which makes it hold after the correction whatever the others; precondition:
-    at alpha), and each claim its verdict again. Returns m, the size of the family."""
-    family = [p for r in results for p in r.parts if p.part.role == JUDGED and p.p == p.p]
-    m = len(family)
-    for p, adj in zip(family, holm([p.p for p in family])):
-        p.p_adj = adj
-        p.verdict = decide(p.part, p.measured.effect, p.side, adj, alpha)
+    """Holm's correction across the family of `results` (:func:`family`: judged parts and preconditions, their
+    one-sided and equivalence p-values), in place: each part gets its adjusted p-values and verdict, each
+    inconclusive one the units 80 % power would need (at alpha / m, Holm's strictest step, which makes it hold after
+    the correction whatever the others), and each claim its verdict again. Returns m, the size of the family."""
+    fam = family(results)
+    m = len(fam)
+    for (p, k), adj in zip(fam, holm([getattr(p, k) for p, k in fam])):
+        setattr(p, k + "_adj", adj)
     for r in results:
         for p in r.parts:
+            if p.part.role == SHOWN:
+                continue
+            p.verdict = decide(p.part, p.measured.effect, p.side, p.p_adj, alpha, p.p_eq_adj)
             if p.verdict == INCONCLUSIVE:
-                p.alpha = alpha / max(m, 1) if p.part.role == JUDGED else alpha
+                p.alpha = alpha / max(m, 1)
                 p.needs = needs(p.part, p.measured.effect, p.alpha)
     return m
 
