@@ -29,6 +29,9 @@ def cluster(tmp_path, monkeypatch):
 
     monkeypatch.setenv("RAY_ADDRESS", "")
     monkeypatch.delenv("RAY_ADDRESS")
+    # Ray starts its workers at nice 15 (its `worker_niceness`); beside the other test workers on 2 cores that
+    # starved these jobs (the node-loss test took 13 min instead of 2.5); the raylets read this at their start
+    monkeypatch.setenv("RAY_worker_niceness", "0")
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     worker = c.add_node(num_cpus=1)

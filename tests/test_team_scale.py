@@ -368,7 +368,8 @@ def test_a_sweep_through_a_local_ray_instance(tmp_path):
     r = run_cmd(["-m", "rlhf_lab.entry.run", "-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
                  "hydra.launcher.ray.init.address=local",
                  "+hydra.launcher.ray.init.include_dashboard=false", "algo=sft", *MICRO, "trainer.threads=1",
-                 "study=ray_smoke", "seed=0,1"], tmp_path, RAY_DEDUP_LOGS="0")
+                 "study=ray_smoke", "seed=0,1"], tmp_path, RAY_DEDUP_LOGS="0",
+                RAY_worker_niceness="0")  # not Ray's nice 15 for its workers: starved beside other tests
     check_two_job_sweep(r, tmp_path)
     assert "Started a local Ray instance" in r.stderr
 
