@@ -9,7 +9,7 @@ inside ±margin is negligible) and the function that computes it from the studie
 * ``precondition``: something the claim presupposes (hacking to reduce, a gap to close); if it does not hold,
   the claim cannot be tested on these runs and is inconclusive;
 * ``shown``: reported with its interval, not judged; its `says` names what is compared, never a conclusion, and
-  the report words it from its interval and margin (:class:`Words`, :func:`~rlhf_lab.analysis.verdicts.word_effect`),
+  the report words it from its interval and margin (:class:`Words`, :func:`~rlhf_lab.analysis.wording.word_effect`),
   so that no hand-written label can contradict its numbers.
 
 Paired designs are preferred: the compared settings run with the same seeds and the effect is the mean

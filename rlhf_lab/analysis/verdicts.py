@@ -157,8 +157,7 @@ def reading(r: PartResult) -> str:
     e = r.measured.effect
     if r.part.words is None or e is None:
         return ""
-    text = word_effect(e.lo, e.hi, r.part.margin, r.part.words)
-    return text if text.startswith(("inconclusive", "no interval")) else f"{text} (unadjusted)"
+    return word_effect(e.lo, e.hi, r.part.margin, r.part.words, note=" (unadjusted)")
 
 
 def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> int | None:

@@ -30,11 +30,12 @@ def gold_words(more: str, less: str) -> Words:
 
 
 def word_effect(lo: float, hi: float, margin: float | None, words: Words, estimate: float | None = None,
-                unit: str = "") -> str:
+                unit: str = "", note: str = "") -> str:
     """An effect in words from its interval [lo, hi] and equivalence `margin`: ``words.below`` when the interval
     lies below 0, ``words.above`` when above (noting "by less than ±margin" when it also lies inside the margin),
     ``words.negligible`` only when it spans 0 inside ±margin, "inconclusive" otherwise, and "no interval" without
-    one. With `estimate`, the numbers follow: "costs gold: -0.044 [-0.078, -0.009] gold reward"."""
+    one; `note` (e.g. " (unadjusted)") follows a conclusion, a direction or a negligible call, and nothing else.
+    With `estimate`, the numbers follow: "costs gold: -0.044 [-0.078, -0.009] gold reward"."""
     finite = math.isfinite(lo) and math.isfinite(hi)
     if not finite:
         text = "no interval"
@@ -42,9 +43,9 @@ def word_effect(lo: float, hi: float, margin: float | None, words: Words, estima
         m = f"±{margin:.3g}" if margin is not None else ""
         inside = margin is not None and -margin <= lo and hi <= margin
         if hi < 0 or lo > 0:
-            text = (words.below if hi < 0 else words.above) + (f" (by less than {m})" if inside else "")
+            text = (words.below if hi < 0 else words.above) + (f" (by less than {m})" if inside else "") + note
         elif inside:
-            text = f"{words.negligible} (inside {m})"
+            text = f"{words.negligible} (inside {m})" + note
         else:
             text = "inconclusive (the interval spans 0" + (f" and reaches past {m})" if m else ")")
     if estimate is None:
