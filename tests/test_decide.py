@@ -138,3 +138,37 @@ def test_the_provenance_table_marks_added_seeds_and_the_seed0_rerun():
     assert rows[0][5].startswith("**differs**") and "test/gold_reward 0.0 stored, 0.3 rerun" in rows[0][5]
     assert provenance.spans([0, 1, 2, 4, 6, 7]) == "0–2, 4, 6–7"
     assert provenance.file_seeds("ppo_beta_grid_wide") == (0, 1, 2, 3, 4)
+
+
+def test_the_seed_0_run_to_reproduce_is_the_newest_of_its_job_and_its_rerun_drops_what_computes_nothing(
+        monkeypatch, tmp_path):
+    """A study rerun in full beside its first runs (the runs file keeps both): the suite reproduces the rerun, as the
+    report counts it, not the first run whose overrides happen to sort first (ref_sync, 2026-12-04: the first run's
+    test gold 0.89 against today's 0.64, while the rerun it should have read gives 0.64); and the job it reruns
+    keeps the stored run's computing overrides only (its store, its progress bar are the suite's)."""
+    monkeypatch.chdir(tmp_path)
+    tags = {"rlhf_lab.study": "ref_sync"}
+    old = RunData("old", "ppo", "FINISHED", {}, {**tags, "rlhf_lab.overrides":
+                  "algo.reference.sync_every=0 seed=0 sweep=ref_sync skip_finished=True"},
+                  {"test/gold_reward": 0.89}, seed="0", start_time=1)
+    new = RunData("new", "ppo", "FINISHED", {}, {**tags, "rlhf_lab.overrides":
+                  "algo.reference.sync_every=0 seed=0 sweep=ref_sync skip_finished=True "
+                  "tracking.uri=sqlite\\:////x/store.db trainer.progress_bar=False"},
+                  {"test/gold_reward": 0.64}, seed="0", start_time=2)
+    monkeypatch.setattr(suite_seeds, "report_runs", lambda *a: ({"ref_sync": [old, new]}, {}))
+    assert suite_seeds.stored_seed0_run("ref_sync", [], "reports", []) is new
+    seen = []
+
+    def call(cmd):
+        seen.append(cmd)
+        folder = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text(json.dumps({"stage": "ppo", "test": {"test/gold_reward": 0.64}}))
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", call)
+    monkeypatch.setattr(suite_seeds, "reproduced_keys", lambda run: ("test/gold_reward",))
+    assert suite_seeds.reproduction_problem("ref_sync", ["tracking.uri=sqlite:///mine.db"], "reports", []) is None
+    job = seen[0][3:]
+    assert job[:3] == ["algo.reference.sync_every=0", "seed=0", "sweep=ref_sync"]
+    assert "tracking.uri=sqlite:///mine.db" in job and not any("/x/store.db" in a or "progress_bar" in a for a in job)

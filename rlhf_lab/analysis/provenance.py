@@ -13,6 +13,7 @@ from functools import cache
 from typing import Any, Iterable, Sequence
 
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData
+from rlhf_lab.analysis.snapshot import newest_per_job
 
 REPRODUCE_SUFFIX = "_reproduce"  # the study tag of a stored seed-0 run's rerun
 REPRODUCED_KEYS = ("test/gold_reward", "eval/gold_reward", "eval/kl")  # what a rerun of seed 0 must give again
@@ -95,9 +96,10 @@ def seeds_cell(study: str, runs: Sequence[RunData]) -> str:
 
 def stored_seed0(runs: Sequence[RunData]) -> RunData | None:
     """A study's stored seed-0 run as the suite picks it to rerun: its first FINISHED policy run of seed 0 (by its
-    overrides), else its first RM run of seed 0."""
-    mine = [r for r in runs if r.seed == "0" and r.status == "FINISHED" and r.stage in (*POLICY_STAGES, "rm")
-            and r.tags.get("rlhf_lab.overrides")]
+    overrides), else its first RM run of seed 0; of a job run more than once (a rerun kept beside the first run),
+    the newest, as the report counts it (:func:`~rlhf_lab.analysis.snapshot.newest_per_job`)."""
+    mine = newest_per_job([r for r in runs if r.seed == "0" and r.status == "FINISHED"
+                           and r.stage in (*POLICY_STAGES, "rm") and r.tags.get("rlhf_lab.overrides")])
     return min(mine, key=lambda r: (r.stage not in POLICY_STAGES, r.tags["rlhf_lab.overrides"]), default=None)
 
 

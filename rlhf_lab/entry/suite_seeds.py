@@ -13,6 +13,7 @@ from typing import Callable
 
 from rlhf_lab.analysis.provenance import REPRODUCE_SUFFIX, reproduced_keys, same, stored_seed0
 from rlhf_lab.analysis.snapshot import FILE_NAME
+from rlhf_lab.config.keys import computes, override_key
 
 
 def uri_override(overrides: list[str]) -> str | None:
@@ -46,7 +47,8 @@ def reproduction_problem(study: str, overrides: list[str], out: str, runs_files:
     old = stored_seed0_run(study, overrides, out, runs_files)
     if old is None:
         return None
-    job = [o for o in old.tags["rlhf_lab.overrides"].split() if not o.startswith(("skip_finished=", "study="))]
+    job = [o for o in old.tags["rlhf_lab.overrides"].split()  # what it computed (not its store, its progress bar)
+           if computes(override_key(o.split("=", 1)[0]))]
     folder = Path("suite_reproduce", study).resolve()
     shutil.rmtree(folder, ignore_errors=True)
     cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
