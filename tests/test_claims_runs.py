@@ -250,8 +250,10 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
             "rm_size_vs_policy_size_5seeds", "ref_size", "rm_source_matched", "rm_source_5rms",
             "rm_size_vs_policy_size_5rms", "rm_ensemble_5rms", "rm_mis_scoring", "algo_frontier",
             "gold_rm_validation"} <= set(covered), covered
-    # and every committed study report is one of them: none rests on runs that only lived in a lost store
-    assert sorted(covered) == sorted(r.parent.name for r in root.glob("*/README.md")), covered
+    # and every committed study report is one of them: none rests on runs that only lived in a lost store (but the
+    # hacking alarm's, over many studies' runs files, which tests/test_hacking_alarm_report.py regenerates)
+    assert sorted(covered) == sorted(r.parent.name for r in root.glob("*/README.md")
+                                     if r.parent.name != "hacking_alarm"), covered
 
 
 def test_a_study_report_from_a_runs_file_on_the_command_line(tmp_path, capsys):

@@ -76,8 +76,10 @@ JOB = {"rm": ["algo=rm"], "dpo": ["algo=dpo", "algo.batch_size=4"],
        "grpo": ["algo=grpo", "algo.batch_size=4", "algo.samples_per_prompt=2", "algo.num_minibatches=1"]}
 METRICS = {"rm": ["loss/rm", "rewards/accuracies", "rm/accuracy", "rm/reward_std", "model/params_total"],
            "dpo": ["loss/dpo", "rewards/margins", "eval/kl", "eval/rewards/accuracies", "test/length"],
-           "ppo": ["objective/kl", "objective/scores", "policy/clipfrac", "val/explained_variance", "eval/proxy_reward"],
-           "grpo": ["objective/kl", "objective/scores", "group/tie_frac", "eval/proxy_reward", "test/entropy"]}
+           "ppo": ["objective/kl", "objective/scores", "policy/clipfrac", "val/explained_variance", "eval/proxy_reward",
+                   "alarm/score", "alarm/proxy_drop"],
+           "grpo": ["objective/kl", "objective/scores", "group/tie_frac", "eval/proxy_reward", "test/entropy",
+                    "alarm/score", "alarm/sqrt_kl"]}
 # every algorithm on two architectures and both data sources, every architecture in two jobs
 CASES = [("rm", "gpt_neox", "jsonl"), ("rm", "gpt2", "folder"), ("dpo", "qwen2", "jsonl"), ("dpo", "llama", "folder"),
          ("ppo", "llama", "jsonl"), ("ppo", "gpt_neox", "folder"), ("grpo", "gpt2", "jsonl"), ("grpo", "qwen2", "folder")]
@@ -118,6 +120,9 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
         saved = F.load_causal_lm(tmp_path / "out" / "artifact")
         assert saved.config.model_type == arch
         assert meta["summary"]["test gold"].startswith("no gold reward")
+    if job in ("ppo", "grpo"):  # the hacking alarm needs no gold: its score (above), tag and summary line
+        assert run["tags.rlhf_lab.hacking_alarm"] == ("raised" if meta["alarm_step"] is not None else "not raised")
+        assert meta["summary"]["hacking alarm"].startswith(("raised at step", "not raised (highest score"))
 
 
 # ------------------------------------------------------------------------------------------------

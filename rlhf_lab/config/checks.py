@@ -203,6 +203,7 @@ def check_ppo(a: DictConfig) -> None:
         "checkpoint_every": non_negative, "reference.sync_every": non_negative, **LORA,
         "hacking_monitor.gold_drop": non_negative, "hacking_monitor.window": (at_least(1), ">= 1"),
         "hacking_monitor.warmup": non_negative,
+        "alarm.threshold": (optional(lambda v: 0 < v < 1), "in (0, 1) or null"),
         "max_kl": (optional(positive), "> 0 or null"), "min_entropy": (optional(non_negative), ">= 0 or null"),
         "max_approxkl": (optional(positive), "> 0 or null"),
         "max_entropy_ratio": (optional(lambda v: 0 < v <= 1), "in (0, 1] or null"),
@@ -222,6 +223,9 @@ def check_ppo(a: DictConfig) -> None:
     if str(a.critic) == "none" and str(a.baseline) == "loo" and a.samples_per_prompt < 2:
         raise ConfigError("algo.samples_per_prompt", a.samples_per_prompt,
                           ">= 2 with algo.critic=none algo.baseline=loo (RLOO)")
+    if get(a, "stop_on_alarm") and not (get(a, "alarm.enabled") and str(a.reward) == "rm"):
+        raise ConfigError("algo.stop_on_alarm", True, "false unless algo.alarm.enabled=true and algo.reward=rm (the "
+                          "hacking alarm reads the proxy reward)")
     kind = choice(a, "algo", "reference.kind", PPO_REFERENCE_KINDS)
     path, sync = get(a, "reference.path"), get(a, "reference.sync_every") or 0
     if path and sync:

@@ -94,6 +94,12 @@ class HackingMonitorConfig:
 
 
 @dataclass
+class AlarmConfig:
+    enabled: bool = MISSING
+    threshold: Optional[float] = MISSING
+
+
+@dataclass
 class JobConfig:
     """``algo`` for the jobs whose settings live in another group (pretrain, sft, rm)."""
 
@@ -136,6 +142,8 @@ class PPOConfig(JobConfig):
     checkpoint_every: int = MISSING
     resume_from: Optional[str] = MISSING
     hacking_monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
+    alarm: AlarmConfig = field(default_factory=AlarmConfig)
+    stop_on_alarm: bool = MISSING
     max_kl: Optional[float] = MISSING
     min_entropy: Optional[float] = MISSING
     max_approxkl: Optional[float] = MISSING

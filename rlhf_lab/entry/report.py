@@ -9,6 +9,8 @@
     rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
                                          #    and its runs file reports/gold_rm_validation/runs.json.gz
     rlhf-lab-report gao_rm_scaling       # -> pooled Gao et al. fits by RM size, PPO and best-of-n, with the trend
+    rlhf-lab-report hacking_alarm        # -> the gold-free hacking alarm fitted on some studies, judged on the
+                                         #    others (default --runs: the committed runs files it was fitted on)
     rlhf-lab-report clip_eps --no-store --runs reports/claims_runs.json.gz   # a study report from a runs file
     rlhf-lab-report my_study --out my_reports   # a study of your own (tag rlhf_lab.study) -> my_reports/my_study/
 
@@ -27,6 +29,9 @@ from rlhf_lab.analysis.claims import only_claims, write_claims_report
 from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO_STUDY
 from rlhf_lab.analysis.studies.gao import write_gao_report
 from rlhf_lab.analysis.studies.gold_validation import STUDY as GOLD_STUDY
+from rlhf_lab.analysis.studies.alarm_fit import RUNS_FILES as ALARM_RUNS_FILES
+from rlhf_lab.analysis.studies.hacking_alarm import STUDY as ALARM_STUDY
+from rlhf_lab.analysis.studies.hacking_alarm import write_hacking_alarm_report
 from rlhf_lab.analysis.studies.gold_validation import write_gold_validation_report
 from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
 from rlhf_lab.analysis.runs import STUDIES
@@ -68,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                                                     require_runs=True)
             elif a.study == GAO_STUDY:  # pooled Gao fits of its PPO runs and gao_rm_scaling_bon's (analysis/gao.py)
                 path = write_gao_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store, require_runs=True)
+            elif a.study == ALARM_STUDY:  # the gold-free hacking alarm fitted and validated over many studies' runs
+                path = write_hacking_alarm_report(a.out, a.uri, runs_files=a.runs or list(ALARM_RUNS_FILES),
+                                                  use_store=not a.no_store, require_runs=True)
             else:
                 path = write_study_report(a.study, a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
                                           require_runs=True)
@@ -80,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         text = path.read_text()
         print(f"wrote {path}")
         cmds = text.split("```bash\n", 1)[1].split("```", 1)[0].strip() if "```bash\n" in text else ""
-        print(f"reproduce with:\n  {cmds.replace(chr(10), chr(10) + '  ')}\n  rlhf-lab-report {a.study}")
+        again = "" if "rlhf-lab-report" in cmds else f"\n  rlhf-lab-report {a.study}"  # the runs, then the report
+        print(f"reproduce with:\n  {cmds.replace(chr(10), chr(10) + '  ')}{again}")
     if a.claims:
         try:
             path = write_claims_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,

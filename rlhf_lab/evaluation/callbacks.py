@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import time
 from pathlib import Path
 from typing import Callable, Iterable
 
 import lightning as L
+import torch
+
+from rlhf_lab.evaluation import alarm as A
 
 from rlhf_lab.runs import active_run
 from rlhf_lab.runs.active_run import log_samples_table
@@ -48,7 +53,8 @@ class PeriodicEval(L.Callback):
     """At the steps `at_steps` (and at the start and end of training) call `evaluate()`, which returns
     (metrics, rows), and log the metrics with the global step as x-axis (`evaluation_steps` makes the list).
 
-    `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and x-axis),
+    `after(step, metrics)`, when given, sees each evaluation (rank 0) as soon as it is logged (the hacking alarm,
+    :class:`HackingAlarm`). `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and x-axis),
     e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
     is the held-out evaluation (``test/*`` and the OOD slice): run once at the start (with `at_start`) and
     once at the end of training, never in between, so no choice made during training can look at it.
@@ -57,8 +63,10 @@ class PeriodicEval(L.Callback):
     def __init__(self, evaluate: Callable[[], tuple[dict, list]], at_steps: Iterable[int], at_start: bool = True,
                  step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None,
                  test: Callable[[], tuple[dict, list]] | None = None,
-                 start: Callable[[str, Callable[[], tuple[dict, list]]], tuple[dict, list]] | None = None):
+                 start: Callable[[str, Callable[[], tuple[dict, list]]], tuple[dict, list]] | None = None,
+                 after: Callable[[int, dict], None] | None = None):
         self.evaluate = evaluate
+        self.after = after  # (step, metrics) after each evaluation is logged, before the end's held-out one
         self.start = start  # (split, compute) -> (metrics, rows) for the evaluations at the start (a cache of them)
         self.test = test
         self.at_steps = frozenset(int(s) for s in at_steps)
@@ -84,6 +92,8 @@ class PeriodicEval(L.Callback):
         if not self.first:
             self.first = metrics
         self.last = metrics
+        if self.after is not None:
+            self.after(step, metrics)
 
     def _run_test(self, trainer: L.Trainer, step: int, at_start: bool = False):
         if self.test is None or step in self._test_steps or trainer.global_rank != 0:
@@ -190,6 +200,129 @@ class RewardHackingMonitor(L.Callback):
             msg = (f"[rlhf-lab] reward hacking suspected at step {step}: proxy {self.proxy_at_best:.3f} -> "
                    f"{self.proxy_ema:.3f} (rising) while gold fell {self.best_gold:.3f} -> {self.gold_ema:.3f}")
             write_line(msg)  # once, on a line of its own above the progress bar (no RuntimeWarning)
+
+
+class HackingAlarm(L.Callback):
+    """The gold-free hacking alarm (:mod:`rlhf_lab.evaluation.alarm`) at each evaluation of a policy run.
+
+    After every training step `proxy()` gives the step's proxy reward of the training batch (``objective/scores``;
+    None: none), averaged over the steps since the previous evaluation, the evaluation's own step included. :class:`PeriodicEval` calls
+    :meth:`on_evaluation` (rank 0) with each evaluation's metrics; from the second evaluation on, it logs the signals
+    and the score (``alarm/*``, docs/metrics.md). At the first score ≥ `threshold` the alarm is raised: the MLflow
+    tags ``rlhf_lab.hacking_alarm=raised`` and ``rlhf_lab.hacking_alarm_step``, an event
+    ``events/hacking_alarm.json``, one printed line. With `stop` (``algo.stop_on_alarm``) the run then stops at
+    that step with the policy of the evaluation before the alarm: every evaluation that does not raise it keeps a
+    copy (on CPU) of `policy`'s trainable parameters, and the raising one puts that copy back, on every process
+    (the decision is broadcast from rank 0), so the saved policy, the held-out test at the end and the job summary
+    are the kept checkpoint's.
+    """
+
+    def __init__(self, proxy: Callable[[], float | None], at_steps: Iterable[int],
+                 step_fn: Callable[[L.Trainer, L.LightningModule], int], policy: Callable[[], torch.nn.Module],
+                 rule: A.Rule = A.RULE, threshold: float | None = None, stop: bool = False):
+        self.proxy, self.step_fn, self.policy, self.rule, self.stop = proxy, step_fn, policy, rule, stop
+        self.at_steps = frozenset(int(s) for s in at_steps)
+        self.threshold = rule.threshold if threshold is None else float(threshold)
+        self.evaluations: list[A.Evaluation] = []
+        self.pending: list[float] = []  # proxy rewards of the steps since the last evaluation
+        self.taken = 0  # the last step whose proxy reward is in `pending` (or in an evaluation)
+        self.raised_at: int | None = None
+        self.raised_score: float | None = None
+        self.highest: tuple[float, int] | None = None  # (score, step) of the highest score so far
+        self.kept_step: int | None = None  # with stop: the step of the kept parameters
+        self.stopped_at: int | None = None
+        self.kept: dict[str, torch.Tensor] | None = None
+
+    def on_evaluation(self, step: int, metrics: dict) -> None:
+        """Read one evaluation (``eval/kl``, ``eval/entropy``, ``eval/length``); log the alarm's signals and
+        score."""
+        need = ("eval/kl", "eval/entropy", "eval/length")
+        if any(k not in metrics for k in need):
+            return
+        self.take(step)  # this step's own batch (the callbacks after PeriodicEval have not run yet)
+        proxy = sum(self.pending) / len(self.pending) if self.pending else float("nan")
+        self.pending = []
+        self.evaluations.append(A.Evaluation(step, float(metrics["eval/kl"]), float(metrics["eval/entropy"]),
+                                             float(metrics["eval/length"]), proxy))
+        x = A.features(self.evaluations)
+        if x is None:
+            return
+        s = A.score(x, self.rule)
+        if self.highest is None or s > self.highest[0]:
+            self.highest = (s, step)
+        fire = self.raised_at is None and s >= self.threshold
+        if fire:
+            self.raised_at, self.raised_score = step, s
+        active_run.log_metrics({**{f"alarm/{k}": v for k, v in x.items()}, "alarm/score": s,
+                                "alarm/raised": float(self.raised_at is not None)}, step=step)
+        if fire:
+            active_run.set_tag("rlhf_lab.hacking_alarm", "raised")
+            active_run.set_tag("rlhf_lab.hacking_alarm_step", str(step))
+            active_run.log_dict({"event": "hacking_alarm", "step": step, "score": s, "threshold": self.threshold,
+                                 "signals": x, "rule": self.rule.describe()}, "events/hacking_alarm.json")
+            write_line(f"[rlhf-lab] hacking alarm raised at step {step} (score {s:.2f} >= {self.threshold:.2f}): "
+                       + ", ".join(f"{k} {v:.3g}" for k, v in x.items())
+                       + (" - stopping (algo.stop_on_alarm)" if self.stop else ""))
+
+    def take(self, step: int) -> None:
+        """Add step `step`'s proxy reward to the current interval, once."""
+        if step > self.taken:
+            p = self.proxy()
+            if p is not None:
+                self.pending.append(float(p))
+                if len(self.evaluations) == 1 and math.isnan(self.evaluations[0].proxy):  # p_0: the start's batch
+                    self.evaluations[0] = dataclasses.replace(self.evaluations[0], proxy=float(p))
+            self.taken = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = self.step_fn(trainer, pl_module)
+        self.take(step)
+        if not self.stop or step not in self.at_steps or self.stopped_at is not None or step == self.kept_step:
+            return
+        raised = trainer.strategy.broadcast(self.raised_at is not None, src=0)  # rank 0 evaluated
+        if raised and self.kept is not None:
+            with torch.no_grad():
+                for name, param in self.policy().named_parameters():
+                    if name in self.kept:
+                        param.copy_(self.kept[name].to(param.device))
+        if raised:
+            self.stopped_at, self.kept = step, None
+            trainer.should_stop = True
+        else:
+            self.kept_step = step
+            self.kept = {n: p.detach().to("cpu", copy=True) for n, p in self.policy().named_parameters()
+                         if p.requires_grad}
+
+    def on_train_start(self, trainer, pl_module):
+        if self.stop and self.kept is None and self.stopped_at is None:  # the start: the SFT policy
+            self.kept_step = self.step_fn(trainer, pl_module)
+            self.kept = {n: p.detach().to("cpu", copy=True) for n, p in self.policy().named_parameters()
+                         if p.requires_grad}
+
+    def on_train_end(self, trainer, pl_module):
+        if trainer.global_rank == 0 and self.raised_at is None and self.evaluations:
+            active_run.set_tag("rlhf_lab.hacking_alarm", "not raised")
+
+    def summary(self) -> str:
+        """The job summary's line: where the alarm was raised, or the highest score."""
+        if self.raised_at is not None:
+            text = f"raised at step {self.raised_at} (score {self.raised_score:.2f}, threshold {self.threshold:.2f})"
+            if self.stopped_at is not None:
+                text += f"; stopped there, the saved policy is step {self.kept_step}'s (algo.stop_on_alarm)"
+            return text
+        if self.highest is None:
+            return "no evaluation after the start"
+        return f"not raised (highest score {self.highest[0]:.2f} at step {self.highest[1]}; threshold {self.threshold:.2f})"
+
+    STATE = ("evaluations", "pending", "taken", "raised_at", "raised_score", "highest", "kept_step", "stopped_at")
+
+    def state_dict(self) -> dict:
+        return {k: ([vars(e) for e in v] if k == "evaluations" else v)
+                for k, v in ((k, getattr(self, k)) for k in self.STATE)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, [A.Evaluation(**e) for e in v] if k == "evaluations" else v)
 
 
 class Preemption(L.Callback):

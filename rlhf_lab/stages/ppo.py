@@ -41,7 +41,7 @@ from rlhf_lab.algorithms.steps import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.kl import check_kl_in_loss
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
-from rlhf_lab.evaluation.callbacks import PeriodicEval, Preemption, RewardHackingMonitor
+from rlhf_lab.evaluation.callbacks import HackingAlarm, PeriodicEval, Preemption, RewardHackingMonitor
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settings
 from rlhf_lab.data.errors import data_errors
@@ -353,8 +353,14 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         tags["rlhf_lab.upstream.reference"] = upstream_run(cfg, spec["reference"])
     with tracking.start_run(run_settings(cfg), stage, params=params, tags=tags) as run:
         eval_scorer = scorer if a.reward == "rm" else None
+        at_steps = eval_steps(cfg, steps)
+        alarm = HackingAlarm(lambda: module.last_stats.get("objective/scores"), at_steps,
+                             step_fn=lambda trainer, m: m.ppo_step, policy=lambda: module.policy,
+                             threshold=a.alarm.threshold, stop=a.stop_on_alarm)
+        alarm_on = a.alarm.enabled and a.reward == "rm"  # the alarm reads a proxy: none when training on gold
         ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, gold=gold),
-                          at_steps=eval_steps(cfg, steps), at_start=True, step_fn=lambda trainer, m: m.ppo_step,
+                          at_steps=at_steps, at_start=True, step_fn=lambda trainer, m: m.ppo_step,
+                          after=alarm.on_evaluation if alarm_on else None,
                           start=start_evaluation(cfg, stage, spec),
                           test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer,
                                                 split="test", gold=gold))
@@ -370,7 +376,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             print(f"[rlhf-lab] {stage}: resuming from {resume} (this job was pre-empted before)", flush=True)
             active_run.set_tag("rlhf_lab.resumed_from", str(resume))
         preempt = Preemption(resume, step_fn=lambda trainer, m: m.ppo_step)  # last: saves what the others did
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, monitor, preempt],
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, *([alarm] if alarm_on else []), monitor, preempt],
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(run_settings(cfg)))
         active_run.log_metrics({**mem, **size}, step=0)
@@ -401,10 +407,12 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             "test gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
             "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
-            "hacking": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
+            "gold monitor": f"alarm at step {monitor.fired_at}" if monitor.fired_at is not None else "no alarm",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
             "time": time_summary(phases, train_s, ev.seconds, stage, module.phase_totals),
         }
+        if alarm_on:
+            summary["hacking alarm"] = alarm.summary()
         summary.update(held_out_summary(ev))
         t0, t1 = ev.test_first, ev.test_last
         if "test/formula_gold_reward" in t1:
@@ -421,4 +429,5 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         return {"run_id": run.info.run_id, "stage": stage, "eval": last, "eval_start": first, "summary": summary,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
-                "train_s": train_s, **mem, **size, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at}
+                "train_s": train_s, **mem, **size, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at,
+                "alarm_step": alarm.raised_at if alarm_on else None}

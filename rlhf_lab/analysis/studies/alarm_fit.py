@@ -1,0 +1,381 @@
+"""The hacking alarm's data, fit and measures (issue 44): the committed runs as the alarm sees them, the logistic
+rule fitted on some studies, and how well a rule does on others (:mod:`rlhf_lab.analysis.studies.hacking_alarm`
+writes the report).
+
+The data are the FINISHED PPO, GRPO and RLOO runs of the runs files that kept, at ≥ :data:`MIN_EVALS`
+evaluations, ``eval/kl``, ``eval/entropy``, ``eval/length``, ``eval/gold_reward_a`` and ``eval/gold_reward_b``,
+and the proxy history ``objective/scores`` of their training batches (:func:`exclusion` says why a run is left
+out). Per run, :func:`evaluations` builds the alarm's input; an evaluation i ≥ 1 is labelled "past the gold peak"
+when its step is after t*, the step of the best ``eval/gold_reward_a`` (:func:`peak_index`), and the gold a
+stopping rule keeps is measured on ``eval/gold_reward_b``, the other half of the evaluation prompts.
+
+A rule is a logistic regression of the label on the standardised signals (:func:`fit_logistic`, Newton's method,
+no penalty) with the threshold of the best Youden's J (:func:`youden_threshold`); the two baselines (√KL alone,
+the proxy's drop alone) are fitted the same way. :func:`leave_one_study_out` scores every run with the rules
+fitted on the other studies; the measures (ROC AUC, precision and recall, the lead/lag of the first alarm behind
+t*, the gold that stopping there keeps) carry a percentile bootstrap over runs (:func:`bootstrap_counts`; the
+same resamples for every method, so differences are paired). Pure functions of numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rlhf_lab.analysis.runs import STUDY_TAG, RunData, load_study
+from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, first_alarm, scores
+
+RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
+              "reports/gold_rm_validation/runs.json.gz", "reports/rm_source_5rms/runs.json.gz")
+ALGOS = ("ppo", "grpo", "rloo")
+LABELERS = ("unbiased", "length_biased")
+EVAL_KEYS = ("eval/kl", "eval/entropy", "eval/length", "eval/gold_reward_a", "eval/gold_reward_b")
+PROXY_KEY = "objective/scores"
+HISTORY = (*EVAL_KEYS, PROXY_KEY)
+MIN_EVALS = 5
+N_BOOT = 2000
+SEED = 0
+LEVEL = 0.95
+DIGITS = 4  # significant digits of the committed RULE
+BASELINES = {"KL threshold": ("sqrt_kl",), "proxy plateau": ("proxy_drop",)}
+METHODS = ("rule", *BASELINES)
+
+
+# -- the runs -------------------------------------------------------------------------------------------------------
+
+def read_runs(runs_files: Sequence[Path | str]) -> list[tuple[str, RunData]]:
+    """(study key, run) of every run kept in `runs_files` (:func:`~rlhf_lab.analysis.snapshot.read_snapshot`), each
+    run once (by run_id: the first file's copy), in the order kept."""
+    from rlhf_lab.analysis.snapshot import read_snapshot
+
+    seen: dict[str, tuple[str, RunData]] = {}
+    for f in runs_files:
+        studies, _ = read_snapshot(f)
+        for name, runs in studies.items():
+            for r in runs:
+                seen.setdefault(r.run_id, (name, r))
+    return list(seen.values())
+
+
+def store_runs(uri: str | None, known: Sequence[str], have: set[str]) -> list[tuple[str, RunData]]:
+    """(study tag, run) of the policy runs of the studies `known` in the store, but those whose run_id is in `have`."""
+    out = []
+    for study in known:
+        found, _ = load_study(study, uri, stages=ALGOS, history_keys=HISTORY)
+        out += [(r.tags.get(STUDY_TAG, study), r) for r in found if r.run_id not in have]
+    return out
+
+
+def eval_steps(r: RunData) -> list[int]:
+    """The steps at which the run logged every one of :data:`EVAL_KEYS`, in order."""
+    steps = None
+    for key in EVAL_KEYS:
+        s = {step for step, _ in r.series(key)}
+        steps = s if steps is None else steps & s
+    return sorted(steps or ())
+
+
+def exclusion(r: RunData) -> str | None:
+    """Why the run does not enter (None: it does): not a PPO/GRPO/RLOO run, not FINISHED, an eval metric or the
+    proxy history not kept, or fewer than :data:`MIN_EVALS` evaluations with every eval metric."""
+    if r.stage not in ALGOS:
+        return f"a {r.stage} run (not PPO, GRPO or RLOO)"
+    if r.status != "FINISHED":
+        return f"status {r.status}"
+    missing = [k for k in EVAL_KEYS if not r.series(k)]
+    if missing:
+        return "no " + ", ".join(f"`{k}`" for k in missing) + " history kept"
+    if not r.series(PROXY_KEY):
+        return f"no `{PROXY_KEY}` history kept"
+    if len(eval_steps(r)) < MIN_EVALS:
+        return f"fewer than {MIN_EVALS} evaluations"
+    return None
+
+
+def interval_means(history: Sequence[tuple[int, float]], steps: Sequence[int]) -> list[float]:
+    """p_i per evaluation step t_i: at i = 0 the first value logged after t_0 (the start policy's batch), else the
+    mean of the values logged at steps s with t_{i−1} < s ≤ t_i (nan if none)."""
+    s = np.asarray([p[0] for p in history], dtype=float)
+    v = np.asarray([p[1] for p in history], dtype=float)
+    after = np.flatnonzero(s > steps[0]) if len(s) else np.zeros(0, dtype=int)
+    out = [float(v[after[np.argmin(s[after])]]) if len(after) else math.nan]
+    for lo, hi in zip(steps[:-1], steps[1:]):
+        sel = (s > lo) & (s <= hi)
+        out.append(float(v[sel].mean()) if sel.any() else math.nan)
+    return out
+
+
+def evaluations(r: RunData) -> list[Evaluation]:
+    """The alarm's input of one run: at each evaluation step (:func:`eval_steps`) its KL, entropy and length, and
+    the mean proxy score of the training steps since the previous evaluation (:func:`interval_means`)."""
+    steps = eval_steps(r)
+    kl, ent, ln = (dict(r.series(k)) for k in EVAL_KEYS[:3])
+    proxy = interval_means(r.series(PROXY_KEY), steps)
+    return [Evaluation(t, kl[t], ent[t], ln[t], p) for t, p in zip(steps, proxy)]
+
+
+def peak_index(gold_a: Sequence[float]) -> int:
+    """The index of the best gold (the first one on a tie): t* of the label."""
+    return int(np.argmax(np.asarray(gold_a, dtype=float)))
+
+
+@dataclass
+class Case:
+    """One run as the alarm sees it, with its gold: `signals` (rows: evaluations 1..n−1, columns: FEATURES),
+    `labels` (evaluation step after t*), `gold_b` at every evaluation, `peak` = the index of t*."""
+
+    study: str
+    run_id: str
+    algo: str
+    labeler: str
+    evals: list[Evaluation]
+    signals: np.ndarray
+    labels: np.ndarray
+    gold_b: np.ndarray
+    peak: int
+
+    @property
+    def steps(self) -> list[int]:
+        return [e.step for e in self.evals]
+
+
+def case_of(study: str, r: RunData) -> Case:
+    """The :class:`Case` of a run that enters (:func:`exclusion` is None)."""
+    evals = evaluations(r)
+    steps = [e.step for e in evals]
+    gold_a, gold_b = (dict(r.series(k)) for k in EVAL_KEYS[3:])
+    peak = peak_index([gold_a[t] for t in steps])
+    signals = np.asarray([[features(evals[: j + 1])[k] for k in FEATURES] for j in range(1, len(evals))], dtype=float)
+    labels = np.asarray([t > steps[peak] for t in steps[1:]], dtype=bool)
+    return Case(study, r.run_id, r.stage, str(r.value("labeler.name") or "?"), evals, signals, labels,
+                np.asarray([gold_b[t] for t in steps], dtype=float), peak)
+
+
+# -- the fit --------------------------------------------------------------------------------------------------------
+
+def standardise(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, sample sd) of each column; a constant column gets sd 1."""
+    x = np.asarray(x, dtype=float)
+    sd = x.std(axis=0, ddof=1)
+    return x.mean(axis=0), np.where(sd > 0, sd, 1.0)
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    z = np.asarray(z, dtype=float)
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def fit_logistic(z: np.ndarray, y: np.ndarray, iters: int = 100, tol: float = 1e-12) -> tuple[float, np.ndarray]:
+    """(bias, weights) of the unpenalised logistic regression of the 0/1 labels `y` on the columns of `z`, by
+    Newton's method (iteratively reweighted least squares) from zero."""
+    z, y = np.asarray(z, dtype=float), np.asarray(y, dtype=float)
+    a = np.column_stack([np.ones(len(z)), z])
+    beta = np.zeros(a.shape[1])
+    for _ in range(iters):
+        p = sigmoid(a @ beta)
+        grad = a.T @ (y - p)
+        hess = a.T @ (a * (p * (1 - p))[:, None])
+        step = np.linalg.solve(hess, grad)
+        beta = beta + step
+        if np.max(np.abs(step)) < tol:
+            break
+    return float(beta[0]), beta[1:]
+
+
+def youden_threshold(s: np.ndarray, y: np.ndarray) -> float:
+    """The score t maximising Youden's J = TPR − FPR of "score ≥ t" over the rows (the highest such t on a tie)."""
+    s, y = np.asarray(s, dtype=float), np.asarray(y, dtype=bool)
+    values = np.unique(s)[::-1]  # descending
+    tpr = np.asarray([(s[y] >= t).mean() for t in values])
+    fpr = np.asarray([(s[~y] >= t).mean() for t in values])
+    return float(values[int(np.argmax(tpr - fpr))])
+
+
+def sig(x: float, digits: int = DIGITS) -> float:
+    """`x` rounded to `digits` significant digits."""
+    return float(f"{x:.{digits - 1}e}") if x != 0 and math.isfinite(x) else float(x)
+
+
+def rounded(rule: Rule, digits: int = DIGITS) -> Rule:
+    """The rule with every number rounded to `digits` significant digits (as committed)."""
+    r = lambda v: tuple(sig(x, digits) for x in v)  # noqa: E731
+    return Rule(r(rule.mean), r(rule.scale), r(rule.weights), sig(rule.bias, digits), sig(rule.threshold, digits))
+
+
+def fit_rule(x: np.ndarray, y: np.ndarray, use: Sequence[str] = FEATURES, digits: int | None = DIGITS) -> Rule:
+    """The logistic rule on the signals `use` (the other weights 0), standardised over the rows of `x` (columns:
+    FEATURES), with the Youden threshold on the same rows; rounded to `digits` significant digits (None: not),
+    the threshold chosen on the rounded rule's scores."""
+    mean, scale = standardise(x)
+    cols = [FEATURES.index(k) for k in use]
+    bias, w = fit_logistic(((x - mean) / scale)[:, cols], y)
+    weights = np.zeros(len(FEATURES))
+    weights[cols] = w
+    rule = Rule(tuple(map(float, mean)), tuple(map(float, scale)), tuple(map(float, weights)), bias, 0.5)
+    if digits is not None:
+        rule = rounded(rule, digits)
+    t = youden_threshold(row_scores(x, rule), y)
+    return Rule(rule.mean, rule.scale, rule.weights, rule.bias, sig(t, digits) if digits is not None else t)
+
+
+def row_scores(x: np.ndarray, rule: Rule) -> np.ndarray:
+    """The rule's score of each row of signals (columns: FEATURES), as :func:`~rlhf_lab.evaluation.alarm.score`."""
+    z = rule.bias + ((np.asarray(x, dtype=float) - np.asarray(rule.mean)) / np.asarray(rule.scale)) @ np.asarray(
+        rule.weights)
+    return sigmoid(z)
+
+
+def design(cases: Sequence[Case]) -> tuple[np.ndarray, np.ndarray]:
+    """(signals, labels) of every evaluation after the start of every case, stacked."""
+    if not cases:
+        return np.zeros((0, len(FEATURES))), np.zeros(0, dtype=bool)
+    return np.vstack([c.signals for c in cases]), np.concatenate([c.labels for c in cases])
+
+
+def fit_rules(train: Sequence[Case]) -> dict[str, Rule]:
+    """{method: its rule fitted on the training cases}: the rule on every signal, and the baselines."""
+    x, y = design(train)
+    return {"rule": fit_rule(x, y), **{name: fit_rule(x, y, use) for name, use in BASELINES.items()}}
+
+
+def raw_threshold(rule: Rule, feature: str) -> float:
+    """For a rule on one signal: the value of that signal at which its score reaches the threshold."""
+    k = FEATURES.index(feature)
+    t = min(max(rule.threshold, 1e-12), 1 - 1e-12)
+    return rule.mean[k] + rule.scale[k] * (math.log(t / (1 - t)) - rule.bias) / rule.weights[k]
+
+
+def raw_condition(rule: Rule, feature: str) -> str:
+    """Where a rule on one signal is raised, on that signal's scale: "`feature` ≥ x" (≤ for a negative weight)."""
+    w = rule.weights[FEATURES.index(feature)]
+    return f"`{feature}` {'≥' if w > 0 else '≤'} {raw_threshold(rule, feature):.{DIGITS}g}"
+
+
+# -- the measures ---------------------------------------------------------------------------------------------------
+
+def auc(s: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> float:
+    """ROC AUC of scores `s` for labels `y` (ties count ½), each row weighted by `w` (default 1): the weighted
+    share of (positive, negative) pairs the scores order right; nan without both classes."""
+    s, y = np.asarray(s, dtype=float), np.asarray(y, dtype=bool)
+    w = np.ones(len(s)) if w is None else np.asarray(w, dtype=float)
+    values, g = np.unique(s, return_inverse=True)
+    pos = np.bincount(g, weights=w * y, minlength=len(values))
+    neg = np.bincount(g, weights=w * ~y, minlength=len(values))
+    n_pos, n_neg = pos.sum(), neg.sum()
+    if n_pos <= 0 or n_neg <= 0:
+        return math.nan
+    below = np.cumsum(neg) - neg
+    return float((pos * (below + 0.5 * neg)).sum() / (n_pos * n_neg))
+
+
+def precision_recall(pred: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, float]:
+    """(precision, recall) of the 0/1 predictions `pred` for labels `y`, rows weighted by `w`."""
+    pred, y = np.asarray(pred, dtype=bool), np.asarray(y, dtype=bool)
+    w = np.ones(len(y)) if w is None else np.asarray(w, dtype=float)
+    tp, pp, p = (w * (pred & y)).sum(), (w * pred).sum(), (w * y).sum()
+    return (float(tp / pp) if pp > 0 else math.nan), (float(tp / p) if p > 0 else math.nan)
+
+
+@dataclass
+class Outcome:
+    """One method on one run: the score, whether it reaches the threshold (`flagged`) and whether the alarm is
+    raised (from the first flag on) at each evaluation after the start, the index of the
+    first alarm (None: never), and the gold_b kept by stopping there minus the best checkpoint's (t*) and minus the
+    last evaluation's."""
+
+    scores: np.ndarray
+    flagged: np.ndarray
+    raised: np.ndarray
+    alarm: int | None
+    lead: float
+    kept_vs_peak: float
+    kept_vs_last: float
+
+
+def outcome(c: Case, rule: Rule) -> Outcome:
+    """The rule on a case: stopping at the first alarm j keeps the policy of evaluation j − 1, never raised the
+    last; the lead is the step of the first alarm − t* (nan when never raised)."""
+    s = np.asarray(scores(c.evals, rule), dtype=float)
+    j = first_alarm(c.evals, rule)
+    kept = len(c.evals) - 1 if j is None else j - 1
+    raised = np.arange(1, len(c.evals)) >= (j if j is not None else len(c.evals))
+    lead = math.nan if j is None else float(c.evals[j].step - c.evals[c.peak].step)
+    return Outcome(s, s >= rule.threshold, raised, j, lead, float(c.gold_b[kept] - c.gold_b[c.peak]), float(c.gold_b[kept] - c.gold_b[-1]))
+
+
+def leave_one_study_out(cases: Sequence[Case]) -> tuple[dict[str, dict[str, Rule]], dict[str, list[Outcome]]]:
+    """Every study held out once: ({study: {method: rule fitted on the other studies}}, {method: the outcome of each
+    case under its own study's fold}, in the order of `cases`)."""
+    folds = {s: fit_rules([c for c in cases if c.study != s]) for s in sorted({c.study for c in cases})}
+    return folds, {m: [outcome(c, folds[c.study][m]) for c in cases] for m in METHODS}
+
+
+def bootstrap_counts(n: int, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray:
+    """(n_boot, n): how many times each of n runs is drawn in each resample of the runs with replacement."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(n_boot, n)) if n else np.zeros((n_boot, 0), dtype=int)
+    return np.stack([np.bincount(d, minlength=n) for d in draws]) if n else draws
+
+
+def percentile_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """Percentile interval of the bootstrap values, nan dropped; (nan, nan) when fewer than half have a value."""
+    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
+    if v.size == 0 or v.size < len(values) / 2:
+        return math.nan, math.nan
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))
+
+
+Statistic = Callable[[np.ndarray], float]  # run weights (how often each run is drawn) -> a number
+
+
+def with_ci(stat: Statistic, counts: np.ndarray) -> tuple[float, float, float]:
+    """(the statistic on the runs as they are, and its bootstrap interval over the resamples `counts`)."""
+    n = counts.shape[1]
+    return (stat(np.ones(n)), *percentile_ci([stat(c.astype(float)) for c in counts]))
+
+
+def row_weights(cases: Sequence[Case], run_w: np.ndarray) -> np.ndarray:
+    """Each evaluation row weighted by its run's weight."""
+    return np.repeat(np.asarray(run_w, dtype=float), [len(c.labels) for c in cases])
+
+
+def pooled(outcomes: Sequence[Outcome], attr: str) -> np.ndarray:
+    return np.concatenate([getattr(o, attr) for o in outcomes]) if outcomes else np.zeros(0)
+
+
+def auc_stat(cases: Sequence[Case], outs: Sequence[Outcome]) -> Statistic:
+    """The pooled AUC over the evaluations of the (weighted) runs."""
+    s, y = pooled(outs, "scores"), np.concatenate([c.labels for c in cases]) if cases else np.zeros(0, dtype=bool)
+    return lambda w: auc(s, y, row_weights(cases, w))
+
+
+def pr_stat(cases: Sequence[Case], outs: Sequence[Outcome], which: int, latched: bool) -> Statistic:
+    """Precision (`which` 0) or recall (1) pooled over evaluations: predicted positive where the score reaches its
+    rule's threshold, or (`latched`) from the first alarm on."""
+    y = np.concatenate([c.labels for c in cases])
+    pred = pooled(outs, "raised" if latched else "flagged")
+    return lambda w: precision_recall(pred, y, row_weights(cases, w))[which]
+
+
+def mean_stat(values: Sequence[float]) -> Statistic:
+    """The weighted mean of one number per run (nan values left out)."""
+    v = np.asarray(values, dtype=float)
+    ok = ~np.isnan(v)
+    return lambda w: float((w[ok] * v[ok]).sum() / w[ok].sum()) if w[ok].sum() > 0 else math.nan
+
+
+def median_stat(values: Sequence[float]) -> Statistic:
+    """The median of one number per run, each run repeated as often as drawn (nan values left out)."""
+    v = np.asarray(values, dtype=float)
+    ok = ~np.isnan(v)
+    return lambda w: float(np.median(np.repeat(v[ok], w[ok].astype(int)))) if w[ok].sum() > 0 else math.nan
+
+
+def difference(a: Statistic, b: Statistic) -> Statistic:
+    return lambda w: a(w) - b(w)
