@@ -52,7 +52,7 @@ def test_row_scores_are_the_alarms_scores():
 def test_stopping_keeps_the_evaluation_before_the_first_alarm():
     evals = [Evaluation(0, 0.0, 1.0, 10.0), Evaluation(10, 1.0, 0.9, 10.0, 1.0),
              Evaluation(20, 16.0, 0.5, 30.0, 1.2), Evaluation(30, 25.0, 0.2, 40.0, 1.1)]
-    c = F.Case("s", "r", "ppo", "unbiased", evals, np.zeros((3, 4)), np.array([False, True, True]),
+    c = F.Case("s", "r", 0, "ppo", "unbiased", evals, np.zeros((3, 4)), np.array([False, True, True]),
                np.array([0.0, 1.0, 0.5, 0.2]), 1)
     rule = F.Rule((0.0,) * 4, (1.0,) * 4, (1.0, 0.0, 0.0, 0.0), -3.5, 0.5)  # raised once √KL reaches 3.5: at step 20
     o = F.outcome(c, rule)
@@ -64,7 +64,20 @@ def test_the_committed_rule_is_the_fit_on_the_committed_runs_files():
     runs = F.read_runs([ROOT / f for f in F.RUNS_FILES])
     cases = [F.case_of(s, r) for s, r in runs if F.exclusion(r) is None]
     assert len({c.study for c in cases}) >= 10
-    assert F.fit_rules(cases)["rule"] == RULE
+    assert F.fit_rules([c for c in cases if F.frozen(c)])["rule"] == RULE  # runs added later do not refit it
+
+
+def test_runs_started_after_the_freeze_are_judged_apart_by_the_frozen_rule():
+    n = 6
+    evals = [Evaluation(10 * i, float(i * i), 2.0 - 0.3 * i, 10.0 + 3 * i, 0.1 * i) for i in range(n)]
+    x = np.asarray([[features(evals[: j + 1])[f] for f in FEATURES] for j in range(1, n)])
+    late = [F.Case("new", f"r{k}", F.FROZEN_AT_MS + 1, "ppo", "unbiased", evals, x, np.arange(1, n) > 1 + k,
+                   np.zeros(n), 1 + k) for k in range(3)]
+    assert not any(F.frozen(c) for c in late) and F.frozen(late[0].__class__(**{**vars(late[0]), "start_time": 0}))
+    rules = {m: RULE for m in F.METHODS}
+    text = "\n".join(H.prospective(late, rules, "then", 50))
+    assert "3 runs started after then UTC (new (3))" in text and "| rule |" in text
+    assert "None yet" in "\n".join(H.prospective([], rules, "then", 50))
 
 
 def test_leave_one_study_out_scores_each_run_with_the_rule_fitted_without_its_study():
@@ -76,7 +89,7 @@ def test_leave_one_study_out_scores_each_run_with_the_rule_fitted_without_its_st
         x = np.asarray([[features(evals[: j + 1])[f] for f in FEATURES] for j in range(1, n)]) + rng.normal(
             size=(n - 1, 4))
         y = np.arange(1, n) > 2 + k % 3
-        cases.append(F.Case(f"s{k % 3}", f"r{k}", "ppo", "unbiased", evals, x, y, np.zeros(n), 2 + k % 3))
+        cases.append(F.Case(f"s{k % 3}", f"r{k}", 0, "ppo", "unbiased", evals, x, y, np.zeros(n), 2 + k % 3))
     folds, outs = F.leave_one_study_out(cases)
     assert sorted(folds) == ["s0", "s1", "s2"]
     for s, rules in folds.items():

@@ -41,6 +41,10 @@ N_BOOT = 2000
 SEED = 0
 LEVEL = 0.95
 DIGITS = 4  # significant digits of the committed RULE
+# The rule was frozen on the runs started up to this instant (ms since the epoch: the newest run of the committed
+# runs files when it was fitted, 2026-12-04 04:29:44 UTC); runs started later never shaped it, and the report
+# judges the committed rule on them apart, as a prospective test.
+FROZEN_AT_MS = 1796358584911
 BASELINES = {"KL threshold": ("sqrt_kl",), "proxy plateau": ("proxy_drop",)}
 METHODS = ("rule", *BASELINES)
 
@@ -130,6 +134,7 @@ class Case:
 
     study: str
     run_id: str
+    start_time: int
     algo: str
     labeler: str
     evals: list[Evaluation]
@@ -151,7 +156,7 @@ def case_of(study: str, r: RunData) -> Case:
     peak = peak_index([gold_a[t] for t in steps])
     signals = np.asarray([[features(evals[: j + 1])[k] for k in FEATURES] for j in range(1, len(evals))], dtype=float)
     labels = np.asarray([t > steps[peak] for t in steps[1:]], dtype=bool)
-    return Case(study, r.run_id, r.stage, str(r.value("labeler.name") or "?"), evals, signals, labels,
+    return Case(study, r.run_id, r.start_time, r.stage, str(r.value("labeler.name") or "?"), evals, signals, labels,
                 np.asarray([gold_b[t] for t in steps], dtype=float), peak)
 
 
@@ -306,6 +311,12 @@ def outcome(c: Case, rule: Rule) -> Outcome:
     raised = np.arange(1, len(c.evals)) >= (j if j is not None else len(c.evals))
     lead = math.nan if j is None else float(c.evals[j].step - c.evals[c.peak].step)
     return Outcome(s, s >= rule.threshold, raised, j, lead, float(c.gold_b[kept] - c.gold_b[c.peak]), float(c.gold_b[kept] - c.gold_b[-1]))
+
+
+def frozen(c_or_r) -> bool:
+    """Whether a case's run (or a run) started before the rule was frozen (:data:`FROZEN_AT_MS`; an unknown start
+    time, 0, counts as before)."""
+    return c_or_r.start_time <= FROZEN_AT_MS
 
 
 def leave_one_study_out(cases: Sequence[Case]) -> tuple[dict[str, dict[str, Rule]], dict[str, list[Outcome]]]:

@@ -9,6 +9,7 @@ committed rule (``rlhf_lab.evaluation.alarm.RULE``) is the fit on every study.
 
 from __future__ import annotations
 
+import datetime
 import math
 from pathlib import Path
 from typing import Sequence
@@ -21,8 +22,8 @@ from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.studies.alarm_fit import (
     ALGOS, BASELINES, DIGITS, LABELERS, LEVEL, METHODS, MIN_EVALS, N_BOOT, PROXY_KEY, RUNS_FILES, SEED, Case,
-    Outcome, auc, auc_stat, bootstrap_counts, case_of, design, difference, exclusion, fit_rules, leave_one_study_out,
-    mean_stat, median_stat, pr_stat, raw_condition, read_runs, store_runs, with_ci)
+    FROZEN_AT_MS, Outcome, auc, auc_stat, bootstrap_counts, case_of, design, difference, exclusion, fit_rules, frozen,
+    leave_one_study_out, mean_stat, median_stat, outcome, pr_stat, raw_condition, read_runs, store_runs, with_ci)
 from rlhf_lab.analysis.study import read_from, report_flags
 from rlhf_lab.evaluation.alarm import FEATURES, RULE, Rule
 
@@ -136,6 +137,35 @@ def study_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: in
     return rows
 
 
+def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n_boot: int) -> list[str]:
+    """The report's section on the runs started after the rule was frozen, each scored by the rule and baselines
+    fitted before them (never refitted on them)."""
+    lines = ["## Prospective: runs made after the rule was frozen", ""]
+    if not later:
+        return lines + [f"None yet: every run read started before {frozen_at} UTC. Runs added to the runs files later "
+                        "(more seeds of the claims studies, new studies) are judged here by the rule as it was frozen, "
+                        "never refitted on them.", ""]
+    outs = {m: [outcome(c, rules[m]) for c in later] for m in METHODS}
+    counts = bootstrap_counts(len(later), n_boot, SEED + 999)
+    stats = {m: auc_stat(later, outs[m]) for m in METHODS}
+    rows = []
+    for m in METHODS:
+        rows.append([m, ci_cell(with_ci(stats[m], counts)),
+                     "–" if m == "rule" else ci_cell(with_ci(difference(stats["rule"], stats[m]), counts)),
+                     sum(o.alarm is not None for o in outs[m]),
+                     ci_cell(with_ci(median_stat([o.lead for o in outs[m]]), counts), 0),
+                     ci_cell(with_ci(mean_stat([o.kept_vs_peak for o in outs[m]]), counts)),
+                     ci_cell(with_ci(mean_stat([o.kept_vs_last for o in outs[m]]), counts))])
+    _, y = design(later)
+    per_study = ", ".join(f"{s} ({sum(c.study == s for c in later)})" for s in sorted({c.study for c in later}))
+    return lines + [f"{len(later)} runs started after {frozen_at} UTC ({per_study}), {len(y)} evaluations after the "
+                    f"start ({int(y.sum())} past the peak), scored by the rule and baselines fitted on all the runs "
+                    "above; intervals: bootstrap over these runs.", "",
+                    md_table(["method", "AUC [95 % CI]", "AUC(rule) − AUC(method), paired", "runs raised",
+                              "median lead/lag (steps)", "gold_b(kept) − gold_b(t*)", "gold_b(kept) − gold_b(last)"],
+                             rows), ""]
+
+
 def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None = None,
                                runs_files: Sequence[Path | str] = RUNS_FILES, use_store: bool = True,
                                require_runs: bool = False, n_boot: int = N_BOOT) -> Path:
@@ -168,7 +198,9 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
         if why is not None:
             excluded.setdefault(why, {}).setdefault(s, 0)
             excluded[why][s] += 1
-    cases = [case_of(s, r) for s, r in entering]
+    every = [case_of(s, r) for s, r in entering]
+    cases = [c for c in every if frozen(c)]  # the runs the rule was fitted and judged on
+    later = [c for c in every if not frozen(c)]  # runs started after it was frozen: a prospective test
     studies = sorted({c.study for c in cases})
     rules = fit_rules(cases)  # the committed rule: every study
     folds, outs = leave_one_study_out(cases)
@@ -181,8 +213,10 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
     committed = "equals" if rules["rule"] == RULE else "does **not** equal"
     thresholds = [folds[s]["rule"].threshold for s in studies]
 
+    frozen_at = datetime.datetime.fromtimestamp(FROZEN_AT_MS / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     lines += [
-        f"Runs: {len(cases)} FINISHED PPO/GRPO/RLOO runs of {len(studies)} studies enter, with {len(y_all)} "
+        f"Runs: {len(cases)} FINISHED PPO/GRPO/RLOO runs of {len(studies)} studies, started up to {frozen_at} UTC "
+        f"(when the rule was frozen), enter, with {len(y_all)} "
         f"evaluations after the start ({fmt(float(y_all.mean()), 2)} of them past the gold peak). Every study is "
         "held out once: its runs are scored by the rule and the baselines fitted on the other studies.", "",
         "## Verdict", "",
@@ -294,6 +328,7 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
               md_table(["study", "runs", "evaluations (past the peak)", "algorithms", *(f"AUC {m}" for m in METHODS)],
                        study_rows(cases, outs, n_boot)), ""]
 
+    lines += prospective(later, rules, frozen_at, n_boot)
     plot_scores(cases, outs, folds, out / "scores.png")
     lines += ["## Runs", "",
               f"{len(runs_all)} runs read ({len({r.run_id for _, r in runs_all})} distinct run ids); "
