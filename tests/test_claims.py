@@ -517,7 +517,7 @@ def world() -> dict[str, list[RunData]]:
     s: dict[str, list[RunData]] = {}
     grid = {0.0: (-0.2, 80.0), 0.001: (0.3, 40.0), 0.01: (0.8, 20.0), 0.03: (0.9, 10.0), 0.1: (0.8, 5.0),
             0.3: (0.5, 3.0), 1.0: (0.1, 1.0)}
-    s["ppo_beta_grid"] = []
+    s["ppo_beta_grid"], s["kl_controller"] = [], []
     for k in seeds:
         rm = {"run_id": f"rm{k}", "params": {"seed": str(k)}, "metrics": {"rm/length_preference": 0.15 + 0.01 * k}}
         for beta, (gold, kl) in grid.items():
@@ -528,9 +528,9 @@ def world() -> dict[str, list[RunData]]:
                 "eval/length": line(15.0, 21.0 if beta == 0 else 16.0, rng, sd=0.2)}
             r = make_run(k, {"kl.name": "fixed", "kl.beta": beta, "labeler.length_bonus": 0.25}, curves, rm=rm)
             s["ppo_beta_grid"].append(r)
-        for target in (1.0, 4.0, 16.0):
-            s["ppo_beta_grid"].append(make_run(k, {
-                "kl.name": "adaptive", "kl.target": target, "kl.unit": "sequence", "kl.horizon": 2000, "steps": 200,
+        for target in (1.0, 4.0, 8.0):
+            s["kl_controller"].append(make_run(k, {
+                "kl.name": "adaptive", "kl.target": target, "kl.unit": "sequence", "kl.horizon": 128, "steps": 80,
                 "algo.batch_size": 64}, {"eval/gold_reward": line(0.0, 0.8, rng),
                                          "eval/kl": line(0.0, target * (1 + rng.normal(0, 0.1)), rng)}, rm=rm))
     shuffled = SHUFFLED + [(9.0, 3.0, 6.0, 4.0)]

@@ -180,8 +180,8 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     # equivalence (TOST) p-values are in Holm's family (issue 42, point 7)
     c4 = text.split("### C4")[1].split("### C5")[0]
     assert verdict["C4"] == "inconclusive" and c4.count("| **holds** |") == 2
-    # C5 is judged per KL target, and this store has one adaptive run (one seed) at each: no interval
-    assert verdict["C5"] == "inconclusive" and "1 seed: no interval" in text.split("### C5")[1].split("### C6")[0]
+    # C5 is judged on kl_controller (a horizon in which the controller can act), not in this store
+    assert verdict["C5"] == "not run yet"
     # no eval/gold_reward_a/_b halves in this store: no unbiased drop from the peak, so no hacking verdict
     assert verdict["C1"] == "inconclusive"
     assert verdict["C13"] == "not run yet"  # its study is gao_rm_scaling, not in this store

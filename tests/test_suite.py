@@ -166,6 +166,29 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert "reward_model=same_source" in suite.PREPARE["rm_mis_scoring"][1]  # not the RM the pairs fix
 
 
+@pytest.mark.slow  # composes every job of every suite study (module fixture)
+def test_c5s_arms_differ_only_in_the_kl_target_and_the_controller_can_reach_what_each_target_needs(jobs):
+    """kl_controller (issue 42, point 2): composed, the jobs of one seed differ in kl.target and nothing else that
+    computes; the controller's largest move over the run, (1 + 0.2·n/horizon)^steps, covers the 10× each way the
+    targets need (the study file's arithmetic), where ppo_beta_grid_wide's horizon allowed 1.67×."""
+    from omegaconf import OmegaConf
+
+    from rlhf_lab.config.keys import computes
+    from rlhf_lab.runs.identity import leaves
+
+    ctl = jobs["kl_controller"]
+    seed0 = [leaves(OmegaConf.to_container(c, resolve=True)) for _, c in ctl]  # the fixture's seed-0 jobs
+    assert sorted(f["kl.target"] for f in seed0) == [1.0, 4.0, 8.0]
+    differ = {k for f in seed0 for k in f if computes(k) and len({repr(g.get(k)) for g in seed0}) > 1}
+    assert differ == {"kl.target"}, differ
+    assert all(f["reward_model.seed"] == f["seed"] for f in seed0)  # one RM per seed, shared by its targets
+    for _, c in ctl:
+        reach = (1 + 0.2 * c.algo.batch_size / c.kl.horizon) ** c.algo.steps
+        assert c.kl.name == "adaptive" and float(c.kl.beta) == 0.1 and reach > 100
+    wide = [c for _, c in jobs["ppo_beta_grid_wide"] if c.kl.name == "adaptive"]
+    assert (1 + 0.2 * wide[0].algo.batch_size / wide[0].kl.horizon) ** wide[0].algo.steps < 1.7
+
+
 RM_STUDIES = ("ppo_beta_grid_wide", "rm_normalize_5rms", "rm_source_matched", "rm_mis_scoring",
               "rm_size_vs_policy_size_5rms",
               "gao_rm_scaling", "gao_rm_scaling_bon", "rm_ensemble_5rms")
@@ -451,8 +474,8 @@ def test_some_studies_update_only_their_claims_in_an_existing_report(monkeypatch
     assert suite.run(["ref_size", "rm_lora"], [], 2, report=True, out=str(out), runs_files=["r.json.gz"]) == 0
     assert launched[-1][-4:-1] == ["--runs", "r.json.gz", "--only"]
     only = launched[-1][launched[-1].index("--only") + 1].split(",")
-    # ref_size tests C8; rm_lora C19 and C10's RM half, and C10 shares ppo_beta_grid with C1, C2, C4, C5 and C9
-    assert only == ["C1", "C2", "C4", "C5", "C8", "C9", "C10", "C19"]
+    # ref_size tests C8; rm_lora C19 and C10's RM half, and C10 shares ppo_beta_grid with C1, C2, C4 and C9
+    assert only == ["C1", "C2", "C4", "C8", "C9", "C10", "C19"]
     assert "every section of" in capsys.readouterr().out
     assert suite.run([s for s, _ in suite.SUITE], [], 2, report=True, out=str(out)) == 0
     assert "--only" not in launched[-1]  # the whole suite: the whole report

@@ -20,7 +20,7 @@ PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_s
 REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
 LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
 RM_ENS, GRPO_KL, RM_MATCHED, REF_SIZE = "rm_ensemble", "grpo_kl", "rm_source_matched", "ref_size"
-RM_MIS = "rm_mis_scoring"
+RM_MIS, KL_CTL = "rm_mis_scoring", "kl_controller"
 # The claims suite (rlhf-lab-suite) reruns older studies under new names when their design changes (5 paired seeds;
 # then one RM per seed, `reward_model.seed: ${seed}`, and C4's wider β grid): {the study a claim names: its newer
 # designs, newest first}. A claim reads the newest design that has runs that count, else the study it names, never
@@ -42,6 +42,8 @@ REDONE: dict[str, tuple[tuple[str, ...], str]] = {
     "gao_rm_scaling": (("rm_size_hacking", "rm_size_hacking_beta0", "rm_size_hacking_5rms"), "at β = 0.001 no "
                        "hacking; at β = 0 its runs peaked within three evaluations"),
     RM_MATCHED: ((RM_SOURCE, "rm_source_5seeds", "rm_source_5rms"), "source confounded with initialisation"),
+    KL_CTL: (("ppo_beta_grid_wide", "ppo_beta_grid_5seeds", "ppo_beta_grid"), "for C5: with a horizon of 2000 "
+             "responses β could move at most 1.67× in 80 steps, so the controller could not act"),
 }
 
 
@@ -146,10 +148,10 @@ def kl_near_target(target: float) -> Callable[[Studies], Measured]:
     """C5 at one KL target: per adaptive-KL run with that `kl.target`, ln 2 − |ln(final eval/kl ÷ target)|: > 0 when
     KL ends within a factor 2 of it. One run per seed: each target is its own effect (not pooled)."""
     def compute(studies: Studies) -> Measured:
-        runs = [r for r in studies.get(PPO_GRID, []) if r.stage == "ppo" and same(config(r, "kl.name"), "adaptive")
+        runs = [r for r in studies.get(KL_CTL, []) if r.stage == "ppo" and same(config(r, "kl.name"), "adaptive")
                 and same(config(r, "kl.target"), target)]
         if not runs:
-            return Measured(None, missing=f"no finished adaptive-KL run with kl.target = {target:g} in {PPO_GRID}")
+            return Measured(None, missing=f"no finished adaptive-KL run with kl.target = {target:g} in {KL_CTL}")
         units = {str(config(r, "kl.unit")) for r in runs} - {"sequence", "None"}
         if units:
             return Measured(None, missing=f"kl.unit={sorted(units)}: the target is not per response like eval/kl")
