@@ -1,6 +1,6 @@
 """Pre-emption: a SIGTERM'd policy job saves a checkpoint at the end of its training step and exits 143 (run KILLED);
-the same command started again resumes from it and ends with the numbers of an uninterrupted run, and its summary's
-baseline is still the SFT policy's."""
+the same command started again resumes from it, in the same MLflow run, and ends with the numbers of an uninterrupted
+run, and its summary's baseline is still the SFT policy's."""
 
 from __future__ import annotations
 
@@ -80,14 +80,22 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_the_same_numbers(tm
     # the checkpoint it announced (the cache is the test run's, which other pre-empted jobs also use)
     left = [Path(out_b.split("checkpoint saved to ", 1)[1].split("; the same command", 1)[0])]
     assert left[0].parent == cache / "resume" / "ppo" and left[0].is_file()
-    killed, _ = final_numbers(tmp_path / "b" / "mlflow.db", "KILLED")
+    _, killed = final_numbers(tmp_path / "b" / "mlflow.db", "KILLED")
 
     c = cli(tmp_path / "b", cache)  # the same command again
     out_c, err_c = c.communicate(timeout=1200)
     assert c.returncode == 0, err_c[-3000:]
     assert "resuming from" in out_c and not left[0].exists()  # used, then removed once finished
-    got, _ = final_numbers(tmp_path / "b" / "mlflow.db")
+    got, resumed = final_numbers(tmp_path / "b" / "mlflow.db")
     assert got == want  # identical, not close
+    # one run from step 0 to the end: the pre-empted run goes on (no KILLED run left), every step logged once
+    assert resumed == killed and not mlflow.search_runs(experiment_names=["rlhf-lab"], output_format="list",
+                                                        filter_string="attributes.status = 'KILLED'")
+    history = mlflow.MlflowClient().get_metric_history(resumed, "objective/kl")
+    assert sorted(m.step for m in history) == list(range(1, 13))
+    run = mlflow.get_run(resumed)
+    assert "rlhf_lab.error" not in run.data.tags and run.data.tags["rlhf_lab.resumed_from"] == str(left[0])
+    assert not left[0].with_suffix(".run").exists()
     # the summary's baseline: the SFT policy's test evaluation of the first start, in both
     gold = [line for line in out_a.splitlines() if line.strip().startswith("test gold ")]
     assert gold and gold == [line for line in out_c.splitlines() if line.strip().startswith("test gold ")]

@@ -167,9 +167,13 @@ def peak_accelerator_mb() -> float | None:
 
 @contextlib.contextmanager
 def start_run(settings: RunSettings, stage: str, run_name: str | None = None, params: dict | None = None,
-              tags: dict[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
+              tags: dict[str, str] | None = None, resume_run_id: str | None = None) -> Iterator[mlflow.ActiveRun]:
     """Open an MLflow run for a stage with the shared params and tags (docs/metrics.md).
 
+    `resume_run_id`: the run of this job that a pre-emption ended (KILLED), when the job resumes from its checkpoint:
+    that run is reopened and goes on (its params stand; its tags are set again, its error tag removed), so the
+    job's history is one run from step 0 to the end. Any other run (another experiment, not KILLED, gone) is left
+    alone and a new run opened.
     On a rank other than 0 of a multi-process job nothing is opened: it yields a stand-in whose
     ``info.run_id`` is None, and the ``log_*`` functions below do nothing there."""
     if not is_rank_zero():
@@ -200,13 +204,20 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
     swept = job_sweep_params(hydra_overrides()) if parent and is_job else {}
     if is_job:  # what the job computes (rlhf_lab.runs.identity): skip_finished compares it
         all_tags.update({JOB_TAG: "true", **run_tags(settings.config)})
-    run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
+    resumed = resumable_run(mlflow.MlflowClient(uri), resume_run_id, exp_id) if resume_run_id else None
+    if resumed:
+        run = mlflow.start_run(run_id=resumed)
+        mlflow.set_tags(all_tags)
+        with contextlib.suppress(Exception):
+            mlflow.MlflowClient(uri).delete_tag(resumed, "rlhf_lab.error")
+    else:
+        run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     OPEN_RUNS[run.info.run_id] = uri
     try:
-        if swept:
+        if swept and not resumed:
             mlflow.log_params(swept)
         mlflow.log_text(config_yaml(settings.config), "config.yaml")  # the resolved config
-        if params is not None:
+        if params is not None and not resumed:
             flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
             items = list(flat.items())
             for i in range(0, len(items), 100):
@@ -239,6 +250,16 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
             return
         mlflow.end_run(status="FINISHED")
         OPEN_RUNS.pop(run.info.run_id, None)
+
+
+def resumable_run(client: mlflow.MlflowClient, run_id: str, experiment: str) -> str | None:
+    """`run_id` when it is a KILLED run of `experiment` in the store (a pre-empted job's run to go on with), else
+    None."""
+    try:
+        info = client.get_run(run_id).info
+    except Exception:  # gone, or another store
+        return None
+    return run_id if info.experiment_id == experiment and info.status == "KILLED" else None
 
 
 class TrackingServerLost(RuntimeError):

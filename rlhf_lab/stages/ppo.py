@@ -49,7 +49,7 @@ from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
 from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
-from rlhf_lab.runs.process import job_phases, launch_path
+from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, start_evaluation
 from rlhf_lab.stages.presets import checkpoint_path
@@ -351,7 +351,13 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     if spec.get("reference"):
         tags["rlhf_lab.upstream.reference"] = upstream_run(cfg, spec["reference"])
-    with tracking.start_run(run_settings(cfg), stage, params=params, tags=tags) as run:
+    resume = resume_checkpoint(cfg, stage, spec)  # pre-empted before: continue from its checkpoint, in its run
+    run_file = resume.with_suffix(".run")  # the MLflow run the checkpoint belongs to
+    resume_run = run_file.read_text().strip() if resume.is_file() and run_file.is_file() else None
+    with tracking.start_run(run_settings(cfg), stage, params=params, tags=tags, resume_run_id=resume_run) as run:
+        if distributed.is_rank_zero() and run.info.run_id:
+            resume.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(run_file, run.info.run_id)
         eval_scorer = scorer if a.reward == "rm" else None
         at_steps = eval_steps(cfg, steps)
         alarm = HackingAlarm(lambda: module.last_stats.get("objective/scores"), at_steps,
@@ -370,7 +376,6 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             if "objective/gold" in m.last_stats else None,
             gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
             enabled=hm.enabled and a.reward == "rm" and gold.scorer is not None)
-        resume = resume_checkpoint(cfg, stage, spec)  # pre-empted before: continue from its checkpoint
         ckpt = a.get("resume_from") or (str(resume) if resume.is_file() else None)
         if ckpt and ckpt == str(resume):
             print(f"[rlhf-lab] {stage}: resuming from {resume} (this job was pre-empted before)", flush=True)
@@ -391,6 +396,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         with defer_sigterm(), lightning_sigterm_as_interrupted():
             trainer.fit(module, ckpt_path=ckpt)
         resume.unlink(missing_ok=True)  # finished: nothing left to resume
+        run_file.unlink(missing_ok=True)
         train_s = time.time() - t0
         trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))  # every rank: Lightning synchronises, rank 0 writes
         distributed.check_in_sync(module, "PPO policy and critic")
