@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.analysis.studies import gao
 from rlhf_lab.analysis.fits import gao_bon, gao_rl
 from rlhf_lab.analysis.runs import RunData
@@ -52,9 +53,9 @@ def test_r2_of_seed_means_exceeds_r2_of_all_points_when_seeds_scatter():
 
 
 def test_percentile_ci_keeps_infinite_peaks_and_refuses_mostly_missing():
-    lo, hi = gao.percentile_ci([1.0, 2.0, 3.0, math.inf] * 25)
+    lo, hi = percentile_ci([1.0, 2.0, 3.0, math.inf] * 25)
     assert lo == pytest.approx(1.0) and hi == math.inf
-    assert all(math.isnan(x) for x in gao.percentile_ci([1.0] + [math.nan] * 9))
+    assert all(math.isnan(x) for x in percentile_ci([1.0] + [math.nan] * 9))
 
 
 def test_trend_finds_a_rising_alpha_and_no_trend_in_beta():

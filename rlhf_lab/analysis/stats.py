@@ -119,6 +119,17 @@ def t_effect(x: Any, level: float = 0.95, method: str = "t") -> Effect:
     return Effect(m, lo, hi, n, method, level, tuple(float(v) for v in _sample(x)))
 
 
+def percentile_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the bootstrap values; ±inf kept (a resample without a peak has d* = inf), NaN
+    (no fit) dropped; (nan, nan) when fewer than half the resamples have a value."""
+    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
+    if v.size < max(1, len(values) // 2):
+        return float("nan"), float("nan")
+    tail = (1 - level) / 2 * 100
+    # order statistics, not interpolation (which turns an infinite neighbour into NaN); outward at each end
+    return float(np.percentile(v, tail, method="lower")), float(np.percentile(v, 100 - tail, method="higher"))
+
+
 def bootstrap_ci(x: Any, level: float = 0.95, n_boot: int = 10_000, seed: int = 0,
                  stat: Callable[..., Any] = np.mean) -> tuple[float, float, float, int]:
     """(stat(x), lo, hi, n): percentile bootstrap, NaNs dropped, deterministic for a given seed.

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData, load_study
+from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, first_alarm, scores
 
 RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
@@ -333,22 +334,13 @@ def bootstrap_counts(n: int, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarr
     return np.stack([np.bincount(d, minlength=n) for d in draws]) if n else draws
 
 
-def percentile_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
-    """Percentile interval of the bootstrap values, nan dropped; (nan, nan) when fewer than half have a value."""
-    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
-    if v.size == 0 or v.size < len(values) / 2:
-        return math.nan, math.nan
-    tail = (1 - level) / 2 * 100
-    return float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))
-
-
 Statistic = Callable[[np.ndarray], float]  # run weights (how often each run is drawn) -> a number
 
 
 def with_ci(stat: Statistic, counts: np.ndarray) -> tuple[float, float, float]:
     """(the statistic on the runs as they are, and its bootstrap interval over the resamples `counts`)."""
     n = counts.shape[1]
-    return (stat(np.ones(n)), *percentile_ci([stat(c.astype(float)) for c in counts]))
+    return (stat(np.ones(n)), *percentile_ci([stat(c.astype(float)) for c in counts], LEVEL))
 
 
 def row_weights(cases: Sequence[Case], run_w: np.ndarray) -> np.ndarray:

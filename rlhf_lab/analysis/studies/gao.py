@@ -29,6 +29,7 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import pyplot
 from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.runs import RunData, label, load_study, rm_size, store_uri
+from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.analysis.study import reproduce_commands, study_runs_from_files
 
 RL_STUDY, BON_STUDY = "gao_rm_scaling", "gao_rm_scaling_bon"
@@ -82,17 +83,6 @@ def bootstrap_fits(curves: Sequence[Curve], form: str, n_boot: int = N_BOOT, see
     rng = np.random.default_rng(seed)
     k = len(curves)
     return [pooled_fit([curves[i] for i in rng.integers(0, k, k)], form) for _ in range(n_boot)] if k else []
-
-
-def percentile_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
-    """Percentile interval of the bootstrap values; ±inf kept (a resample without a peak has d* = inf), NaN
-    (no fit) dropped; (nan, nan) when fewer than half the resamples have a value."""
-    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
-    if v.size < max(1, len(values) // 2):
-        return float("nan"), float("nan")
-    tail = (1 - level) / 2 * 100
-    # order statistics, not interpolation (which turns an infinite neighbour into NaN); outward at each end
-    return float(np.percentile(v, tail, method="lower")), float(np.percentile(v, 100 - tail, method="higher"))
 
 
 @dataclass
