@@ -54,8 +54,8 @@ class PeriodicEval(L.Callback):
     (metrics, rows), and log the metrics with the global step as x-axis (`evaluation_steps` makes the list).
 
     `after(step, metrics)`, when given, sees each evaluation (rank 0) as soon as it is logged (the hacking alarm,
-    :class:`HackingAlarm`). `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and x-axis),
-    e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
+    :class:`HackingAlarm`). `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and
+    x-axis), e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
     is the held-out evaluation (``test/*`` and the OOD slice): run once at the start (with `at_start`) and
     once at the end of training, never in between, so no choice made during training can look at it.
     """
@@ -206,8 +206,8 @@ class HackingAlarm(L.Callback):
     """The gold-free hacking alarm (:mod:`rlhf_lab.evaluation.alarm`) at each evaluation of a policy run.
 
     After every training step `proxy()` gives the step's proxy reward of the training batch (``objective/scores``;
-    None: none), averaged over the steps since the previous evaluation, the evaluation's own step included. :class:`PeriodicEval` calls
-    :meth:`on_evaluation` (rank 0) with each evaluation's metrics; from the second evaluation on, it logs the signals
+    None: none), averaged over the steps since the previous evaluation, the evaluation's own step included.
+    :class:`PeriodicEval` calls :meth:`on_evaluation` (rank 0) with each evaluation's metrics; from the second evaluation on, it logs the signals
     and the score (``alarm/*``, docs/metrics.md). At the first score ≥ `threshold` the alarm is raised: the MLflow
     tags ``rlhf_lab.hacking_alarm=raised`` and ``rlhf_lab.hacking_alarm_step``, an event
     ``events/hacking_alarm.json``, one printed line. With `stop` (``algo.stop_on_alarm``) the run then stops at
@@ -289,15 +289,16 @@ class HackingAlarm(L.Callback):
             self.stopped_at, self.kept = step, None
             trainer.should_stop = True
         else:
-            self.kept_step = step
-            self.kept = {n: p.detach().to("cpu", copy=True) for n, p in self.policy().named_parameters()
-                         if p.requires_grad}
+            self.keep(step)
+
+    def keep(self, step: int) -> None:
+        """Copy the policy's trainable parameters (to CPU) as the checkpoint a later alarm goes back to."""
+        self.kept_step = step
+        self.kept = {n: p.detach().to("cpu", copy=True) for n, p in self.policy().named_parameters() if p.requires_grad}
 
     def on_train_start(self, trainer, pl_module):
         if self.stop and self.kept is None and self.stopped_at is None:  # the start: the SFT policy
-            self.kept_step = self.step_fn(trainer, pl_module)
-            self.kept = {n: p.detach().to("cpu", copy=True) for n, p in self.policy().named_parameters()
-                         if p.requires_grad}
+            self.keep(self.step_fn(trainer, pl_module))
 
     def on_train_end(self, trainer, pl_module):
         if trainer.global_rank == 0 and self.raised_at is None and self.evaluations:
@@ -312,7 +313,8 @@ class HackingAlarm(L.Callback):
             return text
         if self.highest is None:
             return "no evaluation after the start"
-        return f"not raised (highest score {self.highest[0]:.2f} at step {self.highest[1]}; threshold {self.threshold:.2f})"
+        return (f"not raised (highest score {self.highest[0]:.2f} at step {self.highest[1]}; "
+                f"threshold {self.threshold:.2f})")
 
     STATE = ("evaluations", "pending", "taken", "raised_at", "raised_score", "highest", "kept_step", "stopped_at")
 

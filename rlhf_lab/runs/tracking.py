@@ -204,12 +204,13 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
     swept = job_sweep_params(hydra_overrides()) if parent and is_job else {}
     if is_job:  # what the job computes (rlhf_lab.runs.identity): skip_finished compares it
         all_tags.update({JOB_TAG: "true", **run_tags(settings.config)})
-    resumed = resumable_run(mlflow.MlflowClient(uri), resume_run_id, exp_id) if resume_run_id else None
+    client = mlflow.MlflowClient(uri)
+    resumed = resumable_run(client, resume_run_id, exp_id) if resume_run_id else None
     if resumed:
         run = mlflow.start_run(run_id=resumed)
         mlflow.set_tags(all_tags)
         with contextlib.suppress(Exception):
-            mlflow.MlflowClient(uri).delete_tag(resumed, "rlhf_lab.error")
+            client.delete_tag(resumed, "rlhf_lab.error")
     else:
         run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     OPEN_RUNS[run.info.run_id] = uri

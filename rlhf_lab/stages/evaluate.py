@@ -98,7 +98,8 @@ START_EVAL_IGNORES = (
     "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",
     "algo.trim_minibatches", "algo.compile", "algo.kl_estimator", "algo.kl_in", "algo.baseline", "algo.advantage_scale",
     "algo.length_penalty", "algo.missing_eos_penalty", "algo.reward_clip", "algo.checkpoint_every",
-    "algo.hacking_monitor", "algo.alarm", "algo.stop_on_alarm", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl", "algo.max_entropy_ratio",
+    "algo.hacking_monitor", "algo.alarm", "algo.stop_on_alarm", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl",
+    "algo.max_entropy_ratio",
     "algo.reference.sync_every")
 
 

@@ -381,7 +381,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             print(f"[rlhf-lab] {stage}: resuming from {resume} (this job was pre-empted before)", flush=True)
             active_run.set_tag("rlhf_lab.resumed_from", str(resume))
         preempt = Preemption(resume, step_fn=lambda trainer, m: m.ppo_step)  # last: saves what the others did
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev, *([alarm] if alarm_on else []), monitor, preempt],
+        callbacks = [ev, *([alarm] if alarm_on else []), monitor, preempt]  # the alarm reads ev's evaluation
+        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=callbacks,
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(run_settings(cfg)))
         active_run.log_metrics({**mem, **size}, step=0)

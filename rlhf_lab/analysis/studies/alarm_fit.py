@@ -28,7 +28,7 @@ import numpy as np
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData, load_study
 from rlhf_lab.analysis.stats import percentile_ci
-from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, first_alarm, scores
+from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, scores
 
 RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
               "reports/gold_rm_validation/runs.json.gz", "reports/rm_source_5rms/runs.json.gz")
@@ -304,14 +304,18 @@ class Outcome:
 
 
 def outcome(c: Case, rule: Rule) -> Outcome:
-    """The rule on a case: stopping at the first alarm j keeps the policy of evaluation j − 1, never raised the
-    last; the lead is the step of the first alarm − t* (nan when never raised)."""
+    """The rule on a case, its evaluations scored once (:func:`~rlhf_lab.evaluation.alarm.scores`): the alarm is
+    raised at the first evaluation j whose score reaches the threshold (:func:`~rlhf_lab.evaluation.alarm.
+    first_alarm`, read off those scores), and stopping there keeps the policy of evaluation j − 1 (never raised: the
+    last); the lead is the step of the first alarm − t* (nan when never raised)."""
     s = np.asarray(scores(c.evals, rule), dtype=float)
-    j = first_alarm(c.evals, rule)
+    flagged = s >= rule.threshold
+    raised = np.logical_or.accumulate(flagged)
+    j = int(np.argmax(flagged)) + 1 if flagged.any() else None
     kept = len(c.evals) - 1 if j is None else j - 1
-    raised = np.arange(1, len(c.evals)) >= (j if j is not None else len(c.evals))
     lead = math.nan if j is None else float(c.evals[j].step - c.evals[c.peak].step)
-    return Outcome(s, s >= rule.threshold, raised, j, lead, float(c.gold_b[kept] - c.gold_b[c.peak]), float(c.gold_b[kept] - c.gold_b[-1]))
+    return Outcome(s, flagged, raised, j, lead, float(c.gold_b[kept] - c.gold_b[c.peak]),
+                   float(c.gold_b[kept] - c.gold_b[-1]))
 
 
 def frozen(c_or_r) -> bool:

@@ -162,8 +162,8 @@ def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n
                     f"start ({int(y.sum())} past the peak), scored by the rule and baselines fitted on all the runs "
                     "above; intervals: bootstrap over these runs.", "",
                     md_table(["method", "AUC [95 % CI]", "AUC(rule) − AUC(method), paired", "runs raised",
-                              "median lead/lag (steps)", "gold_b(kept) − gold_b(t*)", "gold_b(kept) − gold_b(last)"],
-                             rows), ""]
+                              "median lead/lag (steps)", "gold_b(kept) − gold_b(t*)",
+                              "gold_b(kept) − gold_b(last)"], rows), ""]
 
 
 def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None = None,
