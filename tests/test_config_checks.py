@@ -118,6 +118,22 @@ def test_negative_numbers_where_they_mean_something():
     C.validate(compose_cfg(["world.gold.filler=-0.5", "labeler.length_bonus=-0.25", "trainer=gpu", "trainer.devices=-1"]))
 
 
+@pytest.mark.parametrize("overrides, key", [
+    (["trainer=fsdp_cpu", "algo=dpo", "algo.lora.r=8"], "algo.lora.r"),
+    (["trainer=fsdp_cpu", "algo=rm", "reward_model.lora.r=8"], "reward_model.lora.r"),
+    (["trainer=fsdp", "algo=ppo", "algo.critic=shared"], "algo.critic"),
+], ids=["dpo-lora", "rm-lora", "shared-critic"])
+def test_sharded_training_refuses_what_it_does_not_shard(overrides, key):
+    """A LoRA job or a value head on the policy's pass under trainer=fsdp would train parameters FSDP does not shard
+    or synchronise: refused before anything loads, naming the key and the way out."""
+    with pytest.raises(ConfigError, match="trainer=ddp") as exc:
+        C.validate(compose_cfg(overrides))
+    assert exc.value.key == key
+    for good in (["trainer=fsdp_cpu", "algo=dpo"], ["trainer=fsdp_cpu", "algo=rm"], ["trainer=fsdp", "algo=ppo"],
+                 ["trainer=ddp_cpu", "algo=dpo", "algo.lora.r=8"]):
+        C.validate(compose_cfg(good))
+
+
 @pytest.mark.parametrize("overrides, allowed", [
     (["trainer.devices=0"], ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids"),
     (["trainer.devices=-5"], ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids"),

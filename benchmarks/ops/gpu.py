@@ -2,6 +2,7 @@
 
     python -m benchmarks.ops.gpu                             # Qwen2-0.5B-shaped model, bf16, trainer=gpu
     python -m benchmarks.ops.gpu --shape tiny --device cpu   # the same at tiny shapes on the CPU (the test's)
+    python -m benchmarks.ops.gpu --trainer fsdp              # sharded over every visible GPU (fsdp_cpu: 2 CPU ranks)
 
 A random Qwen2 model of the shape, saved with ``save_pretrained``, trained by four ``rlhf-lab`` jobs through the
 command line (``algo=rm``, ``dpo``, ``ppo``, ``grpo``; ``policy.name_or_path=<folder> sft.steps=0``), each read back:
@@ -60,9 +61,11 @@ def build_model(shape: str, folder: Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path) -> list[str]:
+def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path,
+                  trainer: str | None = None) -> list[str]:
     s = SIZES[shape]
-    common = [f"policy.name_or_path={folder}", "sft.steps=0", f"trainer={'gpu' if device == 'cuda' else 'cpu'}",
+    trainer = trainer or ("gpu" if device == "cuda" else "cpu")
+    common = [f"policy.name_or_path={folder}", "sft.steps=0", f"trainer={trainer}",
               f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"cache_dir={work / 'cache'}", "study=gpu_check",
               f"data.n_train={s['pairs']}", f"data.n_eval={max(16, s['pairs'] // 8)}", "eval.n_prompts=32",
               "eval.n_test_prompts=32", "eval.n_ood_prompts=0", "eval.every_n_steps=0",
@@ -71,7 +74,8 @@ def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path) 
               f"reward_model.steps={s['steps']}", f"reward_model.batch_size={s['batch']}"]
     if device == "cuda":
         common += ["policy.dtype=bfloat16", "reward_model.dtype=bfloat16"]
-    sized = [] if algo == "rm" else [f"algo.steps={s['steps']}", f"algo.batch_size={s['batch']}"]  # rm: reward_model.*
+    batch = s["batch"] * (2 if trainer.endswith("_cpu") else 1)  # 2 ranks: GRPO's groups of 8 on each
+    sized = [] if algo == "rm" else [f"algo.steps={s['steps']}", f"algo.batch_size={batch}"]  # rm: reward_model.*
     return [f"algo={algo}", *common, *sized]
 
 
@@ -111,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--trainer", choices=("fsdp", "fsdp_cpu", "ddp", "ddp_cpu"), default=None,
+                   help="the jobs' trainer preset (default: gpu with --device cuda, cpu with --device cpu)")
     p.add_argument("--work", default=None, help="work folder (default: a new temporary one)")
     p.add_argument("--out", default=None, help="also write the table as markdown to this file")
     a = p.parse_args(argv)
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[gpu] {a.shape}: {n_params / 1e6:.2f}M parameters on {name}; work folder {work}", flush=True)
     procs = {}
     for algo in ALGOS:
-        r = run_job(job_overrides(algo, a.shape, a.device, work / "model", work), work)
+        r = run_job(job_overrides(algo, a.shape, a.device, work / "model", work, a.trainer), work)
         procs[algo] = r
         print(f"[gpu] {algo}: exit {r.returncode} after {time.time() - t0:.0f} s", flush=True)
         if r.returncode:
@@ -138,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     exp = client.get_experiment_by_name("rlhf-lab")
     rows = [job_figures(client, exp.experiment_id, algo, n_params, peak) if exp else {"algo": algo, "status": "no run"}
             for algo in ALGOS]
-    text = (f"GPU check: `python -m benchmarks.ops.gpu --shape {a.shape} --device {a.device}` on {name}, "
+    flags = f"--shape {a.shape} --device {a.device}" + (f" --trainer {a.trainer}" if a.trainer else "")
+    text = (f"GPU check: `python -m benchmarks.ops.gpu {flags}` on {name}, "
             f"{n_params / 1e6:.2f}M parameters, {time.time() - t0:.0f} s in all\n\n{table(rows)}\n")
     print(text)
     if a.out:

@@ -29,6 +29,7 @@ from rlhf_lab.models.batching import pad_right
 from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
 from rlhf_lab.models.sampling import logprobs_from_logits, positions
+from rlhf_lab.models.sharding import shard_trained
 
 
 
@@ -233,6 +234,9 @@ class DPOModule(L.LightningModule):
                 self.log("time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **sync)
         self._t = t0
         return loss
+
+    def configure_model(self):
+        shard_trained(self, self.model)  # trainer=fsdp / fsdp_cpu: 1/N of the model per rank
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]

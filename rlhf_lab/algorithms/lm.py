@@ -12,6 +12,7 @@ import lightning as L
 import torch
 
 from rlhf_lab.runs.distributed import world_size
+from rlhf_lab.models.sharding import shard_trained
 
 
 def warmup_then_linear(opt, warmup: int, total: int):
@@ -43,7 +44,13 @@ class CausalLMModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         t0 = time.perf_counter()
-        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+        kw = {}
+        if world_size() > 1:  # each rank's token sum over the global batch's tokens (/ N: the ranks' gradients are
+            n = (batch["labels"][:, 1:] != -100).sum().float()  # averaged): the global token mean, as on one process
+            torch.distributed.all_reduce(n)
+            kw["num_items_in_batch"] = n / world_size()
+        out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"],
+                         **kw)
         loss = out.loss
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite LM loss ({loss.item()}) at step {self.global_step}; lower the learning rate")
@@ -57,6 +64,9 @@ class CausalLMModule(L.LightningModule):
                 self.log("time/tokens_per_s", n_tok / max(dt, 1e-9), **sync)
         self._t = t0
         return loss
+
+    def configure_model(self):
+        shard_trained(self, self.model)  # trainer=fsdp / fsdp_cpu: 1/N of the model per rank
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)

@@ -68,6 +68,7 @@ from rlhf_lab.evaluation.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models.actor_critic import lm_forward, lm_forward_packed
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.sampling import pack_rollout, response_logprobs, sample, token_logprobs, trim_padding
+from rlhf_lab.models.sharding import full_state_dict, gathered, local, shard_trained
 from rlhf_lab.evaluation.policy import Scorer, as_gold_scorer
 from rlhf_lab.world import GoldWeights
 
@@ -136,6 +137,11 @@ class PPOModule(L.LightningModule):
     def updates_per_step(self) -> int:
         return self.a.ppo_epochs * self.a.num_minibatches
 
+    def configure_model(self):  # trainer=fsdp: policy and critic sharded; the frozen reference and RM stay whole
+        shard_trained(self, self.policy)
+        if self.critic is not None and self.critic.backbone is not None:
+            shard_trained(self, self.critic, probe=lambda critic, ids: critic(ids, torch.ones_like(ids), 1))
+
     def configure_optimizers(self):
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": self.a.lr}]
         if self.critic is not None:
@@ -202,7 +208,7 @@ class PPOModule(L.LightningModule):
         return True
 
     def sync_reference(self):
-        self.reference.load_state_dict(self.policy.state_dict())
+        self.reference.load_state_dict(full_state_dict(self.policy, everywhere=True))
 
     # -- one PPO step: the numbered steps of the module docstring ------------------------------
     def training_step(self, batch, batch_idx):
@@ -247,7 +253,7 @@ class PPOModule(L.LightningModule):
             losses = self.update(qr, old_logp, ref_logp, old_values, advantages, returns, beta)
         for name, w in self.policy.named_parameters():  # a blown-up update (algo.lr too high) stops here,
             if w.requires_grad:                           # not in the next rollout's sampler
-                check_finite(f"policy weight {name} after the update", w.detach(), step)
+                check_finite(f"policy weight {name} after the update", local(w.detach()), step)
 
         # 7. adapt β from the KL measured in the controller's unit
         measured_kl = self.adapt_beta(kl_t, mask)
@@ -284,8 +290,9 @@ class PPOModule(L.LightningModule):
     def rollout(self, prompts: list[str]):
         """Step 1: one sampled response per prompt, with the ``generation.*`` settings."""
         g = self.gen
-        return sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
-                      g.max_prompt_len, sampler=g.sampler)
+        with gathered(self.policy):  # trainer=fsdp: each rank samples its prompts with the full policy
+            return sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
+                          g.max_prompt_len, sampler=g.sampler)
 
     def score(self, ro) -> torch.Tensor:
         """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device."""
@@ -345,11 +352,7 @@ class PPOModule(L.LightningModule):
         if a.trim_minibatches:
             rows = trim_padding(*rows)
         m = rows[3]
-        T = m.shape[1]  # the per-token tensors: the same response columns
-
-        def cut(x):
-            return x[idx, :T]
-
+        cut = lambda x: x[idx, : m.shape[1]]  # noqa: E731  the per-token tensors: the same response columns
         logp, ent, values = self.policy_forward(*rows)
         pg_loss, st = ppo_policy_loss(logp, cut(old_logp), cut(advantages), m, a.clip_eps, a.clip_eps_high,
                                       a.loss_agg, self.gen.max_new_tokens)

@@ -29,6 +29,7 @@ from rlhf_lab.world import GoldWeights, Labeler
 from rlhf_lab.models.batching import pack_rows, pad_right
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.reward import RewardScorer, encode_texts, packable, rm_forward, rm_forward_packed
+from rlhf_lab.models.sharding import shard_trained
 
 MEMBER_SEED_STRIDE = 7919
 LENGTH_BUCKETS = ((0, 10, "short"), (10, 20, "medium"), (20, 10**9, "long"))  # mean words of the pair
@@ -83,6 +84,9 @@ class RewardModelModule(L.LightningModule):
                 self.log(f"{p}time/tokens_per_s", float(batch["lengths"].sum()) / max(dt, 1e-9), **kw)
         self._t = t0
         return loss
+
+    def configure_model(self):
+        shard_trained(self, self.model)  # trainer=fsdp / fsdp_cpu: 1/N of the model per rank
 
     def configure_optimizers(self):
         params = [q for q in self.model.parameters() if q.requires_grad]

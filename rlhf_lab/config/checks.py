@@ -278,6 +278,7 @@ def validate(cfg: DictConfig) -> None:
     if isinstance(cfg.get("gold"), DictConfig):
         check_gold(cfg)
     check_external_data(cfg)
+    check_sharding(cfg)
     algo = cfg.get("algo")
     name = str(algo.get("name")) if isinstance(algo, DictConfig) else None
     if name in PPO_FAMILY:
@@ -285,6 +286,22 @@ def validate(cfg: DictConfig) -> None:
     elif name == "dpo":
         check_dpo(algo)
     check_numbers(cfg)  # last: the group rules name the stricter ranges first (algo.lr must be > 0)
+
+
+def check_sharding(cfg: DictConfig) -> None:
+    """``trainer=fsdp``/``fsdp_cpu`` (``ModelParallelStrategy``) shards whole transformer models: not LoRA adapters
+    (the job stage's ``lora.r`` must be 0) and not a value head on the policy's own pass (``algo.critic=shared``)."""
+    target = str(get(cfg, "trainer.strategy._target_") or "")
+    if not target.endswith(".ModelParallelStrategy"):
+        return
+    name = get(cfg, "algo.name")
+    key = "reward_model.lora.r" if name == "rm" else "algo.lora.r"
+    if (get(cfg, key) or 0) > 0:
+        raise ConfigError(key, get(cfg, key), "0 with trainer=fsdp / fsdp_cpu (LoRA adapters are not sharded: "
+                          "use trainer=ddp / ddp_cpu for a LoRA job)")
+    if name in PPO_FAMILY and get(cfg, "algo.critic") == "shared":
+        raise ConfigError("algo.critic", "shared", "policy or none with trainer=fsdp / fsdp_cpu (a value head on "
+                          "the sharded policy's pass is not sharded with it: use trainer=ddp / ddp_cpu)")
 
 
 def check_external_data(cfg: DictConfig) -> None:

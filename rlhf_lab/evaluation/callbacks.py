@@ -13,6 +13,7 @@ import lightning as L
 import torch
 
 from rlhf_lab.evaluation import alarm as A
+from rlhf_lab.models.sharding import gathered, local
 
 from rlhf_lab.runs import active_run
 from rlhf_lab.runs.active_run import log_samples_table
@@ -80,10 +81,15 @@ class PeriodicEval(L.Callback):
         self._test_steps: set[int] = set()
         self.seconds = 0.0  # wall time spent in evaluate() and test() (this process; a job's time/eval_s)
 
-    def _run(self, trainer: L.Trainer, step: int, at_start: bool = False):
-        if step in self._done_steps or trainer.global_rank != 0:
+    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int, at_start: bool = False):
+        if step in self._done_steps:
             return
         self._done_steps.add(step)
+        with gathered(pl_module):  # every rank: a sharded model is evaluated with its full parameters
+            if trainer.global_rank == 0:
+                self._evaluate(step, at_start)
+
+    def _evaluate(self, step: int, at_start: bool):
         t0 = time.time()
         metrics, rows = self.start("eval", self.evaluate) if at_start and self.start else self.evaluate()
         self.seconds += time.time() - t0
@@ -95,10 +101,15 @@ class PeriodicEval(L.Callback):
         if self.after is not None:
             self.after(step, metrics)
 
-    def _run_test(self, trainer: L.Trainer, step: int, at_start: bool = False):
-        if self.test is None or step in self._test_steps or trainer.global_rank != 0:
+    def _run_test(self, trainer: L.Trainer, pl_module: L.LightningModule, step: int, at_start: bool = False):
+        if self.test is None or step in self._test_steps:
             return
         self._test_steps.add(step)
+        with gathered(pl_module):
+            if trainer.global_rank == 0:
+                self._test(step, at_start)
+
+    def _test(self, step: int, at_start: bool):
         t0 = time.time()
         metrics, rows = self.start("test", self.test) if at_start and self.start else self.test()
         self.seconds += time.time() - t0
@@ -121,18 +132,51 @@ class PeriodicEval(L.Callback):
     def on_train_start(self, trainer, pl_module):
         if self.at_start and not self.first:  # not when resumed: the start was evaluated before the checkpoint
             step = self.step_fn(trainer, pl_module)
-            self._run(trainer, step, at_start=True)
-            self._run_test(trainer, step, at_start=True)
+            self._run(trainer, pl_module, step, at_start=True)
+            self._run_test(trainer, pl_module, step, at_start=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = self.step_fn(trainer, pl_module)
         if step > 0 and step in self.at_steps:
-            self._run(trainer, step)
+            self._run(trainer, pl_module, step)
 
     def on_train_end(self, trainer, pl_module):
         step = self.step_fn(trainer, pl_module)
-        self._run(trainer, step)
-        self._run_test(trainer, step)
+        self._run(trainer, pl_module, step)
+        self._run_test(trainer, pl_module, step)
+
+
+def nbytes(tensors) -> float:
+    """Bytes of this rank's part of `tensors` (the local shard of a sharded one; None and non-tensors skipped)."""
+    return float(sum(local(t).numel() * local(t).element_size() for t in tensors if isinstance(t, torch.Tensor)))
+
+
+class TrainedStateBytes(L.Callback):
+    """What training holds per rank, logged by rank 0 at the end of training (at step 0, beside ``model/*``):
+    ``memory/param_bytes`` (the optimised parameters), ``memory/grad_bytes`` (their gradients, at the first
+    optimizer step) and ``memory/optimizer_bytes`` (the optimizer's state). With ``trainer=fsdp``/``fsdp_cpu``
+    each of N ranks holds about 1/N of each; with one process or ``ddp`` every rank holds all of it."""
+
+    def __init__(self):
+        self.grad_bytes = 0.0
+
+    @staticmethod
+    def params(optimizer) -> list:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        if not self.grad_bytes:
+            self.grad_bytes = nbytes(p.grad for p in self.params(optimizer))
+
+    def on_train_end(self, trainer, pl_module):
+        if trainer.global_rank != 0 or not trainer.optimizers:
+            return
+        opts = trainer.optimizers
+        active_run.log_metrics({
+            "memory/param_bytes": sum(nbytes(self.params(o)) for o in opts),
+            "memory/grad_bytes": self.grad_bytes,
+            "memory/optimizer_bytes": sum(nbytes(v for st in o.state.values() for v in st.values()) for o in opts),
+        }, step=0)
 
 
 class RewardHackingMonitor(L.Callback):

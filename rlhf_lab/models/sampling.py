@@ -144,8 +144,10 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
 def hf_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0,
                 top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The tokens Hugging Face ``generate`` appends to the left-padded prompts [B, P]: [B, T], T <= max_new_tokens
-    (pad after a row's EOS)."""
-    kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id)
+    (pad after a row's EOS). Each process decodes on its own (``synced_gpus=False``, which ``generate`` would
+    otherwise turn on for a sharded model: a sharded model is sampled inside ``sharding.gathered``)."""
+    kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_new_tokens, pad_token_id=pad_id, eos_token_id=eos_id,
+                  synced_gpus=False)
     if temperature > 0:
         kwargs.update(temperature=temperature, top_k=int(top_k or 0), top_p=float(top_p))
     return model.generate(input_ids=q_ids, attention_mask=q_mask, **kwargs)[:, q_ids.shape[1]:]

@@ -227,15 +227,24 @@ def all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
     return dict(zip(keys, t.tolist()))
 
 
+def replicated_params(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The trainable parameters every rank holds whole (not the shards of ``trainer=fsdp``, DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return [p for p in module.parameters() if p.requires_grad and not isinstance(p, DTensor)]
+
+
 def params_checksum(module: torch.nn.Module) -> torch.Tensor:
-    """Sum of |p| over the trainable parameters: equal on every rank when their gradients are in sync."""
+    """Sum of |p| over the replicated trainable parameters: equal on every rank when their gradients are in sync."""
     with torch.no_grad():
-        return torch.stack([p.detach().double().abs().sum() for p in module.parameters() if p.requires_grad]).sum()
+        return torch.stack([p.detach().double().abs().sum() for p in replicated_params(module)]).sum()
 
 
 def check_in_sync(module: torch.nn.Module, what: str) -> None:
     """Raise if the trainable parameters differ across ranks (e.g. gradients that were not all-reduced)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or world_size() == 1:
+        return
+    if not replicated_params(module):  # sharded: each rank holds its own slice, kept consistent by FSDP
         return
     c = params_checksum(module).reshape(1)
     lo, hi = c.clone(), c.clone()

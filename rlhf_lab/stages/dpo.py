@@ -38,6 +38,7 @@ from rlhf_lab.config.checks import check_dpo
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
+from rlhf_lab.models.sharding import whole
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import label_pairs, validate_pairs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
@@ -197,9 +198,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             trainer.fit(module, loader)
         train_s = time.time() - t0
         distributed.check_in_sync(module.model, "DPO policy")
+        model = whole(module.model)  # trainer=fsdp / fsdp_cpu: the whole policy on rank 0, None on the others
         if not distributed.is_rank_zero():  # rank 0 saves and logs
             return {"stage": "dpo", "train_s": train_s}
-        model = module.model
         if hasattr(model, "merge_and_unload"):  # save a plain causal LM: downstream stages load it as any policy
             model = model.merge_and_unload()
         model.eval()

@@ -47,6 +47,7 @@ from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settin
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
+from rlhf_lab.models.sharding import whole
 from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
 from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
 from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
@@ -401,9 +402,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         train_s = time.time() - t0
         trainer.save_checkpoint(str(out_dir / "ppo_last.ckpt"))  # every rank: Lightning synchronises, rank 0 writes
         distributed.check_in_sync(module, "PPO policy and critic")
+        trained = whole(policy)  # trainer=fsdp / fsdp_cpu: the whole policy on rank 0, None on the others
         if not distributed.is_rank_zero():  # rank 0 saves and logs
             return {"stage": stage, "train_s": train_s}
-        final = unwrap(policy.merge_and_unload()) if hasattr(policy, "merge_and_unload") else policy
+        final = unwrap(trained.merge_and_unload()) if hasattr(trained, "merge_and_unload") else trained
         tok.save_pretrained(out_dir)
         final.save_pretrained(out_dir)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -34,6 +34,7 @@ from rlhf_lab.algorithms.rm import (
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import RewardScorer, packable
+from rlhf_lab.models.sharding import whole
 from rlhf_lab.data.preferences import validate_pairs
 from rlhf_lab.config import world as W
 from rlhf_lab.config.keys import to_plain
@@ -212,6 +213,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             with lightning_sigterm_as_interrupted():
                 trainer.fit(module, loader)
             distributed.check_in_sync(model, f"reward model member {i}")
+            model = whole(model)  # trainer=fsdp / fsdp_cpu: the whole model on rank 0, None on the others
+            if model is None:
+                continue
             if int(rc.lora.r) > 0:
                 model = model.merge_and_unload()
             members.append(model.eval())

@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlhf_lab.models.batching import collate_right
+from rlhf_lab.models.sharding import STRATEGY, whole
 from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
@@ -30,6 +31,7 @@ def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callb
     stage) that counts units (:class:`rlhf_lab.runs.progress.StageBar`). Only the job stage runs on
     ``trainer.devices`` processes with ``trainer.strategy``; upstream stages are built by one process
     (rlhf_lab/runs/distributed.py)."""
+    from rlhf_lab.evaluation.callbacks import TrainedStateBytes
     from rlhf_lab.runs.progress import StageBar
 
     t = cfg.trainer
@@ -46,7 +48,7 @@ def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callb
     elif job_stage(cfg) == stage and t.get("strategy") not in (None, "auto"):
         kw["strategy"] = strategy(t)
     bar = [StageBar(label or stage, int(steps), steps_per_unit)] if show_bar else []
-    kw.update(enable_progress_bar=show_bar, callbacks=[*bar, *callbacks])
+    kw.update(enable_progress_bar=show_bar, callbacks=[*bar, *callbacks, TrainedStateBytes()])
     return kw
 
 
@@ -56,7 +58,10 @@ def strategy(t: DictConfig):
     if isinstance(s, DictConfig):
         from hydra.utils import instantiate
 
-        return instantiate(s)
+        extra = {}
+        if str(s.get("_target_", "")).rsplit(".", 1)[-1] == STRATEGY and s.get("data_parallel_size") is None:
+            extra["data_parallel_size"] = distributed.n_processes(to_plain(t))  # trainer=fsdp: shard over all ranks
+        return instantiate(s, **extra)
     return str(s)
 
 
@@ -102,6 +107,7 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         with lightning_sigterm_as_interrupted():
             trainer.fit(module, loader)
         distributed.check_in_sync(model, stage)
+        model = whole(model)  # trainer=fsdp / fsdp_cpu: the whole model on rank 0, None on the others
         if not distributed.is_rank_zero():
             return {"stage": stage}
         model.eval()

@@ -1,0 +1,89 @@
+"""Sharded training (trainer=fsdp_cpu: FSDP2 on 2 CPU processes, gloo), run as a user runs it: the CLI.
+
+With the same seed and global batch, an RM, SFT and DPO job sharded over 2 processes ends with the same weights
+and logs the same losses as the single-process job, up to float rounding: the reduce-scatter averages the
+gradients of the two half-batches as DDP's all-reduce does, but sums in another order (tolerance 1e-5 on the
+weights, as for trainer=ddp_cpu). The saved artifact is a full Hugging Face folder that loads on one process.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_ddp import _history, _max_weight_diff, _run, _runs
+
+pytestmark = pytest.mark.slow  # trains models: deselect with -m 'not slow'
+
+TOL = 1e-5
+
+
+def _same_losses(tmp_path, stage: str, key: str, n: int) -> None:
+    r1, r2 = _runs(tmp_path, "one", stage), _runs(tmp_path, "two", stage)
+    assert len(r2) == 1 and r2.iloc[0]["status"] == "FINISHED"  # rank 1 opened no run of its own
+    h1 = _history(tmp_path, "one", r1.iloc[0]["run_id"], key)
+    h2 = _history(tmp_path, "two", r2.iloc[0]["run_id"], key)
+    assert [s for s, _ in h1] == [s for s, _ in h2] and len(h1) == n
+    assert [v for _, v in h1] == pytest.approx([v for _, v in h2], abs=TOL)
+
+
+def test_sharded_rm_on_two_processes_matches_one_process(tmp_path, session_cache):
+    args = ("algo=rm", "reward_model.steps=4", "reward_model.batch_size=8", "reward_model.norm_samples=64")
+    one = _run(tmp_path, session_cache, "one", *args)
+    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
+    diff = _max_weight_diff(one / "artifact/member_0/model.safetensors", two / "artifact/member_0/model.safetensors")
+    assert diff < TOL, diff
+    _same_losses(tmp_path, "rm", "loss/rm", 4)
+    one_mem, two_mem = (_runs(tmp_path, n, "rm").iloc[0] for n in ("one", "two"))
+    for k in ("param_bytes", "grad_bytes", "optimizer_bytes"):  # each rank holds about half of the trained state
+        ratio = two_mem[f"metrics.memory/{k}"] / one_mem[f"metrics.memory/{k}"]
+        assert 0.45 <= ratio <= 0.6, (k, ratio)
+    m1 = _runs(tmp_path, "one", "rm").iloc[0]
+    m2 = _runs(tmp_path, "two", "rm").iloc[0]  # rank 0 evaluated the gathered model: the same held-out accuracy
+    assert m1["metrics.rm/accuracy"] == pytest.approx(m2["metrics.rm/accuracy"], abs=1e-6)
+    assert not list(two.glob(".rank*"))
+
+
+def test_sharded_dpo_on_two_processes_matches_one_process(tmp_path, session_cache):
+    from transformers import AutoModelForCausalLM
+
+    args = ("algo=dpo", "algo.steps=4", "algo.batch_size=8")
+    one = _run(tmp_path, session_cache, "one", *args)
+    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
+    diff = _max_weight_diff(one / "artifact/model.safetensors", two / "artifact/model.safetensors")
+    assert diff < TOL, diff
+    _same_losses(tmp_path, "dpo", "loss/dpo", 4)
+    h1 = _history(tmp_path, "one", _runs(tmp_path, "one", "dpo").iloc[0]["run_id"], "eval/gold_reward")
+    h2 = _history(tmp_path, "two", _runs(tmp_path, "two", "dpo").iloc[0]["run_id"], "eval/gold_reward")
+    assert [s for s, _ in h1] == [s for s, _ in h2]  # evaluated at the same steps, by rank 0, with the full policy
+    assert [v for _, v in h1] == pytest.approx([v for _, v in h2], abs=1e-3)
+    assert AutoModelForCausalLM.from_pretrained(two / "artifact") is not None  # a full folder, on one process
+
+
+def test_sharded_ppo_on_two_processes_matches_one_process(tmp_path, session_cache):
+    """PPO with a critic of its own: policy and critic sharded, sampled whole (sharding.gathered). Rank 1 samples
+    its own stream, so the two jobs draw different responses: equality is checked against the same job on
+    trainer=ddp_cpu, which splits each step's batch the same way."""
+    args = ("algo=ppo", "algo.steps=2", "algo.batch_size=8", "reward_model.steps=20", "reward_model.norm_samples=64")
+    ddp = _run(tmp_path, session_cache, "one", *args, "trainer=ddp_cpu")
+    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
+    diff = _max_weight_diff(ddp / "artifact/model.safetensors", two / "artifact/model.safetensors")
+    assert diff < TOL, diff
+    for key in ("objective/kl", "loss/policy", "loss/value"):
+        _same_losses(tmp_path, "ppo", key, 2)
+    assert not list(two.glob(".rank*"))
+    import torch  # the Lightning checkpoint (PPO's resume point) holds the full weights, as trainer=ddp_cpu's does
+
+    c1, c2 = (torch.load(d / "artifact/ppo_last.ckpt", weights_only=False)["state_dict"] for d in (ddp, two))
+    assert {k: v.shape for k, v in c1.items()} == {k: v.shape for k, v in c2.items()}
+    assert max((c1[k].float() - c2[k].float()).abs().max().item() for k in c1) < TOL
+
+
+def test_sharded_sft_on_two_processes_matches_one_process(tmp_path, session_cache):
+    """SFT's loss is a mean over the batch's response tokens, which the two halves of a batch split unevenly: each
+    rank divides its token sum by the global batch's count (CausalLMModule), so the curves agree with one process."""
+    args = ("algo=sft", "sft.steps=4", "sft.batch_size=8", "trainer.log_every_n_steps=1")
+    one = _run(tmp_path, session_cache, "one", *args)
+    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
+    diff = _max_weight_diff(one / "artifact/model.safetensors", two / "artifact/model.safetensors")
+    assert diff < TOL, diff
+    _same_losses(tmp_path, "sft", "loss/lm", 4)
