@@ -36,11 +36,11 @@ def test_a_deferred_sigterm_waits_for_the_step_boundary(monkeypatch):
     assert e.value.exit_code == 143 and run_states.pending_stop() is None
 
 
-def cli(cwd: Path, cache: Path):
+def cli(cwd: Path, cache: Path, *extra: str):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     env.pop("MLFLOW_TRACKING_URI", None)
     cwd.mkdir(exist_ok=True)
-    return cli_process.start([*JOB, f"cache_dir={cache}"], cwd=cwd, env=env)
+    return cli_process.start([*JOB, f"cache_dir={cache}", *extra], cwd=cwd, env=env)
 
 
 def ppo_steps_logged(db: Path) -> int:
@@ -60,15 +60,19 @@ def final_numbers(db: Path, status: str = "FINISHED") -> tuple[dict, str]:
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_the_same_command_resumes_to_the_same_numbers(tmp_path, session_cache):
+@pytest.mark.parametrize("trainer", [[], ["trainer=fsdp_cpu"]], ids=["one_process", "sharded"])
+def test_sigterm_checkpoints_and_the_same_command_resumes_to_the_same_numbers(tmp_path, session_cache, trainer):
+    """Sharded (2 ranks, the signal to rank 0 only, as rlhf-lab started them): every rank stops at the same step,
+    the checkpoint holds the full weights and each rank's sampling RNG, and the resumed job ends where one
+    uninterrupted sharded job does."""
     cache = session_cache
-    a = cli(tmp_path / "a", cache)
+    a = cli(tmp_path / "a", cache, *trainer)
     out_a, err_a = a.communicate(timeout=1200)
     assert a.returncode == 0, err_a[-3000:]
     want, _ = final_numbers(tmp_path / "a" / "mlflow.db")
     assert all(v is not None for v in want.values()), want
 
-    b = cli(tmp_path / "b", cache)
+    b = cli(tmp_path / "b", cache, *trainer)
     t0 = time.time()
     while ppo_steps_logged(tmp_path / "b" / "mlflow.db") < 3:
         assert b.poll() is None and time.time() - t0 < 900, b.communicate()[1][-3000:]
@@ -82,7 +86,7 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_the_same_numbers(tm
     assert left[0].parent == cache / "resume" / "ppo" and left[0].is_file()
     _, killed = final_numbers(tmp_path / "b" / "mlflow.db", "KILLED")
 
-    c = cli(tmp_path / "b", cache)  # the same command again
+    c = cli(tmp_path / "b", cache, *trainer)  # the same command again
     out_c, err_c = c.communicate(timeout=1200)
     assert c.returncode == 0, err_c[-3000:]
     assert "resuming from" in out_c and not left[0].exists()  # used, then removed once finished

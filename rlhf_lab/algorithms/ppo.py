@@ -433,10 +433,10 @@ class PPOModule(L.LightningModule):
         if every and self.checkpoint_dir and self.ppo_step % every == 0:
             self.trainer.save_checkpoint(str(Path(self.checkpoint_dir) / f"ppo_step{self.ppo_step:05d}.ckpt"))
 
-    # -- β, controller state and the sampling RNG travel with the Lightning checkpoint ----------------
+    # -- β, controller state and each rank's sampling RNG travel with the Lightning checkpoint ---------
     def on_save_checkpoint(self, checkpoint):
         checkpoint["ppo"] = {"kl_controller": self.kl_ctl.state_dict(), "kl": self.kl_settings.name,
-                             "ppo_step": self.ppo_step, "torch_rng": torch.get_rng_state()}
+                             "ppo_step": self.ppo_step, "torch_rng": distributed.gather_objects(torch.get_rng_state())}
 
     def on_load_checkpoint(self, checkpoint):
         st = checkpoint.get("ppo")
@@ -446,4 +446,4 @@ class PPOModule(L.LightningModule):
             raise ValueError(f"checkpoint has a {st['kl']} KL controller but kl={self.kl_settings.name}")
         self.kl_ctl.load_state_dict(st["kl_controller"])
         self.ppo_step = int(st["ppo_step"])
-        self._rng_to_restore = st["torch_rng"]
+        self._rng_to_restore = distributed.own(st["torch_rng"], "the checkpoint's sampling RNG (one per rank)")

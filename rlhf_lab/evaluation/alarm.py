@@ -12,6 +12,15 @@ The signals at evaluation j ≥ 1 (evaluation 0 is the start of the run, before 
 - ``entropy_drop``: 1 − H_j / H_0, the fall of the per-token entropy of the evaluation's samples
   (``eval/entropy``) relative to the start.
 - ``length_ratio``: L_j / L_0, the mean response length (``eval/length``) relative to the start.
+- ``gain_per_sqrt_kl``: (p_j − p_0) / max(d_j, :data:`SQRT_KL_FLOOR`), d_j the ``sqrt_kl`` of evaluation j: the
+  proxy reward gained since the start per √nat of KL spent (the floor keeps the first evaluations, at KL ≈ 0,
+  finite); 0 when p_0 or p_j is unknown.
+- ``length_rate``: (L_j − L_{j−1}) / L_0, the change of the mean response length since the previous evaluation
+  relative to the start.
+
+The last two were picked, among a dozen candidates, by their held-out AUC (leave one study out, beside the first
+four) on the runs started before the previous freeze (2026-12-04 04:29 UTC) only; fitted beside the others, their
+weights are positive (more proxy per √KL, faster lengthening: more likely past the gold peak).
 
 The rule (:func:`score`) is a logistic function of the standardised signals,
 σ(b + Σ_k w_k (x_k − μ_k) / s_k), fitted by :mod:`rlhf_lab.analysis.studies.alarm_fit` on the committed runs
@@ -26,7 +35,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-FEATURES = ("sqrt_kl", "proxy_drop", "entropy_drop", "length_ratio")
+FEATURES = ("sqrt_kl", "proxy_drop", "entropy_drop", "length_ratio", "gain_per_sqrt_kl", "length_rate")
+SQRT_KL_FLOOR = 0.5  # √nats: gain_per_sqrt_kl's denominator at least this
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,12 @@ class Rule:
     bias: float
     threshold: float
 
+    def __post_init__(self):
+        for name in ("mean", "scale", "weights"):
+            if len(getattr(self, name)) != len(FEATURES):
+                raise ValueError(f"Rule.{name} has {len(getattr(self, name))} entries, not one per signal of "
+                                 f"FEATURES ({len(FEATURES)}: {', '.join(FEATURES)})")
+
     def describe(self) -> str:
         terms = " ".join(f"{w:+.3g}·({k} − {m:.3g})/{s:.3g}"
                          for k, m, s, w in zip(FEATURES, self.mean, self.scale, self.weights))
@@ -63,13 +79,17 @@ def features(evals: Sequence[Evaluation]) -> dict[str, float] | None:
     when there is no evaluation after the start."""
     if len(evals) < 2:
         return None
-    start, now = evals[0], evals[-1]
+    start, before, now = evals[0], evals[-2], evals[-1]
     earlier = [e.proxy for e in evals[:-1] if not math.isnan(e.proxy)]
     drop = max(earlier) - now.proxy if earlier and not math.isnan(now.proxy) else 0.0
-    return {"sqrt_kl": math.sqrt(max(now.kl, 0.0)),
+    sqrt_kl = math.sqrt(max(now.kl, 0.0))
+    gain = now.proxy - start.proxy
+    return {"sqrt_kl": sqrt_kl,
             "proxy_drop": drop,
             "entropy_drop": 1.0 - now.entropy / start.entropy if start.entropy > 0 else 0.0,
-            "length_ratio": now.length / start.length if start.length > 0 else 1.0}
+            "length_ratio": now.length / start.length if start.length > 0 else 1.0,
+            "gain_per_sqrt_kl": gain / max(sqrt_kl, SQRT_KL_FLOOR) if not math.isnan(gain) else 0.0,
+            "length_rate": (now.length - before.length) / start.length if start.length > 0 else 0.0}
 
 
 def score(x: dict[str, float], rule: Rule) -> float:
@@ -93,8 +113,9 @@ def first_alarm(evals: Sequence[Evaluation], rule: Rule, threshold: float | None
     return None
 
 
-# Fitted on every study of the committed runs files, rounded to 4 significant digits (rlhf_lab.analysis.studies.
-# alarm_fit.fit_rules); reports/hacking_alarm/README.md scores each study with the rule fitted without it.
-# tests/test_hacking_alarm_report.py refits it from those files and compares.
-RULE = Rule(mean=(2.706, -0.2234, 0.2113, 1.268), scale=(2.022, 0.3313, 0.2412, 0.6369),
-            weights=(0.7689, 1.303, 0.7042, 0.2885), bias=-1.882, threshold=0.1725)
+# Fitted on the runs of every study of the committed runs files started up to alarm_fit.FROZEN_AT_MS, rounded to
+# 4 significant digits (rlhf_lab.analysis.studies.alarm_fit.fit_rules); reports/hacking_alarm/README.md scores each
+# study with the rule fitted without it. tests/test_hacking_alarm_report.py refits it from those files and compares.
+RULE = Rule(mean=(2.635, -0.2218, 0.2051, 1.267, 0.61, 0.02512),
+            scale=(1.919, 0.349, 0.2379, 0.6287, 0.4821, 0.2788),
+            weights=(1.131, 1.795, 0.4719, 0.0779, 0.4909, 0.6657), bias=-1.98, threshold=0.2041)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -18,7 +20,7 @@ from rlhf_lab.models.sharding import gathered, local
 from rlhf_lab.runs import active_run
 from rlhf_lab.runs.active_run import log_samples_table
 from rlhf_lab.runs.progress import write_line
-from rlhf_lab.runs.states import pending_stop, stop_now
+from rlhf_lab.runs.states import pending_stop, raise_interrupted, stop_now
 
 
 EVAL_SCHEDULES = ("every", "log")  # eval.schedule
@@ -380,8 +382,15 @@ class Preemption(L.Callback):
     def __init__(self, path: Path | str, step_fn: Callable[[L.Trainer, L.LightningModule], int]):
         self.path, self.step_fn = Path(path), step_fn
 
+    def on_train_start(self, trainer, pl_module):
+        # several ranks: Lightning's SIGTERM handler broadcasts from rank 0 inside the handler, a collective the other
+        # ranks never join (rlhf-lab signals rank 0 only) or join mid-step: ours defers the stop to the step's end
+        if trainer.world_size > 1 and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, raise_interrupted)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if pending_stop() is None:
+        # every rank stops at the same step, if any rank got the signal: saving the checkpoint is collective
+        if not trainer.strategy.reduce_boolean_decision(pending_stop() is not None, all=False):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

@@ -23,6 +23,7 @@ Lightning's DDP strategy then joins the processes (gloo on CPU, NCCL on GPUs). T
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import socket
@@ -173,6 +174,18 @@ def launch(trainer: dict, out_dir: Path, target: Callable[[Path], dict], rank_ta
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def single_process() -> Iterator[None]:
+    """Inside, this process is a job of its own (rank 0 of 1): the upstream stages that rank 0 builds alone for a
+    multi-process job train on whole batches, as a one-process job builds them (the same cache key, the same
+    artifact). Before the job's process group starts only: the distributed variables are hidden meanwhile."""
+    hidden = {k: os.environ.pop(k) for k in (*_ENV, "SLURM_PROCID", "SLURM_NTASKS") if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
+
+
 def rank_out_dir(out_dir: Path) -> Path:
     """Where this rank writes its artifact: the job's folder on rank 0, a scratch sub-folder elsewhere."""
     if is_rank_zero():
@@ -232,6 +245,25 @@ def replicated_params(module: torch.nn.Module) -> list[torch.Tensor]:
     from torch.distributed.tensor import DTensor
 
     return [p for p in module.parameters() if p.requires_grad and not isinstance(p, DTensor)]
+
+
+def gather_objects(obj) -> list:
+    """`obj` of every rank, in rank order (``[obj]`` when not distributed). Every rank must call it."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or world_size() == 1:
+        return [obj]
+    out: list = [None] * world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def own(per_rank, what: str):
+    """This rank's entry of a list :func:`gather_objects` made (a value that is not a list: every rank's)."""
+    if not isinstance(per_rank, list):
+        return per_rank
+    if len(per_rank) != world_size():
+        raise ValueError(f"{what} was saved by {len(per_rank)} process(es), this job runs {world_size()}: resume it "
+                         f"with trainer.devices={len(per_rank)}")
+    return per_rank[rank()]
 
 
 def params_checksum(module: torch.nn.Module) -> torch.Tensor:

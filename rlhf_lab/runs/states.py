@@ -155,9 +155,10 @@ def pending_stop() -> int | None:
 
 
 def stop_now() -> None:
-    """Raise :class:`Interrupted` for the first stop signal received."""
+    """Raise :class:`Interrupted` for the first stop signal received (SIGTERM on a rank that received none itself and
+    stops with the rank that did)."""
     RAISED[0] = True
-    raise Interrupted(RECEIVED[0])
+    raise Interrupted(RECEIVED[0] if RECEIVED else signal.SIGTERM)
 
 
 @contextlib.contextmanager

@@ -102,10 +102,13 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
     t0 = time.time()
 
     def build(tmp: Path):
-        if job_stage(cfg) != stage:  # an upstream stage: say why this job is doing something else first
-            print(f"[rlhf-lab] {stage}: building the {mod.WHAT} that this {job_stage(cfg)} job needs (no cached "
-                  f"artifact for its config yet) -> {cache.path(stage, spec)}", flush=True)
-        return mod.build(cfg, tmp, spec)
+        if job_stage(cfg) == stage:
+            return mod.build(cfg, tmp, spec)
+        # an upstream stage: say why this job is doing something else first; built by one process (rank 0)
+        print(f"[rlhf-lab] {stage}: building the {mod.WHAT} that this {job_stage(cfg)} job needs (no cached "
+              f"artifact for its config yet) -> {cache.path(stage, spec)}", flush=True)
+        with distributed.single_process():
+            return mod.build(cfg, tmp, spec)
 
     with tracking.status_after_writes():  # the stage's run ends FINISHED only once its artifact is in the cache
         path, built = cache.get_or_build(stage, spec, build)

@@ -14,7 +14,10 @@ no penalty) with the threshold of the best Youden's J (:func:`youden_threshold`)
 the proxy's drop alone) are fitted the same way. :func:`leave_one_study_out` scores every run with the rules
 fitted on the other studies; the measures (ROC AUC, precision and recall, the lead/lag of the first alarm behind
 t*, the gold that stopping there keeps) carry a percentile bootstrap over runs (:func:`bootstrap_counts`; the
-same resamples for every method, so differences are paired). Pure functions of numbers.
+same resamples for every method, so differences are paired). The report also groups the runs by how their KL
+penalty was set (:func:`kl_regime`), compares only evaluations of the same study (:func:`within_auc_stat`), and
+leaves out of its prospective test the later runs that rerun a job the rule was fitted on (:func:`split_new`). Pure
+functions of numbers.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import STUDY_TAG, RunData, load_study
+from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key, load_study
 from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, scores
 
@@ -42,10 +45,16 @@ N_BOOT = 2000
 SEED = 0
 LEVEL = 0.95
 DIGITS = 4  # significant digits of the committed RULE
-# The rule was frozen on the runs started up to this instant (ms since the epoch: the newest run of the committed
-# runs files when it was fitted, 2026-12-04 04:29:44 UTC); runs started later never shaped it, and the report
-# judges the committed rule on them apart, as a prospective test.
-FROZEN_AT_MS = 1796358584911
+# The rule was frozen on the runs started up to this instant (ms since the epoch: the start of the newest run of the
+# committed runs files when it was refitted with the six signals at 2026-12-04 10:00 UTC, 2026-12-04 08:05:53 UTC;
+# the first rule, on four signals, was frozen at 2026-12-04 04:29:44 UTC, SIGNALS_CHOSEN_AT_MS); runs started later
+# never shaped it, and the report judges the committed rule on them apart, as a prospective test (but for reruns of
+# a job it was fitted on: split_new).
+FROZEN_AT_MS = 1796371553299
+# gain_per_sqrt_kl and length_rate were chosen on the runs started up to this instant (the first rule's freeze); the
+# report judges the rule apart on the runs started later, which that choice never saw.
+SIGNALS_CHOSEN_AT_MS = 1796358584911
+REGIMES = ("adaptive KL", "fixed β > 0", "β = 0")  # kl_regime: how a run's KL penalty was set
 BASELINES = {"KL threshold": ("sqrt_kl",), "proxy plateau": ("proxy_drop",)}
 METHODS = ("rule", *BASELINES)
 
@@ -123,6 +132,17 @@ def evaluations(r: RunData) -> list[Evaluation]:
     return [Evaluation(t, kl[t], ent[t], ln[t], p) for t, p in zip(steps, proxy)]
 
 
+def kl_regime(r: RunData) -> str:
+    """How the run's KL penalty was set (its params ``kl.name``, ``kl.beta``): "adaptive KL" (the adaptive
+    controller, whatever its initial β), "fixed β > 0", "β = 0" (no KL penalty), or "?" (not logged)."""
+    if r.value("kl.name") == "adaptive":
+        return REGIMES[0]
+    beta = r.fnum("kl.beta")
+    if math.isnan(beta):
+        return "?"
+    return REGIMES[1] if beta > 0 else REGIMES[2]
+
+
 def peak_index(gold_a: Sequence[float]) -> int:
     """The index of the best gold (the first one on a tie): t* of the label."""
     return int(np.argmax(np.asarray(gold_a, dtype=float)))
@@ -143,6 +163,8 @@ class Case:
     labels: np.ndarray
     gold_b: np.ndarray
     peak: int
+    job: tuple | None = None  # runs.job_key: study, stage, the overrides (seed included); None: not tagged
+    regime: str = "?"  # kl_regime
 
     @property
     def steps(self) -> list[int]:
@@ -158,7 +180,7 @@ def case_of(study: str, r: RunData) -> Case:
     signals = np.asarray([[features(evals[: j + 1])[k] for k in FEATURES] for j in range(1, len(evals))], dtype=float)
     labels = np.asarray([t > steps[peak] for t in steps[1:]], dtype=bool)
     return Case(study, r.run_id, r.start_time, r.stage, str(r.value("labeler.name") or "?"), evals, signals, labels,
-                np.asarray([gold_b[t] for t in steps], dtype=float), peak)
+                np.asarray([gold_b[t] for t in steps], dtype=float), peak, job_key(r), kl_regime(r))
 
 
 # -- the fit --------------------------------------------------------------------------------------------------------
@@ -324,6 +346,14 @@ def frozen(c_or_r) -> bool:
     return c_or_r.start_time <= FROZEN_AT_MS
 
 
+def split_new(later: Sequence[Case], fitted: Sequence[Case]) -> tuple[list[Case], list[Case]]:
+    """(the cases of `later` that are new evidence, those that rerun a job of `fitted`): a run whose job
+    (:func:`~rlhf_lab.analysis.runs.job_key`: the same study, stage and overrides, seed included) is one the rule
+    was fitted on is the same experiment again, not a prospective test; a run without a job key counts as new."""
+    jobs = {c.job for c in fitted if c.job is not None}
+    return [c for c in later if c.job not in jobs], [c for c in later if c.job is not None and c.job in jobs]
+
+
 def leave_one_study_out(cases: Sequence[Case]) -> tuple[dict[str, dict[str, Rule]], dict[str, list[Outcome]]]:
     """Every study held out once: ({study: {method: rule fitted on the other studies}}, {method: the outcome of each
     case under its own study's fold}, in the order of `cases`)."""
@@ -360,6 +390,26 @@ def auc_stat(cases: Sequence[Case], outs: Sequence[Outcome]) -> Statistic:
     """The pooled AUC over the evaluations of the (weighted) runs."""
     s, y = pooled(outs, "scores"), np.concatenate([c.labels for c in cases]) if cases else np.zeros(0, dtype=bool)
     return lambda w: auc(s, y, row_weights(cases, w))
+
+
+def within_auc_stat(cases: Sequence[Case], outs: Sequence[Outcome]) -> Statistic:
+    """The within-study AUC over the evaluations of the (weighted) runs: each study's AUC weighted by its (weighted)
+    number of (positive, negative) pairs, i.e. the share of the pairs of the same study ordered right."""
+    s = pooled(outs, "scores")
+    y = np.concatenate([c.labels for c in cases]) if cases else np.zeros(0, dtype=bool)
+    study = np.repeat([c.study for c in cases], [len(c.labels) for c in cases])
+    groups = [study == k for k in sorted({c.study for c in cases})]
+
+    def stat(w: np.ndarray) -> float:
+        rw = row_weights(cases, w)
+        total = num = 0.0
+        for g in groups:
+            pairs = (rw[g] * y[g]).sum() * (rw[g] * ~y[g]).sum()
+            if pairs > 0:
+                total += pairs
+                num += pairs * auc(s[g], y[g], rw[g])
+        return num / total if total > 0 else math.nan
+    return stat
 
 
 def pr_stat(cases: Sequence[Case], outs: Sequence[Outcome], which: int, latched: bool) -> Statistic:

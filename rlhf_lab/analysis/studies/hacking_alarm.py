@@ -21,13 +21,15 @@ from rlhf_lab.analysis.plots import pyplot
 from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.studies.alarm_fit import (
-    ALGOS, BASELINES, DIGITS, LABELERS, LEVEL, METHODS, MIN_EVALS, N_BOOT, PROXY_KEY, RUNS_FILES, SEED, Case,
-    FROZEN_AT_MS, Outcome, auc, auc_stat, bootstrap_counts, case_of, design, difference, exclusion, fit_rules, frozen,
-    leave_one_study_out, mean_stat, median_stat, outcome, pr_stat, raw_condition, read_runs, store_runs, with_ci)
+    ALGOS, BASELINES, DIGITS, LABELERS, LEVEL, METHODS, MIN_EVALS, N_BOOT, PROXY_KEY, REGIMES, RUNS_FILES, SEED,
+    SIGNALS_CHOSEN_AT_MS, Case, FROZEN_AT_MS, Outcome, auc, auc_stat, bootstrap_counts, case_of, design, difference,
+    exclusion, fit_rules, frozen, leave_one_study_out, mean_stat, median_stat, outcome, pr_stat, raw_condition,
+    read_runs, split_new, store_runs, with_ci, within_auc_stat)
 from rlhf_lab.analysis.study import read_from, report_flags
 from rlhf_lab.evaluation.alarm import FEATURES, RULE, Rule
 
 STUDY = "hacking_alarm"
+PLATEAU = "proxy plateau"  # the baseline the regime table compares the rule with
 BAR_AUC = 0.8  # issue 44's bar: AUC at least this, and the paired difference to each baseline excludes 0
 
 
@@ -53,6 +55,92 @@ def verdict(aucs: dict[str, tuple], diffs: dict[str, tuple]) -> tuple[bool, list
                          if not (math.isnan(lo) or hi < 0) else
                          f"the paired interval of AUC(rule) − AUC({name}) [{fmt(lo)}, {fmt(hi)}] is not above 0")
     return not fails, fails
+
+
+def compare(diff: tuple[float, float, float]) -> str:
+    """How a paired difference AUC(rule) − AUC(baseline) reads: above (its interval above 0), below (under 0), or
+    not distinguishable (the interval holds 0)."""
+    value, lo, hi = diff
+    if math.isnan(value):
+        return "cannot be compared (no runs on both sides of their peaks)"
+    if lo > 0:
+        return "beats it"
+    if hi < 0:
+        return "is **below** it"
+    return "does **not** beat it (the interval holds 0" + ("; the point estimate is below it)" if value < 0 else ")")
+
+
+def ci3(est: tuple[float, float, float]) -> str:
+    """A value and its interval to 3 decimals."""
+    return "–" if math.isnan(est[0]) else "{:.3f} [{:.3f}, {:.3f}]".format(*est)
+
+
+def regime_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int
+                ) -> tuple[list[list], dict[str, tuple]]:
+    """Per KL regime (:data:`~rlhf_lab.analysis.studies.alarm_fit.REGIMES`, then any other found): its runs, each
+    method's held-out AUC and the paired difference AUC(rule) − AUC(proxy plateau), the regime's runs resampled on
+    their own; and {regime: that difference}."""
+    rows, diffs = [], {}
+    found = [g for g in REGIMES if any(c.regime == g for c in cases)] + sorted(
+        {c.regime for c in cases} - set(REGIMES))
+    for g, regime in enumerate(found):
+        idx = [i for i, c in enumerate(cases) if c.regime == regime]
+        sub = [cases[i] for i in idx]
+        cnt = bootstrap_counts(len(sub), n_boot, SEED + 200 + g)
+        stats = {m: auc_stat(sub, [outs[m][i] for i in idx]) for m in METHODS}
+        diffs[regime] = with_ci(difference(stats["rule"], stats[PLATEAU]), cnt)
+        rows.append([regime, len(sub), ", ".join(sorted({c.study for c in sub})),
+                     *(ci_cell(with_ci(stats[m], cnt)) for m in METHODS), ci3(diffs[regime])])
+    return rows, diffs
+
+
+def unseen(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int) -> tuple[list[Case], dict, tuple]:
+    """The runs that the choice of the newest signals never saw (started after :data:`~rlhf_lab.analysis.studies.
+    alarm_fit.SIGNALS_CHOSEN_AT_MS`, and no rerun of a job started before it): (those cases, {method: held-out
+    AUC}, AUC(rule) − AUC(proxy plateau), paired), their runs resampled on their own."""
+    new, _ = split_new([c for c in cases if c.start_time > SIGNALS_CHOSEN_AT_MS],
+                       [c for c in cases if c.start_time <= SIGNALS_CHOSEN_AT_MS])
+    ids = {c.run_id for c in new}
+    idx = [i for i, c in enumerate(cases) if c.run_id in ids]
+    sub = [cases[i] for i in idx]
+    cnt = bootstrap_counts(len(sub), n_boot, SEED + 300)
+    stats = {m: auc_stat(sub, [outs[m][i] for i in idx]) for m in METHODS}
+    return sub, {m: with_ci(stats[m], cnt) for m in METHODS}, with_ci(difference(stats["rule"], stats[PLATEAU]), cnt)
+
+
+def headline(n_runs: int, n_studies: int, aucs: dict[str, tuple], diffs: dict[str, tuple],
+             by_regime: dict[str, tuple], n_regime: dict[str, int], within: dict[str, tuple],
+             fresh: tuple[list[Case], dict, tuple] | None = None) -> list[str]:
+    """The report's opening sentences, from its numbers: the pooled held-out AUCs, where the rule does and does not
+    beat the proxy plateau by KL regime, the within-study AUC, and (`fresh`, :func:`unseen`) the AUCs on the runs
+    the choice of signals never saw."""
+    pooled_ = (f"Held out by study, over {n_runs} runs of {n_studies} studies, the rule's ROC AUC is "
+               f"{ci_cell(aucs['rule'])}, against " + " and ".join(
+                   f"{fmt(aucs[b][0])} for the {b} (paired difference {ci_cell(diffs[b])}: the rule "
+                   f"{compare(diffs[b])})"
+                   for b in BASELINES) + ".")
+    short = [g for g, d in by_regime.items() if not d[1] > 0]
+    ahead = [g for g, d in by_regime.items() if d[1] > 0]
+    split = "By KL regime, AUC(rule) − AUC(proxy plateau), paired (each regime's runs resampled on their own): " + \
+        "; ".join(f"{g} ({n_regime[g]} runs) {ci3(d)}: the rule {compare(d)}" for g, d in by_regime.items()) + ". "
+    if short and ahead:
+        split += (f"So the rule does **not** beat the proxy plateau in {' or '.join(short)} runs; its pooled lead "
+                  f"over it comes from {' and '.join(ahead)} runs.")
+    elif short:
+        split += "So the rule beats the proxy plateau in no KL regime on its own."
+    else:
+        split += "So the rule beats the proxy plateau in every KL regime."
+    within_ = ("Within studies (only pairs of evaluations of the same study compared, so that studies whose scores "
+               "differ as a whole do not count): " + ", ".join(f"{m} {ci_cell(within[m])}" for m in METHODS) + ".")
+    out = [pooled_, "", split, "", within_, ""]
+    if fresh is not None and fresh[0]:
+        sub, a, d = fresh
+        per = ", ".join(f"{s} ({sum(c.study == s for c in sub)})" for s in sorted({c.study for c in sub}))
+        out += [f"On the {len(sub)} runs that the choice of the two newest signals never saw ({per}; reruns of "
+                "earlier jobs left out), still held out by study: "
+                + ", ".join(f"{m} {ci_cell(a[m])}" for m in METHODS)
+                + f"; AUC(rule) − AUC(proxy plateau) {ci3(d)}: the rule {compare(d)}.", ""]
+    return out
 
 
 def plot_choice(cases: Sequence[Case], most: int = 9) -> list[int]:
@@ -137,14 +225,29 @@ def study_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: in
     return rows
 
 
-def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n_boot: int) -> list[str]:
-    """The report's section on the runs started after the rule was frozen, each scored by the rule and baselines
-    fitted before them (never refitted on them)."""
+def _count(keys) -> dict:
+    out: dict = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n_boot: int,
+                reruns: Sequence[Case] = ()) -> list[str]:
+    """The report's section on the runs started after the rule was frozen that are new evidence, each scored by the
+    rule and baselines fitted before them (never refitted on them); `reruns`: the later runs left out because they
+    rerun a job of the fit (:func:`~rlhf_lab.analysis.studies.alarm_fit.split_new`)."""
     lines = ["## Prospective: runs made after the rule was frozen", ""]
+    rerun = (f" {len(reruns)} runs started later rerun a job the rule was fitted on (the same study and overrides, "
+             "seed included: the same experiment again, not new evidence) and are left out"
+             + (f" ({', '.join(f'{s} ({n})' for s, n in sorted(_count(c.study for c in reruns).items()))})"
+                if reruns else "") + ".")
     if not later:
-        return lines + [f"None yet: every run read started before {frozen_at} UTC. Runs added to the runs files later "
-                        "(more seeds of the claims studies, new studies) are judged here by the rule as it was frozen, "
-                        "never refitted on them.", ""]
+        return lines + [f"None yet: every run read that is new evidence started before {frozen_at} UTC. Runs added to "
+                        "the runs files later (more seeds of the claims studies, new studies) are judged here by the "
+                        "rule as it was frozen, never refitted on them; a run that merely reruns a job the rule was "
+                        "fitted on (the same study and overrides, seed included) is not new evidence and is left "
+                        "out." + (rerun if reruns else ""), ""]
     outs = {m: [outcome(c, rules[m]) for c in later] for m in METHODS}
     counts = bootstrap_counts(len(later), n_boot, SEED + 999)
     stats = {m: auc_stat(later, outs[m]) for m in METHODS}
@@ -160,7 +263,7 @@ def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n
     per_study = ", ".join(f"{s} ({sum(c.study == s for c in later)})" for s in sorted({c.study for c in later}))
     return lines + [f"{len(later)} runs started after {frozen_at} UTC ({per_study}), {len(y)} evaluations after the "
                     f"start ({int(y.sum())} past the peak), scored by the rule and baselines fitted on all the runs "
-                    "above; intervals: bootstrap over these runs.", "",
+                    "above; intervals: bootstrap over these runs." + rerun, "",
                     md_table(["method", "AUC [95 % CI]", "AUC(rule) − AUC(method), paired", "runs raised",
                               "median lead/lag (steps)", "gold_b(kept) − gold_b(t*)",
                               "gold_b(kept) − gold_b(last)"], rows), ""]
@@ -200,7 +303,8 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
             excluded[why][s] += 1
     every = [case_of(s, r) for s, r in entering]
     cases = [c for c in every if frozen(c)]  # the runs the rule was fitted and judged on
-    later = [c for c in every if not frozen(c)]  # runs started after it was frozen: a prospective test
+    # runs started after it was frozen: a prospective test, but for reruns of a job it was fitted on
+    later, reruns = split_new([c for c in every if not frozen(c)], cases)
     studies = sorted({c.study for c in cases})
     rules = fit_rules(cases)  # the committed rule: every study
     folds, outs = leave_one_study_out(cases)
@@ -209,22 +313,32 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
     aucs = {m: with_ci(auc_stats[m], counts) for m in METHODS}
     diffs = {b: with_ci(difference(auc_stats["rule"], auc_stats[b]), counts) for b in BASELINES}
     met, fails = verdict(aucs, diffs)
+    regime_table, by_regime = regime_rows(cases, outs, n_boot)
+    n_regime = {row[0]: row[1] for row in regime_table}
+    within = {m: with_ci(within_auc_stat(cases, outs[m]), counts) for m in METHODS}
     x_all, y_all = design(cases)
     committed = "equals" if rules["rule"] == RULE else "does **not** equal"
     thresholds = [folds[s]["rule"].threshold for s in studies]
 
     frozen_at = datetime.datetime.fromtimestamp(FROZEN_AT_MS / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    chosen_at = datetime.datetime.fromtimestamp(SIGNALS_CHOSEN_AT_MS / 1000, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M")
+    n_seen = sum(c.start_time <= SIGNALS_CHOSEN_AT_MS for c in cases)
     lines += [
         f"Runs: {len(cases)} FINISHED PPO/GRPO/RLOO runs of {len(studies)} studies, started up to {frozen_at} UTC "
-        f"(when the rule was frozen), enter, with {len(y_all)} "
+        f"(the rule's data cutoff: it was refitted on these runs, and fixed, at 2026-12-04 10:00 UTC), enter, with "
+        f"{len(y_all)} "
         f"evaluations after the start ({fmt(float(y_all.mean()), 2)} of them past the gold peak). Every study is "
         "held out once: its runs are scored by the rule and the baselines fitted on the other studies.", "",
+        *headline(len(cases), len(studies), aucs, diffs, by_regime, n_regime, within, unseen(cases, outs, n_boot)),
         "## Verdict", "",
         f"Issue 44's bar, \"held-out AUC ≥ {BAR_AUC} and the paired bootstrap interval of AUC(rule) − "
-        "AUC(baseline) excludes 0 for both baselines\": "
+        "AUC(baseline) excludes 0 for both baselines\" (pooled over every run): "
         + ("**met** (by the point estimate of the AUC; " + ("its interval too" if aucs["rule"][1] >= BAR_AUC else
                                                           f"its interval reaches below {BAR_AUC}") + ")."
-           if met else "**not met**: " + "; ".join(fails) + "."), "",
+           if met else "**not met**: " + "; ".join(fails) + ".")
+        + "".join(f" Within the {g} runs the paired interval against the proxy plateau, {ci3(d)}, is not above 0."
+                  for g, d in by_regime.items() if not d[1] > 0), "",
         "## The rule", "",
         f"`{rules['rule'].describe()}`", "",
         f"Fitted on every study; the committed `rlhf_lab.evaluation.alarm.RULE` {committed} this fit "
@@ -245,8 +359,10 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
         "- **Signals** (`rlhf_lab.evaluation.alarm.features`, causal: each reads the evaluations up to its own): "
         "√KL of the evaluation's samples; the proxy's drop below its best so far (negative while it still climbs), "
         f"where the proxy p_i is the mean `{PROXY_KEY}` of the training steps s with t_(i−1) < s ≤ t_i and p_0 the "
-        "first step's; the entropy's fall relative to the start; the length relative to the start. KL, entropy and "
-        "length come from the evaluation's samples; the proxy comes from the training batches (training prompts), "
+        "first step's; the entropy's fall relative to the start; the length relative to the start; the proxy gained "
+        "since the start per √KL, (p_j − p_0) / max(√KL_j, 0.5) (`gain_per_sqrt_kl`); the length's change since the "
+        "previous evaluation relative to the start (`length_rate`). KL, entropy and length come from the "
+        "evaluation's samples; the proxy comes from the training batches (training prompts), "
         "so it shares no samples with the gold.",
         "- **Label**: evaluation i ≥ 1 is \"past the gold peak\" when t_i > t*, t* the step of the highest "
         "`eval/gold_reward_a` (the first on a tie; split-half: half a of the eval prompts). The gold that stopping "
@@ -269,15 +385,29 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
         "it is measured on the samples whose gold makes the label (read on the training batches instead, its AUC "
         "fell by about a fifth). A first version clipped the proxy's drop at 0 (most evaluations then read 0) and "
         "was judged on half of the studies; it fell short of the bar, and the drop was made signed (with the "
-        "first step's proxy as p_0) and the validation made leave-one-study-out before this report. The held-out "
-        "figures below are therefore from the second look at these runs.", "",
+        "first step's proxy as p_0) and the validation made leave-one-study-out before this report. The last two "
+        "signals (`gain_per_sqrt_kl`, `length_rate`) were then picked among a dozen candidates by their held-out "
+        f"AUC (leave one study out) on the runs started up to {chosen_at} UTC, {n_seen} of the runs here. The "
+        "held-out figures below are therefore from the third look at these runs, and optimistic by how much that "
+        "choice fitted their noise.",
+        "- **KL regime** (the run's params `kl.name`, `kl.beta`): adaptive KL (the adaptive controller), fixed "
+        "β > 0, β = 0 (no KL penalty). Each regime's runs keep their leave-one-study-out scores; its AUCs and the "
+        "paired difference AUC(rule) − AUC(proxy plateau) resample its runs on their own.",
+        "- **Within-study AUC**: the share of (past the peak, before the peak) pairs of evaluations of the same "
+        "study that the scores order right (ties ½): the pooled AUC without the pairs across studies, whose order "
+        "can come from how the studies differ rather than from the label.", "",
         "![rule score against step](scores.png)", "",
         "Rule score (its fold's rule) at each evaluation of one run of each of the first studies by name (its "
         "first run by id whose gold peak is before its last evaluation), with its threshold (dashed), t* (red) and "
         "gold b (dotted green, right axis).", "",
         "## ROC AUC (held out by study)", "",
         md_table(["method", "AUC [95 % CI]", "AUC(rule) − AUC(method), paired [95 % CI]"],
-                 [[m, ci_cell(aucs[m]), "–" if m == "rule" else ci_cell(diffs[m])] for m in METHODS]), ""]
+                 [[m, ci_cell(aucs[m]), "–" if m == "rule" else ci_cell(diffs[m])] for m in METHODS]), "",
+        "## AUC by KL regime", "",
+        "Held-out scores as above, grouped by how the run's KL penalty was set; each regime's runs resampled on "
+        "their own (the same counts for every column).", "",
+        md_table(["KL regime", "runs", "studies", *(f"AUC {m}" for m in METHODS),
+                  f"AUC(rule) − AUC({PLATEAU}), paired"], regime_table), ""]
 
     pr_rows = [[m, *(ci_cell(with_ci(pr_stat(cases, outs[m], k, latched), counts))
                      for latched in (False, True) for k in (0, 1))] for m in METHODS]
@@ -328,11 +458,13 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
               md_table(["study", "runs", "evaluations (past the peak)", "algorithms", *(f"AUC {m}" for m in METHODS)],
                        study_rows(cases, outs, n_boot)), ""]
 
-    lines += prospective(later, rules, frozen_at, n_boot)
+    lines += prospective(later, rules, frozen_at, n_boot, reruns)
     plot_scores(cases, outs, folds, out / "scores.png")
     lines += ["## Runs", "",
               f"{len(runs_all)} runs read ({len({r.run_id for _, r in runs_all})} distinct run ids); "
-              f"{len(cases)} enter, {len(runs_all) - len(cases)} do not:", "",
+              f"{len(every)} enter ({len(cases)} the fit, started up to the freeze; {len(later)} the prospective "
+              f"test; {len(reruns)} reruns of a fitted job, started later, left out), "
+              f"{len(runs_all) - len(every)} do not:", "",
               md_table(["left out because", "runs", "studies (runs)"], exclusion_rows(excluded)), "",
               f"Runs read from {source}; generated by `{command}`.", ""]
     (out / "README.md").write_text("\n".join(lines))
