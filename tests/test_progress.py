@@ -28,14 +28,17 @@ def test_bar_starts_where_a_resumed_run_is(capsys):
 
 
 def test_trainer_kwargs_bar_and_max_steps(tmp_path):
+    from rlhf_lab.evaluation.callbacks import TrainedStateBytes
+
     cfg = compose_cfg(["algo=ppo", "trainer.progress_bar=true"])
     kw = trainer_kwargs(cfg, tmp_path, 200, "ppo", callbacks=["ev"], steps_per_unit=16)
     assert kw["max_steps"] == 3200 and kw["enable_progress_bar"] is True
     bar = kw["callbacks"][0]
     assert isinstance(bar, StageBar) and (bar.label, bar.total, bar.steps_per_unit) == ("ppo", 200, 16)
-    assert kw["callbacks"][1:] == ["ev"]
+    assert kw["callbacks"][1] == "ev" and isinstance(kw["callbacks"][2], TrainedStateBytes)  # memory/* of the run
     off = trainer_kwargs(compose_cfg(["trainer.progress_bar=false"]), tmp_path, 5, "sft", label="sft x")
-    assert off["enable_progress_bar"] is False and off["callbacks"] == [] and off["max_steps"] == 5
+    assert off["enable_progress_bar"] is False and off["max_steps"] == 5
+    assert [type(c) for c in off["callbacks"]] == [TrainedStateBytes]
 
 
 def test_bar_hides_v_num():
