@@ -26,19 +26,26 @@ def _same_losses(tmp_path, stage: str, key: str, n: int) -> None:
     assert [v for _, v in h1] == pytest.approx([v for _, v in h2], abs=TOL)
 
 
+def _one_and_sharded(tmp_path, session_cache, args: tuple, weights: str, stage: str, key: str, n: int,
+                     baseline: tuple = ()):
+    """The job `args` on `baseline` (one process by default) and on trainer=fsdp_cpu: the same weights (file
+    `weights` of the artifact, to TOL) and the same `n` values of `key`; returns both job folders."""
+    one = _run(tmp_path, session_cache, "one", *args, *baseline)
+    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
+    diff = _max_weight_diff(one / "artifact" / weights, two / "artifact" / weights)
+    assert diff < TOL, diff
+    _same_losses(tmp_path, stage, key, n)
+    return one, two
+
+
 def test_sharded_rm_on_two_processes_matches_one_process(tmp_path, session_cache):
     args = ("algo=rm", "reward_model.steps=4", "reward_model.batch_size=8", "reward_model.norm_samples=64")
-    one = _run(tmp_path, session_cache, "one", *args)
-    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
-    diff = _max_weight_diff(one / "artifact/member_0/model.safetensors", two / "artifact/member_0/model.safetensors")
-    assert diff < TOL, diff
-    _same_losses(tmp_path, "rm", "loss/rm", 4)
-    one_mem, two_mem = (_runs(tmp_path, n, "rm").iloc[0] for n in ("one", "two"))
+    _, two = _one_and_sharded(tmp_path, session_cache, args, "member_0/model.safetensors", "rm", "loss/rm", 4)
+    m1, m2 = (_runs(tmp_path, n, "rm").iloc[0] for n in ("one", "two"))
     for k in ("param_bytes", "grad_bytes", "optimizer_bytes"):  # each rank holds about half of the trained state
-        ratio = two_mem[f"metrics.memory/{k}"] / one_mem[f"metrics.memory/{k}"]
+        ratio = m2[f"metrics.memory/{k}"] / m1[f"metrics.memory/{k}"]
         assert 0.45 <= ratio <= 0.6, (k, ratio)
-    m1 = _runs(tmp_path, "one", "rm").iloc[0]
-    m2 = _runs(tmp_path, "two", "rm").iloc[0]  # rank 0 evaluated the gathered model: the same held-out accuracy
+    # rank 0 evaluated the gathered model: the same held-out accuracy
     assert m1["metrics.rm/accuracy"] == pytest.approx(m2["metrics.rm/accuracy"], abs=1e-6)
     assert not list(two.glob(".rank*"))
 
@@ -47,11 +54,7 @@ def test_sharded_dpo_on_two_processes_matches_one_process(tmp_path, session_cach
     from transformers import AutoModelForCausalLM
 
     args = ("algo=dpo", "algo.steps=4", "algo.batch_size=8")
-    one = _run(tmp_path, session_cache, "one", *args)
-    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
-    diff = _max_weight_diff(one / "artifact/model.safetensors", two / "artifact/model.safetensors")
-    assert diff < TOL, diff
-    _same_losses(tmp_path, "dpo", "loss/dpo", 4)
+    _, two = _one_and_sharded(tmp_path, session_cache, args, "model.safetensors", "dpo", "loss/dpo", 4)
     h1 = _history(tmp_path, "one", _runs(tmp_path, "one", "dpo").iloc[0]["run_id"], "eval/gold_reward")
     h2 = _history(tmp_path, "two", _runs(tmp_path, "two", "dpo").iloc[0]["run_id"], "eval/gold_reward")
     assert [s for s, _ in h1] == [s for s, _ in h2]  # evaluated at the same steps, by rank 0, with the full policy
@@ -64,11 +67,9 @@ def test_sharded_ppo_on_two_processes_matches_one_process(tmp_path, session_cach
     its own stream, so the two jobs draw different responses: equality is checked against the same job on
     trainer=ddp_cpu, which splits each step's batch the same way."""
     args = ("algo=ppo", "algo.steps=2", "algo.batch_size=8", "reward_model.steps=20", "reward_model.norm_samples=64")
-    ddp = _run(tmp_path, session_cache, "one", *args, "trainer=ddp_cpu")
-    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
-    diff = _max_weight_diff(ddp / "artifact/model.safetensors", two / "artifact/model.safetensors")
-    assert diff < TOL, diff
-    for key in ("objective/kl", "loss/policy", "loss/value"):
+    ddp, two = _one_and_sharded(tmp_path, session_cache, args, "model.safetensors", "ppo", "objective/kl", 2,
+                                baseline=("trainer=ddp_cpu",))
+    for key in ("loss/policy", "loss/value"):
         _same_losses(tmp_path, "ppo", key, 2)
     assert not list(two.glob(".rank*"))
     import torch  # the Lightning checkpoint (PPO's resume point) holds the full weights, as trainer=ddp_cpu's does
@@ -82,8 +83,4 @@ def test_sharded_sft_on_two_processes_matches_one_process(tmp_path, session_cach
     """SFT's loss is a mean over the batch's response tokens, which the two halves of a batch split unevenly: each
     rank divides its token sum by the global batch's count (CausalLMModule), so the curves agree with one process."""
     args = ("algo=sft", "sft.steps=4", "sft.batch_size=8", "trainer.log_every_n_steps=1")
-    one = _run(tmp_path, session_cache, "one", *args)
-    two = _run(tmp_path, session_cache, "two", *args, "trainer=fsdp_cpu")
-    diff = _max_weight_diff(one / "artifact/model.safetensors", two / "artifact/model.safetensors")
-    assert diff < TOL, diff
-    _same_losses(tmp_path, "sft", "loss/lm", 4)
+    _one_and_sharded(tmp_path, session_cache, args, "model.safetensors", "sft", "loss/lm", 4)

@@ -27,6 +27,7 @@ from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
 from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController, KLEstimator, KLIn
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
+from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
     LORA,
     TRAINING,
@@ -291,8 +292,7 @@ def validate(cfg: DictConfig) -> None:
 def check_sharding(cfg: DictConfig) -> None:
     """``trainer=fsdp``/``fsdp_cpu`` (``ModelParallelStrategy``) shards whole transformer models: not LoRA adapters
     (the job stage's ``lora.r`` must be 0) and not a value head on the policy's own pass (``algo.critic=shared``)."""
-    target = str(get(cfg, "trainer.strategy._target_") or "")
-    if not target.endswith(".ModelParallelStrategy"):
+    if not shards(get(cfg, "trainer.strategy._target_")):
         return
     name = get(cfg, "algo.name")
     key = "reward_model.lora.r" if name == "rm" else "algo.lora.r"

@@ -36,6 +36,11 @@ def uses_sharding(strategy) -> bool:
     return type(strategy).__name__ == STRATEGY
 
 
+def shards(target) -> bool:
+    """Whether a ``trainer.strategy._target_`` (a dotted class path) names that strategy: ``trainer=fsdp*``."""
+    return str(target or "").rsplit(".", 1)[-1] == STRATEGY
+
+
 def shard_trained(module, model: torch.nn.Module, probe: Callable | None = None) -> None:
     """The ``configure_model`` hook of a training LightningModule `module` whose trained model is `model`: shard it
     when the trainer's strategy is the sharded one (:func:`shard`), leave it as it is otherwise."""
@@ -126,7 +131,6 @@ def full_state_dict(model: torch.nn.Module, everywhere: bool = False) -> dict[st
 
     if not is_sharded(model):
         return model.state_dict()
-
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=not everywhere))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlhf_lab.models.batching import collate_right
-from rlhf_lab.models.sharding import STRATEGY, whole
+from rlhf_lab.models.sharding import shards, whole
 from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
@@ -59,7 +59,7 @@ def strategy(t: DictConfig):
         from hydra.utils import instantiate
 
         extra = {}
-        if str(s.get("_target_", "")).rsplit(".", 1)[-1] == STRATEGY and s.get("data_parallel_size") is None:
+        if shards(s.get("_target_")) and s.get("data_parallel_size") is None:
             extra["data_parallel_size"] = distributed.n_processes(to_plain(t))  # trainer=fsdp: shard over all ranks
         return instantiate(s, **extra)
     return str(s)
