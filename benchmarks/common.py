@@ -58,15 +58,18 @@ def quiet() -> None:
         datasets.logging.set_verbosity_error()
 
 
+OVERRIDES: list[str] = []  # after every compose()'s own: the sizes of a benchmark at another shape (ops.gpu --vs-trl)
+
+
 def compose(overrides: list[str] | None = None):
-    """The project's config composed with Hydra's compose API (as tests/conftest.py does)."""
+    """The project's config composed with Hydra's compose API (as tests/conftest.py does), :data:`OVERRIDES` last."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
-        return hydra_compose("config", overrides=list(overrides or []))
+        return hydra_compose("config", overrides=[*(overrides or []), *OVERRIDES])
 
 
 @dataclass
@@ -84,10 +87,13 @@ class WorldModel:
         return self.lm_dir.parent / "lm_ref"
 
 
-def make_world_model(cfg, out_dir: Path, seed: int = 0, n_texts: int = 2000) -> WorldModel:
-    """Train the family's tokenizer on world texts, build a randomly initialised model, save both; the RM folder
-    holds the same backbone with a scalar head (as ``families.load_sequence_scorer`` loads RMs), saved once so that
-    the head's random initialisation is the same for every later load."""
+def make_world_model(cfg, out_dir: Path, seed: int = 0, n_texts: int = 2000, qwen2: dict | None = None) -> WorldModel:
+    """Train the family's tokenizer on world texts, build a randomly initialised model (the family's at the config's
+    arch, or a Qwen2 of the `qwen2` dimensions; ``vocab_size`` None: the tokenizer's), save both; the RM folder holds
+    the same backbone with a scalar head (as ``families.load_sequence_scorer`` loads RMs), saved once so that the
+    head's random initialisation is the same for every later load."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
     from rlhf_lab.config import world as W
     from rlhf_lab.models import families as Fm
     from rlhf_lab.world import streams as D
@@ -96,17 +102,25 @@ def make_world_model(cfg, out_dir: Path, seed: int = 0, n_texts: int = 2000) -> 
     lm_dir, rm_dir = out_dir / "lm", out_dir / "rm"
     corpus = D.reviews(W.world_settings(cfg), f"pretrain_{pc.family}", n_texts)
     tok = Fm.train_tokenizer(str(pc.family), [p + " " + r for p, r in corpus], int(pc.vocab_size))
+    dims = qwen2 and {**qwen2, "vocab_size": qwen2.get("vocab_size") or len(tok), "max_position_embeddings": 512,
+                      "tie_word_embeddings": True, "pad_token_id": tok.pad_token_id,
+                      "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id}
+
+    def build():
+        return AutoModelForCausalLM.from_config(Qwen2Config(**dims)) if dims else Fm.build_model(
+            str(pc.family), pc.arch, tok)
+
     torch.manual_seed(seed)
-    model = Fm.build_model(str(pc.family), pc.arch, tok)
+    model = build()
     tok.save_pretrained(lm_dir)
     model.save_pretrained(lm_dir)
     torch.manual_seed(seed + 100)
-    Fm.build_model(str(pc.family), pc.arch, tok).save_pretrained(out_dir / "lm_ref")
+    build().save_pretrained(out_dir / "lm_ref")
     torch.manual_seed(seed + 1)
     rm = Fm.load_sequence_scorer(lm_dir, tok)
     tok.save_pretrained(rm_dir)
     rm.save_pretrained(rm_dir)
-    return WorldModel(lm_dir, rm_dir, Fm.n_params(model), dict(pc.arch))
+    return WorldModel(lm_dir, rm_dir, Fm.n_params(model), dict(qwen2 or pc.arch))
 
 
 def load_tokenizer(path: Path):
@@ -192,11 +206,8 @@ class StepClock:
         s = self.stamps[self.warmup - 1:] if self.warmup > 0 else self.stamps
         return [b - a for a, b in zip(s, s[1:])]
 
-    def seconds(self) -> float:
-        return sum(self.step_times())
-
-    def n_timed(self) -> int:
-        return len(self.step_times())
+    def mean(self) -> float:
+        return sum(st := self.step_times()) / len(st)
 
 
 def fit(module, loader=None, steps: int = 1, clock: StepClock | None = None, callbacks=(), grad_clip=None) -> None:
@@ -216,34 +227,37 @@ def fit(module, loader=None, steps: int = 1, clock: StepClock | None = None, cal
                   callbacks=([Clock()] if clock else []) + list(callbacks)).fit(module, loader)
 
 
-def alternate(rounds: int, run_side, sides: tuple[str, ...] = ("ours", "trl")) -> dict[str, list]:
-    """`rounds` runs of each side, the order reversed every other round, each from ``torch.manual_seed(0)``."""
+def alternate(rounds: int, run_side, sides: tuple[str, ...] = ("ours", "trl"), seed_round: bool = False) -> dict:
+    """`rounds` runs of each side, the order reversed every other round, each from ``torch.manual_seed(0)`` (with
+    `seed_round`: the round's number)."""
     out: dict[str, list] = {side: [] for side in sides}
     for r in range(rounds):
         for side in (sides if r % 2 == 0 else sides[::-1]):
-            torch.manual_seed(0)
+            torch.manual_seed(r if seed_round else 0)
             out[side].append(run_side(side))
     return out
 
 
 def rate(clocks: list[StepClock], per_step: int = 1) -> dict:
     """Items per second and ms per step over the timed steps of all `clocks`."""
-    secs, n = sum(c.seconds() for c in clocks), sum(c.n_timed() for c in clocks)
+    secs, n = sum(sum(c.step_times()) for c in clocks), sum(len(c.step_times()) for c in clocks)
     return {"rate": n * per_step / secs, "ms": 1000 * secs / n, "n": n, "step": secs / n}
 
 
 def per_round(ours: list[StepClock], trl: list[StepClock]) -> list[float]:
     """Per-round ratios of the step times, TRL ÷ ours (= throughput ours/TRL)."""
-    return [(t.seconds() / t.n_timed()) / (o.seconds() / o.n_timed()) for o, t in zip(ours, trl)]
+    return [t.mean() / o.mean() for o, t in zip(ours, trl)]
 
 
-def threads_seen(clocks: dict) -> list[int]:
-    return sorted({n for cs in clocks.values() for c in cs for n in c.threads})
+def runs_line(steps: int, warmup: int, rounds: int, ratios: list[float], clocks: dict) -> str:
+    """The runs in a finding: steps, warm-up, rounds, the per-round `ratios`, the torch threads seen by `clocks`."""
+    return (f"{steps} steps per run of which {warmup} warm-up, {rounds} round(s) alternating the order; per-round "
+            f"ratios {', '.join(f'{x:.2f}' for x in ratios)}; torch threads seen during the steps: "
+            f"{sorted({n for cs in clocks.values() for c in cs for n in c.threads})}")
 
 
 def median(xs) -> float:
-    xs = list(xs)
-    return statistics.median(xs) if xs else float("nan")
+    return statistics.median(xs) if (xs := list(xs)) else float("nan")
 
 
 def with_rest(phases: list[dict], step_times: list[float], keys=None) -> list[dict]:
@@ -300,16 +314,11 @@ def grad_norm(*models) -> float:
     return float(torch.cat(gs).norm()) if gs else 0.0
 
 
-@contextlib.contextmanager
 def lm_head_hook(model, hook):
-    """While active, `hook` is a forward hook on the model's LM head (it may edit the logits in place)."""
+    """`hook` on the model's LM head (it may edit the logits in place) until the returned handle's ``with`` ends."""
     from rlhf_lab.models.adapters import unwrap
 
-    h = unwrap(model).get_output_embeddings().register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        h.remove()
+    return unwrap(model).get_output_embeddings().register_forward_hook(hook)
 
 
 def suppress_tokens(model, *ids: int):
@@ -425,22 +434,18 @@ class CoreUse:
                        if busy else "")
 
 
-def versions() -> str:
-    import importlib.metadata as md
-
-    out = [f"python {platform.python_version()}"]
-    for pkg in ("torch", "transformers", "trl", "accelerate", "lightning", "peft", "datasets", "mlflow"):
-        try:
-            out.append(f"{pkg} {md.version(pkg)}")
-        except md.PackageNotFoundError:
-            out.append(f"{pkg} not installed")
-    return ", ".join(out)
-
-
 def run_lines(started: datetime.datetime, secs: float, cmd: str, cores: CoreUse) -> list[str]:
     """The lines that open a section: date, command, machine, versions (`cores`: started with the measurement)."""
+    import importlib.metadata as md
+
+    machine, versions = cores.machine_line(), [f"python {platform.python_version()}"]
+    for pkg in ("torch", "transformers", "trl", "accelerate", "lightning", "peft", "datasets", "mlflow"):
+        try:
+            versions.append(f"{pkg} {md.version(pkg)}")
+        except md.PackageNotFoundError:
+            versions.append(f"{pkg} not installed")
     return [f"- date: {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} ({secs:.0f} s); command: `{cmd}`",
-            cores.machine_line(), f"- versions: {versions()}"]
+            machine, f"- versions: {', '.join(versions)}"]
 
 
 def table(headers: list[str], rows: list[list]) -> str:
@@ -477,8 +482,8 @@ class Section:
         return "\n".join(out + [f"_({time.time() - self.t0:.0f} s)_"]) + "\n"
 
 
-ORDER = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_steps", "memory", "sharding", "scaling", "team", "suite",
-         "suite_with")
+ORDER = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_steps", "memory", "sharding", "cpu_0.5b", "gpu_0.5b", "scaling",
+         "team", "suite", "suite_with")
 TITLE = "# Benchmarks: rlhf-lab vs Hugging Face TRL, and operations"
 INTRO = ("Generated from `benchmarks/results/*.json`: each benchmark run rewrites its own file and this document (do "
          "not edit it by hand). Absolute times drift with the machine's load; the ratios compare the sides measured in "
@@ -514,7 +519,6 @@ def main(prog: str, runners: dict, sizes: dict, argv: list[str] | None = None, s
     """The command of a group of world-model benchmarks: ``--quick``, ``--only``, ``--threads``, ``--results``.
     `runners`: {name: run(cfg, wm, work, **sizes[mode][name]) -> Section}; `setup(names)` runs first. Exit status 1
     when a check fails."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog=prog, description=sys.modules["__main__"].__doc__)
     ap.add_argument("--quick", action="store_true", help="tiny sizes and few steps: a smoke check")
     ap.add_argument("--only", default=",".join(runners), help=f"comma-separated subset of {','.join(runners)}")

@@ -143,7 +143,7 @@ def test_the_gpu_script_runs_its_four_jobs_at_tiny_shapes_on_the_cpu(tmp_path, m
     monkeypatch.setattr(gpu, "run_job", lambda overrides, work: cli_process.run(overrides, cwd=work, env=env))
     assert gpu.main(["--shape", "tiny", "--device", "cpu", "--work", str(tmp_path), "--out", str(tmp_path / "t.md")]) == 0
     rows = [line for line in (tmp_path / "t.md").read_text().splitlines() if line.startswith("| ") and "FINISHED" in line]
-    assert [r.split("|")[1].strip() for r in rows] == ["rm", "dpo", "ppo", "grpo"]
+    assert [r.split("|")[1].strip() for r in rows] == ["rm", "dpo", "grpo", "ppo"]
     assert all("| True |" in r for r in rows)  # every loss finite
     # without a GPU the default (cuda) refuses in one line, naming the CPU check
     if not torch.cuda.is_available():

@@ -1,114 +1,136 @@
-"""``python -m benchmarks.ops.gpu``: the GPU check, one run of a few minutes on a machine with a CUDA GPU.
+"""``python -m benchmarks.ops.gpu``: the GPU check, one run of a few minutes on a machine with a CUDA GPU; and the
+0.5B-class run on this machine's CPU.
 
     python -m benchmarks.ops.gpu                             # Qwen2-0.5B-shaped model, bf16, trainer=gpu
     python -m benchmarks.ops.gpu --shape tiny --device cpu   # the same at tiny shapes on the CPU (the test's)
     python -m benchmarks.ops.gpu --trainer fsdp              # sharded over every visible GPU (fsdp_cpu: 2 CPU ranks)
+    python -m benchmarks.ops.gpu --shape 0.5b --device cpu --vs-trl --save   # 0.5B on the CPU, TRL side by side
 
-A random Qwen2 model of the shape, saved with ``save_pretrained``, trained by four ``rlhf-lab`` jobs through the
-command line (``algo=rm``, ``dpo``, ``ppo``, ``grpo``; ``policy.name_or_path=<folder> sft.steps=0``), each read back:
-FINISHED with finite losses, median step time and tokens/s, peak GPU memory, and MFU (6 · parameters · tokens/s ÷
-the GPU's dense bf16 peak, :data:`PEAK_TFLOPS`; PPO's and GRPO's count trained tokens only: a lower bound). Exit
-status 1 when a job fails or a loss is not finite.
+A random Qwen2 model of the shape with the world's tokenizer, saved with ``save_pretrained``, trained by ``rlhf-lab``
+jobs through the command line (``algo=rm``, ``dpo``, ``ppo``, ``grpo``; ``policy.name_or_path=<folder> sft.steps=0``;
+on the CPU at 0.5b PPO also with a LoRA policy on the shared base, the reference its adapters disabled), each read
+back: FINISHED with finite losses, median step time and tokens/s, peak memory, and the fraction of the device's peak
+(6 · parameters · tokens/s ÷ the GPU's dense bf16 peak, :data:`PEAK_TFLOPS`, or ÷ the fp32 matmul rate measured here
+at the jobs' threads on the CPU; PPO's and GRPO's count trained tokens only: a lower bound). ``--vs-trl``: TRL's
+``DPOTrainer``, ``RewardTrainer`` and ``GRPOTrainer`` against ours on the same model and batches (the ``vs_trl``
+benchmarks at this shape). ``--save``: the section into ``benchmarks/results/`` and ``results.md``. Exit status 1
+when a job fails or a loss is not finite.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import gc
 import math
-import statistics
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from benchmarks import common as C
 
+# the vocabulary is the world tokenizer's (None): a random model over Qwen2's 151,936 ids samples ids the world's
+# 384-token tokenizer cannot decode, and every preference pair comes out empty. The 0.5b trunk is Qwen2-0.5B's
+# (358M parameters with the world's vocabulary; 494M, a quarter of its FLOPs in the LM head, with Qwen2's)
 SHAPES = {
     "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936),
+                 num_key_value_heads=2, vocab_size=None),
     "tiny": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=None),  # None: the tokenizer's size
+                 num_key_value_heads=2, vocab_size=None),
 }
 # dense bf16 peak of the device, TFLOP/s, by a substring of torch.cuda.get_device_name()
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
-ALGOS = ("rm", "dpo", "ppo", "grpo")
-# job sizes: (steps, batch) per shape; PPO and GRPO sample `batch` responses per step
-SIZES = {"0.5b": {"steps": 8, "batch": 64, "pairs": 2048, "new_tokens": 64},
-         "tiny": {"steps": 3, "batch": 8, "pairs": 48, "new_tokens": 8}}
+JOBS = {"rm": ["algo=rm"], "dpo": ["algo=dpo"], "ppo_lora": ["algo=ppo", "algo.lora.r=16",
+        "algo.reference.kind=lora_disabled"], "grpo": ["algo=grpo"], "ppo": ["algo=ppo"]}  # the largest last
+# job sizes per shape (the 0.5b shape on the CPU: "0.5b_cpu"); PPO and GRPO sample `batch` responses per step
+SIZES = {"0.5b": {"steps": 8, "batch": 64, "pairs": 2048, "new_tokens": 64, "threads": 1, "eval": 32},
+         "0.5b_cpu": {"steps": 3, "batch": 4, "pairs": 16, "new_tokens": 16, "threads": 2, "eval": 4},
+         "tiny": {"steps": 3, "batch": 8, "pairs": 48, "new_tokens": 8, "threads": 1, "eval": 32}}
+# --vs-trl: each vs_trl benchmark's sizes at this shape (C.OVERRIDES while it runs)
+VS_TRL = {"DPO": ["algo.batch_size=4"], "RM": ["reward_model.batch_size=4"],
+          "GRPO": ["algo.batch_size=8", "algo.samples_per_prompt=4", "generation.max_new_tokens=16",
+                   "generation.max_prompt_len=64"]}
 
 
-def build_model(shape: str, folder: Path) -> int:
-    """Save a random Qwen2 model of the shape with the world's family-a tokenizer into `folder`; its parameters."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    from rlhf_lab.world import streams as D
-    from rlhf_lab.config import world as W
-    from rlhf_lab.models import families as Fm
-
-    cfg = C.compose(["policy=a_small"])
-    tok = Fm.train_tokenizer("a", [p + " " + r for p, r in D.reviews(W.world_settings(cfg), "pretrain_a", 2000)],
-                             int(cfg.policy.vocab_size))
-    dims = dict(SHAPES[shape])
-    dims["vocab_size"] = dims["vocab_size"] or len(tok)
-    config = Qwen2Config(**dims, max_position_embeddings=512, tie_word_embeddings=True,
-                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return sum(p.numel() for p in model.parameters())
+def matmul_peak(threads: int, n: int = 2048, seconds: float = 4.0) -> float:
+    """This machine's fp32 matmul rate at `threads` torch threads, FLOP/s: the best of repeated n×n products."""
+    torch.set_num_threads(threads)
+    a, b, best, end = torch.randn(n, n), torch.randn(n, n), 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        a @ b
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - t))
+    return best
 
 
-def job_overrides(algo: str, shape: str, device: str, folder: Path, work: Path,
+def job_overrides(job: str, shape: str, device: str, folder: Path, work: Path,
                   trainer: str | None = None) -> list[str]:
-    s = SIZES[shape]
+    s = SIZES.get(f"{shape}_{device}", SIZES[shape])
     trainer = trainer or ("gpu" if device == "cuda" else "cpu")
     common = [f"policy.name_or_path={folder}", "sft.steps=0", f"trainer={trainer}",
               f"tracking.uri=sqlite:///{work / 'mlflow.db'}", f"cache_dir={work / 'cache'}", "study=gpu_check",
-              f"data.n_train={s['pairs']}", f"data.n_eval={max(16, s['pairs'] // 8)}", "eval.n_prompts=32",
-              "eval.n_test_prompts=32", "eval.n_ood_prompts=0", "eval.every_n_steps=0",
+              f"data.n_train={s['pairs']}", f"data.n_eval={max(16, s['pairs'] // 8)}", f"eval.n_prompts={s['eval']}",
+              f"eval.n_test_prompts={s['eval']}", "eval.n_ood_prompts=0", "eval.every_n_steps=0",
               f"generation.max_new_tokens={s['new_tokens']}", "generation.max_prompt_len=64",
               "trainer.progress_bar=false", "trainer.log_every_n_steps=1", "reward_model=same_source",
               f"reward_model.steps={s['steps']}", f"reward_model.batch_size={s['batch']}"]
-    if device == "cuda":
-        common += ["policy.dtype=bfloat16", "reward_model.dtype=bfloat16"]
+    common += (["policy.dtype=bfloat16", "reward_model.dtype=bfloat16"] if device == "cuda"
+               else [f"trainer.threads={s['threads']}"])
     batch = s["batch"] * (2 if trainer.endswith("_cpu") else 1)  # 2 ranks: GRPO's groups of 8 on each
-    sized = [] if algo == "rm" else [f"algo.steps={s['steps']}", f"algo.batch_size={batch}"]  # rm: reward_model.*
-    return [f"algo={algo}", *common, *sized]
+    group = [f"algo.samples_per_prompt={min(8, batch)}"] if job == "grpo" else []
+    if (shape, device) == ("0.5b", "cpu") and job not in ("rm", "dpo"):  # one AdamW step per rollout
+        group += ["algo.ppo_epochs=1", "algo.num_minibatches=1"]
+    sized = [] if job == "rm" else [f"algo.steps={s['steps']}", f"algo.batch_size={batch}", *group]
+    return [*JOBS[job], *common, *sized]
 
 
 def run_job(overrides: list[str], work: Path) -> subprocess.CompletedProcess:
     return C.rlhf_lab(overrides, work, timeout=4 * 3600, check=False)[1]
 
 
-def job_figures(client, exp_id: str, algo: str, n_params: int, peak_tflops: float | None) -> dict:
-    """The job's run (stage `algo`, the newest) read back: status, finite losses, step time, tokens/s, memory."""
-    runs = client.search_runs([exp_id], f"tags.`rlhf_lab.stage` = '{algo}'", order_by=["attributes.start_time DESC"],
+def job_figures(client, exp_id: str, job: str) -> dict:
+    """The job's run (its stage's newest) read back: status, finite losses, step time, tokens/s, memory."""
+    stage = JOBS[job][0].split("=")[1]
+    runs = client.search_runs([exp_id], f"tags.`rlhf_lab.stage` = '{stage}'", order_by=["attributes.start_time DESC"],
                               max_results=1)
     if not runs:
-        return {"algo": algo, "status": "no run"}
+        return {"job": job, "status": "no run"}
     r = runs[0]
-    prefix = "rm/" if algo == "rm" and "rm/time/step_s" in r.data.metrics else ""
+    prefix = "rm/" if stage == "rm" and "rm/time/step_s" in r.data.metrics else ""
 
     def history(key: str) -> list[float]:
         return [m.value for m in sorted(client.get_metric_history(r.info.run_id, key), key=lambda m: m.step)]
 
     steps, tps = history(f"{prefix}time/step_s")[1:], history(f"{prefix}time/tokens_per_s")[1:]
     losses = {k: v for k, v in r.data.metrics.items() if "loss" in k}
-    tokens_per_s = statistics.median(tps) if tps else float("nan")
-    return {"algo": algo, "status": r.info.status, "finite": bool(losses) and all(map(math.isfinite, losses.values())),
-            "step_s": statistics.median(steps) if steps else float("nan"), "tokens_per_s": tokens_per_s,
-            "peak_gpu_mb": r.data.metrics.get("memory/peak_gpu_mb", float("nan")),
-            "mfu": 6 * n_params * tokens_per_s / (peak_tflops * 1e12) if peak_tflops else float("nan"),
+    return {"job": job, "status": r.info.status, "finite": bool(losses) and all(map(math.isfinite, losses.values())),
+            "step_s": C.median(steps), "tokens_per_s": C.median(tps),
+            "peak_mb": r.data.metrics.get("memory/peak_gpu_mb", r.data.metrics.get("memory/peak_rss_mb")),
             "error": r.data.tags.get("rlhf_lab.error", "")}
 
 
-def table(rows: list[dict]) -> str:
-    keys = ("algo", "status", "finite", "step_s", "tokens_per_s", "peak_gpu_mb", "mfu")
-    return C.table(["job", "status", "losses finite", "step s", "tokens/s", "peak GPU MiB", "MFU"],
-                   [[r.get(k, False if k == "finite" else math.nan) for k in keys] for r in rows])
+def vs_trl(wm: C.WorldModel, work: Path, threads: int) -> tuple[list[str], list[str]]:
+    """TRL side by side at this shape (the vs_trl benchmarks, 2 rounds of 3 steps a side, the first a warm-up; no
+    compiled side): (markdown blocks, summary cells)."""
+    from benchmarks.vs_trl import grpo, train
+
+    C.quiet()
+    torch.set_num_threads(threads)
+    runs = {"DPO": lambda: train.run("dpo", wm, 3, 1, 2), "RM": lambda: train.run("rm", wm, 3, 1, 2),
+            "GRPO": lambda: grpo.run(None, wm, work, 3, 1, 2, with_compile=False)}
+    secs = {}
+    for k, run in runs.items():
+        C.OVERRIDES[:] = VS_TRL[k]
+        secs[k] = run()
+        gc.collect()  # the last side's models, before the next benchmark loads its own
+    C.OVERRIDES.clear()
+    blocks = [f"### {k}: {s.title}\n\n{s.tables[0]}\n\n{s.tables[-1]}\n\n- {s.findings[0]}" for k, s in secs.items()]
+    return blocks, [f"{k} {s.data['ratio']:.2f}×" + ("" if s.ok else " (LOSS DIFFERS)") for k, s in secs.items()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the jobs' trainer preset (default: gpu with --device cuda, cpu with --device cpu)")
     p.add_argument("--work", default=None, help="work folder (default: a new temporary one)")
     p.add_argument("--out", default=None, help="also write the table as markdown to this file")
+    p.add_argument("--vs-trl", action="store_true", help="then TRL's DPO, RM and GRPO trainers against ours")
+    p.add_argument("--save", action="store_true", help="write the section into benchmarks/results/ and results.md")
     a = p.parse_args(argv)
-    import torch
     from mlflow.tracking import MlflowClient
 
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -128,30 +151,61 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(a.work or tempfile.mkdtemp(prefix="rlhf_lab_gpu_"))
     work.mkdir(parents=True, exist_ok=True)
+    started, cores, t0 = datetime.datetime.now().astimezone(), C.CoreUse(), time.time()
+    threads = SIZES.get(f"{a.shape}_{a.device}", SIZES[a.shape])["threads"]
     name = torch.cuda.get_device_name() if a.device == "cuda" else "cpu"
-    peak = next((v for k, v in PEAK_TFLOPS.items() if k in name), None) if a.device == "cuda" else None
-    t0 = time.time()
-    n_params = build_model(a.shape, work / "model")
+    tflops = next((v for k, v in PEAK_TFLOPS.items() if k in name), None) if a.device == "cuda" else None
+    peaks = [tflops * 1e12] if tflops else [] if a.device == "cuda" else [matmul_peak(threads)]
+    wm = C.make_world_model(C.compose(["policy=a_small"]), work / "world", qwen2=SHAPES[a.shape])
+    n_params = wm.n_params
     print(f"[gpu] {a.shape}: {n_params / 1e6:.2f}M parameters on {name}; work folder {work}", flush=True)
-    procs = {}
-    for algo in ALGOS:
-        r = run_job(job_overrides(algo, a.shape, a.device, work / "model", work, a.trainer), work)
-        procs[algo] = r
-        print(f"[gpu] {algo}: exit {r.returncode} after {time.time() - t0:.0f} s", flush=True)
+    client, rows, failed = MlflowClient(f"sqlite:///{work / 'mlflow.db'}"), [], False
+    for job in (j for j in JOBS if j != "ppo_lora" or (a.shape, a.device) == ("0.5b", "cpu")):  # LoRA: 0.5b CPU
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # MiB: the largest child's so far
+        r = run_job(job_overrides(job, a.shape, a.device, wm.lm_dir, work, a.trainer), work)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        failed |= bool(r.returncode)
+        print(f"[gpu] {job}: exit {r.returncode} after {time.time() - t0:.0f} s", flush=True)
         if r.returncode:
             print(r.stderr[-2000:], file=sys.stderr)
-    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("rlhf-lab")
-    rows = [job_figures(client, exp.experiment_id, algo, n_params, peak) if exp else {"algo": algo, "status": "no run"}
-            for algo in ALGOS]
+        exp = client.get_experiment_by_name("rlhf-lab")
+        rows.append(job_figures(client, exp.experiment_id, job) if exp else {"job": job, "status": "no run"})
+        if rows[-1].get("peak_mb") is None and a.device == "cpu":  # PPO's log their own; else this process's child's
+            rows[-1]["peak_mb"] = after if after > before else f"≤ {before:.0f}"
+        if r.returncode:  # -9: killed, on Linux most often by the out-of-memory killer (its run left RUNNING)
+            rows[-1]["status"] = f"{rows[-1]['status']}, exit {r.returncode}"
     flags = f"--shape {a.shape} --device {a.device}" + (f" --trainer {a.trainer}" if a.trainer else "")
-    text = (f"GPU check: `python -m benchmarks.ops.gpu {flags}` on {name}, "
-            f"{n_params / 1e6:.2f}M parameters, {time.time() - t0:.0f} s in all\n\n{table(rows)}\n")
+    if a.device == "cpu":
+        peaks.append(matmul_peak(threads))  # before and after the jobs: the best is the machine's
+    for row in rows:  # 6 · parameters · tokens/s over the peak
+        row["mfu"] = 6 * n_params * row.get("tokens_per_s", math.nan) / max(peaks) if peaks else math.nan
+    keys = ("job", "status", "finite", "step_s", "tokens_per_s", "peak_mb", "mfu")
+    mem, frac = ("peak GPU MiB", "MFU") if a.device == "cuda" else ("peak RSS MiB", "fraction of matmul peak")
+    table = C.table(["job", "status", "losses finite", "step s", "tokens/s", mem, frac],
+                    [[r.get(k, False if k == "finite" else math.nan) for k in keys] for r in rows])
+    text = (f"{'GPU check' if a.device == 'cuda' else 'CPU run'}: `python -m benchmarks.ops.gpu {flags}` on {name}, "
+            f"{n_params / 1e6:.2f}M parameters, {time.time() - t0:.0f} s in all" + ("" if a.device == "cuda" else
+            f"; fp32 matmul rate measured here at {threads} threads, {peaks[0] / 1e9:.0f} GFLOP/s before the jobs and "
+            f"{peaks[1] / 1e9:.0f} after (the fraction is of the higher)") + f"\n\n{table}\n")
+    done = [r["job"] for r in rows if r.get("status") == "FINISHED" and r.get("finite")]
+    summary = [f"{a.shape} on {name}: rlhf-lab jobs finished, losses finite", f"{len(done)}/{len(rows)}" + "".join(
+        f"; {r['job']}: {r.get('status')}" for r in rows if r["job"] not in done)]
+    if a.vs_trl:
+        blocks, cells = vs_trl(wm, work, threads)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+        text += "\n" + "\n\n".join(blocks) + f"\n\n- peak RSS of the side-by-side process: {rss:.1f} GiB\n"
+        summary.append("ours/TRL: " + ", ".join(cells))
     print(text)
     if a.out:
         Path(a.out).write_text(text)
-    ok = all(r.get("status") == "FINISHED" and r.get("finite") for r in rows) and not any(
-        p.returncode for p in procs.values())
+    ok = all(r.get("status") == "FINISHED" and r.get("finite") for r in rows) and not failed
+    if a.save:
+        cmd = f"python -m benchmarks.ops.gpu {flags}" + " --vs-trl" * a.vs_trl + " --save"
+        sec = C.Section(f"{a.shape} on {name}: rlhf-lab jobs" + (" and TRL side by side" if a.vs_trl else ""))
+        sec.tables.append(text)
+        C.save(f"{'gpu' if a.device == 'cuda' else 'cpu'}_{a.shape}",
+               sec.markdown(C.run_lines(started, time.time() - t0, cmd, cores)),
+               summary + [""] * (3 - len(summary)))
     return 0 if ok else 1
 
 

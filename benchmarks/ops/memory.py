@@ -14,6 +14,9 @@ larger preset than the other benchmarks' makes the weights, rather than the allo
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import json
 import os
 import resource
@@ -21,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from benchmarks import common as C
 from benchmarks.common import Section, table
@@ -36,57 +41,15 @@ def _rss_mb() -> float:
     parent's memory that a subprocess inherits across fork + exec (the parent here is the benchmark runner,
     hundreds of MiB after the other benchmarks), so it is only the fallback where /proc is missing.
     """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-
-
-def _reset_peak() -> bool:
-    """Return freed heap to the OS (malloc_trim) and reset the peak RSS to the current RSS (Linux
-    ``/proc/self/clear_refs`` ← 5), so that the later peak is measured from the live memory now, not from a
-    transient peak during the imports. False if the kernel does not allow it (the peak then includes that)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _warm_kernels(lm_dir: Path) -> None:
-    """Page in the code of the kernels PPO uses (forward, backward, AdamW, generate) on a toy model, so that the
-    baseline holds the libraries' code and the difference holds the models, optimizer states and activations."""
-    import torch
-
-    from rlhf_lab.models import families as Fm
-
-    tok = Fm.load_tokenizer(lm_dir)
-    toy = Fm.build_model("a", {"hidden": 32, "layers": 1, "heads": 4}, tok)
-    ids = torch.randint(4, len(tok), (2, 8))
-    opt = torch.optim.AdamW(toy.parameters())
-    toy(input_ids=ids).logits.log_softmax(-1).mean().backward()
-    opt.step()
-    with torch.no_grad():
-        toy.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=4,
-                     pad_token_id=tok.pad_token_id)
-    del toy, opt
 
 
 def worker(args: dict) -> dict:
     """In a fresh process: baseline RSS after imports and a kernel warm-up, then peak RSS over a few PPO steps."""
-    import torch
-
     C.quiet()
     torch.set_num_threads(int(args["threads"]))
     import lightning  # noqa: F401
@@ -96,16 +59,36 @@ def worker(args: dict) -> dict:
 
     from benchmarks.ops.ppo_steps import run_ours
     from rlhf_lab.algorithms import ppo as _ppo  # noqa: F401
+    from rlhf_lab.models import families as Fm
     from rlhf_lab.models import reward as _reward  # noqa: F401
 
     cfg = C.compose(args["overrides"])
     C.mlflow_store()
     wm = C.WorldModel(Path(args["lm_dir"]), Path(args["rm_dir"]), 0, {})
-    _warm_kernels(wm.lm_dir)
-    import gc
-
+    # page in the code of the kernels PPO uses (forward, backward, AdamW, generate) on a toy model: the baseline
+    # holds the libraries' code, the difference the models, optimizer states and activations
+    tok = Fm.load_tokenizer(wm.lm_dir)
+    toy = Fm.build_model("a", {"hidden": 32, "layers": 1, "heads": 4}, tok)
+    ids = torch.randint(4, len(tok), (2, 8))
+    opt = torch.optim.AdamW(toy.parameters())
+    toy(input_ids=ids).logits.log_softmax(-1).mean().backward()
+    opt.step()
+    with torch.no_grad():
+        toy.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=4,
+                     pad_token_id=tok.pad_token_id)
+    del toy, opt, tok, ids
     gc.collect()
-    reset = _reset_peak()
+    # return freed heap to the OS (malloc_trim) and reset the peak RSS to the current RSS (Linux
+    # /proc/self/clear_refs ← 5): the later peak is measured from the live memory now, not from a transient peak
+    # during the imports; `reset` False if the kernel does not allow it (the peak then includes that)
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        reset = False
     base = _rss_mb()
     t0 = time.time()
     out = run_ours(cfg, wm, int(args["steps"]), 1)
@@ -113,30 +96,23 @@ def worker(args: dict) -> dict:
             "trainable_params": out["trainable_params"], "step_s": out["step"], "seconds": time.time() - t0}
 
 
-def measure(mode: str, overrides: list[str], lm_dir: Path, rm_dir: Path, steps: int, threads: int) -> dict:
-    args = {"overrides": overrides + MODES[mode], "lm_dir": str(lm_dir), "rm_dir": str(rm_dir), "steps": steps,
-            "threads": threads}
-    env = {**os.environ, "PYTHONPATH": str(C.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run([sys.executable, "-m", "benchmarks.ops.memory", "--worker", json.dumps(args)], cwd=C.ROOT, env=env,
-                       capture_output=True, text=True)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        raise RuntimeError(f"memory worker ({mode}) failed:\n{p.stderr[-3000:]}")
-    return json.loads(lines[-1])
-
-
 def run(cfg, wm, work: Path, overrides: list[str], preset: str, steps: int) -> Section:
-    import torch
-
     threads = torch.get_num_threads()
     overrides = overrides + [f"policy={preset}"]
     cfg = C.compose(overrides)
     wm = C.make_world_model(cfg, work / f"memory_{preset}")
-    res = {mode: measure(mode, overrides, wm.lm_dir, wm.rm_dir, steps, threads) for mode in MODES}
-    rows = []
-    for mode, r in res.items():
-        rows.append([mode, r["peak_mb"] - r["baseline_mb"], r["model_bytes"] / 2**20, int(r["trainable_params"]),
-                     r["baseline_mb"], 1000 * r["step_s"]])
+    env, res = {**os.environ, "PYTHONPATH": str(C.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}, {}
+    for mode in MODES:  # each in a fresh `--worker` process
+        args = {"overrides": overrides + MODES[mode], "lm_dir": str(wm.lm_dir), "rm_dir": str(wm.rm_dir),
+                "steps": steps, "threads": threads}
+        p = subprocess.run([sys.executable, "-m", "benchmarks.ops.memory", "--worker", json.dumps(args)], cwd=C.ROOT,
+                           env=env, capture_output=True, text=True)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or not lines:
+            raise RuntimeError(f"memory worker ({mode}) failed:\n{p.stderr[-3000:]}")
+        res[mode] = json.loads(lines[-1])
+    rows = [[mode, r["peak_mb"] - r["baseline_mb"], r["model_bytes"] / 2**20, int(r["trainable_params"]),
+             r["baseline_mb"], 1000 * r["step_s"]] for mode, r in res.items()]
     s, b = res["separate"], res["shared_base"]
     d_sep, d_sh = s["peak_mb"] - s["baseline_mb"], b["peak_mb"] - b["baseline_mb"]
     ratio_rss = d_sep / d_sh if d_sh > 0 else float("nan")

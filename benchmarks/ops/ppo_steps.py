@@ -35,7 +35,6 @@ from benchmarks import common as C
 from benchmarks.common import Section, StepClock, WorldModel, load_tokenizer, median, suppress_tokens, table
 
 
-@contextlib.contextmanager
 def end_at(model, eos_id: int, lengths: list[int]):
     """While active (one ``generate`` call), response i gets exactly ``lengths[i]`` tokens and then EOS: the EOS
     logit is −inf before that step and the only finite one at it (a length at or over ``max_new_tokens`` runs to
@@ -52,8 +51,7 @@ def end_at(model, eos_id: int, lengths: list[int]):
         logits[at, eos_id] = 0.0
         return out
 
-    with C.lm_head_hook(model, hook):
-        yield
+    return C.lm_head_hook(model, hook)
 
 
 def world_lengths(cfg: DictConfig, tok, prompts: list[str]) -> dict[str, int]:
@@ -70,8 +68,8 @@ def world_lengths(cfg: DictConfig, tok, prompts: list[str]) -> dict[str, int]:
 
 
 class PhaseTimer:
-    """Wall time per named phase within a step (`wrap(fn, phase)` times every call of fn; `phase` a name or a
-    callable giving it at call time); `end_step()` closes a step: its totals go to `steps` (when `enabled`)."""
+    """Wall time per named phase within a step (`wrap(fn, phase)` times every call of fn; `phase` a name, None: not
+    timed, or a callable giving it at call time); `end_step()` closes a step: its totals go to `steps` if `enabled`."""
 
     def __init__(self):
         self.totals: dict[str, float] = {}
@@ -84,7 +82,7 @@ class PhaseTimer:
         try:
             yield
         finally:
-            if self.enabled:
+            if self.enabled and name is not None:
                 self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - t0
 
     def wrap(self, fn, phase):
@@ -134,7 +132,6 @@ OURS_PHASES = [
     ("step", "PPO step"),
 ]
 
-
 STAT_KEYS = ("objective/gold", "objective/scores", "objective/kl", "objective/length", "loss/policy", "loss/value")
 
 
@@ -155,12 +152,6 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int,
     tok = load_tokenizer(wm.lm_dir)
     module = C.ppo_module(cfg, wm, tok, check=check_config)
     scorer, timer, clock, stats = module.scorer, PhaseTimer(), StepClock(warmup), []
-    base_sample = ppo.sample
-
-    def sample(model, tk, prompts, *a, **k):
-        with (end_at(model, tk.eos_token_id, [lengths[p] for p in prompts]) if lengths is not None
-              else suppress_tokens(model, tk.eos_token_id)):
-            return base_sample(model, tk, prompts, *a, **k)
 
     class Phases(L.Callback):  # after the clock: the step's end stamp is already taken
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -178,7 +169,9 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int,
     if module.gold is not None:
         module.gold = Timed(module.gold, timer.wrap(module.gold, "other/gold"))
     with contextlib.ExitStack() as stack:
-        stack.enter_context(patch.object(ppo, "sample", timer.wrap(sample, "generation")))
+        stack.enter_context(C.patched_sample(lambda model, tk, prompts: end_at(model, tk.eos_token_id, [
+            lengths[p] for p in prompts]) if lengths is not None else suppress_tokens(model, tk.eos_token_id)))
+        stack.enter_context(patch.object(ppo, "sample", timer.wrap(ppo.sample, "generation")))  # the patched one
         for name in ("encode_prompts", "decode_responses"):
             stack.enter_context(patch.object(sampling, name, timer.wrap(getattr(sampling, name), "gen/tokenize+decode")))
         stack.enter_context(patch.object(R, "encode_texts", timer.wrap(R.encode_texts, "score/rm_tokenize")))
@@ -208,22 +201,11 @@ BARE_PHASES = [
 ]
 
 
-@torch.no_grad()
-def _generate(policy, tok, q_ids, q_mask, g, max_new_tokens: int):
-    kw = dict(do_sample=float(g.temperature) > 0, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
-              eos_token_id=tok.eos_token_id)
-    if float(g.temperature) > 0:
-        kw.update(temperature=float(g.temperature), top_k=int(g.top_k or 0), top_p=float(g.top_p))
-    with suppress_tokens(policy, tok.eos_token_id):
-        return policy.generate(input_ids=q_ids, attention_mask=q_mask, **kw)[:, q_ids.shape[1]:]
-
-
 def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> dict[str, float]:
     """The same PPO step as bare model calls in a plain loop; median seconds over the timed steps of each phase."""
     from rlhf_lab.algorithms.rl_math import ppo_policy_loss, ppo_value_loss
     from rlhf_lab.models.adapters import unwrap
     from rlhf_lab.models.sampling import encode_prompts, positions, token_logprobs
-
     from rlhf_lab.stages.ppo import check_config
 
     a, g = cfg.algo, cfg.generation
@@ -244,6 +226,10 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> dict[s
     B, n_mb, T = int(a.batch_size), int(a.num_minibatches), int(g.max_new_tokens)
     mb = B // n_mb
     timer = PhaseTimer()
+    gen = dict(do_sample=float(g.temperature) > 0, max_new_tokens=T, pad_token_id=tok.pad_token_id,
+               eos_token_id=tok.eos_token_id)
+    if float(g.temperature) > 0:
+        gen.update(temperature=float(g.temperature), top_k=int(g.top_k or 0), top_p=float(g.top_p))
 
     def policy_logp(ids, attn, P, r_ids, r_mask):
         # the LM head only where response tokens are predicted, as the step needs
@@ -255,8 +241,8 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> dict[s
         timer.end_step()
         timer.enabled = step >= warmup
         q_ids, q_mask = encode_prompts(tok, prompts_of(step), g.get("max_prompt_len"))  # not timed
-        with timer.phase("generation"):
-            r_ids = _generate(policy, tok, q_ids, q_mask, g, T)
+        with timer.phase("generation"), torch.no_grad(), suppress_tokens(policy, tok.eos_token_id):
+            r_ids = policy.generate(input_ids=q_ids, attention_mask=q_mask, **gen)[:, q_ids.shape[1]:]
         r_mask = torch.ones_like(r_ids)
         ids, attn, P = torch.cat([q_ids, r_ids], 1), torch.cat([q_mask, r_mask], 1), q_ids.shape[1]
         with torch.no_grad():
@@ -298,9 +284,8 @@ def _pooled(runs: list[dict]) -> dict[str, float]:
     """Medians over the timed steps of all rounds; the other (non-phase) numbers from the last round."""
     steps = [st for r in runs for st in r["_steps"]]
     keys = {k for st in steps for k in st}
-    out = {k: v for k, v in runs[-1].items() if k not in ("_steps", "_stats")}
-    out.update({k: median(st.get(k, 0.0) for st in steps) for k in keys})
-    return out
+    return {**{k: v for k, v in runs[-1].items() if k not in ("_steps", "_stats")},
+            **{k: median(st.get(k, 0.0) for st in steps) for k in keys}}
 
 
 OPTIONS = [  # (name, label, overrides): the step before v2, with the v2 defaults, with the shared critic
@@ -333,11 +318,9 @@ def run_options(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int, rounds
     tok = load_tokenizer(wm.lm_dir)
     prompts_of = C.prompt_fn(cfg)
     lengths = world_lengths(cfg, tok, [p for s in range(steps) for p in prompts_of(s)])
-    runs: dict[str, list[dict]] = {name: [] for name, _, _ in OPTIONS}
-    for r in range(rounds):
-        for name, _, over in (OPTIONS if r % 2 == 0 else OPTIONS[::-1]):
-            torch.manual_seed(r)
-            runs[name].append(run_ours(with_overrides(cfg, over), wm, steps, warmup, lengths=lengths))
+    over = {name: o for name, _, o in OPTIONS}
+    runs = C.alternate(rounds, lambda n: run_ours(with_overrides(cfg, over[n]), wm, steps, warmup, lengths=lengths),
+                       tuple(over), seed_round=True)
     out = {"pooled": {n: _pooled(rs) for n, rs in runs.items()}, "per_round": {}, "delta": {}, "means": {}}
     for name in runs:
         out["per_round"][name] = [b["step"] / v["step"] for b, v in zip(runs["before"], runs[name])]
@@ -383,28 +366,21 @@ def options_tables(opt: dict) -> tuple[list[str], list[str], float]:
 
 def run(cfg: DictConfig, wm: WorldModel, work, steps: int, warmup: int, rounds: int) -> Section:
     sec = Section("PPO step-time breakdown (ours vs bare model calls)", __doc__.split("\n\n", 1)[1].strip())
-    ours_runs, bare_runs = [], []
-    for r in range(rounds):  # alternate which side goes first
-        for side in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
-            torch.manual_seed(r)
-            if side == "ours":
-                ours_runs.append(run_ours(cfg, wm, steps, warmup))
-            else:
-                bare_runs.append(run_bare(cfg, wm, steps, warmup))
-    ours, bare = _pooled(ours_runs), _pooled(bare_runs)
+    runs = C.alternate(rounds, lambda side: (run_ours if side == "ours" else run_bare)(cfg, wm, steps, warmup),
+                       ("ours", "bare"), seed_round=True)
+    ours, bare = _pooled(runs["ours"]), _pooled(runs["bare"])
     rows = []
     for key, label in OURS_PHASES:
-        b = bare.get(key) if key in dict(BARE_PHASES) else None
-        o = ours.get(key, 0.0)
+        o, b = ours.get(key, 0.0), bare.get(key) if key in dict(BARE_PHASES) else None
         rows.append([label, 1000 * o, 1000 * b if b is not None else float("nan"), o / b if b else float("nan")])
     overhead = ours["step"] / bare["step"] - 1
     a, g = cfg.algo, cfg.generation
     sec.tables.append("Median over the timed steps (the phases' medians need not add up to the step's):\n\n" + table(
         ["phase", "ours ms/step", "bare ms/step", "ratio ours/bare"], rows))
-    gen_share = ours["generation"] / ours["step"]
     sec.findings += [
         f"total overhead ours/bare − 1 = **{100 * overhead:+.0f}%** (target ≤ +30%)",
-        f"generation is {100 * gen_share:.0f}% of our step; the update {100 * ours['update'] / ours['step']:.0f}%",
+        f"generation is {100 * ours['generation'] / ours['step']:.0f}% of our step; the update "
+        f"{100 * ours['update'] / ours['step']:.0f}%",
         f"settings: policy {wm.arch}, batch {int(a.batch_size)}, {int(a.ppo_epochs)} PPO epochs × "
         f"{int(a.num_minibatches)} minibatches, {int(g.max_new_tokens)} response tokens (measured "
         f"{ours['response_tokens']:.0f}), critic={a.critic}; {steps} PPO steps per run of which {warmup} warm-up, "

@@ -11,30 +11,11 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from benchmarks import common as C
 from benchmarks.common import Section, WorldModel, table
-from benchmarks.ops.ppo_steps import run_ours
-
-
-def _with(cfg: DictConfig, max_new_tokens: int | None = None, batch_size: int | None = None) -> DictConfig:
-    c = cfg.copy()
-    with open_dict(c):
-        if max_new_tokens is not None:
-            c.generation.max_new_tokens = int(max_new_tokens)
-        if batch_size is not None:
-            c.algo.batch_size = int(batch_size)
-    return c
-
-
-def verdict(growth: float) -> str:
-    if growth < 0.9:
-        return ("at most linear: the per-step cost even falls with length, as the fixed costs of a generate call "
-                "(prefill, set-up) are spread over more steps")
-    if growth <= 1.3:
-        return "≈ linear growth of generation time with length"
-    return "super-linear: each decoding step gets slower as the sequence grows"
+from benchmarks.ops.ppo_steps import run_ours, with_overrides
 
 
 def run(cfg: DictConfig, wm: WorldModel, work, lengths: list[int], batches: list[int], steps: int,
@@ -44,7 +25,7 @@ def run(cfg: DictConfig, wm: WorldModel, work, lengths: list[int], batches: list
 
     len_rows, per_step = [], {}
     for T in lengths:
-        r = run_ours(_with(cfg, max_new_tokens=T), wm, steps, warmup)
+        r = run_ours(with_overrides(cfg, {"generation.max_new_tokens": int(T)}), wm, steps, warmup)
         tok = B0 * T
         per_step[T] = r["generation"] / T
         len_rows.append([T, 1000 * r["step"], 1e6 * r["step"] / tok, 1000 * r["generation"],
@@ -56,7 +37,7 @@ def run(cfg: DictConfig, wm: WorldModel, work, lengths: list[int], batches: list
 
     b_rows = []
     for B in batches:
-        r = run_ours(_with(cfg, batch_size=B), wm, steps, warmup)
+        r = run_ours(with_overrides(cfg, {"algo.batch_size": int(B)}), wm, steps, warmup)
         tok = B * T0
         b_rows.append([B, 1000 * r["step"], 1e6 * r["step"] / tok, 1000 * r["generation"], 1e6 * r["generation"] / tok,
                        1000 * r["update"], 100 * r["generation"] / r["step"]])
@@ -65,9 +46,12 @@ def run(cfg: DictConfig, wm: WorldModel, work, lengths: list[int], batches: list
 
     lo, hi = min(lengths), max(lengths)
     growth = per_step[hi] / per_step[lo]
-    sec.findings.append(
-        f"generation time per decoding step at {hi} tokens / at {lo} tokens = **{growth:.2f}** "
-        f"({verdict(growth)})")
+    verdict = ("at most linear: the per-step cost even falls with length, as the fixed costs of a generate call "
+               "(prefill, set-up) are spread over more steps" if growth < 0.9 else
+               "≈ linear growth of generation time with length" if growth <= 1.3 else
+               "super-linear: each decoding step gets slower as the sequence grows")
+    sec.findings.append(f"generation time per decoding step at {hi} tokens / at {lo} tokens = **{growth:.2f}** "
+                        f"({verdict})")
     sec.findings.append(f"{steps} PPO steps per point of which {warmup} warm-up; medians over the timed steps")
     sec.summary = ["generation time per decoding step, longest/shortest response", f"{growth:.2f}",
                    "super-linear" if growth > 1.3 else "at most linear"]

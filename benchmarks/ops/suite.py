@@ -46,33 +46,28 @@ PHASES = (("start-up (imports, config, store)", "time/startup_s", "once"),
           ("evaluations (eval/* and test/*)", "time/eval_s", "once"))
 
 
-def phase_seconds(client, run, steps: float) -> dict[str, float]:
-    """{phase name: seconds} of one job run (:data:`PHASES`), plus ``the rest of the steps`` (statistics, gold,
-    logging: the steps' time, `steps` = the sum of ``time/step_s``, minus their phases) and ``Lightning around the
-    steps`` (the fit's training time minus the steps)."""
-    out = {}
-    for name, key, how in PHASES:
-        hist = [m.value for m in client.get_metric_history(run.info.run_id, key)]
-        out[name] = (sum(hist) if how == "sum" else hist[-1]) if hist else float("nan")
-    train = run.data.metrics.get("time/train_s", float("nan"))
-    eval_s = out["evaluations (eval/* and test/*)"]
-    out["the rest of the steps (statistics, gold, logging)"] = steps - sum(
-        out[n] for n, k, h in PHASES if h == "sum")
-    out["Lightning around the steps"] = train - eval_s - steps
-    return out
-
-
 def run_facts(client, run) -> dict:
-    """seed, run seconds, mean PPO step seconds (``time/step_s``), final test gold, the eval gold curve
-    {step: value} and the time per phase (:func:`phase_seconds`) of one job run (`client`: an ``MlflowClient`` on
-    its store)."""
-    curve = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/gold_reward")}
-    steps = [m.value for m in client.get_metric_history(run.info.run_id, "time/step_s")]
+    """seed, run seconds, mean PPO step seconds (``time/step_s``), final test gold, the eval gold curve {step: value}
+    and the seconds per phase of one job run (`client`: an ``MlflowClient`` on its store): :data:`PHASES`, plus ``the
+    rest of the steps`` (statistics, gold, logging: the steps' time, the sum of ``time/step_s``, minus their phases)
+    and ``Lightning around the steps`` (the fit's training time minus the evaluations and the steps)."""
+    def history(key: str) -> list[float]:
+        return [m.value for m in client.get_metric_history(run.info.run_id, key)]
+
+    steps, phases = history("time/step_s"), {}
+    for name, key, how in PHASES:
+        hist = history(key)
+        phases[name] = (sum(hist) if how == "sum" else hist[-1]) if hist else float("nan")
+    phases["the rest of the steps (statistics, gold, logging)"] = sum(steps) - sum(
+        phases[n] for n, k, h in PHASES if h == "sum")
+    phases["Lightning around the steps"] = (run.data.metrics.get("time/train_s", float("nan"))
+                                            - phases["evaluations (eval/* and test/*)"] - sum(steps))
     return {"seed": int(run.data.params.get("seed", -1)),
             "seconds": (run.info.end_time - run.info.start_time) / 1000,
             "step_s": sum(steps) / len(steps) if steps else float("nan"),
             "test_gold": run.data.metrics.get("test/gold_reward", float("nan")),
-            "curve": curve, "phases": phase_seconds(client, run, sum(steps))}
+            "curve": {m.step: m.value for m in client.get_metric_history(run.info.run_id, "eval/gold_reward")},
+            "phases": phases}
 
 
 def phase_rows(sides: dict) -> list[list]:
@@ -80,14 +75,10 @@ def phase_rows(sides: dict) -> list[list]:
     time × 2 jobs at a time ÷ jobs; what the runs do not account for is the sweep's own (processes, Hydra, the
     parent run, a job's start before its run)."""
     names = list(next(iter(sides.values()))[0]["runs"][0]["phases"])
-    rows, slot = [], {}
-    for n, rounds in sides.items():
-        runs = [f for r in rounds for f in r["runs"]]
-        slot[n] = 2 * sum(r["wall"] for r in rounds) / len(runs)
-    mean = {n: {p: sum(f["phases"][p] for r in rounds for f in r["runs"]) / sum(len(r["runs"]) for r in rounds)
-                for p in names} for n, rounds in sides.items()}
-    for p in names:
-        rows.append([p, *(mean[n][p] for n in sides), f"{100 * mean['today'][p] / slot['today']:.0f}%"])
+    runs = {n: [f for r in rounds for f in r["runs"]] for n, rounds in sides.items()}
+    slot = {n: 2 * sum(r["wall"] for r in rounds) / len(runs[n]) for n, rounds in sides.items()}
+    mean = {n: {p: sum(f["phases"][p] for f in runs[n]) / len(runs[n]) for p in names} for n in sides}
+    rows = [[p, *(mean[n][p] for n in sides), f"{100 * mean['today'][p] / slot['today']:.0f}%"] for p in names]
     accounted = {n: sum(v for v in mean[n].values() if v == v) for n in sides}
     outside = {n: slot[n] - accounted[n] for n in sides}
     rows.append(["outside the job's run (sweep, processes, Hydra, start of a job before its run)",
@@ -166,37 +157,20 @@ def gold_comparison(before: list[dict], after: list[dict]) -> dict:
 def suite_projection(ratio: float) -> tuple[list[list], float, float]:
     """Rows (study, algorithm, jobs, stated min, projected min) and the totals, stated and projected: the
     sample's wall-time ratio (before ÷ today) applied to the studies of ``SAMPLE_ALGOS``."""
+    from importlib.resources import files
+
     from rlhf_lab.entry import suite
 
     rows, stated, projected = [], 0.0, 0.0
     for study, _ in suite.SUITE:
         n, mins = suite.expected(study)
-        algo, m = study_algo(study), float(mins or 0)
+        text = files("rlhf_lab.sweeps").joinpath("sweep", f"{study}.yaml").read_text()
+        over = re.search(r"override /algo:\s*(\w+)", text)  # the algorithm a study file overrides, else ppo
+        algo, m = over.group(1) if over else "ppo", float(mins or 0)
         proj = m / ratio if algo in SAMPLE_ALGOS else m
         rows.append([study, algo, n or 0, m, proj])
         stated, projected = stated + m, projected + proj
     return rows, stated, projected
-
-
-def study_algo(study: str) -> str:
-    """The algorithm a study file overrides (``override /algo: X``), else the default ``ppo``."""
-    from importlib.resources import files
-
-    text = files("rlhf_lab.sweeps").joinpath("sweep", f"{study}.yaml").read_text()
-    m = re.search(r"override /algo:\s*(\w+)", text)
-    return m.group(1) if m else "ppo"
-
-
-def repro_line(sides: dict) -> str:
-    """With two rounds: does round 2 reproduce round 1 (same command, same seeds, so the same numbers)?"""
-    if min(len(r) for r in sides.values()) < 2:
-        return "One round: reproducibility across rounds not checked (`--rounds 2`)."
-    parts = []
-    for n, rounds in sides.items():
-        d = max(abs(a["test_gold"] - b["test_gold"]) for a, b in zip(rounds[0]["runs"], rounds[1]["runs"]))
-        parts.append(f"{SIDES[n][0]} {d:.2g}")
-    return ("**Reproducible?** Largest difference of a seed's final test gold between round 1 and round 2 "
-            "(the same command run twice): " + "; ".join(parts) + ".")
 
 
 def section(argv, started, cores, secs, args, sides: dict, gold: dict, proj) -> str:
@@ -206,16 +180,21 @@ def section(argv, started, cores, secs, args, sides: dict, gold: dict, proj) -> 
     ratio = walls["before"] / walls["today"]
     step_s = {n: [f["step_s"] for r in rounds for f in r["runs"]] for n, rounds in sides.items()}
     mean_step = {n: sum(v) / len(v) for n, v in step_s.items()}
-    rows = []
-    for n, rounds in sides.items():
-        job_s = [f["seconds"] for r in rounds for f in r["runs"]]
-        rows.append([SIDES[n][0], "`" + " ".join(SIDES[n][1]) + "`" if SIDES[n][1] else "(none)", walls[n],
-                     n_jobs[n], 3600 * n_jobs[n] / walls[n], sum(job_s) / len(job_s), walls["before"] / walls[n],
-                     mean_step[n], mean_step["before"] / mean_step[n]])
+    job_s = {n: [f["seconds"] for r in rounds for f in r["runs"]] for n, rounds in sides.items()}
+    rows = [[SIDES[n][0], "`" + " ".join(SIDES[n][1]) + "`" if SIDES[n][1] else "(none)", walls[n], n_jobs[n],
+             3600 * n_jobs[n] / walls[n], sum(job_s[n]) / len(job_s[n]), walls["before"] / walls[n], mean_step[n],
+             mean_step["before"] / mean_step[n]] for n in sides]
     eff = gold["effect"]
     gold_rows = [[f["seed"], f["test_gold"], g["test_gold"], g["test_gold"] - f["test_gold"]]
                  for f, g in zip(sides["before"][0]["runs"], sides["today"][0]["runs"])]
     curve_rows = [[s, b, t, t - b] for s, b, t in zip(gold["steps"], gold["curve_before"], gold["curve_today"])]
+    if min(len(r) for r in sides.values()) < 2:  # with two rounds: does round 2 reproduce round 1 (same seeds)?
+        repro = "One round: reproducibility across rounds not checked (`--rounds 2`)."
+    else:
+        diff = {n: max(abs(a["test_gold"] - b["test_gold"]) for a, b in zip(r[0]["runs"], r[1]["runs"]))
+                for n, r in sides.items()}
+        repro = ("**Reproducible?** Largest difference of a seed's final test gold between round 1 and round 2 (the "
+                 "same command run twice): " + "; ".join(f"{SIDES[n][0]} {d:.2g}" for n, d in diff.items()) + ".")
     if proj is None:
         projection = ["**The suite, projected**: only against `--baseline v1` (the study files' stated times were "
                       "measured before v2).", ""]
@@ -246,7 +225,7 @@ def section(argv, started, cores, secs, args, sides: dict, gold: dict, proj) -> 
              "same joblib worker reuse its imports; n/a: a metric that side's code does not log):", "",
              table(["phase", *(f"{SIDES[n][0]} s" for n in sides), "share of today's job slot"], phase_rows(sides)),
              "",
-             repro_line(sides), "",
+             repro, "",
              f"**Training result unchanged?** Final `test/gold_reward` per seed, round 1 (paired: same seed on both "
              f"sides). today − before: **{eff.estimate:+.3f} [{eff.lo:+.3f}, {eff.hi:+.3f}]** (95% t, n = {eff.n}); "
              f"means {gold['before_mean']:.3f} before, {gold['today_mean']:.3f} today.", "",

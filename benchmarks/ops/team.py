@@ -30,18 +30,14 @@ LAUNCHERS = {
     "Ray, local instance with 2 CPUs": ["hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
                                         "+hydra.launcher.ray.init.include_dashboard=false"],
 }
-
-
-def job_seconds(db: Path, study: str) -> list[float]:
-    """Run times (start to end) of the FINISHED job runs of `study` in the sqlite store `db`."""
-    from mlflow.tracking import MlflowClient
-
-    return [(r.info.end_time - r.info.start_time) / 1000
-            for r in C.finished_job_runs(MlflowClient(f"sqlite:///{db}"), study)]
+RAY_START = ("import time, ray; t = time.perf_counter(); ray.init(num_cpus=2, include_dashboard=False, "
+             "object_store_memory=78643200); print(time.perf_counter() - t); ray.shutdown()")
 
 
 def sweeps(work: Path, n_jobs: int) -> list[list]:
     """Rows: launcher, wall s, jobs finished, summed job run time s, wall per job s, speed-up over 1 at a time."""
+    from mlflow.tracking import MlflowClient
+
     common = [*MICRO, f"cache_dir={work / 'cache'}", f"tracking.uri=sqlite:///{work / 'mlflow.db'}"]
     secs, _ = C.rlhf_lab([*common, "study=warmup"], work / "warmup")  # builds the base model once
     print(f"[team] warm-up job (builds the base model): {secs:.0f} s", flush=True)
@@ -50,21 +46,14 @@ def sweeps(work: Path, n_jobs: int) -> list[list]:
         study = f"bench{i}"
         secs, r = C.rlhf_lab(["-m", *launcher, *common, f"study={study}",
                             "seed=" + ",".join(str(s) for s in range(n_jobs))], work / study)
-        done = job_seconds(work / "mlflow.db", study)
+        done = [(run.info.end_time - run.info.start_time) / 1000  # run times of the FINISHED job runs
+                for run in C.finished_job_runs(MlflowClient(f"sqlite:///{work / 'mlflow.db'}"), study)]
         if len(done) != n_jobs or "reusing cached base model" not in r.stdout + r.stderr:
             raise RuntimeError(f"{name}: {len(done)} of {n_jobs} jobs finished, or the base model was not reused")
         base = base or secs
         rows.append([name, secs, len(done), sum(done), secs / n_jobs, base / secs])
         print(f"[team] {name}: {secs:.0f} s for {n_jobs} jobs", flush=True)
     return rows
-
-
-def ray_start_seconds() -> float:
-    """Start and stop a local Ray instance with 2 CPUs (what hydra/launcher=ray pays before its first job)."""
-    code = ("import time, ray; t = time.perf_counter(); ray.init(num_cpus=2, include_dashboard=False, "
-            "object_store_memory=78643200); print(time.perf_counter() - t); ray.shutdown()")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    return float(r.stdout.strip().splitlines()[-1])
 
 
 def log_cost(uri: str, points: int) -> tuple[float, float]:
@@ -91,7 +80,6 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
     """Rows: store, URI, ms per point (single), ms per point (batches of 10); and a note on the server."""
     rows = [["sqlite file (the default store)", "sqlite:///<tmp>/track.db",
              *log_cost(f"sqlite:///{work / 'track.db'}", points)]]
-    note = ""
     if not with_server:
         return rows, "server not measured (--no-server)"
     from rlhf_lab.entry import server
@@ -116,7 +104,7 @@ def tracking(work: Path, points: int, with_server: bool) -> tuple[list[list], st
 
 def section(args, argv: list[str], started: datetime.datetime, cores, secs: float, sweep_rows, ray_s: float,
             track_rows, note: str) -> str:
-    cmd = "python -m benchmarks.ops.team" + (" " + shlex.join(argv) if argv else "")
+    cmd, one = "python -m benchmarks.ops.team" + (" " + shlex.join(argv) if argv else ""), sweep_rows[0]
     lines = ["## Team scale: sweeps through the launchers, tracking on the team server", "",
              *C.run_lines(started, secs, cmd, cores), "",
              f"A sweep of {args.jobs} `algo=sft` jobs at the tests' MICRO sizes (1 torch thread each), the base model "
@@ -124,21 +112,16 @@ def section(args, argv: list[str], started: datetime.datetime, cores, secs: floa
              "run, the jobs, the study report into the parent run). Speed-up: wall time with 1 job at a time ÷ this "
              f"wall time. A local Ray instance (2 CPUs, no dashboard) alone takes {ray_s:.1f} s to start.", "",
              table(["launcher", "wall s", "jobs finished", "sum of job run times s", "wall s per job", "speed-up"],
-                   sweep_rows), "", launch_note(sweep_rows), "",
+                   sweep_rows), "",
+             "How to read it: with 1 job at a time joblib starts no worker and runs the jobs one after the other in "
+             "the launching process; with 2 it starts 2 worker processes, and Ray an instance and 2 workers, each "
+             f"importing torch, Lightning and MLflow again. The jobs here are tiny ({one[3] / one[2]:.1f} s of run "
+             "time each, one at a time), so those start-ups and the cores' other load decide the wall time; jobs "
+             "of minutes (the studies) gain from running 2 at a time (README, `ppo_beta_grid`).", "",
              f"Tracking cost per metric point, {args.points} points each way, from one process: one synchronous "
              "`mlflow.log_metric` per point, and `mlflow.log_metrics` with 10 keys per step. " + note[:1].upper() + note[1:] + ".", "",
              table(["store", "URI", "ms per point (log_metric)", "ms per point (batches of 10)"], track_rows)]
     return "\n".join(lines) + "\n"
-
-
-def launch_note(rows: list[list]) -> str:
-    """What the sweep table shows, from its own figures: where the time goes besides the jobs' runs."""
-    one = rows[0]
-    return (f"How to read it: with 1 job at a time joblib starts no worker and runs the jobs one after the other in "
-            f"the launching process; with 2 it starts 2 worker processes, and Ray an instance and 2 workers, each "
-            f"importing torch, Lightning and MLflow again. The jobs here are tiny ({one[3] / one[2]:.1f} s of run "
-            f"time each, one at a time), so those start-ups and the cores' other load decide the wall time; jobs "
-            f"of minutes (the studies) gain from running 2 at a time (README, `ppo_beta_grid`).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_team_"))
     try:
         sweep_rows = sweeps(work, args.jobs)
-        ray_s = ray_start_seconds()
+        # start and stop a local Ray instance with 2 CPUs (what hydra/launcher=ray pays before its first job)
+        ray_s = float(subprocess.run([sys.executable, "-c", RAY_START], capture_output=True, text=True,
+                                     timeout=300).stdout.strip().splitlines()[-1])
         track_rows, note = tracking(work, args.points, not args.no_server)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    text = section(args, argv, started, cores, time.time() - t0, sweep_rows, ray_s,
-                   track_rows, note)
+    text = section(args, argv, started, cores, time.time() - t0, sweep_rows, ray_s, track_rows, note)
     C.save("team", text, data={"sweeps": sweep_rows, "ray_start_s": ray_s, "tracking": track_rows},
            folder=Path(args.results))
     print("\n" + text, flush=True)

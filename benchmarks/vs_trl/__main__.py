@@ -32,14 +32,10 @@ SIZES = {
 }
 
 
-def setup(only: list[str]) -> None:
-    if "ppo" in only:  # TRL 1.9.2 in its own folder: installed (once) before any benchmark runs
-        ppo.ensure_trl()
-
-
 if __name__ == "__main__":
     try:
-        sys.exit(main("python -m benchmarks.vs_trl", RUNNERS, SIZES, setup=setup))
+        sys.exit(main("python -m benchmarks.vs_trl", RUNNERS, SIZES,  # TRL 1.9.2 installed (once) before any run
+                      setup=lambda only: ppo.ensure_trl() if "ppo" in only else None))
     except ppo.TRLUnavailable as err:
         print(f"[benchmarks] {err}", file=sys.stderr, flush=True)  # one line: pip could not install TRL 1.9.2
         sys.exit(2)

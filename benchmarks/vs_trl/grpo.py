@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import tempfile
-import time
 from unittest.mock import patch
 
 import torch
@@ -22,7 +21,6 @@ NOTE = ("Matched as benchmarks/README.md lists (`grpo`; `trl_settings` maps our 
         "(no bias correction), clip ε, loss aggregation, minibatches per generation, μ, AdamW, clipping, fp32, dropout "
         "off; EOS suppressed while sampling in the timed runs on both sides. Left: our statistics, MLflow logging and "
         "finite-weight check; TRL's fused LM head, metrics and Trainer loop.")
-
 
 LOSS_TYPES = {"seq_mean_token_mean": "grpo", "token_mean": "bnpo", "seq_mean_token_sum_norm": "dr_grpo"}
 
@@ -103,26 +101,17 @@ def run_trl(cfg: DictConfig, wm: C.WorldModel, tok, steps: int, warmup: int) -> 
     """TRL's GRPO for `steps` generations, the clock ticking after the last optimizer step of each; its ``phases``
     from timers around the trainer's ``_generate_single_turn``, ``_calculate_rewards`` and no-grad
     ``_get_per_token_logps_and_entropies``."""
+    from benchmarks.ops.ppo_steps import PhaseTimer
     from benchmarks.vs_trl.train import hf_fit
 
-    clock, current, stats = C.StepClock(warmup), {}, []
-    n_mb = int(cfg.algo.num_minibatches) * int(cfg.algo.ppo_epochs)
-
-    def timed(fn, phase):
-        def wrapped(*args, **kw):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kw)
-            finally:
-                if phase():
-                    current[phase()] = current.get(phase(), 0.0) + time.perf_counter() - t0
-        return wrapped
+    clock, timer, stats = C.StepClock(warmup), PhaseTimer(), []
+    timer.enabled, n_mb = True, int(cfg.algo.num_minibatches) * int(cfg.algo.ppo_epochs)
 
     class Clock(C.StepClock):  # one tick per generation: its phases, then start again
         def tick(self):
             clock.tick()
-            stats.append({k: current.get(k, 0.0) for k in ("generation", "reward", "logps")})
-            current.clear()
+            stats.append({k: timer.totals.get(k, 0.0) for k in ("generation", "reward", "logps")})
+            timer.totals.clear()
 
     with tempfile.TemporaryDirectory() as tmp:
         tr = trl_trainer(cfg, wm, tok, steps, tmp)
@@ -132,10 +121,10 @@ def run_trl(cfg: DictConfig, wm: C.WorldModel, tok, steps: int, warmup: int) -> 
             with C.suppress_tokens(tr.model, tok.eos_token_id):
                 return base(*args, **kw)
 
-        tr._generate_single_turn = timed(generate, lambda: "generation")
-        tr._calculate_rewards = timed(tr._calculate_rewards, lambda: "reward")
-        tr._get_per_token_logps_and_entropies = timed(tr._get_per_token_logps_and_entropies,
-                                                      lambda: None if torch.is_grad_enabled() else "logps")
+        tr._generate_single_turn = timer.wrap(generate, "generation")
+        tr._calculate_rewards = timer.wrap(tr._calculate_rewards, "reward")
+        tr._get_per_token_logps_and_entropies = timer.wrap(tr._get_per_token_logps_and_entropies,
+                                                           lambda: None if torch.is_grad_enabled() else "logps")
         hf_fit(tr, Clock(warmup), every=n_mb)
     clock.phases = C.with_rest(stats[warmup:], clock.step_times())
     return clock
@@ -245,7 +234,8 @@ PHASES = [
 TARGET = 1.5
 
 
-def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds: int) -> C.Section:
+def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds: int, with_compile: bool = True) -> C.Section:
+    """`with_compile`: also time ours with ``algo.compile=true`` (a third side)."""
     cfg = C.compose(["algo=grpo"])
     a, g = cfg.algo, cfg.generation
     sec = C.Section("GRPO training throughput (ours vs TRL GRPOTrainer)", NOTE)
@@ -263,14 +253,14 @@ def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds
         return run_ours(compiled if side == "ours_compiled" else cfg, wm, tok, steps, warmup, names,
                         lambda tk: [tk.eos_token_id])
 
-    clocks = C.alternate(rounds, run_side, ("ours", "ours_compiled", "trl"))
-    o, oc, t = (C.rate(clocks[s], B) for s in ("ours", "ours_compiled", "trl"))
-    ratio, ratio_c = o["rate"] / t["rate"], oc["rate"] / t["rate"]
+    clocks = C.alternate(rounds, run_side, ("ours", "ours_compiled", "trl") if with_compile else ("ours", "trl"))
+    o, oc, t = (C.rate(clocks.get(s) or clocks["ours"], B) for s in ("ours", "ours_compiled", "trl"))
+    ratio, ratio_c = o["rate"] / t["rate"], (oc["rate"] / t["rate"] if with_compile else float("nan"))
     med, phase_text = C.phase_table({s: clocks[s] for s in ("ours", "trl")}, PHASES)
     sec.tables.append(C.table(["side", "completions/s", "ms/step", "timed steps", "ratio ours/TRL"], [
         ["ours (PPOModule, algo=grpo, + Lightning)", o["rate"], o["ms"], o["n"], ratio],
-        ["ours with `algo.compile=true` (opt-in: the trunks' packed passes through torch.compile)", oc["rate"], oc["ms"],
-         oc["n"], ratio_c],
+        *[["ours with `algo.compile=true` (opt-in: the trunks' packed passes through torch.compile)", oc["rate"],
+           oc["ms"], oc["n"], ratio_c]][:int(with_compile)],
         ["TRL GRPOTrainer", t["rate"], t["ms"], t["n"], 1.0]]))
     sec.tables.append(phase_text)
     sec.tables.append(
@@ -282,9 +272,7 @@ def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds
         f"{int(a.samples_per_prompt)}, {int(g.max_new_tokens)} tokens each) + rewards + {int(a.ppo_epochs)} × "
         f"{int(a.num_minibatches)} AdamW steps; β {float(cfg.kl.beta)} (k3 in the loss), ε {float(a.clip_eps)}, "
         f"loss_agg {a.loss_agg} = TRL loss_type {LOSS_TYPES[str(a.loss_agg)]!r}, lr {float(a.lr)}; policy {wm.arch}; "
-        f"{steps} steps per run of which {warmup} warm-up, {rounds} round(s) alternating the order; per-round ratios "
-        f"{', '.join(f'{x:.2f}' for x in C.per_round(clocks['ours'], clocks['trl']))}; torch threads seen during the "
-        f"steps: {C.threads_seen(clocks)}")
+        + C.runs_line(steps, warmup, rounds, C.per_round(clocks["ours"], clocks["trl"]), clocks))
     met, met_c = ("met" if r >= TARGET else "NOT met" for r in (ratio, ratio_c))
     sec.findings.append(f"throughput ours/TRL **{ratio:.2f}×** with the defaults (target ≥ {TARGET}×: {met}); with "
                         f"`algo.compile=true` (an option, off by default: its float noise makes another run; compiled "

@@ -48,15 +48,12 @@ def config() -> DictConfig:
     return C.compose(OVERRIDES)
 
 
-def trl_dir() -> Path:
-    root = os.environ.get("RLHF_LAB_BENCH_CACHE") or Path.home() / ".cache" / "rlhf_lab_bench"
-    return Path(root).expanduser() / f"trl-{TRL_VERSION}"
-
-
 def ensure_trl() -> Path:
-    """The folder holding TRL 1.9.2 (``pip install --no-deps --target``, once, into a temporary folder renamed into
-    place); :class:`TRLUnavailable` with pip's last line when pip fails."""
-    d = trl_dir()
+    """The folder holding TRL 1.9.2 (``$RLHF_LAB_BENCH_CACHE``, default ``~/.cache/rlhf_lab_bench``, then
+    ``trl-1.9.2``; ``pip install --no-deps --target``, once, into a temporary folder renamed into place);
+    :class:`TRLUnavailable` with pip's last line when pip fails."""
+    root = os.environ.get("RLHF_LAB_BENCH_CACHE") or Path.home() / ".cache" / "rlhf_lab_bench"
+    d = Path(root).expanduser() / f"trl-{TRL_VERSION}"
     if (d / "trl" / "__init__.py").exists():
         return d
     d.parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +82,7 @@ def run_trl(job: dict, work: Path, name: str) -> dict:
     path.write_text(json.dumps({**job, "out": str(out)}))
     threads = str(job["threads"])
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-           "PYTHONPATH": os.pathsep.join([str(ensure_trl())] + ([os.environ["PYTHONPATH"]]
-                                                                 if os.environ.get("PYTHONPATH") else []))}
+           "PYTHONPATH": os.pathsep.join([str(ensure_trl()), *filter(None, [os.environ.get("PYTHONPATH")])])}
     p = subprocess.run([sys.executable, "-m", "benchmarks.vs_trl.ppo_side", str(path)], cwd=C.ROOT, env=env,
                        capture_output=True, text=True, timeout=3600)
     if p.returncode != 0:
@@ -135,22 +131,12 @@ def trl_settings(cfg: DictConfig) -> dict:
     return {"config": config, "optim": optim}
 
 
-def prompt_rows(cfg: DictConfig, tok, steps: int) -> list[list[int]]:
-    """The token ids of the prompts our module draws at steps 0 … steps-1, in order, as ours tokenizes them
-    (``encode_prompts``), without the padding."""
-    from rlhf_lab.models.sampling import encode_prompts
-
-    fn, rows = C.prompt_fn(cfg), []
-    for s in range(steps):
-        ids, mask = encode_prompts(tok, fn(s), cfg.generation.get("max_prompt_len"))
-        rows += [i[m.bool()].tolist() for i, m in zip(ids, mask)]
-    return rows
-
-
 def shared_job(cfg: DictConfig, wm: WorldModel, tok, steps: int, work: Path, threads: int) -> dict:
     """What both sides share, for the TRL side: the model folders (the value model written here: the policy's weights
-    as a sequence classifier with a zero head), the prompts' ids, the settings."""
+    as a sequence classifier with a zero head), the prompts' ids (those our module draws at steps 0 … steps-1, in
+    order, as ours tokenizes them, without the padding), the settings."""
     from rlhf_lab.models import families as Fm
+    from rlhf_lab.models.sampling import encode_prompts
 
     value_dir = work / "value"
     if not value_dir.exists():
@@ -159,9 +145,12 @@ def shared_job(cfg: DictConfig, wm: WorldModel, tok, steps: int, work: Path, thr
             value.score.weight.zero_()
         value.save_pretrained(value_dir)
         tok.save_pretrained(value_dir)
-    s = trl_settings(cfg)
+    s, fn, rows = trl_settings(cfg), C.prompt_fn(cfg), []
+    for step in range(steps):
+        ids, mask = encode_prompts(tok, fn(step), cfg.generation.get("max_prompt_len"))
+        rows += [i[m.bool()].tolist() for i, m in zip(ids, mask)]
     return {"lm_dir": str(wm.lm_dir), "ref_dir": str(wm.lm_dir), "rm_dir": str(wm.rm_dir), "value_dir": str(value_dir),
-            "prompts": prompt_rows(cfg, tok, steps), "config": {**s["config"], "output_dir": str(work / "trl_out")},
+            "prompts": rows, "config": {**s["config"], "output_dir": str(work / "trl_out")},
             "optim": s["optim"], "suppress": suppressed(tok), "threads": int(threads), "seed": 0}
 
 
@@ -182,26 +171,6 @@ PHASES = [
 ]
 
 
-def run_ours(cfg: DictConfig, wm: WorldModel, tok, steps: int, warmup: int) -> StepClock:
-    """Our PPO for `steps` steps, EOS and pad suppressed; the clock's ``phases``: each timed step's seconds per phase
-    (the module's own ``time/*`` statistics)."""
-    from benchmarks.vs_trl.grpo import run_ours as run_module
-    from rlhf_lab.stages.ppo import check_config
-
-    return run_module(cfg, wm, tok, steps, warmup, {"generation": "time/rollout_s", "score": "time/score_s",
-                      "forward": "time/forward_s"}, suppressed, PHASE_KEYS, check_config)
-
-
-def run_trl_timed(job: dict, work: Path, steps: int, warmup: int, name: str) -> StepClock:
-    res = run_trl({**job, "mode": "timed", "steps": steps}, work, name)
-    if len(res["stamps"]) != steps:
-        raise RuntimeError(f"the TRL side ran {len(res['stamps'])} PPO steps, not {steps}")
-    clock = StepClock(warmup, stamps=res["stamps"], threads=res["threads"])
-    clock.phases = with_rest(res["phases"][warmup:], clock.step_times(), PHASE_KEYS)
-    clock.rlhf_lab_imported = res["rlhf_lab_imported"]
-    return clock
-
-
 def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: Path) -> dict:
     """Both sides' first PPO step on the same rollout, each through its own code (benchmarks/README.md, `ppo_trl`,
     "First-step agreement"): ours one real ``training_step``, recorded from outside; TRL one ``train`` step of
@@ -213,8 +182,7 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
 
     a = cfg.algo
     B = int(a.batch_size)
-    ref_dir = wm.ref_dir
-    module = C.ppo_module(cfg, wm, tok, reference_dir=ref_dir, check=check_config)
+    module = C.ppo_module(cfg, wm, tok, reference_dir=wm.ref_dir, check=check_config)
     recorder = StepRecorder(module, B, (module.policy, module.critic))
     rec = recorder.rec
     rec.update(pg=[], vf=[])
@@ -235,7 +203,7 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
     mask = ro.response_mask
     query_responses = torch.cat([ro.query_ids, ro.response_ids], 1)
     rows = [i[m.bool()].tolist() for i, m in zip(ro.query_ids, ro.query_mask)]
-    res = run_trl({**job, "mode": "check", "ref_dir": str(ref_dir), "prompts": rows,
+    res = run_trl({**job, "mode": "check", "ref_dir": str(wm.ref_dir), "prompts": rows,
                    "query_responses": query_responses.tolist(), "perms": [p.tolist() for p in rec["perm"]],
                    "scores": scores.tolist()}, work, "check")
 
@@ -290,6 +258,9 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
 
 
 def run(cfg: DictConfig, wm: WorldModel, work: Path, steps: int, warmup: int, rounds: int) -> Section:
+    from benchmarks.vs_trl.grpo import run_ours
+    from rlhf_lab.stages.ppo import check_config
+
     cfg = config()  # the issue's shape: hidden 128, 2 layers, 32 response tokens, fixed β
     sec = Section(f"PPO step time (ours vs TRL {TRL_VERSION} PPOTrainer)", NOTE)
     a, g = cfg.algo, cfg.generation
@@ -302,14 +273,22 @@ def run(cfg: DictConfig, wm: WorldModel, work: Path, steps: int, warmup: int, ro
     job = shared_job(cfg, wm, tok, steps, work, torch.get_num_threads())
     agree = first_step_agreement(cfg, wm, tok, job, work)
     runs, walls = itertools.count(), []
+    names = {"generation": "time/rollout_s", "score": "time/score_s", "forward": "time/forward_s"}
     compiled_cfg = copy.deepcopy(cfg)
     compiled_cfg.algo.compile = True
 
     def run_side(side: str) -> StepClock:
         if side == "trl":
-            return run_trl_timed(job, work, steps, warmup, f"timed_{next(runs)}")
+            res = run_trl({**job, "mode": "timed", "steps": steps}, work, f"timed_{next(runs)}")
+            if len(res["stamps"]) != steps:
+                raise RuntimeError(f"the TRL side ran {len(res['stamps'])} PPO steps, not {steps}")
+            clock = StepClock(warmup, stamps=res["stamps"], threads=res["threads"])
+            clock.phases = with_rest(res["phases"][warmup:], clock.step_times(), PHASE_KEYS)
+            clock.rlhf_lab_imported = res["rlhf_lab_imported"]
+            return clock
         t0 = time.perf_counter()  # the compile is paid in the first compiled run's first step (once per process)
-        clock = run_ours(compiled_cfg if side == "ours_compiled" else cfg, wm, tok, steps, warmup)
+        clock = run_ours(compiled_cfg if side == "ours_compiled" else cfg, wm, tok, steps, warmup, names, suppressed,
+                         PHASE_KEYS, check_config)  # EOS and pad suppressed; phases: the module's time/* statistics
         walls.append((side, time.perf_counter() - t0))
         return clock
 
@@ -335,9 +314,8 @@ def run(cfg: DictConfig, wm: WorldModel, work: Path, steps: int, warmup: int, ro
     sec.findings += [
         f"a step = one rollout of {B} responses ({int(g.max_new_tokens)} tokens each, EOS and pad suppressed on both "
         f"sides) + scoring + {int(a.ppo_epochs)} × {int(a.num_minibatches)} AdamW steps; policy {wm.arch} "
-        f"({wm.n_params:,} parameters), fp32; {steps} steps per run of which {warmup} warm-up, {rounds} round(s) "
-        f"alternating the order; per-round ratios {', '.join(f'{x:.2f}' for x in per_round)}; torch threads seen "
-        f"during the steps: {C.threads_seen(clocks)}; TRL side imported rlhf_lab: {'no' if isolated else 'YES'}",
+        f"({wm.n_params:,} parameters), fp32; " + C.runs_line(steps, warmup, rounds, per_round, clocks)
+        + f"; TRL side imported rlhf_lab: {'no' if isolated else 'YES'}",
         f"step time ours/TRL **{ratio:.2f}×** with the defaults (target ≤ {TARGET}×: {met})",
         f"with `algo.compile=true` (an option, off by default: its float noise makes another run): **{ratio_c:.2f}×** "
         f"(target ≤ {TARGET}×: {met_c}), {o['step'] / oc['step']:.2f}× faster than the defaults after the warm-up; the "

@@ -10,9 +10,11 @@ each minibatch's losses and gradient norm. Results go to the job's ``out`` file 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 TRL_VERSION = "1.9.2"
@@ -21,53 +23,6 @@ for _k, _v in {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFOR
                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
                "TRL_EXPERIMENTAL_SILENCE": "1"}.items():
     os.environ.setdefault(_k, _v)
-
-
-def quiet() -> None:
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    for name in ("trl", "accelerate", "datasets", "transformers"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    import datasets
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-
-
-def optimizer(policy, value_model, o: dict, norms: list[float]):
-    """One AdamW over the policy and the value model, each with its own learning rate (as ours: one optimizer, two
-    parameter groups), clipping the joint gradient norm at ``max_grad_norm`` before each step; the norms before
-    clipping are appended to `norms`."""
-    import torch
-
-    params = [p for p in policy.parameters() if p.requires_grad]
-    vparams = list(value_model.parameters())
-    max_norm = o.get("max_grad_norm")
-
-    class _ClippedAdamW(torch.optim.AdamW):
-        def step(self, closure=None):
-            if max_norm:
-                norms.append(float(torch.nn.utils.clip_grad_norm_(params + vparams, float(max_norm))))
-            return super().step(closure)
-
-    return _ClippedAdamW([{"params": params, "lr": float(o["policy_lr"])},
-                          {"params": vparams, "lr": float(o["value_lr"])}],
-                         eps=float(o["eps"]), weight_decay=float(o["weight_decay"]), foreach=True)
-
-
-def suppress(model, ids: list[int]):
-    """A forward hook on the LM head that sets the logits of `ids` to −inf (as ``benchmarks.common.suppress_tokens``);
-    returns its handle."""
-
-    def hook(_module, _inputs, out):
-        out[..., ids] = float("-inf")
-        return out
-
-    return model.get_output_embeddings().register_forward_hook(hook)
 
 
 def build(job: dict, steps: int, norms: list[float]):
@@ -98,7 +53,20 @@ def build(job: dict, steps: int, norms: list[float]):
     if len(rows) < steps * batch:
         raise ValueError(f"the job has {len(rows)} prompts, {steps} steps need {steps * batch}")
     args = PPOConfig(**{**job["config"], "total_episodes": steps * batch})
-    opt = optimizer(policy, value, job["optim"], norms)
+    # one AdamW over the policy and the value model, each with its own learning rate (as ours: one optimizer, two
+    # parameter groups), clipping the joint gradient norm at max_grad_norm before each step: the norms before
+    # clipping go to `norms`
+    o, params, vparams = job["optim"], [p for p in policy.parameters() if p.requires_grad], list(value.parameters())
+
+    class ClippedAdamW(torch.optim.AdamW):
+        def step(self, closure=None):
+            if o.get("max_grad_norm"):
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params + vparams, float(o["max_grad_norm"]))))
+            return super().step(closure)
+
+    opt = ClippedAdamW([{"params": params, "lr": float(o["policy_lr"])},
+                        {"params": vparams, "lr": float(o["value_lr"])}],
+                       eps=float(o["eps"]), weight_decay=float(o["weight_decay"]), foreach=True)
     trainer = PPOTrainer(args=args, processing_class=tok, model=policy, ref_model=ref, reward_model=rm,
                          value_model=value, train_dataset=Dataset.from_dict({"input_ids": rows}),
                          optimizers=(opt, None))
@@ -118,39 +86,27 @@ def run_timed(job: dict) -> dict:
     steps = int(job["steps"])
     norms: list[float] = []
     trainer, _tok = build(job, steps, norms)
-    current: dict[str, float] = {}
-    phases: list[dict[str, float]] = []
-    stamps: list[float] = []
-    threads: list[int] = []
-
-    def add(name, t0):
-        current[name] = current.get(name, 0.0) + time.perf_counter() - t0
+    current, phases, stamps, threads = {}, [], [], []  # this step's {phase: s}; per step: those, end time, threads
 
     base_generation, base_reward, base_forward = PT.batch_generation, PT.get_reward, PT.forward
 
+    def timed(fn, phase):  # `phase(model)`: the phase a call's seconds go to (None: not timed)
+        def wrapped(model, *a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(model, *a, **k)
+            finally:
+                if name := phase(model):
+                    current[name] = current.get(name, 0.0) + time.perf_counter() - t0
+        return wrapped
+
+    def hook(_module, _inputs, out):  # the suppressed tokens' logits −inf (as benchmarks.common.suppress_tokens)
+        out[..., job["suppress"]] = float("-inf")
+        return out
+
     def batch_generation(model, *a, **k):
-        t0 = time.perf_counter()
-        handle = suppress(model, job["suppress"])
-        try:
+        with model.get_output_embeddings().register_forward_hook(hook):  # the handle removes the hook at the end
             return base_generation(model, *a, **k)
-        finally:
-            handle.remove()
-            add("generation", t0)
-
-    def get_reward(model, *a, **k):
-        t0 = time.perf_counter()
-        try:
-            return base_reward(model, *a, **k)
-        finally:
-            add("score" if model is trainer.reward_model else "forward", t0)
-
-    def forward(model, *a, **k):
-        t0 = time.perf_counter()
-        try:
-            return base_forward(model, *a, **k)
-        finally:
-            if not torch.is_grad_enabled():
-                add("forward", t0)
 
     class Clock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -160,23 +116,15 @@ def run_timed(job: dict) -> dict:
             current.clear()
 
     trainer.add_callback(Clock())
-    PT.batch_generation, PT.get_reward, PT.forward = batch_generation, get_reward, forward
+    PT.batch_generation, PT.get_reward, PT.forward = (
+        timed(batch_generation, lambda m: "generation"),
+        timed(base_reward, lambda m: "score" if m is trainer.reward_model else "forward"),
+        timed(base_forward, lambda m: None if torch.is_grad_enabled() else "forward"))
     try:
         trainer.train()
     finally:
         PT.batch_generation, PT.get_reward, PT.forward = base_generation, base_reward, base_forward
     return {"stamps": stamps, "phases": phases, "threads": threads}
-
-
-def train_frame():
-    """``PPOTrainer.train``'s frame (called from one of its callbacks)."""
-    f = sys._getframe()
-    while f is not None and not (f.f_code.co_name == "train"
-                                 and f.f_globals.get("__name__", "").endswith("ppo_trainer")):
-        f = f.f_back
-    if f is None:
-        raise RuntimeError("PPOTrainer.train's frame not found from its callback")
-    return f
 
 
 def run_check(job: dict) -> dict:
@@ -228,7 +176,13 @@ def run_check(job: dict) -> dict:
 
     class Capture(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            loc = train_frame().f_locals
+            f = sys._getframe()  # up to PPOTrainer.train's frame
+            while f is not None and not (f.f_code.co_name == "train"
+                                         and f.f_globals.get("__name__", "").endswith("ppo_trainer")):
+                f = f.f_back
+            if f is None:
+                raise RuntimeError("PPOTrainer.train's frame not found from its callback")
+            loc = f.f_locals
             for k in ("scores", "logprobs", "ref_logprobs", "values", "kl", "non_score_reward", "rewards",
                       "advantages", "returns", "padding_mask", "query_responses"):
                 rec[k] = loc[k].tolist()
@@ -243,12 +197,9 @@ def run_check(job: dict) -> dict:
         PT.get_reward, PT.masked_mean = base_reward, base_masked_mean
         np.random.permutation = base_permutation
     losses = rec.pop("losses")
-    rec["vf_loss"] = [0.5 * v for v in losses[0::2]]
-    rec["pg_loss"] = losses[1::2]
-    rec["grad_norm"] = norms
-    rec["log"] = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
-    rec["pad_token_id"] = tok.pad_token_id
-    return rec
+    return {**rec, "vf_loss": [0.5 * v for v in losses[0::2]], "pg_loss": losses[1::2], "grad_norm": norms,
+            "log": {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))},
+            "pad_token_id": tok.pad_token_id}
 
 
 def main(argv: list[str]) -> int:
@@ -256,7 +207,15 @@ def main(argv: list[str]) -> int:
     import torch
 
     torch.set_num_threads(int(job["threads"]))
-    quiet()
+    warnings.filterwarnings("ignore")  # quiet: the libraries' warnings, logs and progress bars
+    for name in ("trl", "accelerate", "datasets", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import datasets
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
     import trl
 
     if trl.__version__ != TRL_VERSION:

@@ -19,18 +19,9 @@ import time
 import torch
 from omegaconf import DictConfig
 
-from benchmarks.common import Section, WorldModel, load_tokenizer, median, prompt_fn, suppress_tokens, table
+from benchmarks.common import Section, WorldModel, compose, load_tokenizer, median, prompt_fn, suppress_tokens, table
 
 EXTRA_SETTINGS = [(1.0, 20, 0.9), (0.7, 0, 0.8), (0.0, 0, 1.0)]  # untimed identity checks: (temperature, top_k, top_p)
-
-
-def rollout_batch(cfg: DictConfig, tok, step: int):
-    """The left-padded prompt ids and mask of the GRPO rollout batch of `step`."""
-    from rlhf_lab.models.sampling import encode_prompts
-
-    G = int(cfg.algo.samples_per_prompt)
-    prompts = [p for p in prompt_fn(cfg)(step) for _ in range(G)]
-    return encode_prompts(tok, prompts, cfg.generation.get("max_prompt_len"))
 
 
 def paired_call(fns: dict, order: tuple[str, str], seed: int, args: tuple) -> tuple[dict, dict, bool]:
@@ -49,23 +40,22 @@ def paired_call(fns: dict, order: tuple[str, str], seed: int, args: tuple) -> tu
 
 
 def run(cfg: DictConfig, wm: WorldModel, work, steps: int, warmup: int) -> Section:
-    from benchmarks.common import compose
     from rlhf_lab.models import families as Fm
-    from rlhf_lab.models.sampling import hf_generate, kv_generate, lab_unsupported
+    from rlhf_lab.models.sampling import encode_prompts, hf_generate, kv_generate, lab_unsupported
 
     sec = Section("Sampling speed (our KV-cache sampler vs Hugging Face generate)", __doc__.split("\n\n", 1)[1].strip())
     cfg = compose(["algo=grpo"])
     g = cfg.generation
     tok = load_tokenizer(wm.lm_dir)
     model = Fm.load_causal_lm(wm.lm_dir, tok).eval()
-    why = lab_unsupported(model, tok)
-    if why:
+    if why := lab_unsupported(model, tok):
         raise RuntimeError(f"the lab sampler cannot sample this model: {why}")
     fns = {"ours": kv_generate, "hf": hf_generate}
     T, settings = int(g.max_new_tokens), (float(g.temperature), int(g.top_k), float(g.top_p))
 
-    def args(step: int, s=settings) -> tuple:
-        ids, mask = rollout_batch(cfg, tok, step)
+    def args(step: int, s=settings) -> tuple:  # the left-padded prompts of the GRPO rollout batch of `step`
+        G = int(cfg.algo.samples_per_prompt)
+        ids, mask = encode_prompts(tok, [p for p in prompt_fn(cfg)(step) for _ in range(G)], g.get("max_prompt_len"))
         return (model, ids, mask, T, tok.eos_token_id, tok.pad_token_id, *s)
 
     checks = []
@@ -74,9 +64,7 @@ def run(cfg: DictConfig, wm: WorldModel, work, steps: int, warmup: int) -> Secti
         *_, same = paired_call(fns, ("ours", "hf"), seed=i, args=a)
         checks.append([f"EOS allowed, temperature {s[0]}, top_k {s[1]}, top_p {s[2]}", a[1].shape[0], same])
 
-    times: dict[str, list[float]] = {"ours": [], "hf": []}
-    cpu_times: dict[str, list[float]] = {"ours": [], "hf": []}
-    timed_same = []
+    times, cpu_times, timed_same = {"ours": [], "hf": []}, {"ours": [], "hf": []}, []
     with suppress_tokens(model, tok.eos_token_id):
         for step in range(warmup + steps):
             order = ("ours", "hf") if step % 2 == 0 else ("hf", "ours")

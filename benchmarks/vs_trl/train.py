@@ -85,17 +85,6 @@ def dpo_trl(wm, tok, ac: DictConfig, steps: int, rows: list[dict], out_dir: str,
                                   processing_class=tok)
 
 
-def dpo_rows(examples: list[dict]) -> list[dict]:
-    """Our encoded examples as TRL's pre-tokenized columns: the prompt and each completion (with its EOS)."""
-    rows = []
-    for e in examples:
-        n = e["n_chosen"]
-        if e["n_rejected"] != n or e["chosen"][:n] != e["rejected"][:n]:
-            raise ValueError("chosen and rejected must share the prompt's token ids")
-        rows.append({"prompt_ids": e["chosen"][:n], "chosen_ids": e["chosen"][n:], "rejected_ids": e["rejected"][n:]})
-    return rows
-
-
 def dpo_agreement(wm, tok, ac: DictConfig, batch, rows) -> tuple[list, dict]:
     """Loss, mean chosen/rejected log-probs and gradient norm of both sides on the first batch; the reference has
     other random weights (``lm_ref``): with policy = reference every implementation returns log 2."""
@@ -139,20 +128,15 @@ def rm_trl(wm, tok, rc: DictConfig, steps: int, rows: list[dict], out_dir: str):
                          train_dataset=Dataset.from_list(rows), processing_class=tok)
 
 
-def sequences(batch: dict) -> list[list[int]]:
-    """The token ids of each sequence of a collated RM batch, padded or packed (``collate_rm_pairs``)."""
-    ids, n = batch["input_ids"], batch["lengths"].tolist()
-    if "attention_mask" in batch:
-        return [row[:k] for row, k in zip(ids.tolist(), n)]
-    flat = ids.reshape(-1).tolist()
-    return [flat[e - k + 1: e + 1] for e, k in zip(batch["last_index"].tolist(), n)]
-
-
 def rm_agreement(wm, tok, rc: DictConfig, batch, rows) -> tuple[list, dict]:
     """Loss, mean chosen/rejected reward and gradient norm of both sides on the first batch."""
     from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
 
-    B = int(rc.batch_size)
+    B, ids, n = int(rc.batch_size), batch["input_ids"], batch["lengths"].tolist()
+    if "attention_mask" in batch:  # the token ids of each sequence of our batch, padded or packed (collate_rm_pairs)
+        seqs = [row[:k] for row, k in zip(ids.tolist(), n)]
+    else:
+        seqs = [ids.reshape(-1).tolist()[e - k + 1: e + 1] for e, k in zip(batch["last_index"].tolist(), n)]
     ours = rm_ours(wm, tok, rc, 10)
     r = ours.rewards(batch)  # what training_step computes
     loss = bradley_terry_loss(r[:B], r[B:], None, 0.0)
@@ -164,7 +148,7 @@ def rm_agreement(wm, tok, rc: DictConfig, batch, rows) -> tuple[list, dict]:
         tl, out = tr.compute_loss(tr.model, dict(tb), return_outputs=True)
         tl.backward()
         lg = out.logits.squeeze(-1).detach()
-        same = [row[m.bool()].tolist() for row, m in zip(tb["input_ids"], tb["attention_mask"])] == sequences(batch)
+        same = [row[m.bool()].tolist() for row, m in zip(tb["input_ids"], tb["attention_mask"])] == seqs
     return [("loss", float(loss), float(tl)), ("reward/chosen", float(r[:B].mean()), float(lg[:B].mean())),
             ("reward/rejected", float(r[B:].mean()), float(lg[B:].mean())),
             ("grad_norm", C.grad_norm(ours.model), C.grad_norm(tr.model))], {"token ids of every sequence": same}
@@ -186,13 +170,18 @@ def run(algo: str, wm: C.WorldModel, steps: int, warmup: int, rounds: int) -> C.
     pairs = C.make_pairs(cfg, steps * B)
     if dpo_side:
         examples = dpo.encode_dpo_pairs(tok, pairs, int(c.max_len))
-        rows, collate = dpo_rows(examples), dpo.collate_dpo_pairs(tok.pad_token_id)
+        rows, collate = [], dpo.collate_dpo_pairs(tok.pad_token_id)
+        for e in examples:  # as TRL's pre-tokenized columns: the prompt and each completion (with its EOS)
+            n = e["n_chosen"]
+            if e["n_rejected"] != n or e["chosen"][:n] != e["rejected"][:n]:
+                raise ValueError("chosen and rejected must share the prompt's token ids")
+            rows.append({"prompt_ids": e["chosen"][:n], "chosen_ids": e["chosen"][n:],
+                         "rejected_ids": e["rejected"][n:]})
     else:
         examples = rm.encode_rm_pairs(tok, pairs, int(c.max_len))
         rows = [{"chosen_ids": e["chosen"], "rejected_ids": e["rejected"]} for e in examples]
         collate = rm.collate_rm_pairs(tok.pad_token_id, packed)
-    agree_rows, same = (dpo_agreement if dpo_side else rm_agreement)(wm, tok, c, collate(examples[:B]), rows)
-    agree, ok = C.agreement(agree_rows, same)
+    agree, ok = C.agreement(*(dpo_agreement if dpo_side else rm_agreement)(wm, tok, c, collate(examples[:B]), rows))
 
     def run_side(side: str) -> C.StepClock:
         clock = C.StepClock(warmup)
@@ -214,10 +203,8 @@ def run(algo: str, wm: C.WorldModel, steps: int, warmup: int, rounds: int) -> C.
                        if dpo_side else "First batch, same initial weights:") + "\n\n" + C.agreement_table(agree))
     shape = (f"batch {B} pairs ({2 * B} rows), max_len {int(c.max_len)}, β {float(c.beta)}" if dpo_side else
              f"batch {B} pairs ({2 * B} sequences{', packed' if packed else ', padded'}), max_len {int(c.max_len)}")
-    sec.findings.append(f"settings: {shape}, lr {float(c.lr)}, {steps} steps per run of which {warmup} warm-up, "
-                        f"{rounds} round(s) alternating the order; per-round ratios "
-                        f"{', '.join(f'{x:.2f}' for x in C.per_round(clocks['ours'], clocks['trl']))}; torch threads "
-                        f"seen during the steps: {C.threads_seen(clocks)}")
+    sec.findings.append(f"settings: {shape}, lr {float(c.lr)}, "
+                        + C.runs_line(steps, warmup, rounds, C.per_round(clocks["ours"], clocks["trl"]), clocks))
     sec.summary = [f"{algo.upper()} throughput, ours/TRL (pairs/s)", f"{ratio:.2f}×",
                    "loss agrees" if ok else "LOSS DIFFERS"]
     sec.ok, sec.data = ok, {"ratio": ratio, "agree": agree}
