@@ -14,7 +14,9 @@ It is written to a temporary file and renamed, so a killed writer leaves the old
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import gzip
 import hashlib
 import io
@@ -49,8 +51,9 @@ def run_to_dict(run: RunData) -> dict:
 
 
 def run_from_dict(d: dict) -> RunData:
+    """A run of a runs file's payload, sharing nothing with `d` (a read file's payload is kept for later reads)."""
     known = {f.name for f in dataclasses.fields(RunData)}
-    run = RunData(**{k: v for k, v in d.items() if k in known})
+    run = RunData(**copy.deepcopy({k: v for k, v in d.items() if k in known and k != "history"}))
     run.history = {k: [(int(s), float(v)) for s, v in pts] for k, pts in (d.get("history") or {}).items()}
     run.setting = {k: v for k, v in run.setting.items() if computes(k)}  # a file written before they were left out
     return run
@@ -75,6 +78,24 @@ def write_snapshot(path: Path | str, studies: Studies, commands: Commands | None
 def read_snapshot(path: Path | str) -> tuple[Studies, Commands]:
     """({study: runs}, {study: commands}) from a file written by :func:`write_snapshot`; SnapshotError otherwise."""
     try:
+        st = Path(path).stat()
+    except OSError as err:
+        raise SnapshotError(f"{path}: not a readable runs file ({type(err).__name__}: {err})") from err
+    payload = checked_payload(str(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    studies, commands = {}, {}
+    for name, entry in payload.get("studies", {}).items():
+        studies[name] = [run_from_dict(d) for d in entry.get("runs", [])]
+        commands[name] = [portable_command(c) for c in entry.get("commands", [])]
+    return studies, commands
+
+
+@functools.lru_cache(maxsize=4)
+def checked_payload(path: str, stamp: tuple) -> dict:
+    """The payload of the runs file at `path`, its format, digest and layout checked; kept for this process while
+    the file's `stamp` (device, inode, size, modification time) stays the same: decoding and checking the claims
+    file takes about 3 s, and a report of every study reads it once per study. Never handed out: runs are built
+    from it by :func:`run_from_dict`, which copies."""
+    try:
         with gzip.open(path, "rb") as f:
             doc = json.loads(f.read())
     except (OSError, EOFError, ValueError) as err:
@@ -90,11 +111,7 @@ def read_snapshot(path: Path | str) -> tuple[Studies, Commands]:
     if problem:
         raise SnapshotError(f"{path}: {problem}: not a runs file this version reads (its digest matches: it was "
                             "written so); regenerate it (rlhf-lab-report --claims on a store) or restore it from git")
-    studies, commands = {}, {}
-    for name, entry in payload.get("studies", {}).items():
-        studies[name] = [run_from_dict(d) for d in entry.get("runs", [])]
-        commands[name] = [portable_command(c) for c in entry.get("commands", [])]
-    return studies, commands
+    return payload
 
 
 def is_number(v: object) -> bool:
