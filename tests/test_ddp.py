@@ -142,3 +142,16 @@ def test_a_dead_rank_stops_the_job_instead_of_hanging(tmp_path, sigint):
     finally:
         signal.signal(signal.SIGINT, before)
     assert not (tmp_path / ".rank_config.yaml").exists()
+
+
+def test_the_rendezvous_port_is_free_and_outside_the_range_the_kernel_hands_out():
+    """A port from the kernel's ephemeral range could be handed to another socket (an outgoing connection, another
+    job's gloo) between its choice and rank 0's bind, seconds later: the ranks' port is drawn below that range."""
+    import socket
+
+    from rlhf_lab.runs import distributed
+
+    ports = [distributed.rendezvous_port() for _ in range(5)]
+    assert all(20000 <= p < 32768 for p in ports) and len(set(ports)) > 1
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[0]))  # free: rank 0 can bind it

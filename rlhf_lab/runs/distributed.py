@@ -25,6 +25,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -79,7 +80,17 @@ def n_processes(t: dict) -> int:
     return n * int(t.get("num_nodes", 1) or 1)
 
 
-def _free_port() -> int:
+def rendezvous_port() -> int:
+    """A free port for the ranks' rendezvous, which rank 0's store binds seconds later (after its imports): drawn at
+    random below Linux's ephemeral range (32768-60999), so that no port the kernel hands out meanwhile (a bind to port
+    0, an outgoing connection, another job's gloo listener) can take it; the kernel's choice where none is free."""
+    for port in random.SystemRandom().sample(range(20000, 32768), 64):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -123,7 +134,7 @@ def launch(trainer: dict, out_dir: Path, target: Callable[[Path], dict], rank_ta
     if int(trainer.get("num_nodes", 1) or 1) > 1:
         raise ValueError("trainer.num_nodes > 1: start one rlhf-lab per node with torchrun or srun (SLURM); "
                          "rlhf-lab starts the ranks itself only on one machine")
-    env = {"WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "NODE_RANK": "0"}
+    env = {"WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(rendezvous_port()), "NODE_RANK": "0"}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg_file = out_dir / ".rank_config.yaml"  # resolved here: the other ranks have no Hydra context
