@@ -36,7 +36,8 @@ MIN_DROP_STEPS = 3  # evaluations (with both halves) a drop from the peak needs:
 CLAIM_HISTORY_KEYS = tuple(dict.fromkeys(HISTORY_KEYS + (
     HALF_A, HALF_B, "eval/gold_reward_se", "eval/gold_reward_ood", "eval/unique_rate", "eval/distinct_1",
     "objective/kl_k1", "objective/kl_k3", "objective/scores", "objective/advantage_var", "policy/approxkl",
-    "policy/clipfrac", "time/step_s", "eval/proxy_gold_agreement")))
+    "policy/clipfrac", "time/step_s", "eval/proxy_gold_agreement",
+    "objective/beta", "objective/kl", "objective/rlhf_reward")))  # β's path and the rollouts' KL: adaptive-KL signals
 
 
 def _finite(x: Any) -> float:
