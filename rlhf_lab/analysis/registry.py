@@ -261,8 +261,8 @@ CLAIMS: tuple[Claim, ...] = (
         Part("the labeler is length-biased", "labeler.length_bonus of the runs (exact)", "utility per 10 words",
              +1, None, config_value(PPO_GRID, FIXED, "labeler.length_bonus"), PRECONDITION),
         Part("the RM learns the length bias", "rm/length_preference: P(RM prefers the longer response) − P(gold "
-             "does), held-out pairs, one value per RM seed: the fully fine-tuned RMs of rm_lora (5 seeds, the "
-             "default RM's config) when that study has run, else the PPO runs' upstream RMs", FRACTION, +1, 0.02,
+             "does), held-out pairs, one value per RM seed: the fully fine-tuned RMs of rm_lora (one per "
+             "seed, the default RM's config) when that study has run, else the PPO runs' upstream RMs", FRACTION, +1, 0.02,
              first_of(within(RM_LORA, Arm("full fine-tuning", {"reward_model.lora.r": 0}, stage="rm"),
                              rm_metric("rm/length_preference"), unit=rm_seed),
                       within(PPO_GRID, FIXED, rm_metric("rm/length_preference"), unit=rm_seed))),
