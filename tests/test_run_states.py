@@ -391,6 +391,41 @@ def test_a_server_that_answers_is_reachable_whatever_its_status():
         server.shutdown()
 
 
+
+def test_a_server_that_resets_a_connection_while_it_restarts_is_asked_again():
+    """A restarted server can accept a connection and reset it before its workers serve (seen: a sweep's next job
+    stopped with "Connection reset by peer" just after a restart): a reset is asked again, a refusal is not."""
+    import socket
+    import struct
+    import threading
+
+    from rlhf_lab.runs.tracking_server import tracking_server_unreachable
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port, seen = listener.getsockname()[1], []
+
+    def serve(resets: int) -> None:
+        for i in range(resets + 1):
+            conn, _ = listener.accept()
+            seen.append(i)
+            if i < resets:  # closed with a RST: SO_LINGER on, 0 s
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            else:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nOK")
+            conn.close()
+
+    try:
+        t = threading.Thread(target=serve, args=(1,), daemon=True)
+        t.start()
+        assert tracking_server_unreachable(f"http://127.0.0.1:{port}", timeout=5) is None
+        t.join(5)
+        assert seen == [0, 1]  # reset once, answered the second time
+    finally:
+        listener.close()
+
 @pytest.mark.slow
 def test_cli_fails_in_seconds_on_an_unreachable_server(tmp_path):
     import socket

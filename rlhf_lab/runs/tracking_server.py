@@ -6,6 +6,7 @@ requests retry for minutes, which suits an established run, not a first contact)
 from __future__ import annotations
 
 import os
+import time
 
 from rlhf_lab.runs.process import PARENT_ENV, launch_path
 
@@ -36,13 +37,19 @@ def tracking_server_unreachable(uri: str, timeout: float = 5.0) -> str | None:
 
     if not uri.startswith(("http://", "https://")):
         return None
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+    for attempt in range(3):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+                return None
+        except urllib.error.HTTPError:
             return None
-    except urllib.error.HTTPError:
-        return None
-    except Exception as err:  # refused, no route, DNS, timeout
-        return str(getattr(err, "reason", None) or err)
+        except Exception as err:  # refused, no route, DNS, timeout
+            reason = getattr(err, "reason", None) or err
+            # reset or dropped: something listens but is not serving yet (a server restarting its workers); ask again
+            if attempt < 2 and isinstance(reason, ConnectionResetError):  # also http.client.RemoteDisconnected
+                time.sleep(1.0)
+                continue
+            return str(reason)
 
 
 def tracking_server_login_problem(uri: str, timeout: float = 5.0) -> str | None:
