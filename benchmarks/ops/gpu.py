@@ -124,11 +124,13 @@ def vs_trl(wm: C.WorldModel, work: Path, threads: int) -> tuple[list[str], list[
     runs = {"DPO": lambda: train.run("dpo", wm, 3, 1, 2), "RM": lambda: train.run("rm", wm, 3, 1, 2),
             "GRPO": lambda: grpo.run(None, wm, work, 3, 1, 2, with_compile=False)}
     secs = {}
-    for k, run in runs.items():
-        C.OVERRIDES[:] = VS_TRL[k]
-        secs[k] = run()
-        gc.collect()  # the last side's models, before the next benchmark loads its own
-    C.OVERRIDES.clear()
+    try:
+        for k, run in runs.items():
+            C.OVERRIDES[:] = VS_TRL[k]
+            secs[k] = run()
+            gc.collect()  # the last side's models, before the next benchmark loads its own
+    finally:
+        C.OVERRIDES.clear()  # also when a comparison fails: no later compose() gets this shape's sizes
     blocks = [f"### {k}: {s.title}\n\n{s.tables[0]}\n\n{s.tables[-1]}\n\n- {s.findings[0]}" for k, s in secs.items()]
     return blocks, [f"{k} {s.data['ratio']:.2f}×" + ("" if s.ok else " (LOSS DIFFERS)") for k, s in secs.items()]
 
