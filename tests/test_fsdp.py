@@ -84,3 +84,15 @@ def test_sharded_sft_on_two_processes_matches_one_process(tmp_path, session_cach
     rank divides its token sum by the global batch's count (CausalLMModule), so the curves agree with one process."""
     args = ("algo=sft", "sft.steps=4", "sft.batch_size=8", "trainer.log_every_n_steps=1")
     _one_and_sharded(tmp_path, session_cache, args, "model.safetensors", "sft", "loss/lm", 4)
+
+
+@pytest.mark.parametrize("preset", ["fsdp_cpu", "ddp_cpu"])
+def test_a_distributed_preset_on_one_process_runs_as_one_process(tmp_path, session_cache, preset):
+    """trainer=fsdp (or ddp) on a machine with one GPU is one process under a distributed strategy; Lightning would
+    then inject its DistributedSampler into the loaders' GlobalBatchSampler and stop with a TypeError (seen on one
+    H200). Here the CPU twin on one process: it runs, and trains the weights the plain single-process job trains."""
+    args = ("algo=rm", "reward_model.steps=2", "reward_model.batch_size=8", "reward_model.norm_samples=64")
+    one = _run(tmp_path, session_cache, "one", *args)
+    single = _run(tmp_path, session_cache, "single", *args, f"trainer={preset}", "trainer.devices=1")
+    weights = "member_0/model.safetensors"
+    assert _max_weight_diff(one / "artifact" / weights, single / "artifact" / weights) < TOL

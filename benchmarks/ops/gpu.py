@@ -48,7 +48,9 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G
 JOBS = {"rm": ["algo=rm"], "dpo": ["algo=dpo"], "ppo_lora": ["algo=ppo", "algo.lora.r=16",
         "algo.reference.kind=lora_disabled"], "grpo": ["algo=grpo"], "ppo": ["algo=ppo"]}  # the largest last
 # job sizes per shape (the 0.5b shape on the CPU: "0.5b_cpu"); PPO and GRPO sample `batch` responses per step
-SIZES = {"0.5b": {"steps": 8, "batch": 64, "pairs": 2048, "new_tokens": 64, "threads": 1, "eval": 32},
+# "lr": the policy jobs' algo.lr (and PPO's critic_lr) where the toy world's 3e-4 is too large: at 0.5b on one H200,
+# GRPO at 3e-4 stopped at step 2 on the divergence guard (approxkl 5.5 > 5); 1e-6 is TRL's default for DPO and GRPO
+SIZES = {"0.5b": {"steps": 8, "batch": 64, "pairs": 512, "new_tokens": 64, "threads": 1, "eval": 32, "lr": 1e-6},
          "0.5b_cpu": {"steps": 3, "batch": 4, "pairs": 16, "new_tokens": 16, "threads": 2, "eval": 4},
          "tiny": {"steps": 3, "batch": 8, "pairs": 48, "new_tokens": 8, "threads": 1, "eval": 32}}
 # --vs-trl: each vs_trl benchmark's sizes at this shape (C.OVERRIDES while it runs)
@@ -86,6 +88,8 @@ def job_overrides(job: str, shape: str, device: str, folder: Path, work: Path,
     if (shape, device) == ("0.5b", "cpu") and job not in ("rm", "dpo"):  # one AdamW step per rollout
         group += ["algo.ppo_epochs=1", "algo.num_minibatches=1"]
     sized = [] if job == "rm" else [f"algo.steps={s['steps']}", f"algo.batch_size={batch}", *group]
+    if "lr" in s and job != "rm":
+        sized += [f"algo.lr={s['lr']}"] + ([f"algo.critic_lr={s['lr']}"] if job.startswith("ppo") else [])
     return [*JOBS[job], *common, *sized]
 
 
@@ -141,11 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--trainer", choices=("fsdp", "fsdp_cpu", "ddp", "ddp_cpu"), default=None,
                    help="the jobs' trainer preset (default: gpu with --device cuda, cpu with --device cpu)")
+    p.add_argument("--jobs", default=",".join(JOBS), help=f"the jobs to run, comma-separated (default: {','.join(JOBS)})")
     p.add_argument("--work", default=None, help="work folder (default: a new temporary one)")
     p.add_argument("--out", default=None, help="also write the table as markdown to this file")
     p.add_argument("--vs-trl", action="store_true", help="then TRL's DPO, RM and GRPO trainers against ours")
     p.add_argument("--save", action="store_true", help="write the section into benchmarks/results/ and results.md")
     a = p.parse_args(argv)
+    jobs = [j for j in a.jobs.split(",") if j]
+    if set(jobs) - set(JOBS):
+        p.error(f"--jobs: {', '.join(sorted(set(jobs) - set(JOBS)))} not among {', '.join(JOBS)}")
     from mlflow.tracking import MlflowClient
 
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -162,21 +170,24 @@ def main(argv: list[str] | None = None) -> int:
     n_params = wm.n_params
     print(f"[gpu] {a.shape}: {n_params / 1e6:.2f}M parameters on {name}; work folder {work}", flush=True)
     client, rows, failed = MlflowClient(f"sqlite:///{work / 'mlflow.db'}"), [], False
-    for job in (j for j in JOBS if j != "ppo_lora" or (a.shape, a.device) == ("0.5b", "cpu")):  # LoRA: 0.5b CPU
+    for job in (j for j in jobs if j != "ppo_lora" or (a.shape, a.device) == ("0.5b", "cpu")):  # LoRA: 0.5b CPU
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # MiB: the largest child's so far
         r = run_job(job_overrides(job, a.shape, a.device, wm.lm_dir, work, a.trainer), work)
         after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         failed |= bool(r.returncode)
-        print(f"[gpu] {job}: exit {r.returncode} after {time.time() - t0:.0f} s", flush=True)
         if r.returncode:
             print(r.stderr[-2000:], file=sys.stderr)
         exp = client.get_experiment_by_name("rlhf-lab")
         rows.append(job_figures(client, exp.experiment_id, job) if exp else {"job": job, "status": "no run"})
+        print(f"[gpu] {job}: exit {r.returncode} after {time.time() - t0:.0f} s: "  # kept if a later job is cut off
+              + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in rows[-1].items()
+                          if k not in ("job", "error")), flush=True)
         if rows[-1].get("peak_mb") is None and a.device == "cpu":  # PPO's log their own; else this process's child's
             rows[-1]["peak_mb"] = after if after > before else f"≤ {before:.0f}"
         if r.returncode:  # -9: killed, on Linux most often by the out-of-memory killer (its run left RUNNING)
             rows[-1]["status"] = f"{rows[-1]['status']}, exit {r.returncode}"
-    flags = f"--shape {a.shape} --device {a.device}" + (f" --trainer {a.trainer}" if a.trainer else "")
+    flags = (f"--shape {a.shape} --device {a.device}" + (f" --trainer {a.trainer}" if a.trainer else "")
+             + (f" --jobs {a.jobs}" if jobs != list(JOBS) else ""))
     if a.device == "cpu":
         peaks.append(matmul_peak(threads))  # before and after the jobs: the best is the machine's
     for row in rows:  # 6 · parameters · tokens/s over the peak

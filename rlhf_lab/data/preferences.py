@@ -145,16 +145,17 @@ def relabel_pairs(labelling: Labelling, pairs: list[PreferencePair], gold, rng: 
 @torch.no_grad()
 def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts: list[str], seed: int, source: str,
                  batch_size: int = 256, gold=None, progress=None,
-                 key: str = "policy.name_or_path") -> list[PreferencePair]:
+                 key: str = "policy.name_or_path", device: torch.device | str = "cpu") -> list[PreferencePair]:
     """Two responses per prompt from the policy checkpoint (named by config `key` in its errors; loaded with
     `options`, ``models.families.load_options``), sampled with the ``generation`` settings `gen`
     (:class:`rlhf_lab.config.schema.GenerationConfig`), labelled by :func:`label_pairs` (`gold`: see there). `progress`: a bar whose ``update(n)`` is called with the number of
-    prompts of each batch sampled and labelled."""
+    prompts of each batch sampled and labelled. `device`: where the policy samples
+    (:func:`rlhf_lab.runs.distributed.work_device`)."""
     from rlhf_lab.models.families import load_causal_lm, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
     tok = load_tokenizer(policy_path, key)
-    model = load_causal_lm(policy_path, tok, key, **options)
+    model = load_causal_lm(policy_path, tok, key, **options).to(device)
     torch.manual_seed(seed)
     rng = random.Random(seed)
     g = gen

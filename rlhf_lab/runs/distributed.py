@@ -63,6 +63,15 @@ def is_rank_zero() -> bool:
     return rank() == 0
 
 
+def work_device(t: dict) -> torch.device:
+    """Where a stage's work outside Lightning runs (the prefs stage's sampling, best-of-n): this process's GPU when
+    the ``trainer`` settings `t` (plain) ask for one (``accelerator`` gpu, cuda or auto) and one is visible, else the
+    CPU. Lightning places the trained stages itself."""
+    if str(t.get("accelerator", "cpu")) in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def n_processes(t: dict) -> int:
     """Processes of the job the ``trainer`` settings `t` (plain) ask for (1 unless ``devices`` > 1 with a DDP-type
     strategy), over all nodes."""

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
 from rlhf_lab.runs import active_run, tracking
+from rlhf_lab.runs.distributed import work_device
 from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
 from rlhf_lab.evaluation.metrics import cluster_mean_se
 from rlhf_lab.models import families as F
@@ -83,9 +84,12 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     a = cfg.algo
     L.seed_everything(spec["seed"], verbose=False)
     tok = F.load_tokenizer(spec["sft"], "policy.name_or_path")
-    policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path", **F.load_options(cfg.policy)).eval()
-    scorer = rm_stage.load_scorer(cfg, spec["rm"])
+    dev = work_device(to_plain(cfg.trainer))  # trainer=gpu: sampled and scored on the GPU
+    policy = F.load_causal_lm(spec["sft"], tok, "policy.name_or_path", **F.load_options(cfg.policy)).eval().to(dev)
+    scorer = rm_stage.load_scorer(cfg, spec["rm"]).to(dev)
     gold_rm = G.load_gold(cfg)  # the formula, or a gold RM with the formula beside it
+    if gold_rm.source == "rm":
+        gold_rm.scorer.to(dev)
     prompts = D.eval_prompts(W.world_settings(cfg), "eval", W.eval_size(cfg, "eval"))
     params = {"stage": "bon", "algo": to_plain(a), "generation": to_plain(cfg.generation),
               "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": spec["seed"],

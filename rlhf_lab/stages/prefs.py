@@ -22,6 +22,7 @@ from rlhf_lab.config import world as W
 from rlhf_lab.config.schema import GenerationConfig, settings
 from rlhf_lab.models import families as F
 from rlhf_lab.runs import active_run, tracking
+from rlhf_lab.runs.distributed import work_device
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import (
@@ -77,12 +78,16 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         held_prompts = D.prompts(W.world_settings(cfg), "prefs_eval", spec["n_eval"], split="eval")
         seed = spec["seed"]
         how = (DS.labelling(cfg), settings(cfg.generation, GenerationConfig), F.load_options(cfg.policy))  # typed
+        dev = work_device(to_plain(cfg.trainer))  # trainer=gpu: the policy samples on the GPU
+        if gold is not None:
+            gold.to(dev)
         with work_bar("prefs", len(train_prompts) + len(held_prompts), "pair", bool(cfg.trainer.progress_bar)) as bar:
-            train = sample_pairs(*how, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold, progress=bar)
+            train = sample_pairs(*how, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold, progress=bar,
+                                 device=dev)
             if n_on:
                 train += sample_pairs(*how, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy",
-                                      gold=gold, progress=bar, key="data.on_policy_path")
-            held = sample_pairs(*how, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar)
+                                      gold=gold, progress=bar, key="data.on_policy_path", device=dev)
+            held = sample_pairs(*how, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar, device=dev)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
         save_pairs(held, Path(out_dir) / "eval.jsonl")

@@ -223,7 +223,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         if not distributed.is_rank_zero():  # rank 0 normalises, evaluates, saves and logs
             return {"stage": "rm", "train_s": train_s}
 
-        scorer = RewardScorer(members, tok, max_len=max_len)
+        # normalised and evaluated where the stage trained (Lightning hands the members back on the CPU)
+        scorer = RewardScorer(members, tok, max_len=max_len).to(distributed.work_device(to_plain(cfg.trainer)))
         norm = normalization_set(train, int(rc.get("norm_samples") or 1024), seed)
         raw_stats = scorer.fit_normalization(*norm)
         tok.save_pretrained(out_dir)

@@ -40,10 +40,10 @@ def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callb
         max_steps=int(steps) * int(steps_per_unit), accelerator=t.accelerator, devices=1, precision=t.precision,
         log_every_n_steps=t.log_every_n_steps, enable_checkpointing=False, enable_model_summary=False,
         default_root_dir=str(out_dir), num_sanity_val_steps=0,
-    )
+        use_distributed_sampler=False,  # the loaders slice each global batch (GlobalBatchSampler), also on one
+    )  # process under a distributed strategy (trainer=fsdp or ddp on one GPU), where Lightning's would not fit them
     if job_stage(cfg) == stage and distributed.n_processes(to_plain(cfg.trainer)) > 1:
-        kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=strategy(t),
-                  use_distributed_sampler=False)  # the loaders slice each global batch (GlobalBatchSampler)
+        kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=strategy(t))
         show_bar = show_bar and distributed.is_rank_zero()
     elif job_stage(cfg) == stage and t.get("strategy") not in (None, "auto"):
         kw["strategy"] = strategy(t)
