@@ -1,5 +1,6 @@
-"""eval.schedule: evaluations every N steps, or spread evenly in log(step) (dense while KL rises, for Gao-style
-gold-vs-√KL curves); the steps against hand computations, and a PPO job that evaluates exactly there."""
+"""eval.schedule: evaluations every N steps, spread evenly in log(step) (dense while KL rises, for Gao-style
+gold-vs-√KL curves), or when the rollouts' √KL crosses evenly spaced levels (kl); the steps against hand
+computations, and PPO jobs that evaluate exactly there."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from rlhf_lab import stages
 from rlhf_lab.evaluation.callbacks import evaluation_steps
+from rlhf_lab.evaluation.schedule import KLSchedule, sqrt_kl_level
 
 
 def test_every_is_each_multiple_and_zero_is_none():
@@ -35,8 +37,62 @@ def test_log_puts_most_evaluations_early():
 
 
 def test_unknown_schedule_names_the_key():
-    with pytest.raises(ValueError, match="eval.schedule='lin': one of every, log"):
+    with pytest.raises(ValueError, match="eval.schedule='lin': one of every, log, kl"):
         evaluation_steps("lin", 10)
+
+
+def test_sqrt_kl_levels_by_hand():
+    # spacing 0.5: level k from KL (0.5 k)^2 on: 0.25 -> 1, 1 -> 2, 2.25 -> 3, 4 -> 4
+    assert [sqrt_kl_level(k, 0.5) for k in (0.0, 0.2, 0.25, 0.99, 1.0, 2.0, 2.25, 4.0, 30.0)] == [0, 0, 1, 1, 2, 2, 3, 4,
+                                                                                                  10]
+    assert sqrt_kl_level(-0.3, 0.5) == 0 and sqrt_kl_level(float("nan"), 0.5) == 0 and sqrt_kl_level(None, 0.5) == 0
+    assert sqrt_kl_level(9.0, 1.0) == 3
+
+
+def schedule_over(kls: list[float], spacing: float, n_points: int) -> list[int]:
+    """The steps a KLSchedule evaluates when step s's rollouts have KL kls[s - 1] (each step asked twice, as
+    PeriodicEval and the hacking alarm do)."""
+    at = {"kl": None}
+    sched = KLSchedule(lambda: at["kl"], spacing, n_points)
+    for step, kl in enumerate(kls, start=1):
+        at["kl"] = kl
+        first = step in sched
+        at["kl"] = -1.0  # a second query is answered from the first, whatever the KL says now
+        assert (step in sched) == first
+    return sched.steps()
+
+
+def test_the_kl_schedule_evaluates_at_each_new_level_once():
+    # levels at spacing 0.5:   0    1    1    2    1    3    3    5     5     6
+    kls = [0.1, 0.3, 0.5, 1.2, 0.6, 2.3, 2.4, 6.5, 6.6, 9.1]
+    # a new level at steps 2 (1), 4 (2), 6 (3), 8 (5: levels 4 and 5 at once, one evaluation), 10 (6); a fall back
+    # (step 5) and a level already evaluated (steps 3, 7, 9) are not evaluated
+    assert schedule_over(kls, 0.5, 12) == [2, 4, 6, 8, 10]
+    assert schedule_over(kls, 0.5, 3) == [2, 4, 6]  # at most n_points; the end of training is evaluated anyway
+    # spacing 1: levels 0 0 0 1 0 1 1 2 2 3, new at steps 4 (KL 1.2), 8 (6.5) and 10 (9.1)
+    assert [sqrt_kl_level(k, 1.0) for k in kls] == [0, 0, 0, 1, 0, 1, 1, 2, 2, 3]
+    assert schedule_over(kls, 1.0, 12) == [4, 8, 10]
+
+
+def test_the_kl_schedule_state_survives_a_checkpoint():
+    a = KLSchedule(lambda: 1.2, 0.5, 12)
+    assert 1 in a and 2 not in a
+    b = KLSchedule(lambda: 2.3, 0.5, 12)
+    b.load_state_dict(a.state_dict())
+    assert b.level == 2 and b.steps() == [1] and 3 in b and b.steps() == [1, 3]
+    with pytest.raises(ValueError, match="sqrt_kl_spacing must be > 0"):
+        KLSchedule(lambda: 1.0, 0.0, 12)
+
+
+def test_the_kl_schedule_is_refused_where_there_are_no_rollouts(tiny_cfg):
+    from rlhf_lab.config.checks import validate
+    from rlhf_lab.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.schedule must be every or log with algo=dpo"):
+        validate(tiny_cfg("algo=dpo", "eval.schedule=kl"))
+    with pytest.raises(ConfigError, match="eval.sqrt_kl_spacing must be > 0"):
+        validate(tiny_cfg("algo=ppo", "eval.schedule=kl", "eval.sqrt_kl_spacing=0"))
+    validate(tiny_cfg("algo=grpo", "eval.schedule=kl"))
 
 
 @pytest.mark.slow
@@ -52,6 +108,31 @@ def test_a_ppo_job_evaluates_at_the_log_spaced_steps(tiny_cfg, tmp_path):
     assert len(runs) == 1
     history = mlflow.MlflowClient().get_metric_history(runs[0].info.run_id, "eval/gold_reward")
     assert [m.step for m in history] == [0, 1, 2, 5]  # the start, 5 ** (0, 1/2, 1) rounded
+
+
+@pytest.mark.slow
+def test_a_ppo_job_evaluates_where_its_rollouts_kl_reaches_a_new_level(tiny_cfg, tmp_path):
+    from rlhf_lab.evaluation.schedule import sqrt_kl_level as level
+
+    db = tmp_path / "mlflow.db"
+    cfg = tiny_cfg("algo=ppo", "algo.reward=gold", "kl.beta=0", "algo.lr=3e-3", "algo.batch_size=8",
+                   "algo.num_minibatches=2", "algo.ppo_epochs=1", "generation.max_new_tokens=12", "trainer.max_steps=8",
+                   "eval.schedule=kl", "eval.sqrt_kl_spacing=0.3", "eval.n_points=4", "eval.n_prompts=8",
+                   "eval.n_test_prompts=8", mlflow_db=db)
+    stages.run_job(cfg, tmp_path / "out")
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    run = mlflow.search_runs(experiment_names=["rlhf-lab"], filter_string="tags.`rlhf_lab.stage` = 'ppo'",
+                             output_format="list")[0]
+    client = mlflow.MlflowClient()
+    kl = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "objective/kl")}
+    evaluated = [m.step for m in client.get_metric_history(run.info.run_id, "eval/gold_reward")]
+    expected, top = [], 0  # the rule by hand over the logged KL of each step
+    for step in sorted(kl):
+        if step > 0 and level(kl[step], 0.3) > top and len(expected) < 4:
+            expected.append(step)
+            top = level(kl[step], 0.3)
+    assert expected, kl  # the run moved its policy: at least one level crossed
+    assert evaluated == [0, *expected, *([8] if 8 not in expected else [])]
 
 
 def test_the_gao_study_is_beta_zero_with_log_spaced_evaluations_and_one_rm_per_seed():

@@ -78,7 +78,8 @@ def check_generation(g: DictConfig) -> None:
 
 def check_eval(e: DictConfig) -> None:
     need_all(e, "eval", {"every_n_steps": non_negative, "n_prompts": (at_least(1), ">= 1"),
-                         "n_samples_logged": non_negative, "n_points": non_negative})
+                         "n_samples_logged": non_negative, "n_points": non_negative,
+                         "sqrt_kl_spacing": (optional(positive), "> 0")})
     if "schedule" in e:
         from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES  # here: Lightning's import is the job's
 
@@ -282,6 +283,9 @@ def validate(cfg: DictConfig) -> None:
     check_sharding(cfg)
     algo = cfg.get("algo")
     name = str(algo.get("name")) if isinstance(algo, DictConfig) else None
+    if get(cfg, "eval.schedule") == "kl" and name not in PPO_FAMILY:
+        raise ConfigError("eval.schedule", "kl", f"every or log with algo={name} (kl follows the rollouts' KL: "
+                          "algo=ppo, grpo or rloo)")
     if name in PPO_FAMILY:
         check_ppo(algo)
     elif name == "dpo":

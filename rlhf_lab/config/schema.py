@@ -237,6 +237,7 @@ class EvalConfig:
     schedule: str = MISSING
     every_n_steps: int = MISSING
     n_points: int = MISSING
+    sqrt_kl_spacing: float = MISSING
     n_prompts: int = MISSING
     samples_per_prompt: int = MISSING
     n_test_prompts: int = MISSING

@@ -23,7 +23,7 @@ from rlhf_lab.runs.progress import write_line
 from rlhf_lab.runs.states import pending_stop, raise_interrupted, stop_now
 
 
-EVAL_SCHEDULES = ("every", "log")  # eval.schedule
+EVAL_SCHEDULES = ("every", "log", "kl")  # eval.schedule (kl: evaluation/schedule.py, decided as training goes)
 
 
 def evaluation_steps(schedule: str, total_steps: int, every_n_steps: int = 0, n_points: int = 0) -> list[int]:
@@ -36,6 +36,9 @@ def evaluation_steps(schedule: str, total_steps: int, every_n_steps: int = 0, n_
     """
     if schedule not in EVAL_SCHEDULES:
         raise ValueError(f"eval.schedule={schedule!r}: one of {', '.join(EVAL_SCHEDULES)}")
+    if schedule == "kl":
+        raise ValueError("eval.schedule=kl has no steps before training: its steps follow the rollouts' KL "
+                         "(rlhf_lab.evaluation.schedule.KLSchedule)")
     total = int(total_steps)
     if schedule == "every":
         every = int(every_n_steps)
@@ -72,7 +75,7 @@ class PeriodicEval(L.Callback):
         self.after = after  # (step, metrics) after each evaluation is logged, before the end's held-out one
         self.start = start  # (split, compute) -> (metrics, rows) for the evaluations at the start (a cache of them)
         self.test = test
-        self.at_steps = frozenset(int(s) for s in at_steps)
+        self.at_steps = at_steps if hasattr(at_steps, "state_dict") else frozenset(int(s) for s in at_steps)
         self.at_start = at_start
         self.step_fn = step_fn or (lambda trainer, pl_module: trainer.global_step)
         self.last: dict = {}
@@ -125,9 +128,15 @@ class PeriodicEval(L.Callback):
     STATE = ("first", "last", "test_first", "test_last", "_done_steps", "_test_steps")
 
     def state_dict(self) -> dict:
-        return {k: sorted(v) if isinstance(v, set) else v for k, v in ((k, getattr(self, k)) for k in self.STATE)}
+        state = {k: sorted(v) if isinstance(v, set) else v for k, v in ((k, getattr(self, k)) for k in self.STATE)}
+        if hasattr(self.at_steps, "state_dict"):  # eval.schedule=kl: the levels reached and the steps decided
+            state["schedule"] = self.at_steps.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
+        state = dict(state)
+        if "schedule" in state:
+            self.at_steps.load_state_dict(state.pop("schedule"))
         for k, v in state.items():
             setattr(self, k, set(v) if k.startswith("_") else v)
 
@@ -267,7 +276,7 @@ class HackingAlarm(L.Callback):
                  step_fn: Callable[[L.Trainer, L.LightningModule], int], policy: Callable[[], torch.nn.Module],
                  rule: A.Rule = A.RULE, threshold: float | None = None, stop: bool = False):
         self.proxy, self.step_fn, self.policy, self.rule, self.stop = proxy, step_fn, policy, rule, stop
-        self.at_steps = frozenset(int(s) for s in at_steps)
+        self.at_steps = at_steps if hasattr(at_steps, "state_dict") else frozenset(int(s) for s in at_steps)
         self.threshold = rule.threshold if threshold is None else float(threshold)
         self.evaluations: list[A.Evaluation] = []
         self.pending: list[float] = []  # proxy rewards of the steps since the last evaluation

@@ -92,7 +92,8 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
 # policy: its seed (every evaluation samples with the world's own seeds), the KL controller, when later evaluations
 # run, and the settings of the rollouts and updates. Every other key (and the code) is part of the start's key.
 START_EVAL_IGNORES = (
-    "seed", "kl", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points", "algo.steps",
+    "seed", "kl", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points",
+    "eval.sqrt_kl_spacing", "algo.steps",
     "algo.batch_size", "algo.samples_per_prompt", "algo.ppo_epochs", "algo.num_minibatches", "algo.lr",
     "algo.critic_lr", "algo.clip_eps", "algo.clip_eps_high", "algo.loss_agg", "algo.value_clip_eps", "algo.vf_coef",
     "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",

@@ -360,7 +360,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             resume.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(run_file, run.info.run_id)
         eval_scorer = scorer if a.reward == "rm" else None
-        at_steps = eval_steps(cfg, steps)
+        at_steps = eval_steps(cfg, steps, kl=lambda: module.last_stats.get("objective/kl"))  # a list, or KL-led
         alarm = HackingAlarm(lambda: module.last_stats.get("objective/scores"), at_steps,
                              step_fn=lambda trainer, m: m.ppo_step, policy=lambda: module.policy,
                              threshold=a.alarm.threshold, stop=a.stop_on_alarm)

@@ -4,6 +4,7 @@ causal-LM training run of ``pretrain`` and ``sft`` (:func:`fit_lm`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig
 
@@ -16,11 +17,18 @@ from rlhf_lab.stages.evaluate import evaluate, gold_summary
 from rlhf_lab.stages.registry import run_settings, job_stage, stage_seed
 
 
-def eval_steps(cfg: DictConfig, total_steps: int) -> list[int]:
-    """The job's evaluation steps after step 0 from ``eval.schedule`` (callbacks.evaluation_steps)."""
+def eval_steps(cfg: DictConfig, total_steps: int, kl: Callable[[], float | None] | None = None):
+    """The job's evaluation steps after step 0 from ``eval.schedule``: a list (callbacks.evaluation_steps), or with
+    ``schedule=kl`` a :class:`~rlhf_lab.evaluation.schedule.KLSchedule` that reads `kl()`, the KL of each step's
+    rollouts (only PPO-family jobs have one; config.checks refuses the schedule for the others)."""
     from rlhf_lab.evaluation.callbacks import evaluation_steps
+    from rlhf_lab.evaluation.schedule import KLSchedule
 
     e = cfg.eval
+    if e.schedule == "kl":
+        if kl is None:
+            raise ValueError("eval.schedule=kl follows the rollouts' KL: only algo=ppo, grpo or rloo have one")
+        return KLSchedule(kl, float(e.sqrt_kl_spacing), int(e.n_points))
     return evaluation_steps(e.schedule, total_steps, e.every_n_steps, e.n_points)
 
 
