@@ -148,3 +148,38 @@ def test_the_gao_study_is_beta_zero_with_log_spaced_evaluations_and_one_rm_per_s
     assert sizes == {(16, 1), (32, 2), (64, 2), (128, 4)}  # micro, tiny, small, medium
     assert all(int(c.reward_model.seed) == int(c.seed) for c in cfgs) and {int(c.seed) for c in cfgs} == set(range(5))
     assert {c.policy.arch.hidden for c in cfgs} == {64}  # one policy: a_small
+
+
+def test_the_kl_spaced_gao_study_is_the_gao_studys_unbiased_arm_measured_where_kl_moves():
+    """gao_rm_scaling_kl: each of its jobs is gao_rm_scaling's unbiased-labeler job of the same RM size and seed,
+    but for the evaluation schedule (and the study's name); its arms differ only in the RM size."""
+    from rlhf_lab.config.keys import computes, to_plain
+    from rlhf_lab.entry import sweeps as sweeping
+    from tests.test_sweeps import job_cfg
+
+    def flat(node, prefix=""):
+        out = {}
+        for k, v in node.items():
+            key = f"{prefix}{k}"
+            out.update(flat(v, key + ".") if isinstance(v, dict) else {key: v})
+        return out
+
+    def by_job(study):
+        cfgs = [to_plain(job_cfg(j)) for j in sweeping.plan([f"sweep={study}"], validate=False)]
+        return {(c["reward_model"]["arch"]["hidden"], c["seed"]): flat(c) for c in cfgs
+                if c["labeler"]["name"] == "unbiased"}
+
+    new, old = by_job("gao_rm_scaling_kl"), by_job("gao_rm_scaling")
+    assert len(new) == 20 and set(new) == set(old)
+    for key in new:
+        differ = {k for k in set(new[key]) | set(old[key]) if new[key].get(k) != old[key].get(k) and computes(k)}
+        assert differ == {"eval.schedule", "eval.n_points"}, (key, differ)
+        assert new[key]["eval.schedule"] == "kl" and new[key]["eval.sqrt_kl_spacing"] == 0.5
+    arms = {}
+    for (hidden, seed), c in new.items():
+        arms.setdefault(hidden, []).append(c)
+    base = arms[16][0]
+    for hidden, cs in arms.items():  # within the study: only the RM's size (and the seed) differ
+        for c in cs:
+            differ = {k for k in set(c) | set(base) if c.get(k) != base.get(k) and computes(k)}
+            assert all(k == "seed" or k.startswith("reward_model.") or k == "rm_size" for k in differ), differ
