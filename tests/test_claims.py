@@ -144,59 +144,63 @@ def test_paired_effects_use_only_the_seeds_both_arms_ran():
     assert m.effect is None and "in both fixed β = 0 and fixed β = 0.1" in m.missing
 
 
-# -- C10: a tiny bias is not a learned bias --------------------------------------------------------------------
+# -- C10: gao_rm_scaling's length-biased arm against its unbiased control -----------------------------------------
 
 
-def _c10_runs(prefs: list[float], shared_rm: bool) -> list[RunData]:
-    rng = np.random.default_rng(4)
+def _c10_runs(labeler: str, prefs: list[float], growth: float, shared_rm: bool = False,
+              length_bonus: float = 0.25) -> list[RunData]:
+    """gao_rm_scaling's β = 0 PPO runs of one labeler arm: RMs micro and medium, one per seed (or one shared), each
+    RM's rm/length_preference prefs[seed], eval/length growing by `growth` tokens over the run."""
+    rng = np.random.default_rng(4 if labeler == "unbiased" else 5)
     runs = []
-    for s, pref in enumerate(prefs):
-        k = 0 if shared_rm else s
-        rm = {"run_id": f"rm{k}", "params": {"seed": str(k)}, "metrics": {"rm/length_preference": pref}}
-        r = beta_run(s, 0.0, rng, **{"eval/length": 15 + 2.6 * T + rng.normal(0, 0.1, STEPS)})
-        r.rm = rm
-        runs.append(r)
+    for size in ("micro", "medium"):
+        for s, pref in enumerate(prefs):
+            k = 0 if shared_rm else s
+            rm = {"run_id": f"rm-{labeler}-{size}-{k}", "metrics": {"rm/length_preference": pref}}
+            runs.append(make_run(s, {"sweep.labeler": labeler, "sweep.rm_size": size,
+                                     "labeler.length_bonus": length_bonus if labeler == "length_biased" else 0.0},
+                                 with_halves(rise_fall(), rng) | {"eval/length": 15 + growth * T
+                                                                   + rng.normal(0, 0.3, STEPS)}, rm=rm))
     return runs
 
 
-def test_c10_tiny_length_preference_of_several_rms_does_not_hold():
-    res = verdicts({"ppo_beta_grid": _c10_runs([0.001, 0.003, -0.002, 0.002, 0.0], shared_rm=False)})["C10"]
+def _c10(biased: list[RunData], unbiased: list[RunData]) -> C.ClaimResult:
+    return verdicts({"gao_rm_scaling": biased + unbiased})["C10"]
+
+
+def test_c10_holds_when_the_biased_rms_prefer_length_and_ppo_lengthens_beyond_the_control():
+    res = _c10(_c10_runs("length_biased", [0.15, 0.18, 0.16, 0.2, 0.17], growth=20.0),
+               _c10_runs("unbiased", [0.0, 0.01, -0.01, 0.0, 0.01], growth=5.0))
+    m = parts(res)["PPO exploits it"].measured
+    assert m.effect.n == 5 and m.effect.estimate == pytest.approx(15.0, abs=0.5)  # 20 − 5 tokens, per seed
+    assert res.verdict == "holds", res.reason
+
+
+def test_c10_length_growth_that_the_unbiased_control_shows_too_is_not_exploitation():
+    res = _c10(_c10_runs("length_biased", [0.15, 0.18, 0.16, 0.2, 0.17], growth=20.0),
+               _c10_runs("unbiased", [0.0, 0.01, -0.01, 0.0, 0.01], growth=20.0))
+    exploits = parts(res)["PPO exploits it"]
+    assert abs(exploits.measured.effect.estimate) < 0.5 and exploits.verdict != "holds"
+    assert res.verdict != "holds"
+
+
+def test_c10_a_tiny_difference_in_length_preference_is_not_a_learned_bias():
+    res = _c10(_c10_runs("length_biased", [0.001, 0.003, -0.002, 0.002, 0.0], growth=20.0),
+               _c10_runs("unbiased", [0.0, 0.001, -0.001, 0.0, 0.001], growth=5.0))
     learned = parts(res)["the RM learns the length bias"]
     assert learned.measured.effect.n == 5 and learned.verdict == "does not hold"  # inside ±0.02: negligible
     assert res.verdict == "does not hold"
 
 
-def test_c10_one_shared_rm_counts_once_and_gives_no_interval():
-    res = verdicts({"ppo_beta_grid": _c10_runs([0.001] * 5, shared_rm=True)})["C10"]
-    learned = parts(res)["the RM learns the length bias"]
-    assert learned.measured.effect.n == 1 and learned.verdict == "inconclusive"  # 5 PPO runs, one RM
-    assert res.verdict == "inconclusive" and "1 RM seed" in res.reason
+def test_c10_one_shared_rm_per_arm_is_not_replicated():
+    res = _c10(_c10_runs("length_biased", [0.15] * 5, growth=20.0, shared_rm=True),
+               _c10_runs("unbiased", [0.0] * 5, growth=5.0, shared_rm=True))
+    assert res.verdict == "inconclusive" and res.reason.startswith("not replicated"), res.reason
 
 
-def test_c10_holds_with_a_real_preference_and_length_growth():
-    res = verdicts({"ppo_beta_grid": _c10_runs([0.15, 0.18, 0.16, 0.2, 0.17], shared_rm=False)})["C10"]
-    assert res.verdict == "holds", res.reason
-
-
-def test_c10_reads_the_five_full_fine_tuning_rms_of_rm_lora_over_one_shared_upstream_rm():
-    rm_lora = [make_run(k, {"sweep.reward_model.lora.r": r, "seed": k}, stage="rm",
-                        metrics={"rm/length_preference": pref + 0.01 * k, "rm/accuracy": 0.8})
-               for k in range(5) for r, pref in ((0, 0.15), (8, 0.5))]
-    res = verdicts({"ppo_beta_grid": _c10_runs([0.001] * 5, shared_rm=True), "rm_lora": rm_lora})["C10"]
-    m = parts(res)["the RM learns the length bias"].measured
-    assert m.effect.n == 5 and m.effect.estimate == pytest.approx(0.17)  # the r = 0 runs only, not the shared RM
-    # every judged effect holds, but the PPO runs of "PPO exploits it" share one RM: not replicated
-    assert all(p.verdict == "holds" for p in res.parts if p.part.role == "judged")
-    assert res.verdict == "inconclusive" and res.reason.startswith("not replicated: 1 RM per arm"), res.reason
-    res = verdicts({"ppo_beta_grid": _c10_runs([0.001] * 5, shared_rm=False), "rm_lora": rm_lora})["C10"]
-    assert res.verdict == "holds", res.reason  # one RM per seed
-
-
-def test_c10_unbiased_labeler_fails_the_precondition():
-    runs = _c10_runs([0.15, 0.18, 0.16, 0.2, 0.17], shared_rm=False)
-    for r in runs:
-        r.params["labeler.length_bonus"] = "0.0"
-    res = verdicts({"ppo_beta_grid": runs})["C10"]
+def test_c10_an_unbiased_biased_arm_fails_the_precondition():
+    res = _c10(_c10_runs("length_biased", [0.15, 0.18, 0.16, 0.2, 0.17], growth=20.0, length_bonus=0.0),
+               _c10_runs("unbiased", [0.0, 0.01, -0.01, 0.0, 0.01], growth=5.0))
     assert res.verdict == "inconclusive" and "cannot be tested" in res.reason
 
 
@@ -558,6 +562,12 @@ def world() -> dict[str, list[RunData]]:
     s["rm_size_vs_policy_size"] = _rm_size_runs(0.5, 0.2) + [
         r for r in _rm_size_runs(0.5, 0.2) if r.seed in ("0", "1")]  # a follow-up sweep: more runs, same seeds
     s["gao_rm_scaling"] = _gao_runs(0.5, 0.2) + _gao_runs(0.5, 0.3, "length_biased")
+    for r in s["gao_rm_scaling"]:  # C10: the biased arm's RMs prefer length and its policies lengthen beyond the control
+        biased = r.setting["labeler"] == "length_biased"
+        r.params["labeler.length_bonus"] = "0.25" if biased else "0.0"
+        r.rm["metrics"]["rm/length_preference"] = (0.15 if biased else 0.0) + rng.normal(0, 0.01)
+        r.history["eval/length"] = [(10 * i, float(v)) for i, v in enumerate(line(15.0, 22.0 if biased else 16.0, rng,
+                                                                                   sd=0.2))]
     s["gao_rm_scaling_bon"] = [  # best-of-n with the same RMs: n = 1 … 256 as the steps, gold rising with n
         make_run(k, {"sweep.labeler": "unbiased", "sweep.rm_size": size}, {
             "bon/gold_reward": gain * np.log1p(np.arange(STEPS)) + rng.normal(0, 0.01, STEPS),

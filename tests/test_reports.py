@@ -185,8 +185,8 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     # no eval/gold_reward_a/_b halves in this store: no unbiased drop from the peak, so no hacking verdict
     assert verdict["C1"] == "inconclusive"
     assert verdict["C13"] == "not run yet"  # its study is gao_rm_scaling, not in this store
-    # one RM for every run (its length preference has no interval); one DPO seed; one policy × seed cell below 1/10
-    assert verdict["C10"] == "inconclusive" and verdict["C9"] == "inconclusive" and verdict["C18"] == "inconclusive"
+    # C10 reads gao_rm_scaling's labeler arms (not in this store); one DPO seed; one policy × seed cell below 1/10
+    assert verdict["C10"] == "not run yet" and verdict["C9"] == "inconclusive" and verdict["C18"] == "inconclusive"
     assert verdict["C16"] == "not run yet" and verdict["C17"] == "not run yet" and verdict["C3"] == "not run yet"
     assert verdict["C14"] == "not run yet" and verdict["C21"] == "not testable" and len(verdict) == 21
     assert "rlhf-lab -m sweep=ppo_beta_grid seed=0,1" in text and "rlhf-lab -m sweep=ref_sync" in text

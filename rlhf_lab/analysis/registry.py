@@ -69,7 +69,7 @@ from rlhf_lab.analysis.designs import (
     RM_SIZE,
     SAME,
 )
-from rlhf_lab.analysis.effects import (Arm, Measured, Studies, config_value, first_of, grouped, grouped_at_matched_kl,
+from rlhf_lab.analysis.effects import (Arm, Measured, Studies, config_value, grouped, grouped_at_matched_kl,
                                        log_ratio, paired, within)
 from rlhf_lab.analysis.studies.gao import BON_STUDY as GAO_BON
 from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO
@@ -257,19 +257,19 @@ CLAIMS: tuple[Claim, ...] = (
              "the same over DPO's β grid, per seed", "|ρ| (absolute Spearman)", +1, 0.1, kl_control),
     ), note="'The reference is implicit' is a definition, not tested."),
     Claim("C10", "A reward model learns annotator biases (length, empathy phrases), and PPO exploits them.",
-          (PPO_GRID,), (
-        Part("the labeler is length-biased", "labeler.length_bonus of the runs (exact)", "utility per 10 words",
-             +1, None, config_value(PPO_GRID, FIXED, "labeler.length_bonus"), PRECONDITION),
-        Part("the RM learns the length bias", "rm/length_preference: P(RM prefers the longer response) − P(gold "
-             "does), held-out pairs, one value per RM seed: the fully fine-tuned RMs of rm_lora (one per "
-             "seed, the default RM's config) when that study has run, else the PPO runs' upstream RMs", FRACTION, +1, 0.02,
-             first_of(within(RM_LORA, Arm("full fine-tuning", {"reward_model.lora.r": 0}, stage="rm"),
-                             rm_metric("rm/length_preference"), unit=rm_seed),
-                      within(PPO_GRID, FIXED, rm_metric("rm/length_preference"), unit=rm_seed))),
-        Part("PPO exploits it", "last − first eval/length of each β = 0 run", TOKENS, +1, 1.0,
-             within(PPO_GRID, BETA0, change("eval/length"))),
-    ), note="Tested on length (the study's length-biased labeler); empathy phrases need a filler-biased labeler.",
-        also=(RM_LORA,), min_rms=RM_CLAIM_RMS),
+          (GAO,), (
+        Part("the labeler is length-biased", "labeler.length_bonus of the biased arm's runs (exact)",
+             "utility per 10 words", +1, None, config_value(GAO, GAO_BIASED, "labeler.length_bonus"), PRECONDITION),
+        Part("the RM learns the length bias", "rm/length_preference (P(RM prefers the longer response) − P(gold "
+             "does), held-out pairs) of the RMs PPO used: length-biased − unbiased labels, per seed (mean over the "
+             "four RM sizes)", FRACTION, +1, 0.02,
+             paired(GAO, GAO_BIASED, GAO_UNBIASED, rm_metric("rm/length_preference"))),
+        Part("PPO exploits it", "last − first eval/length at β = 0: length-biased − unbiased labels (the control), "
+             "per seed (mean over the four RM sizes)", TOKENS, +1, 1.0, paired(GAO, GAO_BIASED, GAO_UNBIASED, change("eval/length"))),
+    ), note="Tested on length only (empathy phrases need a phrase-biased labeler, not built), in gao_rm_scaling's two "
+            "labeler arms at β = 0, one RM per size and seed. Redesigned on 2026-12-04 after its results were seen "
+            "(issue 42): it read ppo_beta_grid_wide's β = 0 runs, no unbiased control, and rm_lora's RMs.",
+        min_rms=RM_CLAIM_RMS),
     Claim("C11", "A length penalty R = R_RM − α·len mitigates length hacking.", (LEN_PEN,), (
         Part("without a penalty responses grow", "last − first eval/length of each α = 0 run", TOKENS, +1, 1.0,
              within(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), change("eval/length")), PRECONDITION),
