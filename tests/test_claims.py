@@ -157,7 +157,7 @@ def _c10_runs(labeler: str, prefs: list[float], growth: float, shared_rm: bool =
         for s, pref in enumerate(prefs):
             k = 0 if shared_rm else s
             rm = {"run_id": f"rm-{labeler}-{size}-{k}", "metrics": {"rm/length_preference": pref}}
-            runs.append(make_run(s, {"sweep.labeler": labeler, "sweep.rm_size": size,
+            runs.append(make_run(s, {"sweep.labeler": labeler, "sweep.rm_size": size, "labeler.name": labeler,
                                      "labeler.length_bonus": length_bonus if labeler == "length_biased" else 0.0},
                                  with_halves(rise_fall(), rng) | {"eval/length": 15 + growth * T
                                                                    + rng.normal(0, 0.3, STEPS)}, rm=rm))
@@ -229,14 +229,14 @@ def _gao_runs(drop_small: float, drop_large: float, labeler: str = "unbiased", k
     for size, rm_n, drop, kl_end in (("micro", 9e3, drop_small, kl_small), ("medium", 8.7e5, drop_large, kl_large)):
         for s in range(5):
             gold = rise_fall(drop) if drop > 0 else np.full(STEPS, 0.4)
-            runs.append(make_run(s, {"sweep.labeler": labeler, "sweep.rm_size": size},
+            runs.append(make_run(s, {"sweep.labeler": labeler, "sweep.rm_size": size, "labeler.name": labeler},
                                  with_halves(gold, rng) | {"eval/kl": kl_end * T ** 1.5},
                                  rm={"run_id": f"rm{rm_n}-{s}", "metrics": {"model/params_total": rm_n}}))
     return runs
 
 
 def test_c13_holds_when_the_larger_rm_hacks_less_but_still_hacks():
-    res = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2)})["C13"]
+    res = verdicts({"gao_rm_scaling_kl": _gao_runs(0.5, 0.2)})["C13"]
     assert res.verdict == "holds", res.reason
     reduces = parts(res)["a larger RM reduces it"].measured
     assert reduces.effect.n == 5 and reduces.effect.estimate == pytest.approx(0.3, abs=0.05)
@@ -244,19 +244,20 @@ def test_c13_holds_when_the_larger_rm_hacks_less_but_still_hacks():
 
 
 def test_c13_without_hacking_is_untestable_not_false():
-    res = verdicts({"gao_rm_scaling": _gao_runs(0.0, 0.0)})["C13"]
+    res = verdicts({"gao_rm_scaling_kl": _gao_runs(0.0, 0.0)})["C13"]
     assert res.verdict == "inconclusive" and "there is hacking to reduce" in res.reason
 
 
 def test_c13_compares_the_drop_at_a_matched_kl():
     """The smallest RM goes twice as far in KL: up to the largest RM's final KL (a quarter of its KL range, ≈ 40 %
     of its steps, before its peak at 60 %) it has not dropped, so the larger RM reduces nothing there."""
-    res = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2, kl_small=32.0)})["C13"]
+    res = verdicts({"gao_rm_scaling_kl": _gao_runs(0.5, 0.2, kl_small=32.0)})["C13"]
     reduces = parts(res)["a larger RM reduces it"]
     assert reduces.measured.detail.startswith("KL matched per seed: 8.0–8.0 nats")
     assert reduces.measured.effect.estimate < 0.1 and reduces.verdict != "holds"
-    # the length-biased arm is read from its own runs, and is shown, not judged
-    biased = verdicts({"gao_rm_scaling": _gao_runs(0.5, 0.2) + _gao_runs(0.4, 0.4, "length_biased")})["C13"]
+    # the length-biased arm is read from gao_rm_scaling's runs, and is shown, not judged
+    biased = verdicts({"gao_rm_scaling_kl": _gao_runs(0.5, 0.2),
+                       "gao_rm_scaling": _gao_runs(0.5, 0.2) + _gao_runs(0.4, 0.4, "length_biased")})["C13"]
     shown = parts(biased)["hacking with the length-biased labeler, smallest vs largest RM"]
     assert abs(shown.measured.effect.estimate) < 0.1 and biased.verdict == "holds"
     assert C.verdict_cell(shown).startswith("shown: ")  # worded from its interval, not a hand-written conclusion
@@ -562,6 +563,7 @@ def world() -> dict[str, list[RunData]]:
     s["rm_size_vs_policy_size"] = _rm_size_runs(0.5, 0.2) + [
         r for r in _rm_size_runs(0.5, 0.2) if r.seed in ("0", "1")]  # a follow-up sweep: more runs, same seeds
     s["gao_rm_scaling"] = _gao_runs(0.5, 0.2) + _gao_runs(0.5, 0.3, "length_biased")
+    s["gao_rm_scaling_kl"] = _gao_runs(0.5, 0.2)  # C13's unbiased arm, evaluated where KL moves
     for r in s["gao_rm_scaling"]:  # C10: the biased arm's RMs prefer length and its policies lengthen beyond the control
         biased = r.setting["labeler"] == "length_biased"
         r.params["labeler.length_bonus"] = "0.25" if biased else "0.0"

@@ -49,6 +49,9 @@ def n_evaluations(cfg) -> int:
     from rlhf_lab.stages.training import eval_steps
 
     steps = int(cfg.trainer.max_steps if cfg.trainer.max_steps is not None else cfg.algo.steps)
+    if cfg.eval.schedule == "kl":  # decided as training goes: the start, the end and each new sqrt(KL) level reached
+        # (gao_rm_scaling_kl's arms ended at sqrt KL 2.3-11.6 in gao_rm_scaling: at least 4 levels of 0.5)
+        return 2 + min(int(cfg.eval.n_points), int(2.3 // float(cfg.eval.sqrt_kl_spacing)))
     return len({0, steps} | set(eval_steps(cfg, steps)))
 
 
@@ -189,7 +192,7 @@ def test_c5s_arms_differ_only_in_the_kl_target_and_the_controller_can_reach_what
     assert (1 + 0.2 * wide[0].algo.batch_size / wide[0].kl.horizon) ** wide[0].algo.steps < 1.7
 
 
-RM_STUDIES = ("rm_normalize_5rms", "rm_source_matched", "rm_mis_scoring",
+RM_STUDIES = ("rm_normalize_5rms", "gao_rm_scaling_kl", "rm_source_matched", "rm_mis_scoring",
               "rm_size_vs_policy_size_5rms",
               "gao_rm_scaling", "gao_rm_scaling_bon", "rm_ensemble_5rms")
 

@@ -42,6 +42,8 @@ REDONE: dict[str, tuple[tuple[str, ...], str]] = {
     "gao_rm_scaling": (("rm_size_hacking", "rm_size_hacking_beta0", "rm_size_hacking_5rms"), "at β = 0.001 no "
                        "hacking; at β = 0 its runs peaked within three evaluations"),
     RM_MATCHED: ((RM_SOURCE, "rm_source_5seeds", "rm_source_5rms"), "source confounded with initialisation"),
+    "gao_rm_scaling_kl": (("gao_rm_scaling",), "for C13's unbiased arm: evaluations log-spaced in steps left about 1 "
+                          "√nat between points where gold peaks"),
     KL_CTL: (("ppo_beta_grid_wide", "ppo_beta_grid_5seeds", "ppo_beta_grid"), "for C5: with a horizon of 2000 "
              "responses β could move at most 1.67× in 80 steps, so the controller could not act"),
 }
@@ -74,7 +76,9 @@ FIXED, BETA0 = Arm("fixed β", {"kl.name": "fixed"}), fixed(0)
 # the arms at the top of a swept value (C11, C12): their labels name the value, and say so when only one ran (Arm)
 LARGEST_ALPHA = Arm("largest α", extreme=("algo.length_penalty", "max"), above={"algo.length_penalty": 0}, symbol="α")
 LARGEST_EPS = Arm("largest ε", extreme=("algo.clip_eps", "max"), above={"algo.clip_eps": 0.2}, symbol="ε")
-GAO_UNBIASED, GAO_BIASED = Arm("unbiased labels", {"labeler": "unbiased"}), Arm("biased labels", {"labeler": "length_biased"})
+# by the labeler's logged name: gao_rm_scaling sweeps the labeler, gao_rm_scaling_kl sets it (no swept value)
+GAO_UNBIASED = Arm("unbiased labels", {"labeler.name": "unbiased"})
+GAO_BIASED = Arm("biased labels", {"labeler.name": "length_biased"})
 ANY_PPO = Arm("PPO runs")
 
 

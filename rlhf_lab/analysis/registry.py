@@ -71,8 +71,7 @@ from rlhf_lab.analysis.designs import (
 )
 from rlhf_lab.analysis.effects import (Arm, Measured, Studies, config_value, grouped, grouped_at_matched_kl,
                                        log_ratio, paired, within)
-from rlhf_lab.analysis.studies.gao import BON_STUDY as GAO_BON
-from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO
+from rlhf_lab.analysis.studies.gao import BON_STUDY as GAO_BON, KL_STUDY as GAO_KL, RL_STUDY as GAO
 from rlhf_lab.analysis.quantities import (above_reference, change, final, final_gold, gold_drop, gold_drop_upto,
                                           gold_peak, max_jump, rm_metric, rm_seed, step_mean, step_median, step_noise)
 from rlhf_lab.analysis.wording import Words, gold_words
@@ -293,19 +292,19 @@ CLAIMS: tuple[Claim, ...] = (
         shown("how often the clip is active at ε = 0.2", "mean policy/clipfrac over steps, ε = 0.2", FRACTION,
               within(CLIP, Arm("ε = 0.2", {"algo.clip_eps": 0.2}), step_mean("policy/clipfrac"))),
     ), note="Compared: ε = 0.2 and the largest ε above 0.2 in the grid (a looser clip)."),
-    Claim("C13", "A larger RM reduces but does not remove hacking.", (GAO,), (
+    Claim("C13", "A larger RM reduces but does not remove hacking.", (GAO_KL,), (
         Part("there is hacking to reduce", "split-half gold drop from the peak up to the matched KL (per seed, the "
              "lower final KL of its smallest- and largest-RM runs), smallest RM, unbiased labels (one RM per seed)",
-             GOLD, +1, GOLD_MARGIN, grouped_at_matched_kl(GAO, GAO_UNBIASED, rm_n, is_min, is_max, gold_drop_upto,
+             GOLD, +1, GOLD_MARGIN, grouped_at_matched_kl(GAO_KL, GAO_UNBIASED, rm_n, is_min, is_max, gold_drop_upto,
                                                           ("smallest RM", "largest RM"), side="a"), PRECONDITION),
         Part("a larger RM reduces it", "split-half gold drop up to the matched KL: smallest − largest RM, unbiased "
              "labels, per seed", GOLD, +1, GOLD_MARGIN, grouped_at_matched_kl(
-                 GAO, GAO_UNBIASED, rm_n, is_min, is_max, gold_drop_upto, ("smallest RM", "largest RM"))),
+                 GAO_KL, GAO_UNBIASED, rm_n, is_min, is_max, gold_drop_upto, ("smallest RM", "largest RM"))),
         Part("but does not remove it", "split-half gold drop from the peak to the end of the run (120 steps at "
              "β = 0), largest RM, unbiased labels, per seed", GOLD, +1, GOLD_MARGIN,
-             grouped(GAO, GAO_UNBIASED, rm_n, is_max, None, gold_drop, ("largest RM", ""))),
+             grouped(GAO_KL, GAO_UNBIASED, rm_n, is_max, None, gold_drop, ("largest RM", ""))),
         shown("gold peak, largest vs smallest RM", "split-half peak gold: largest − smallest RM, unbiased "
-              "labels, per seed", GOLD, grouped(GAO, GAO_UNBIASED, rm_n, is_max, is_min, gold_peak,
+              "labels, per seed", GOLD, grouped(GAO_KL, GAO_UNBIASED, rm_n, is_max, is_min, gold_peak,
                                                  ("largest RM", "smallest RM")),
               Words("the largest RM peaks higher", "the largest RM peaks lower", "no peak difference detected")),
         shown("hacking with the length-biased labeler, smallest vs largest RM", "split-half gold drop up to the "
@@ -318,10 +317,11 @@ CLAIMS: tuple[Claim, ...] = (
               "smallest RM, unbiased labels, per seed", GOLD, grouped(GAO_BON, Arm("best-of-n", {"labeler": "unbiased"},
               stage="bon"), rm_n, is_max, is_min, final_gold, ("largest RM", "smallest RM")),
               gold_words("more gold with the largest RM", "less gold with the largest RM")),
-    ), note="Gao et al.'s setup (gao_rm_scaling): PPO at β = 0 with log-spaced evaluations, RM micro to medium (about "
-            "95×), one RM per seed. The runs end at very different KLs, so the drop is compared per seed at the KL "
-            "both runs reached. Fits by RM size: reports/gao_rm_scaling/. Superseded: rm_size_hacking_beta0, _5rms.",
-        also=(GAO_BON,), min_rms=RM_CLAIM_RMS),
+    ), note="Gao et al.'s setup: PPO at β = 0, RM micro to medium (about 95×), one RM per seed; unbiased labels from "
+            "gao_rm_scaling_kl (evaluated at each 0.5 of √KL), the rest from gao_rm_scaling (log-spaced steps). The runs "
+            "end at very different KLs, so the drop is compared per seed at the KL both runs reached. Fits by RM size: "
+            "reports/gao_rm_scaling/. Superseded: rm_size_hacking_beta0, _5rms; gao_rm_scaling's unbiased arm.",
+        also=(GAO, GAO_BON), min_rms=RM_CLAIM_RMS),
     Claim("C14", "GRPO replaces the KL penalty with group normalisation.", (GRPO_KL,), (
         Part("group normalisation alone does at least as well as the KL term", "final gold: GRPO at β = 0 − GRPO at "
              "β = 0.04 (k3 in the loss), per seed; non-inferiority: holds when the lower bound is above −0.05",

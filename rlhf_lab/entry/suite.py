@@ -76,6 +76,7 @@ SUITE: list[tuple[str, str]] = [
     ("rm_mis_scoring", "C17"),
     ("rm_size_vs_policy_size_5rms", "C18"),
     ("gao_rm_scaling", "C10 C13"),
+    ("gao_rm_scaling_kl", "C13"),
     ("gao_rm_scaling_bon", "C13"),
     ("rm_ensemble_5rms", "C18"),
 ]

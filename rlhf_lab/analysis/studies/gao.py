@@ -33,6 +33,7 @@ from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.analysis.study import reproduce_commands, study_runs_from_files
 
 RL_STUDY, BON_STUDY = "gao_rm_scaling", "gao_rm_scaling_bon"
+KL_STUDY = "gao_rm_scaling_kl"  # RL_STUDY's unbiased arm, evaluated where KL moves (eval.schedule=kl): C13's judged parts
 N_BOOT = 2000
 R2_GOOD = 0.9  # a fit "that fits": R² of the binned means at least this
 LEVEL = 0.95
