@@ -15,6 +15,7 @@ import lightning as L
 import torch
 
 from rlhf_lab.evaluation import alarm as A
+from rlhf_lab.evaluation.schedule import KLSchedule
 from rlhf_lab.models.sharding import gathered, local
 
 from rlhf_lab.runs import active_run
@@ -24,6 +25,12 @@ from rlhf_lab.runs.states import pending_stop, raise_interrupted, stop_now
 
 
 EVAL_SCHEDULES = ("every", "log", "kl")  # eval.schedule (kl: evaluation/schedule.py, decided as training goes)
+
+
+def evaluation_set(at_steps: Iterable[int] | KLSchedule) -> frozenset[int] | KLSchedule:
+    """What ``step in`` asks at each step: a :class:`KLSchedule` as it is (decided as training goes), else the
+    listed steps."""
+    return at_steps if isinstance(at_steps, KLSchedule) else frozenset(int(s) for s in at_steps)
 
 
 def evaluation_steps(schedule: str, total_steps: int, every_n_steps: int = 0, n_points: int = 0) -> list[int]:
@@ -75,7 +82,7 @@ class PeriodicEval(L.Callback):
         self.after = after  # (step, metrics) after each evaluation is logged, before the end's held-out one
         self.start = start  # (split, compute) -> (metrics, rows) for the evaluations at the start (a cache of them)
         self.test = test
-        self.at_steps = at_steps if hasattr(at_steps, "state_dict") else frozenset(int(s) for s in at_steps)
+        self.at_steps = evaluation_set(at_steps)
         self.at_start = at_start
         self.step_fn = step_fn or (lambda trainer, pl_module: trainer.global_step)
         self.last: dict = {}
@@ -129,7 +136,7 @@ class PeriodicEval(L.Callback):
 
     def state_dict(self) -> dict:
         state = {k: sorted(v) if isinstance(v, set) else v for k, v in ((k, getattr(self, k)) for k in self.STATE)}
-        if hasattr(self.at_steps, "state_dict"):  # eval.schedule=kl: the levels reached and the steps decided
+        if isinstance(self.at_steps, KLSchedule):  # eval.schedule=kl: the levels reached and the steps decided
             state["schedule"] = self.at_steps.state_dict()
         return state
 
@@ -276,7 +283,7 @@ class HackingAlarm(L.Callback):
                  step_fn: Callable[[L.Trainer, L.LightningModule], int], policy: Callable[[], torch.nn.Module],
                  rule: A.Rule = A.RULE, threshold: float | None = None, stop: bool = False):
         self.proxy, self.step_fn, self.policy, self.rule, self.stop = proxy, step_fn, policy, rule, stop
-        self.at_steps = at_steps if hasattr(at_steps, "state_dict") else frozenset(int(s) for s in at_steps)
+        self.at_steps = evaluation_set(at_steps)
         self.threshold = rule.threshold if threshold is None else float(threshold)
         self.evaluations: list[A.Evaluation] = []
         self.pending: list[float] = []  # proxy rewards of the steps since the last evaluation
