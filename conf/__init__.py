@@ -1,6 +1,7 @@
 """The Hydra config groups of rlhf-lab (installed as package rlhf_lab.conf); importing it registers
 the structured-config schemas the YAML files inherit (rlhf_lab/config/schema.py) and the points of the
-``frontier`` group, ``+frontier=<algo>_<β>`` (rlhf_lab/config/frontier.py, from the files of conf/frontier/)."""
+``frontier`` and ``frontier_equal`` groups, ``+frontier=<algo>_<β>`` (rlhf_lab/config/frontier.py, from the files
+of conf/frontier/ and conf/frontier_equal/)."""
 
 from importlib.resources import files
 
@@ -8,4 +9,5 @@ from rlhf_lab.config import frontier
 from rlhf_lab.config.schema import register
 
 register()
-frontier.register(files(__name__).joinpath("frontier"))
+frontier.register(files(__name__).joinpath("frontier"), "frontier")
+frontier.register(files(__name__).joinpath("frontier_equal"), "frontier_equal")

@@ -214,6 +214,29 @@ def test_fit_bon_reports_r2_and_where_the_peak_lies():
     assert fits.fit_bon(d[:4], d[:4]).status == "too few points"
 
 
+def test_each_algorithms_best_setting_is_chosen_on_eval_and_reported_on_test():
+    """Issue 42, point 5: the setting is chosen by its mean final eval-split gold and reported with its test-split gold
+    (mean [95% t interval] over its seeds): a setting whose test gold is higher but whose eval gold is lower is not
+    chosen, and the figure shown is the test one, not the eval maximum."""
+    from rlhf_lab.analysis.runs import RunData
+    from rlhf_lab.analysis.study import best_setting_table
+
+    def run(algo, beta, eval_gold, test_gold, kl=2.0):
+        r = RunData(f"{algo}{beta}{eval_gold}", algo, "FINISHED", {}, {},
+                    {"test/gold_reward": test_gold}, history={"eval/gold_reward": [(0, 0.0), (60, eval_gold)],
+                                                                "eval/kl": [(0, 0.0), (60, kl)]})
+        r.setting = {"frontier": f"{algo}_{beta}"}
+        return r
+    ppo = [run("ppo", 0.1, 0.8, 0.5), run("ppo", 0.1, 0.6, 0.7), run("ppo", 1, 0.6, 0.9), run("ppo", 1, 0.7, 0.9)]
+    lines = best_setting_table({"ppo": ppo, "grpo": [run("grpo", 0.1, 0.3, 0.2)]})
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in "\n".join(lines).splitlines() if line.startswith("| ") and not line.startswith("| algo")}
+    # eval means: β = 0.1 -> 0.7, β = 1 -> 0.65; chosen β = 0.1, reported on test: mean 0.6 over its two seeds
+    assert rows["ppo"][1:4] == ["`frontier=ppo_0.1`", "2", "0.700"]
+    assert rows["ppo"][4].startswith("0.600 [") and rows["grpo"][4] == "0.200"
+    assert "chosen on eval and reported on test" in lines[0]
+
+
 @pytest.mark.slow
 def test_frontier_report_puts_every_algorithm_and_best_of_n_on_one_frontier(tmp_path):
     """algo_frontier: PPO, GRPO and best-of-n runs in one report (bon/* read as its curve, n as the step, and

@@ -135,6 +135,51 @@ def test_frontier_points_are_their_algorithm_file_with_beta_set():
     assert (c.algo.name, c.kl.name, c.kl.beta, c.algo.steps, c.eval.every_n_steps) == ("rloo", "fixed", 0.03, 60, 10)
 
 
+def _flat(cfg) -> dict:
+    from omegaconf import OmegaConf
+
+    def walk(node, prefix=""):
+        for k, v in node.items():
+            yield from walk(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
+    return dict(walk(OmegaConf.to_container(cfg, resolve=True)))
+
+
+@pytest.mark.slow
+def test_algo_frontier_equal_gives_every_algorithm_the_same_updates_and_arms_differ_only_in_algorithm_and_beta():
+    """Issue 42, point 5: 960 policy AdamW steps for PPO, GRPO, RLOO (60 steps x 4 passes x 4 minibatches) and DPO
+    (960 steps), 3840 samples for each RL point, one RM per seed; at one seed two points of one algorithm differ only
+    in β, and two RL algorithms at one β only in the algorithm's own keys (algo.*, and GRPO's KL placement)."""
+    cfgs = [job_cfg(j) for j in sweeping.plan(["sweep=algo_frontier_equal"], validate=False)]
+    assert len(cfgs) == 65 and {int(c.seed) for c in cfgs} == {0, 1, 2, 3, 4}
+    flat = {}
+    for c in cfgs:
+        assert c.study == "algo_frontier_equal" and c.reward_model.seed == c.seed
+        if c.algo.name in ("ppo", "grpo", "rloo"):
+            assert c.algo.steps * c.algo.ppo_epochs * c.algo.num_minibatches == 960
+            assert c.algo.steps * c.algo.batch_size == 3840 and c.kl.name == "fixed" and c.eval.every_n_steps == 10
+            beta = c.kl.beta
+        elif c.algo.name == "dpo":
+            assert c.algo.steps == 960 and c.eval.every_n_steps == 160
+            beta = c.algo.beta
+        else:
+            assert c.algo.name == "bon"
+            beta = None
+        flat[(c.algo.name, beta, int(c.seed))] = _flat(c)
+    assert {a for a, _, _ in flat} == {"ppo", "grpo", "rloo", "dpo", "bon"}
+    ignore = {"study"}  # no key computes differently but those named below
+
+    def diff(a, b):
+        return {k for k in set(flat[a]) | set(flat[b]) if flat[a].get(k) != flat[b].get(k)} - ignore
+    for algo, key in (("ppo", "kl.beta"), ("grpo", "kl.beta"), ("rloo", "kl.beta"), ("dpo", "algo.beta")):
+        assert diff((algo, 0.01, 0), (algo, 1, 0)) == {key}, algo
+    for other in ("grpo", "rloo"):
+        keys = diff(("ppo", 0.1, 0), (other, 0.1, 0))
+        assert keys and all(k.startswith(("algo.", "kl.")) for k in keys), keys
+        assert not {k for k in keys if k.startswith(("algo.steps", "algo.batch_size", "algo.ppo_epochs",
+                                                      "algo.num_minibatches", "algo.lr", "reward_model.", "policy.",
+                                                      "data.", "eval."))}, keys
+
+
 @pytest.mark.slow
 def test_inline_overrides_win_and_seeds_combine_with_a_study():
     jobs = sweeping.plan(["sweep=ppo_beta_grid", "+ppo_kl=fixed_0,fixed_0.1", "trainer.max_steps=7"], validate=False)

@@ -1,7 +1,8 @@
 """The points of the ``frontier`` group (``sweep=algo_frontier``): ``+frontier=<algo>_<β>`` is the algorithm's file
 of ``conf/frontier/`` (``rl.yaml`` for PPO, GRPO and RLOO, ``dpo.yaml``) with its β set, registered in Hydra's
 ConfigStore when ``rlhf_lab.conf`` is imported (as the schemas are), so that a point is one line of :data:`POINTS`
-instead of a file. ``+frontier=bon`` is a file of its own (no β)."""
+instead of a file. ``+frontier=bon`` is a file of its own (no β). The group ``frontier_equal`` (``sweep=algo_frontier_equal``) holds
+the same points at equal gradient updates, from ``conf/frontier_equal/``."""
 
 from __future__ import annotations
 
@@ -34,12 +35,12 @@ def point(text: str, algo: str, key: str, beta: str) -> dict[str, Any]:
     return node
 
 
-def register(folder) -> None:
-    """Store every point of :data:`POINTS` × :data:`BETAS` as option ``<algo>_<β>`` of group ``frontier``; `folder`:
-    ``conf/frontier`` (a path or an importlib.resources traversable)."""
+def register(folder, group: str) -> None:
+    """Store every point of :data:`POINTS` × :data:`BETAS` as option ``<algo>_<β>`` of `group`; `folder`: its files
+    (``conf/frontier``, ``conf/frontier_equal``; a path or an importlib.resources traversable)."""
     cs = ConfigStore.instance()
     texts = {name: folder.joinpath(f"{name}.yaml").read_text() for name in {f for f, _ in POINTS.values()}}
     for algo, (name, key) in POINTS.items():
         for beta in BETAS:
-            cs.store(group="frontier", name=f"{algo}_{beta}", node=point(texts[name], algo, key, beta),
+            cs.store(group=group, name=f"{algo}_{beta}", node=point(texts[name], algo, key, beta),
                      package="_global_")
