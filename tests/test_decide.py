@@ -107,7 +107,7 @@ def test_decide_runs_each_planned_study_after_its_reproduction(monkeypatch, caps
             seed_plan.PlanItem("ref_sync", ("C3",), 5, 6, (5,), 3, 4.0)]
     monkeypatch.setattr(suite, "decision_plan", lambda *a: (plan, []))
     monkeypatch.setattr(suite, "reproduction_problem", lambda study, *a: "differs" if study == "ref_sync" else None)
-    monkeypatch.setattr(suite, "prepare", lambda study, overrides: [])
+    monkeypatch.setattr(suite, "prepare", lambda study, overrides, seed_args=(): [])
     launched = []
     monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
     assert suite.main(["--decide", "--dry-run"]) == 0 and launched == []

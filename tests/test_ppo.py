@@ -295,3 +295,27 @@ def test_the_start_of_run_evaluation_is_computed_once_and_reused_to_the_digit(ti
     assert start[3] != start[1]  # eval.n_prompts changes the evaluation: its own
     test_start = "tags.rlhf_lab.start_eval.test"
     assert tags.loc[a["run_id"], test_start] == tags.loc[b["run_id"], test_start]
+
+
+def test_a_probe_policy_measures_every_rm_on_the_same_text(tiny_cfg, tmp_path):
+    """eval.probe_path (issue 42, point 1): the start and the end of a PPO job log the RM's accuracy against gold on a
+    fixed probe policy's samples; the RM is frozen, so both are equal, and the figure does not depend on what the job
+    optimised (another seed, another β: the same figure for the same RM); a missing folder is refused in one line."""
+    from rlhf_lab.config.checks import validate
+    from rlhf_lab.config.errors import ConfigError
+
+    db = tmp_path / "mlflow.db"
+    rm_ppo = [*(o for o in PPO_TINY if o != "algo.reward=gold"), "eval.n_prompts=48"]  # the proxy RM scores
+    sft = stages.ensure("sft", tiny_cfg(*rm_ppo, mlflow_db=db))
+    metas = [stages.run_job(tiny_cfg(*rm_ppo, f"eval.probe_path={sft}", *extra, mlflow_db=db), tmp_path / name)
+             for name, extra in (("a", []), ("b", ["seed=1", "kl=fixed", "kl.beta=0.5"]))]
+    for meta in metas:
+        probe = _history(db, meta["run_id"], "probe/proxy_gold_agreement")
+        assert len(probe) == 2 and len(set(probe.values())) == 1, probe  # start and end, equal
+        (value,) = set(probe.values())
+        assert 0.3 < value < 1.0, value  # an RM better than chance, not the gold itself
+        assert 0 < min(_history(db, meta["run_id"], "probe/proxy_gold_agreement_se").values())
+    firsts = [_history(db, m["run_id"], "probe/proxy_gold_agreement") for m in metas]
+    assert set(firsts[0].values()) == set(firsts[1].values())  # one RM, one probe: one figure, whatever the job did
+    with pytest.raises(ConfigError, match="eval.probe_path"):
+        validate(tiny_cfg(*rm_ppo, f"eval.probe_path={tmp_path / 'nowhere'}"))

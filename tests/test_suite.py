@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab.entry import suite, suite_seeds, sweeps as sweeping
+from rlhf_lab.entry import suite, suite_prepare, suite_seeds, sweeps as sweeping
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.identity import job_identity
 from rlhf_lab.stages.presets import parse_preset_ref
@@ -166,7 +166,7 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
                      lambda c: c.labeler.name, lambda c: c.eval.samples_per_prompt) == {
         (s, f, lab, 2) for s, f in (("same", 0.0), ("different", 0.0), ("different", 0.2))
         for lab in ("unbiased", "length_biased")}
-    assert "reward_model=same_source" in suite.PREPARE["rm_mis_scoring"][1]  # not the RM the pairs fix
+    assert "reward_model=same_source" in suite_prepare.PREPARE["rm_mis_scoring"][1]  # not the RM the pairs fix
 
 
 @pytest.mark.slow  # composes every job of every suite study (module fixture)
@@ -383,20 +383,20 @@ def test_prepare_runs_the_job_once_reuses_it_and_redoes_an_interrupted_one(tmp_p
             (out / "summary.json").write_text('{"stage": "ppo"}')
         return 0
 
-    monkeypatch.setattr(suite.subprocess, "call", fake_call)
-    assert suite.prepare("ref_sync", []) == [] and not calls  # a study without a prepared artifact
+    monkeypatch.setattr(suite_prepare.subprocess, "call", fake_call)
+    assert suite_prepare.prepare("ref_sync", []) == [] and not calls  # a study without a prepared artifact
     folder = tmp_path / "suite_artifacts" / "rm_source_on_policy"
-    got = suite.prepare("rm_source_5rms", ["cache_dir=/c"])
+    got = suite_prepare.prepare("rm_source_5rms", ["cache_dir=/c"])
     assert got == [f"data.on_policy_path={folder / 'artifact'}"] and len(calls) == 1
     assert "reward_model=different_source" in calls[0] and "seed=100" in calls[0] and "cache_dir=/c" in calls[0]
-    assert suite.prepare("rm_source_5rms", ["cache_dir=/c"]) == got and len(calls) == 1  # reused
+    assert suite_prepare.prepare("rm_source_5rms", ["cache_dir=/c"]) == got and len(calls) == 1  # reused
     (folder / "summary.json").unlink()  # an interrupted job: no summary
     (folder / "stale.txt").write_text("half-written")
-    assert suite.prepare("rm_source_5rms", []) == got and len(calls) == 2 and not (folder / "stale.txt").exists()
-    monkeypatch.setattr(suite.subprocess, "call", lambda cmd: fake_call(cmd, finish=False))
+    assert suite_prepare.prepare("rm_source_5rms", []) == got and len(calls) == 2 and not (folder / "stale.txt").exists()
+    monkeypatch.setattr(suite_prepare.subprocess, "call", lambda cmd: fake_call(cmd, finish=False))
     (folder / "summary.json").unlink()
     with pytest.raises(RuntimeError, match="prepares data.on_policy_path failed"):
-        suite.prepare("rm_source_5rms", [])
+        suite_prepare.prepare("rm_source_5rms", [])
 
 
 def studies_on_a_fake_clock(monkeypatch) -> list[list[str]]:
@@ -410,7 +410,7 @@ def studies_on_a_fake_clock(monkeypatch) -> list[list[str]]:
         clock[0] += 60 * (suite.expected(study)[1] or 0) if study else 0
         return 0
 
-    monkeypatch.setattr(suite.subprocess, "call", fake_call)
+    monkeypatch.setattr(suite_prepare.subprocess, "call", fake_call)
     monkeypatch.setattr(suite.time, "time", lambda: clock[0])
     return launched
 
@@ -591,3 +591,35 @@ def test_more_seeds_launched_with_other_display_keys_join_their_arms(store):
     old = run_to_dict(runs[0])
     old["setting"] = {**old["setting"], "trainer.progress_bar": "False"}  # as a file written before the fix keeps it
     assert run_from_dict(old).setting == runs[0].setting
+
+
+def test_a_study_with_an_artifact_per_seed_gets_one_for_each_seed_it_runs(tmp_path, monkeypatch):
+    """C17's redesign (rm_mis_scoring_probe): a probe policy per seed s, made by a job with seed and RM seed 100 + s
+    into suite_artifacts/rm_mis_probe/seed_<s>, the folder the study file reads; seeds 0-4 by default, the seeds of
+    a seed override otherwise; a finished one is reused."""
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def fake_call(cmd):
+        calls.append(cmd)
+        out = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        (out / "artifact").mkdir(parents=True)
+        (out / "artifact" / "config.json").write_text("{}")
+        (out / "summary.json").write_text('{"stage": "ppo"}')
+        return 0
+
+    monkeypatch.setattr(suite_prepare.subprocess, "call", fake_call)
+    assert suite_prepare.prepare("rm_mis_scoring_probe", ["cache_dir=/c"]) == [] and len(calls) == 5
+    for s, cmd in enumerate(calls):
+        assert f"seed={100 + s}" in cmd and f"reward_model.seed={100 + s}" in cmd and "reward_model=same_source" in cmd
+        assert f"hydra.run.dir={tmp_path / 'suite_artifacts' / 'rm_mis_probe' / f'seed_{s}'}" in cmd
+    assert suite_prepare.prepare("rm_mis_scoring_probe", [], ["seed=3,5,6"]) == [] and len(calls) == 7  # 3 reused
+    assert [c[-1] for c in calls[5:]] == [f"hydra.run.dir={tmp_path / 'suite_artifacts' / 'rm_mis_probe' / f'seed_{s}'}"
+                                          for s in (5, 6)]
+    # the study file reads those folders: its jobs' probe and on-policy pairs come from the seed's own probe policy
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        c = compose("config", overrides=["sweep=rm_mis_scoring_probe", "+rm_src=different_mix", "seed=3"])
+    assert c.eval.probe_path == c.data.on_policy_path == "suite_artifacts/rm_mis_probe/seed_3/artifact"
+    assert c.reward_model.init == "sft" and c.reward_model.seed == 3 and c.labeler.name == "unbiased"

@@ -299,7 +299,8 @@ ARCHIVED = sorted(p.stem for p in (ROOT / "sweeps" / "archive" / "sweep").glob("
 def test_archived_studies_stay_composable_and_nothing_live_runs_them():
     """A superseded design (sweeps/archive/sweep/) composes with the same ``sweep=<study>`` as before (its jobs are
     valid configs), no live study file has its name, and the suite runs none of them (docs/architecture.md)."""
-    from rlhf_lab.entry.suite import PREPARE, SUITE
+    from rlhf_lab.entry.suite import SUITE
+    from rlhf_lab.entry.suite_prepare import PREPARE
 
     assert len(ARCHIVED) >= 7 and not set(ARCHIVED) & set(STUDIES)
     assert not {s for s, _ in SUITE} & set(ARCHIVED) and not set(PREPARE) & set(ARCHIVED)
@@ -313,3 +314,22 @@ def test_archived_studies_stay_composable_and_nothing_live_runs_them():
     for study in ARCHIVED:
         jobs = sweeping.plan([f"sweep={study}"])  # composes and checks every job
         assert jobs and all(f"sweep={study}" in j for j in jobs), study
+
+
+@pytest.mark.slow
+def test_rm_mis_scoring_probe_arms_differ_only_in_the_rm_source_and_its_on_policy_share():
+    """Issue 42, point 1: the three arms (same source, different source, different source with 20 % on-policy pairs)
+    compose alike but for the RM (its family, and so its SFT init of that family) and the on-policy fraction; every
+    arm's RM starts from an SFT run (reward_model.init=sft) and is measured on its seed's probe policy."""
+    jobs = sweeping.plan(["sweep=rm_mis_scoring_probe"], validate=False)
+    assert len(jobs) == 15
+    arms = {next(o for o in j if o.startswith("+rm_src=")): _flat(job_cfg(j)) for j in jobs if "seed=0" in j}
+    assert set(arms) == {"+rm_src=same", "+rm_src=different", "+rm_src=different_mix"}
+    for a in arms.values():
+        assert a["reward_model.init"] == "sft" and a["eval.probe_path"] == "suite_artifacts/rm_mis_probe/seed_0/artifact"
+    base = arms["+rm_src=same"]
+    for name, other in arms.items():
+        diff = {k for k in set(base) | set(other) if base.get(k) != other.get(k)}
+        assert all(k.startswith("reward_model.") or k == "data.on_policy_fraction" for k in diff), (name, diff)
+    assert {k for k in arms["+rm_src=different"] if arms["+rm_src=different"][k] != arms["+rm_src=different_mix"].get(k)} \
+        == {"data.on_policy_fraction"}

@@ -84,6 +84,9 @@ def check_eval(e: DictConfig) -> None:
         from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES  # here: Lightning's import is the job's
 
         choice(e, "eval", "schedule", EVAL_SCHEDULES)
+    probe = e.get("probe_path")
+    if probe and not os.path.isdir(os.path.expanduser(str(probe))):
+        raise ConfigError("eval.probe_path", str(probe), "an existing policy checkpoint folder (or null: no probe)")
 
 
 def check_trainer(t: DictConfig) -> None:

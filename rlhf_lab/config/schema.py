@@ -245,6 +245,7 @@ class EvalConfig:
     n_samples_logged: int = MISSING
     batch_size: int = MISSING
     reuse_start: bool = MISSING
+    probe_path: Optional[str] = MISSING
 
 
 @dataclass

@@ -19,10 +19,8 @@ stop the suite; the suite names it at the end and exits with status 1. The track
 (``MLFLOW_TRACKING_URI``, else ``tracking.uri``); pass the same overrides on every launch, since they are part
 of each job's identity.
 
-A study that needs an artifact made first (``PREPARE``: ``rm_mis_scoring``' on-policy PPO policy, claim C17)
-gets it from one ``rlhf-lab`` job run into a fixed folder under the working folder before the study; a later
-launch reuses that folder when its job finished (its ``summary.json`` and artifact are there) and redoes it
-otherwise.
+A study that needs an artifact made first (an on-policy or probe policy) gets it from ``rlhf-lab`` jobs run into
+fixed folders under the working folder before the study (:mod:`rlhf_lab.entry.suite_prepare`).
 
 With ``--more-seeds CAP``, after the report the suite gives more seeds to each study whose claims are still
 inconclusive: an inconclusive judged effect states the seeds 80 % power would need (``needs about N seeds`` in the
@@ -42,9 +40,7 @@ for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, pref
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -54,6 +50,7 @@ from typing import Callable
 from rlhf_lab.analysis.claims import claims_of_studies
 from rlhf_lab.analysis.designs import SUITE_VERSIONS
 from rlhf_lab.runs.jobs import study_file, study_names
+from rlhf_lab.entry.suite_prepare import PREPARE, PREPARE_PER_SEED, SEEDS, prepare
 from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem, uri_override
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
@@ -83,20 +80,6 @@ SUITE: list[tuple[str, str]] = [
 # The studies of the claims about the RM (C10, C13, C16–C20) train one RM per seed (``reward_model.seed: ${seed}``
 # in the study file; the RM's cache key holds its seed), so each arm has 5 distinct RMs; the price is one RM
 # training per seed and RM config, about a minute each on 2 cores, in the study's stated time.
-# Studies that need one artifact made first, by one rlhf-lab job run into a folder of its own (relative to the
-# working folder): {study: (folder, that job's overrides, the study key that receives the job's artifact folder)}.
-_ON_POLICY = ("suite_artifacts/rm_source_on_policy",
-              ["study=rm_source_on_policy", "algo=ppo", "reward_model=different_source", "kl=fixed", "kl.beta=0.01",
-               "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
-              "data.on_policy_path")
-# C17's newer design: the on-policy pairs come from a policy trained against the same-source RM, not the RM they fix
-_ON_POLICY_OTHER_RM = ("suite_artifacts/rm_mis_scoring_on_policy",
-                       ["study=rm_mis_scoring_on_policy", "algo=ppo", "reward_model=same_source", "kl=fixed",
-                        "kl.beta=0.01", "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
-                       "data.on_policy_path")
-PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY,
-                                                  "rm_mis_scoring": _ON_POLICY_OTHER_RM}
-SEEDS = 5  # seeds of every suite study file (0–4); --more-seeds adds 5, 6, …
 UPSTREAM_MIN = 30  # minutes of upstream stages on an empty cache (base models, SFT, pairs, RMs incl. MiniLM), 2 cores
 
 
@@ -147,34 +130,6 @@ def report_claims(studies: list[str], out: str) -> list[str] | None:
     return claims_of_studies(studies)
 
 
-def prepared(folder: Path) -> bool:
-    """Whether `folder` holds a finished job: its ``summary.json`` (written last) and its artifact's config."""
-    try:
-        json.loads((folder / "summary.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return (folder / "artifact" / "config.json").is_file()
-
-
-def prepare(study: str, overrides: list[str]) -> list[str]:
-    """The overrides that hand `study` its prepared artifact (none for a study without one in ``PREPARE``). The job
-    runs first (with the suite's `overrides` too) unless its folder holds a finished one; a folder left by an
-    interrupted job is emptied and the job redone. Raises RuntimeError when the job fails."""
-    if study not in PREPARE:
-        return []
-    folder, job, key = PREPARE[study]
-    out = Path(folder).resolve()
-    if prepared(out):
-        print(f"[rlhf-lab-suite] {study}: reusing the prepared {key} in {out}", flush=True)
-    else:
-        shutil.rmtree(out, ignore_errors=True)
-        cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"hydra.run.dir={out}"]
-        print(f"[rlhf-lab-suite] {study}: preparing {key}: rlhf-lab {' '.join(cmd[3:])}", flush=True)
-        if subprocess.call(cmd) != 0 or not prepared(out):
-            raise RuntimeError(f"{study}: the job that prepares {key} failed (its output: {out})")
-    return [f"{key}={out / 'artifact'}"]
-
-
 def suite_study(key: str, studies: list[str]) -> str | None:
     """The study among `studies` that runs the design a claim's study key reads (its newest rerun, else itself)."""
     return next((s for s in (*SUITE_VERSIONS.get(key, ()), key) if s in studies), None)
@@ -214,7 +169,9 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
         total_jobs += len(jobs)
         total_min += mins or 0.0
         print(f"{i:>2}  {study:<32} {claims_of(study):<8} {len(jobs):>5} {format(mins, 'g') if mins is not None else '?':>5}"
-              + (f"  (first one job for {PREPARE[study][2]}, into {PREPARE[study][0]})" if study in PREPARE else ""))
+              + (f"  (first one job for {PREPARE[study][2]}, into {PREPARE[study][0]})" if study in PREPARE else "")
+              + (f"  (first one job per seed, into {PREPARE_PER_SEED[study][0]}/seed_<s>)"
+                 if study in PREPARE_PER_SEED else ""))
     print(f"{len(studies)} studies, {total_jobs} jobs; expected wall time about {total_min:.0f} min with 2 jobs at "
           f"a time on 2 cores and the upstream stages cached (about {UPSTREAM_MIN} min more on an empty cache)")
     print("each study runs as: rlhf-lab " + " ".join(study_command("<study>", overrides, 2)[3:]))
@@ -252,7 +209,7 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
         print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds for 80 % power; running seeds "
               f"{SEEDS}–{n - 1} (expected about {projected:.0f} min)", flush=True)
         try:
-            rc = subprocess.call(study_command(study, overrides + prepare(study, overrides) + [seed_override(n)],
+            rc = subprocess.call(study_command(study, overrides + prepare(study, overrides, [seed_override(n)]) + [seed_override(n)],
                                                n_jobs))
         except RuntimeError as err:
             print(f"[rlhf-lab-suite] {err}", flush=True)
@@ -301,7 +258,7 @@ def decide(overrides: list[str], out: str, runs_files: list[str], cap: int, n_jo
             continue
         print(f"\n[rlhf-lab-suite] {it.study} ({' '.join(it.claims)}): seeds {it.seeds_now} -> {it.target} "
               f"({it.seed_override}, about {it.minutes:.0f} min)", flush=True)
-        cmd = study_command(it.study, overrides + prepare(it.study, overrides) + [it.seed_override], n_jobs)
+        cmd = study_command(it.study, overrides + prepare(it.study, overrides, [it.seed_override]) + [it.seed_override], n_jobs)
         if subprocess.call(cmd) != 0:
             failed.append(it.study)
         done.append(it.study)

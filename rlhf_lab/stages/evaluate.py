@@ -80,12 +80,32 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
         raise ValueError(f"evaluate(split={split!r}): choose eval or test")
     metrics, rows = evaluate_policy(policy, tok, evaluation_prompts(cfg, "test"), reference=reference,
                                     n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
+    if e.get("probe_path") and scorer is not None and g.scorer is not None:
+        metrics.update(probe_agreement(cfg, policy, scorer, g, kw))
     ood_prompts = evaluation_prompts(cfg, "ood") if ood and int(e.n_ood_prompts) > 0 else []
     if ood_prompts:
         ood, _ = evaluate_policy(policy, tok, ood_prompts, prefix="", seed=seed("ood"),
                                  details=False, **kw)
         metrics.update({f"eval/{OOD_NAMES[k]}": v for k, v in ood.items() if k in OOD_NAMES})
     return metrics, rows
+
+
+def probe_agreement(cfg: DictConfig, policy, scorer, gold, kw: dict) -> dict[str, float]:
+    """``probe/proxy_gold_agreement`` (and ``_se``): the proxy RM's accuracy against gold on pairs of a fixed probe
+    policy's samples (``eval.probe_path``; two samples per eval-split prompt under a seed of their own), so that every
+    RM of a study is measured on the same text, whatever policy each one's job optimises (the RM and the probe are
+    fixed within a job: the start's and the end's figures are equal)."""
+    from rlhf_lab.evaluation.policy import evaluate_policy
+    from rlhf_lab.models import families as F
+
+    path = str(cfg.eval.probe_path)
+    tok = F.load_tokenizer(path, "eval.probe_path")
+    probe = F.load_causal_lm(path, tok, "eval.probe_path", **F.load_options(cfg.policy)).eval()
+    probe.to(next(policy.parameters()).device)
+    args = {**kw, "samples_per_prompt": max(2, int(kw["samples_per_prompt"])), "formula_gold": None}
+    m, _ = evaluate_policy(probe, tok, evaluation_prompts(cfg, "eval"), prefix="probe/", details=False,
+                           seed=D.stream_seed(cfg.world.seed, "probe/sampling"), **args)
+    return {k: v for k, v in m.items() if k.startswith("probe/proxy_gold_agreement")}
 
 
 # The config keys that cannot change a policy job's evaluations at its start, where the policy is still the SFT
