@@ -34,6 +34,17 @@ def test_auc_against_a_hand_computation():
     assert F.auc([0.5, 0.5], [0, 1]) == pytest.approx(0.5)  # a tie counts half
     assert F.auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1], [1, 0, 1, 1]) == pytest.approx(1.0)  # 0.4 weighted out
     assert math.isnan(F.auc([0.1, 0.2], [1, 1]))
+    # the bootstrap ranks once and reweights (F.ranked_auc): against every weighted pair counted by brute force, with
+    # ties, zero weights, a top score that is a negative, and no rows at all
+    rng = np.random.default_rng(0)
+    s, y = np.round(rng.normal(size=200), 1), rng.random(200) < 0.3
+    s[np.argmax(s)], y[np.argmax(s)] = 9.0, False
+    w = rng.integers(0, 3, 200).astype(float)
+    pw = np.outer(w[y], w[~y])
+    diff = s[y][:, None] - s[~y][None, :]
+    brute = ((diff > 0) * pw + 0.5 * (diff == 0) * pw).sum() / pw.sum()
+    assert F.ranked_auc(F.ranks(s), y, w) == pytest.approx(brute, rel=1e-12) and 0.3 < brute < 0.7
+    assert math.isnan(F.ranked_auc(F.ranks(np.zeros(0)), np.zeros(0, dtype=bool)))
 
 
 def test_youden_threshold_and_proxy_intervals():

@@ -289,11 +289,18 @@ def raw_condition(rule: Rule, feature: str) -> str:
 def auc(s: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> float:
     """ROC AUC of scores `s` for labels `y` (ties count ½), each row weighted by `w` (default 1): the weighted
     share of (positive, negative) pairs the scores order right; nan without both classes."""
-    s, y = np.asarray(s, dtype=float), np.asarray(y, dtype=bool)
-    w = np.ones(len(s)) if w is None else np.asarray(w, dtype=float)
-    values, g = np.unique(s, return_inverse=True)
-    pos = np.bincount(g, weights=w * y, minlength=len(values))
-    neg = np.bincount(g, weights=w * ~y, minlength=len(values))
+    return ranked_auc(ranks(s), y, w)
+
+
+def ranks(s: np.ndarray) -> np.ndarray:  # each score's rank among the distinct ones: a bootstrap ranks once
+    return np.unique(np.asarray(s, dtype=float), return_inverse=True)[1]
+
+
+def ranked_auc(g: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> float:
+    """:func:`auc` from the scores' ranks `g` (:func:`ranks`)."""
+    y, n = np.asarray(y, dtype=bool), int(g.max()) + 1 if len(g) else 0
+    w = np.ones(len(g)) if w is None else np.asarray(w, dtype=float)
+    pos, neg = np.bincount(g, weights=w * y, minlength=n), np.bincount(g, weights=w * ~y, minlength=n)
     n_pos, n_neg = pos.sum(), neg.sum()
     if n_pos <= 0 or n_neg <= 0:
         return math.nan
@@ -373,13 +380,15 @@ Statistic = Callable[[np.ndarray], float]  # run weights (how often each run is 
 
 def with_ci(stat: Statistic, counts: np.ndarray) -> tuple[float, float, float]:
     """(the statistic on the runs as they are, and its bootstrap interval over the resamples `counts`)."""
-    n = counts.shape[1]
-    return (stat(np.ones(n)), *percentile_ci([stat(c.astype(float)) for c in counts], LEVEL))
+    return (stat(np.ones(counts.shape[1])), *percentile_ci([stat(c.astype(float)) for c in counts], LEVEL))
 
 
-def row_weights(cases: Sequence[Case], run_w: np.ndarray) -> np.ndarray:
-    """Each evaluation row weighted by its run's weight."""
-    return np.repeat(np.asarray(run_w, dtype=float), [len(c.labels) for c in cases])
+def case_rows(cases: Sequence[Case]) -> np.ndarray:  # each case's number of evaluation rows
+    return np.array([len(c.labels) for c in cases], dtype=int)
+
+
+def row_weights(rows: np.ndarray, run_w: np.ndarray) -> np.ndarray:  # each row weighted by its run's weight
+    return np.repeat(np.asarray(run_w, dtype=float), rows)
 
 
 def pooled(outcomes: Sequence[Outcome], attr: str) -> np.ndarray:
@@ -389,7 +398,8 @@ def pooled(outcomes: Sequence[Outcome], attr: str) -> np.ndarray:
 def auc_stat(cases: Sequence[Case], outs: Sequence[Outcome]) -> Statistic:
     """The pooled AUC over the evaluations of the (weighted) runs."""
     s, y = pooled(outs, "scores"), np.concatenate([c.labels for c in cases]) if cases else np.zeros(0, dtype=bool)
-    return lambda w: auc(s, y, row_weights(cases, w))
+    g, rows = ranks(s), case_rows(cases)
+    return lambda w: ranked_auc(g, y, row_weights(rows, w))
 
 
 def within_auc_stat(cases: Sequence[Case], outs: Sequence[Outcome]) -> Statistic:
@@ -398,16 +408,17 @@ def within_auc_stat(cases: Sequence[Case], outs: Sequence[Outcome]) -> Statistic
     s = pooled(outs, "scores")
     y = np.concatenate([c.labels for c in cases]) if cases else np.zeros(0, dtype=bool)
     study = np.repeat([c.study for c in cases], [len(c.labels) for c in cases])
-    groups = [study == k for k in sorted({c.study for c in cases})]
+    groups = [(g, ranks(s[g])) for g in (study == k for k in sorted({c.study for c in cases}))]
+    rows = case_rows(cases)
 
     def stat(w: np.ndarray) -> float:
-        rw = row_weights(cases, w)
+        rw = row_weights(rows, w)
         total = num = 0.0
-        for g in groups:
+        for g, rank in groups:
             pairs = (rw[g] * y[g]).sum() * (rw[g] * ~y[g]).sum()
             if pairs > 0:
                 total += pairs
-                num += pairs * auc(s[g], y[g], rw[g])
+                num += pairs * ranked_auc(rank, y[g], rw[g])
         return num / total if total > 0 else math.nan
     return stat
 
@@ -417,7 +428,8 @@ def pr_stat(cases: Sequence[Case], outs: Sequence[Outcome], which: int, latched:
     rule's threshold, or (`latched`) from the first alarm on."""
     y = np.concatenate([c.labels for c in cases])
     pred = pooled(outs, "raised" if latched else "flagged")
-    return lambda w: precision_recall(pred, y, row_weights(cases, w))[which]
+    rows = case_rows(cases)
+    return lambda w: precision_recall(pred, y, row_weights(rows, w))[which]
 
 
 def mean_stat(values: Sequence[float]) -> Statistic:
