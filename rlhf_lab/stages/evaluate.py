@@ -81,7 +81,7 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     metrics, rows = evaluate_policy(policy, tok, evaluation_prompts(cfg, "test"), reference=reference,
                                     n_rows=e.n_samples_logged, prefix="test/", seed=seed("test"), **kw)
     if e.get("probe_path") and scorer is not None and g.scorer is not None:
-        metrics.update(probe_agreement(cfg, policy, scorer, g, kw))
+        metrics.update(probe_agreement(cfg, policy, kw))
     ood_prompts = evaluation_prompts(cfg, "ood") if ood and int(e.n_ood_prompts) > 0 else []
     if ood_prompts:
         ood, _ = evaluate_policy(policy, tok, ood_prompts, prefix="", seed=seed("ood"),
@@ -90,11 +90,12 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     return metrics, rows
 
 
-def probe_agreement(cfg: DictConfig, policy, scorer, gold, kw: dict) -> dict[str, float]:
+def probe_agreement(cfg: DictConfig, policy, kw: dict) -> dict[str, float]:
     """``probe/proxy_gold_agreement`` (and ``_se``): the proxy RM's accuracy against gold on pairs of a fixed probe
     policy's samples (``eval.probe_path``; two samples per eval-split prompt under a seed of their own), so that every
     RM of a study is measured on the same text, whatever policy each one's job optimises (the RM and the probe are
-    fixed within a job: the start's and the end's figures are equal)."""
+    fixed within a job: the start's and the end's figures are equal). `kw`: :func:`evaluate`'s sampling settings, with
+    the job's proxy scorer and gold."""
     from rlhf_lab.evaluation.policy import evaluate_policy
     from rlhf_lab.models import families as F
 
