@@ -415,7 +415,7 @@ def test_registry_covers_every_claim_once():
     studied = {s for c in registry.CLAIMS for s in c.studies}
     assert {"ref_sync", "ref_shared", "kl_estimators", "ref_size", "length_penalty", "clip_eps", "critic_baseline",
             "rm_lora", "rm_normalize", "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size",
-            "gao_rm_scaling", "rm_mis_scoring"} <= studied
+            "gao_rm_scaling", "rm_mis_scoring_probe"} <= studied
 
 
 def test_kl_estimators_arms_are_the_options_its_sweep_runs():
@@ -589,6 +589,12 @@ def world() -> dict[str, list[RunData]]:
                **{"eval/proxy_gold_agreement": line(0.8, acc, rng)})
         for k in seeds for lab in ("unbiased", "length_biased")
         for src, frac, g, acc in (("same", 0.0, 0.8, 0.78), ("different", 0.0, 0.5, 0.65), ("different", 0.2, 0.75, 0.74))]
+    mis = np.random.default_rng(17)  # C17's own draws, so that the studies after it keep theirs
+    s["rm_mis_scoring_probe"] = [  # C17: on the probe's text the different-source RM is the least accurate
+        policy(k, {"reward_model.source": src, "sweep.data.on_policy_fraction": frac}, g, mis,
+               **{"eval/proxy_gold_agreement": line(0.8, own, mis), "probe/proxy_gold_agreement": line(pr, pr, mis)})
+        for k in seeds for src, frac, g, own, pr in (("same", 0.0, 0.8, 0.6, 0.78), ("different", 0.0, 0.5, 0.7, 0.65),
+                                                    ("different", 0.2, 0.75, 0.74, 0.74))]
     s["rm_source_matched"] = [  # C16: the different-source RM's gold is noisier from step to step and drops
         policy(k, {"reward_model.source": src}, 0.6, rng, **with_halves(gold, rng, sd))
         for k in seeds for src, gold, sd in (("same", 0.6 * T, 0.01), ("different", 0.3 + rise_fall(0.3), 0.03))]
@@ -600,7 +606,8 @@ def world() -> dict[str, list[RunData]]:
     s["rm_normalize"] = [policy(k, {"sweep.reward_model.normalize": n}, g, rng)
                          for k in seeds for n, g in (("true", 0.8), ("false", 0.5))]
     s["grpo_kl"] = grpo_kl_runs(rng, {0.0: 0.9, 0.04: 0.7})
-    for name in ("rm_source", "rm_mis_scoring", "rm_source_matched", "rm_ensemble", "rm_normalize"):  # one RM per seed
+    for name in ("rm_source", "rm_mis_scoring", "rm_mis_scoring_probe", "rm_source_matched", "rm_ensemble",
+                 "rm_normalize"):  # one RM per seed
         for r in s[name]:
             shared = {k: v for k, v in r.setting.items() if k != "reward_model.normalize"}  # applied at use time
             r.tags["rlhf_lab.upstream.rm"] = f"rm {name} {sorted(shared.items())} {r.seed}"

@@ -61,12 +61,12 @@ def test_a_study_that_has_its_seeds_is_not_planned():
 
 
 def test_the_flawed_designs_are_never_extended(monkeypatch):
-    """--decide's plan skips NOT_EXTENDED studies (C17's rm_mis_scoring, C13's gao_rm_scaling) whatever they need."""
+    """--decide's plan skips NOT_EXTENDED studies (C13's gao_rm_scaling) whatever they need."""
     seen = []
     monkeypatch.setattr(suite_seeds, "report_runs", lambda *a: ({}, {}))
     monkeypatch.setattr("rlhf_lab.analysis.claims.counted", lambda r: ({}, {}))
     monkeypatch.setattr("rlhf_lab.analysis.verdicts.judge_all", lambda *a: [
-        result("C17", ["rm_mis_scoring"], part(13)), result("C3", ["ref_sync"], part(13))])
+        result("C13", ["gao_rm_scaling"], part(13)), result("C3", ["ref_sync"], part(13))])
     monkeypatch.setattr(seed_plan, "plan", lambda results, counting, cap, study_of, per_seed: seen.append(
         [study_of(r.claim.studies[0]) for r in results]) or ([], []))
     suite_seeds.decision_plan([], "reports", [], 30, lambda k: k, lambda s: (1, 1.0))

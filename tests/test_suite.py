@@ -161,12 +161,14 @@ def test_the_studies_sweep_what_their_claims_need(jobs):
     assert _settings(matched, lambda c: c.reward_model.source, lambda c: c.reward_model.init,
                      lambda c: (c.reward_model.arch.hidden, c.reward_model.arch.layers, c.reward_model.arch.heads)) == {
         ("same", "sft", (64, 2, 4)), ("different", "sft", (64, 2, 4))}
-    src = jobs["rm_mis_scoring"]  # C17: the RM's accuracy on pairs of the policy's own samples, two labelers
-    assert _settings(src, lambda c: c.reward_model.source, lambda c: float(c.data.on_policy_fraction),
-                     lambda c: c.labeler.name, lambda c: c.eval.samples_per_prompt) == {
-        (s, f, lab, 2) for s, f in (("same", 0.0), ("different", 0.0), ("different", 0.2))
-        for lab in ("unbiased", "length_biased")}
-    assert "reward_model=same_source" in suite_prepare.PREPARE["rm_mis_scoring"][1]  # not the RM the pairs fix
+    src = jobs["rm_mis_scoring_probe"]  # C17: every RM from an SFT of its own family, all read on the seed's probe
+    assert _settings(src, lambda c: c.reward_model.source, lambda c: c.reward_model.init,
+                     lambda c: float(c.data.on_policy_fraction), lambda c: c.labeler.name,
+                     lambda c: c.eval.samples_per_prompt) == {
+        (s, "sft", f, "unbiased", 2) for s, f in (("same", 0.0), ("different", 0.0), ("different", 0.2))}
+    assert {str(c.eval.probe_path) for _, c in src} == {str(c.data.on_policy_path) for _, c in src}
+    assert all(str(c.eval.probe_path).endswith(f"seed_{c.seed}/artifact") for _, c in src)
+    assert "rm_mis_scoring" not in suite_prepare.PREPARE  # archived: the suite makes no artifact for it
 
 
 @pytest.mark.slow  # composes every job of every suite study (module fixture)
@@ -192,7 +194,7 @@ def test_c5s_arms_differ_only_in_the_kl_target_and_the_controller_can_reach_what
     assert (1 + 0.2 * wide[0].algo.batch_size / wide[0].kl.horizon) ** wide[0].algo.steps < 1.7
 
 
-RM_STUDIES = ("rm_normalize_5rms", "gao_rm_scaling_kl", "rm_source_matched", "rm_mis_scoring",
+RM_STUDIES = ("rm_normalize_5rms", "gao_rm_scaling_kl", "rm_source_matched", "rm_mis_scoring_probe",
               "rm_size_vs_policy_size_5rms",
               "gao_rm_scaling", "gao_rm_scaling_bon", "rm_ensemble_5rms")
 

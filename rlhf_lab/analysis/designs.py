@@ -20,7 +20,7 @@ PPO_GRID, DPO_GRID, RM_SIZE, RM_SOURCE = "ppo_beta_grid", "dpo_beta_grid", "rm_s
 REF_SYNC, REF_SHARED, KL_EST, REF_SMALL = "ref_sync", "ref_shared", "kl_estimators", "ref_small"
 LEN_PEN, CLIP, CRITIC, RM_LORA, RM_NORM = "length_penalty", "clip_eps", "critic_baseline", "rm_lora", "rm_normalize"
 RM_ENS, GRPO_KL, RM_MATCHED, REF_SIZE = "rm_ensemble", "grpo_kl", "rm_source_matched", "ref_size"
-RM_MIS, KL_CTL = "rm_mis_scoring", "kl_controller"
+RM_MIS, RM_MIS_PROBE, KL_CTL = "rm_mis_scoring", "rm_mis_scoring_probe", "kl_controller"
 # The claims suite (rlhf-lab-suite) reruns older studies under new names when their design changes (5 paired seeds;
 # then one RM per seed, `reward_model.seed: ${seed}`, and C4's wider β grid): {the study a claim names: its newer
 # designs, newest first}. A claim reads the newest design that has runs that count, else the study it names, never
@@ -46,6 +46,9 @@ REDONE: dict[str, tuple[tuple[str, ...], str]] = {
                           "√nat between points where gold peaks"),
     KL_CTL: (("ppo_beta_grid_wide", "ppo_beta_grid_5seeds", "ppo_beta_grid"), "for C5: with a horizon of 2000 "
              "responses β could move at most 1.67× in 80 steps, so the controller could not act"),
+    RM_MIS_PROBE: ((RM_MIS,), "for C17: the same-source RM started from SFT and the others from pretraining, each "
+                   "RM's accuracy was read on the text of the policy that exploited it, and every seed's on-policy "
+                   "pairs came from one policy"),
 }
 
 
@@ -96,12 +99,6 @@ def rm_arm(source: str, label: str, fraction: float = 0.0, ensemble: int = 1) ->
 SAME, DIFF = rm_arm("same", "same-source RM"), rm_arm("different", "different-source RM")
 
 
-def mis_arm(source: str, fraction: float, labeler: str) -> Arm:
-    """C17's ``rm_mis_scoring``: the runs against `source`'s RM with `fraction` on-policy pairs under `labeler`."""
-    label = {"same": "same-source RM", "different": "different-source RM"}[source]
-    label += ", 20 % on-policy pairs" if fraction else ""
-    return Arm(f"{label}, {labeler.replace('_', '-')} labels",
-               {"reward_model.source": source, "data.on_policy_fraction": fraction, "labeler": labeler})
 DIFF_MIX = rm_arm("different", "different-source RM, 20 % on-policy pairs", fraction=0.2)
 
 

@@ -32,7 +32,6 @@ from rlhf_lab.analysis.designs import (
     kl_beta,
     kl_control,
     kl_near_target,
-    mis_arm,
     policy_seed,
     ref_arm,
     rm_n,
@@ -42,6 +41,7 @@ from rlhf_lab.analysis.designs import (
     CLIP,
     CRITIC,
     DIFF,
+    DIFF_MIX,
     DPO_GRID,
     FIXED,
     GAO_BIASED,
@@ -64,7 +64,7 @@ from rlhf_lab.analysis.designs import (
     RM_ENS,
     RM_LORA,
     RM_MATCHED,
-    KL_CTL, RM_MIS,
+    KL_CTL, RM_MIS_PROBE,
     RM_NORM,
     RM_SIZE,
     SAME,
@@ -78,6 +78,7 @@ from rlhf_lab.analysis.wording import Words, gold_words
 
 JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"
 AGREEMENT = final("eval/proxy_gold_agreement")  # the RM's accuracy against gold on the policy's own samples
+PROBE_AGREEMENT = final("probe/proxy_gold_agreement")  # the same on one probe policy's samples, common to the arms
 GOLD, TOKENS, PROXY, FRACTION, LN_RATIO, PERCENT = ("gold reward", "tokens", "RM score (normalised)", "fraction",
                                                     "ln ratio", "%")
 GOLD_MARGIN = 0.05          # gold reward: the old report's floor; the eval noise of one evaluation is ≈ 0.03
@@ -367,35 +368,27 @@ CLAIMS: tuple[Claim, ...] = (
             "superseded rm_source_5rms confounded source with initialisation (SFT vs pretrained base).",
         min_rms=RM_CLAIM_RMS),
     Claim("C17", "A different-source RM mis-scores the policy's out-of-distribution text; mixing ~20 % on-policy "
-          "samples into its training data fixes it.", (RM_MIS,), (
-        Part("a different-source RM mis-scores the policy's text", "final eval/proxy_gold_agreement (the RM's "
-             "accuracy against gold on pairs of the policy's own samples): same − different source, unbiased labels, "
-             "per seed", FRACTION, +1, 0.02,
-             paired(RM_MIS, mis_arm("same", 0, "unbiased"), mis_arm("different", 0, "unbiased"), AGREEMENT)),
-        Part("20 % on-policy pairs fix the mis-scoring", "final eval/proxy_gold_agreement: different source with − "
-             "without on-policy pairs, unbiased labels, per seed", FRACTION, +1, 0.02,
-             paired(RM_MIS, mis_arm("different", 0.2, "unbiased"), mis_arm("different", 0, "unbiased"), AGREEMENT)),
-        Part("and the policy's gold", "final gold: different source with − without on-policy pairs, unbiased labels, "
-             "per seed", GOLD, +1, GOLD_MARGIN,
-             paired(RM_MIS, mis_arm("different", 0.2, "unbiased"), mis_arm("different", 0, "unbiased"), final_gold)),
-        shown("the different-source RM's accuracy from SFT samples to the policy's own", "last − first "
-              "eval/proxy_gold_agreement, different source, unbiased labels", FRACTION,
-              within(RM_MIS, mis_arm("different", 0, "unbiased"), change("eval/proxy_gold_agreement")),
-              Words("its accuracy rises", "its accuracy falls", "no change detected"), 0.02),
-        shown("the on-policy pairs under length-biased labels: agreement", "final eval/proxy_gold_agreement: "
-              "different source with − without on-policy pairs, length-biased labels, per seed", FRACTION,
-              paired(RM_MIS, mis_arm("different", 0.2, "length_biased"), mis_arm("different", 0, "length_biased"),
-                     AGREEMENT),
-              Words("higher agreement with the on-policy pairs", "lower agreement with the on-policy pairs",
-                    "no agreement difference detected"), 0.02),
-        shown("and gold, under length-biased labels", "final gold: different source with − without on-policy "
-              "pairs, length-biased labels, per seed", GOLD,
-              paired(RM_MIS, mis_arm("different", 0.2, "length_biased"), mis_arm("different", 0, "length_biased"),
-                     final_gold),
-              gold_words("more gold with the on-policy pairs", "less gold with the on-policy pairs")),
-    ), note="The on-policy pairs come from a policy trained against the same-source RM, not the RM they fix, and are "
-            "labelled like the rest (rm_mis_scoring); the superseded rm_source_5rms drew them from a policy trained "
-            "against the RM being fixed and never measured the mis-scoring.", min_rms=RM_CLAIM_RMS),
+          "samples into its training data fixes it.", (RM_MIS_PROBE,), (
+        Part("a different-source RM mis-scores the policy's text", "final probe/proxy_gold_agreement (the RM's "
+             "accuracy against gold on pairs of one optimised probe policy's samples, the same text for every arm): "
+             "same − different source, per seed", FRACTION, +1, 0.02,
+             paired(RM_MIS_PROBE, SAME, DIFF, PROBE_AGREEMENT)),
+        Part("20 % on-policy pairs fix the mis-scoring", "final probe/proxy_gold_agreement: different source with − "
+             "without on-policy pairs, per seed", FRACTION, +1, 0.02,
+             paired(RM_MIS_PROBE, DIFF_MIX, DIFF, PROBE_AGREEMENT)),
+        Part("and the policy's gold", "final gold: different source with − without on-policy pairs, per seed", GOLD,
+             +1, GOLD_MARGIN, paired(RM_MIS_PROBE, DIFF_MIX, DIFF, final_gold)),
+        shown("on the text of the policy each RM trained", "final eval/proxy_gold_agreement (on pairs of the "
+              "arm's own policy's samples, which partly measures how far that policy exploited its RM): same − "
+              "different source, per seed", FRACTION, paired(RM_MIS_PROBE, SAME, DIFF, AGREEMENT),
+              Words("the same-source RM more accurate on its policy's text",
+                    "the same-source RM less accurate on its policy's text", "no agreement difference detected"),
+              0.02),
+    ), note="Every RM starts from an SFT run of its own family (reward_model.init: sft) and is read on one common "
+            "text per seed: the samples of a probe policy trained against a held-out same-source RM (seed 100 + s), "
+            "which also gives seed s's mixed RM its on-policy pairs (training prompts; agreement read on eval "
+            "prompts); unbiased labels (rm_mis_scoring_probe). The superseded rm_mis_scoring confounded source with "
+            "initialisation and read each RM on its own policy's text.", min_rms=RM_CLAIM_RMS),
     Claim("C18", "The RM should be ≥ 1/10 of the policy's size, and an ensemble of 3–5 small RMs ≈ one larger RM.",
           (RM_SIZE,), (
         Part("an RM below 1/10 of the policy does worse", "final gold: mean over RMs ≥ 1/10 of the policy's params − "

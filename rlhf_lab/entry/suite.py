@@ -70,7 +70,7 @@ SUITE: list[tuple[str, str]] = [
     ("length_penalty", "C11"),
     ("ref_sync", "C3"),
     ("rm_source_matched", "C16"),
-    ("rm_mis_scoring", "C17"),
+    ("rm_mis_scoring_probe", "C17"),
     ("rm_size_vs_policy_size_5rms", "C18"),
     ("gao_rm_scaling", "C10 C13"),
     ("gao_rm_scaling_kl", "C13"),

@@ -19,13 +19,7 @@ _ON_POLICY = ("suite_artifacts/rm_source_on_policy",
               ["study=rm_source_on_policy", "algo=ppo", "reward_model=different_source", "kl=fixed", "kl.beta=0.01",
                "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
               "data.on_policy_path")
-# C17's newer design: the on-policy pairs come from a policy trained against the same-source RM, not the RM they fix
-_ON_POLICY_OTHER_RM = ("suite_artifacts/rm_mis_scoring_on_policy",
-                       ["study=rm_mis_scoring_on_policy", "algo=ppo", "reward_model=same_source", "kl=fixed",
-                        "kl.beta=0.01", "algo.steps=70", "eval.every_n_steps=10", "seed=100"],
-                       "data.on_policy_path")
-PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY,
-                                                  "rm_mis_scoring": _ON_POLICY_OTHER_RM}
+PREPARE: dict[str, tuple[str, list[str], str]] = {"rm_source_5rms": _ON_POLICY}
 # Studies that need one artifact per seed s, made by one job each into <folder>/seed_<s> with the job's seed (and its
 # RM's) 100 + s, which the study file reads itself: C17's redesign, a probe policy per seed trained against a
 # held-out same-source RM (sweeps/sweep/rm_mis_scoring_probe.yaml)

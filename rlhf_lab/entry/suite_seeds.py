@@ -72,8 +72,6 @@ def reproduction_problem(study: str, overrides: list[str], out: str, runs_files:
 
 # Studies --decide does not extend, whatever their power asks: a design known to be flawed gets no more seeds of it.
 NOT_EXTENDED = {
-    "rm_mis_scoring": "C17's arms differ in the RM's initialisation too (same-source from SFT, the others from "
-                      "pretraining): redesign first",
     "gao_rm_scaling": "C13's evaluations are log-spaced in steps, not in KL (few points near the peak): redesign first",
 }
 
