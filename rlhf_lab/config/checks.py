@@ -132,9 +132,15 @@ def check_data(d: DictConfig) -> None:
                           f"< 1 - data.eval_fraction (={1 - get(d, 'eval_fraction'):g}), leaving prompts to train on")
     if source == "world":
         need_all(d, "data", {"n_train": (at_least(1), ">= 1"), "n_eval": non_negative,
-                             "on_policy_fraction": unit_interval})
+                             "on_policy_fraction": unit_interval, "degenerate_fraction": unit_interval})
         if (get(d, "on_policy_fraction") or 0) > 0 and not get(d, "on_policy_path"):
             raise ConfigError("data.on_policy_path", None, "a policy checkpoint folder when data.on_policy_fraction > 0")
+        if (get(d, "on_policy_fraction") or 0) + (get(d, "degenerate_fraction") or 0) > 1:
+            raise ConfigError("data.degenerate_fraction", get(d, "degenerate_fraction"),
+                              "<= 1 - data.on_policy_fraction (the rest of the pairs are SFT pairs)")
+        temps = get(d, "sft_temperatures")
+        if temps is not None and (len(temps) == 0 or any(not (float(t) > 0) for t in temps)):
+            raise ConfigError("data.sft_temperatures", list(temps), "null or a non-empty list of temperatures > 0")
         return
     if "format" in d:
         choice(d, "data", "format", DATA_FORMATS)
@@ -280,6 +286,10 @@ def validate(cfg: DictConfig) -> None:
     for group in ("pretrain", "sft"):
         if isinstance(cfg.get(group), DictConfig):
             check_upstream(cfg[group], group)
+    temps, t0 = get(cfg, "data.sft_temperatures"), get(cfg, "generation.temperature")
+    if temps and t0 is not None and float(t0) not in [float(t) for t in temps]:
+        raise ConfigError("data.sft_temperatures", list(temps), f"a list that holds generation.temperature "
+                          f"(={float(t0):g}): the RM is normalised on the SFT samples at that temperature")
     if isinstance(cfg.get("gold"), DictConfig):
         check_gold(cfg)
     check_external_data(cfg)

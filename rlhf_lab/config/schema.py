@@ -269,6 +269,8 @@ class WorldDataConfig:
     seed: int = MISSING
     on_policy_path: Optional[str] = MISSING
     on_policy_fraction: float = MISSING
+    degenerate_fraction: float = MISSING
+    sft_temperatures: Optional[List[float]] = MISSING
 
 
 @dataclass

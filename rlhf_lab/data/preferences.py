@@ -145,12 +145,15 @@ def relabel_pairs(labelling: Labelling, pairs: list[PreferencePair], gold, rng: 
 @torch.no_grad()
 def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts: list[str], seed: int, source: str,
                  batch_size: int = 256, gold=None, progress=None,
-                 key: str = "policy.name_or_path", device: torch.device | str = "cpu") -> list[PreferencePair]:
+                 key: str = "policy.name_or_path", device: torch.device | str = "cpu",
+                 second=None) -> list[PreferencePair]:
     """Two responses per prompt from the policy checkpoint (named by config `key` in its errors; loaded with
     `options`, ``models.families.load_options``), sampled with the ``generation`` settings `gen`
     (:class:`rlhf_lab.config.schema.GenerationConfig`), labelled by :func:`label_pairs` (`gold`: see there). `progress`: a bar whose ``update(n)`` is called with the number of
     prompts of each batch sampled and labelled. `device`: where the policy samples
-    (:func:`rlhf_lab.runs.distributed.work_device`)."""
+    (:func:`rlhf_lab.runs.distributed.work_device`). `second`: None samples the second response too; else a function
+    ``(responses, ended) -> (responses, ended)`` that makes it from the first (a degenerate variant of it:
+    :class:`rlhf_lab.data.degenerate.Variants`), so one sample per prompt."""
     from rlhf_lab.models.families import load_causal_lm, load_tokenizer
     from rlhf_lab.models.sampling import sample
 
@@ -164,9 +167,13 @@ def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts:
         chunk = prompts[i : i + batch_size]
         ra = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
                     sampler=g.sampler)
-        rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
-                    sampler=g.sampler)
-        pairs += label_pairs(labelling, chunk, ra.responses, rb.responses, ra.ended, rb.ended, rng, source, gold)
+        if second is None:
+            rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
+                        sampler=g.sampler)
+            b, ended_b = rb.responses, rb.ended
+        else:
+            b, ended_b = second(ra.responses, ra.ended)
+        pairs += label_pairs(labelling, chunk, ra.responses, b, ra.ended, ended_b, rng, source, gold)
         if progress is not None:
             progress.update(len(chunk))
     return pairs

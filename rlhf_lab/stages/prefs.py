@@ -1,9 +1,10 @@
 """Stage ``prefs``: preference pairs sampled from the SFT policy and labelled by the world's labeler.
 
 Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` held-out eval-split ones;
-:mod:`rlhf_lab.world.splits`), optionally a
-fraction of the training pairs from another policy checkpoint (``data.on_policy_path``,
-``data.on_policy_fraction``). Each pair records both responses' gold rewards: the formula's, or a gold RM's
+:mod:`rlhf_lab.world.splits`), optionally a fraction of the training pairs from another policy checkpoint
+(``data.on_policy_path``, ``data.on_policy_fraction``), a fraction that pairs an SFT response with a degenerate
+variant of itself (``data.degenerate_fraction``, :mod:`rlhf_lab.data.degenerate`), and the SFT pairs sampled at
+several temperatures (``data.sft_temperatures``): the coverage a gold RM needs (``gold=rm_world``). Each pair records both responses' gold rewards: the formula's, or a gold RM's
 (``gold=rm``, :mod:`rlhf_lab.stages.gold`), on which the labeler then adds its biases. The pairs are one cached
 artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
 MLflow run, with a progress bar named ``prefs`` that counts the pairs sampled and labelled (one per prompt; a
@@ -13,6 +14,7 @@ tie in text is then dropped). External pairs (``data=jsonl|hf``) are not a stage
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -23,6 +25,7 @@ from rlhf_lab.config.schema import GenerationConfig, settings
 from rlhf_lab.models import families as F
 from rlhf_lab.runs import active_run, tracking
 from rlhf_lab.runs.distributed import work_device
+from rlhf_lab.data.degenerate import Variants
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import (
@@ -53,6 +56,11 @@ def spec(cfg: DictConfig) -> dict:
     }
     if s["on_policy_fraction"] == 0.0:  # no pair comes from it: a path set for other jobs changes nothing here
         s["on_policy_path"] = None
+    # the gold recipe's coverage (issue 43), in the spec only when used: every key computed before stays valid
+    if float(dc.get("degenerate_fraction") or 0.0) > 0:
+        s["degenerate_fraction"] = float(dc.degenerate_fraction)
+    if dc.get("sft_temperatures"):
+        s["sft_temperatures"] = [float(t) for t in dc.sft_temperatures]
     if G.is_rm(cfg):  # the gold RM labels the pairs (none added for the formula: earlier keys stay valid)
         s["gold_rm"] = G.identity(cfg)
     frac = s["on_policy_fraction"]
@@ -60,7 +68,28 @@ def spec(cfg: DictConfig) -> dict:
         raise ValueError(f"data.on_policy_fraction={frac} must be in [0, 1]")
     if frac > 0 and not s["on_policy_path"]:
         raise ValueError("data.on_policy_fraction > 0 needs data.on_policy_path=<a policy checkpoint folder>")
+    if frac + s.get("degenerate_fraction", 0.0) > 1.0:
+        raise ValueError(f"data.on_policy_fraction + data.degenerate_fraction = "
+                         f"{frac + s['degenerate_fraction']:g} must be <= 1 (the rest are SFT pairs)")
     return s
+
+
+def sft_parts(spec: dict, gen: GenerationConfig, prompts: list[str]) -> list[tuple[GenerationConfig, list[str], int, str]]:
+    """(generation settings, prompts, seed, source) of each part of the SFT pairs: one part at the ``generation``
+    temperature (seed ``data.seed``), or, with ``data.sft_temperatures``, the prompts split evenly over those
+    temperatures in order (part i with seed ``data.seed + 10 * i``). A part at another temperature than
+    ``generation.temperature`` is recorded as source ``sft@<t>``, so that the RM is normalised on the SFT samples
+    the policy starts from only (:func:`rlhf_lab.algorithms.rm.normalization_set`)."""
+    temps = spec.get("sft_temperatures")
+    if not temps:
+        return [(gen, prompts, spec["seed"], "sft")]
+    n, parts = len(temps), []
+    for i, t in enumerate(temps):
+        chunk = prompts[i * len(prompts) // n : (i + 1) * len(prompts) // n]
+        same = t == float(gen.temperature)
+        parts.append((gen if same else replace(gen, temperature=t), chunk, spec["seed"] + 10 * i,
+                      "sft" if same else f"sft@{t:g}"))
+    return parts
 
 
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
@@ -74,6 +103,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         tags["rlhf_lab.upstream.gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     with tracking.start_run(run_settings(cfg), "prefs", params=params, tags=tags) as run:
         n_on = int(round(spec["n_train"] * spec["on_policy_fraction"]))
+        n_deg = int(round(spec["n_train"] * spec.get("degenerate_fraction", 0.0)))
         train_prompts = D.prompts(W.world_settings(cfg), "prefs", spec["n_train"], split="train")
         held_prompts = D.prompts(W.world_settings(cfg), "prefs_eval", spec["n_eval"], split="eval")
         seed = spec["seed"]
@@ -81,12 +111,19 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         dev = work_device(to_plain(cfg.trainer))  # trainer=gpu: the policy samples on the GPU
         if gold is not None:
             gold.to(dev)
+        labelling, gen, options = how
         with work_bar("prefs", len(train_prompts) + len(held_prompts), "pair", bool(cfg.trainer.progress_bar)) as bar:
-            train = sample_pairs(*how, spec["sft"], train_prompts[n_on:], seed, "sft", gold=gold, progress=bar,
-                                 device=dev)
+            train = []
+            for g, chunk, s, src in sft_parts(spec, gen, train_prompts[n_on + n_deg:]):
+                train += sample_pairs(labelling, g, options, spec["sft"], chunk, s, src, gold=gold, progress=bar,
+                                      device=dev)
             if n_on:
                 train += sample_pairs(*how, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy",
                                       gold=gold, progress=bar, key="data.on_policy_path", device=dev)
+            if n_deg:  # an SFT response against a degenerate variant of itself (rlhf_lab.data.degenerate)
+                train += sample_pairs(*how, spec["sft"], train_prompts[n_on : n_on + n_deg], seed + 3, "degenerate",
+                                      gold=gold, progress=bar, device=dev,
+                                      second=Variants(seed, gen.max_new_tokens))
             held = sample_pairs(*how, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar, device=dev)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
@@ -94,6 +131,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         agree = [p.gold_agrees for p in train]
         stats = {"prefs/n_train": len(train), "prefs/n_eval": len(held),
                  "prefs/label_gold_agreement": sum(agree) / len(agree)}
+        if n_deg:
+            stats["prefs/n_degenerate"] = sum(p.source == "degenerate" for p in train)
         if gold is not None:  # how often the gold RM orders a pair as the world's formula does
             stats["prefs/gold_formula_agreement"] = gold_formula_agreement(cfg, train)
         active_run.log_metrics(stats, step=0)
