@@ -304,3 +304,45 @@ def test_external_pairs_are_relabelled_by_the_gold_rm(gold_rms, tmp_path):
         assert len(train) == len(plain) and all(q.gold_chosen > q.gold_rejected for q in train + held)
         chosen[name] = [q.chosen for q in train]
     assert all(x != y for x, y in zip(chosen["along"], chosen["against"]))  # the gold RM decides each label
+
+
+def test_a_gold_ensemble_logs_its_members_disagreement_and_the_summary_warns_past_its_depth(tiny_cfg, rm_base,
+                                                                                           random_policy, tmp_path):
+    """eval/gold_rm_std: the mean over samples of the std of the members' standardised scores (by hand here);
+    eval/gold_rm_std_ratio: that over the level rm_norm.json records for its held-out pairs; a one-member gold logs
+    neither; the job summary warns past GOLD_DEPTH times the level, and only then."""
+    from rlhf_lab.entry.run import GOLD_DEPTH, gold_depth_warning
+    from rlhf_lab.models.reward import HELDOUT_SPREAD
+    from rlhf_lab.stages.evaluate import evaluate
+
+    member, tok = rm_base
+    policy, ptok = random_policy
+    base = tmp_path / "base"
+    member.save_pretrained(base)
+    tok.save_pretrained(base)
+    torch.manual_seed(7)  # another scalar head: a second member that disagrees
+    second = F.load_sequence_scorer(base, tok).eval()
+    folder = tmp_path / "ensemble"
+    folder.mkdir()
+    tok.save_pretrained(folder)
+    member.save_pretrained(folder / "member_0")
+    second.save_pretrained(folder / "member_1")
+    scorer = RewardScorer([member, second], tok, member_gain=[2.0, 0.5], member_bias=[0.1, -0.3])
+    scorer.save_norm(folder, {HELDOUT_SPREAD: 0.01})
+    cfg = tiny_cfg(*EVAL, "gold=rm", f"gold.path={folder}")
+    m, rows = evaluate(cfg, policy, ptok, gold=G.load_gold(cfg))
+    p, y, e = [r["prompt"] for r in rows], [r["response"] for r in rows], [r["ended"] for r in rows]
+    raw = torch.stack([RewardScorer([m_], tok, normalize=False)(p, y, e) for m_ in (member, second)])
+    z = torch.tensor([[2.0], [0.5]]) * raw + torch.tensor([[0.1], [-0.3]])
+    by_hand = float(z.std(0, correction=0).mean())
+    assert by_hand > 0 and m["eval/gold_rm_std"] == pytest.approx(by_hand, rel=1e-4)
+    assert m["eval/gold_rm_std_ratio"] == pytest.approx(by_hand / 0.01, rel=1e-4)
+    one, _ = evaluate(tiny_cfg(*EVAL, "gold=rm", f"gold.path={gold_rms_one(tmp_path, member, tok)}"), policy, ptok,
+                      gold=G.load_gold(tiny_cfg(*EVAL, "gold=rm", f"gold.path={tmp_path / 'one'}")))
+    assert "eval/gold_rm_std" not in one and "eval/gold_rm_std_ratio" not in one
+    assert "out of its depth" in gold_depth_warning({"eval/gold_rm_std_ratio": GOLD_DEPTH + 0.1})
+    assert gold_depth_warning({"eval/gold_rm_std_ratio": GOLD_DEPTH}) is None and gold_depth_warning({}) is None
+
+
+def gold_rms_one(tmp_path, member, tok) -> Path:
+    return make_rm(tmp_path / "one", member, tok, 1.0)

@@ -191,6 +191,7 @@ def test_ensemble_with_lora_and_on_policy_pairs(tiny_cfg, tmp_path):
     assert meta["n_members"] == 2 and meta["model/params_trainable"] < meta["model/params_total"] / 3
     sc = rm_stage.load_scorer(cfg)
     assert len(sc.members) == 2 and sc.conservative_lambda == 1.0
+    assert sc.heldout_spread == pytest.approx(ev["rm/ensemble_std"])  # the level a gold's disagreement is read against
     # normalize / conservative_lambda act when the RM is used: they do not change the cache key
     assert rm_stage.spec(tiny_cfg(*RM_TINY, "reward_model.ensemble=2", "reward_model.lora.r=8", "reward_model.lr=3e-3",
                               f"data.on_policy_path={sft}", "data.on_policy_fraction=0.5",

@@ -333,3 +333,24 @@ def test_rm_mis_scoring_probe_arms_differ_only_in_the_rm_source_and_its_on_polic
         assert all(k.startswith("reward_model.") or k == "data.on_policy_fraction" for k in diff), (name, diff)
     assert {k for k in arms["+rm_src=different"] if arms["+rm_src=different"][k] != arms["+rm_src=different_mix"].get(k)} \
         == {"data.on_policy_fraction"}
+
+
+@pytest.mark.slow
+def test_gold_recipes_arms_differ_only_in_the_gold_and_beta():
+    """Issue 43: within a β and seed the five recipes compose alike but for gold.build.* (the gold's coverage, pairs,
+    steps, members); within a recipe and seed the β arms differ only in kl.*; one proxy RM per seed."""
+    jobs = sweeping.plan(["sweep=gold_recipes"], validate=False)
+    assert len(jobs) == 75
+    seed0 = {(next(o for o in j if o.startswith("+gold_recipe=")), next(o for o in j if o.startswith("+ppo_kl="))):
+             _flat(job_cfg(j)) for j in jobs if "seed=5" in j}
+    assert len(seed0) == 15 and not [j for j in jobs if "seed=0" in j]  # seeds 0-2 shaped the recipes (pilot)
+    base = seed0[("+gold_recipe=base", "+ppo_kl=fixed_0")]
+    assert base["gold.source"] == "rm" and base["reward_model.seed"] == 5
+    assert base["gold.build.data.degenerate_fraction"] == 0.0 and base["data.degenerate_fraction"] == 0.0
+    for (recipe, kl), arm in seed0.items():
+        diff = {k for k in set(base) | set(arm) if base.get(k) != arm.get(k)}
+        assert all(k.startswith(("gold.build.", "kl.")) for k in diff), (recipe, kl, diff)
+        assert (kl == "+ppo_kl=fixed_0") == all(not k.startswith("kl.") for k in diff)
+    broad = seed0[("+gold_recipe=broad_ensemble", "+ppo_kl=fixed_0")]
+    assert broad["gold.build.reward_model.ensemble"] == 3 and broad["gold.build.data.n_train"] == 40000
+    assert broad["gold.build.data.sft_temperatures"] == [0.7, 1.0, 1.3]

@@ -13,7 +13,10 @@ labeler on the formula), so the labels, not this module, say which is better. Th
 - ``filler``: 1 to 3 filler phrases of the world (``grammar.FILLERS``) put between its sentences;
 - ``long``: neutral sentences of the world (``grammar.NEUTRAL_SENTENCES``) added until it reaches the length limit;
 - ``short``: its first sentence only (the empty response when it has one sentence);
-- ``babble``: one of its words said 3 to 6 times in a row ("great great great"), outside the grammar.
+- ``babble``: one of its words said 3 to 6 times in a row ("great great great"), outside the grammar;
+- ``drop``: 1 or 2 words left out of one of its sentences ("the lid very good ."): the word salad that the policies
+  of a pilot of ``gold_recipes`` (seeds 0–2 at β = 0) were pushed into, positive words without a grammatical sentence;
+- ``shuffle``: the words of one of its sentences in another order, its final "." kept.
 
 The length limit is ``generation.max_new_tokens`` words: no variant is longer than a policy could sample. Every
 variant is a pure function of the response and the random generator, so the pairs are reproducible from the seed.
@@ -25,7 +28,7 @@ import random
 
 from rlhf_lab.world import grammar as G
 
-KINDS = ("repeat", "loop", "truncate", "filler", "long", "short", "babble")
+KINDS = ("repeat", "loop", "truncate", "filler", "long", "short", "babble", "drop", "shuffle")
 
 
 def sentences(response: str) -> list[str]:
@@ -90,14 +93,26 @@ def variant(response: str, ended: bool, kind: str, rng: random.Random, max_words
         return fit(" ".join(out), max_words), ended
     if kind == "short":
         return (sents[0] if len(sents) > 1 else ""), ended
-    i = rng.randrange(len(words))  # babble
-    out = words[:i] + [words[i]] * rng.randint(3, 6) + words[i + 1 :]
+    if kind == "babble":
+        i = rng.randrange(len(words))
+        out = words[:i] + [words[i]] * rng.randint(3, 6) + words[i + 1 :]
+        return fit(" ".join(out), max_words), ended
+    j = rng.randrange(len(sents))  # drop, shuffle: one sentence loses its grammar
+    body = sents[j].split()
+    end = body[-1:] if body[-1] == "." else []
+    body = body[: len(body) - len(end)]
+    if kind == "drop" and len(body) > 1:
+        for _ in range(min(rng.randint(1, 2), len(body) - 1)):
+            del body[rng.randrange(len(body))]
+    elif kind == "shuffle":
+        rng.shuffle(body)
+    out = sents[:j] + [" ".join(body + end)] + sents[j + 1 :]
     return fit(" ".join(out), max_words), ended
 
 
 def variants(responses: list[str], ended: list[bool], rng: random.Random, max_words: int,
              offset: int = 0) -> tuple[list[str], list[bool]]:
-    """One variant of each response, the kinds in turn (response i gets ``KINDS[(offset + i) % 7]``)."""
+    """One variant of each response, the kinds in turn (response i gets ``KINDS[(offset + i) % len(KINDS)]``)."""
     out = [degenerate(r, e, KINDS[(offset + i) % len(KINDS)], rng, max_words)
            for i, (r, e) in enumerate(zip(responses, ended))]
     return [t for t, _ in out], [e for _, e in out]

@@ -61,6 +61,19 @@ def set_threads(cfg: DictConfig) -> int:
     return int(n)
 
 
+GOLD_DEPTH = 2.0  # eval/gold_rm_std_ratio above which a job's summary says the gold RM is out of its depth
+
+
+def gold_depth_warning(ev: dict) -> str | None:
+    """The summary's warning when the gold RM's members disagree, at the last evaluation, more than
+    :data:`GOLD_DEPTH` times as much as on its held-out pairs: its gold figures there are not to be trusted."""
+    r = ev.get("eval/gold_rm_std_ratio")
+    if r is None or not r > GOLD_DEPTH:
+        return None
+    return (f"the gold RM's members disagree {r:.1f}x their held-out level at the last evaluation (eval/gold_rm_std_"
+            f"ratio > {GOLD_DEPTH:g}): the gold is out of its depth there, and its gold figures are not to be trusted")
+
+
 def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = None) -> str:
     lines = [
         "=" * 72,
@@ -79,6 +92,9 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
                 f" ± {ev[k + '_se']:.3f}" if k + "_se" in ev else "") for k in keys))
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")
+    depth = gold_depth_warning(meta.get("eval") or {})
+    if depth:
+        lines.append(f"  WARNING    : {depth}")
     uri = tracking_uri(configured_uri(cfg))
     from rlhf_lab.runs.tracking import ui_hint
 

@@ -87,7 +87,9 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
 
     ``details=False`` skips the policy and reference forward passes (entropy, KL) and the text statistics:
     only the rewards and their SEs, for a cheap extra slice. ``gold``: the world's gold weights or a gold
-    scorer (a gold RM); None logs no gold metric (external data). ``formula_gold``: the world's formula beside a
+    scorer (a gold RM; one of several members also logs `<prefix>gold_rm_std`, their mean disagreement, and
+    `<prefix>gold_rm_std_ratio`, that over its level on the gold's held-out pairs); None logs no gold metric (external
+    data). ``formula_gold``: the world's formula beside a
     gold RM, logged as `<prefix>formula_gold_reward` (with its SE and halves) on the same samples."""
     gold_fn = as_gold_scorer(gold)
     k = int(samples_per_prompt)
@@ -95,7 +97,8 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
         raise ValueError(f"eval.samples_per_prompt must be >= 1, got {k}")
     flat = [p for p in prompts for _ in range(k)]
     groups = [i for i in range(len(prompts)) for _ in range(k)]
-    golds, formula, proxy, kls, ents, lengths, texts, ended_all = [], [], [], [], [], [], [], []
+    golds, formula, proxy, kls, ents, lengths, texts, ended_all, spread = [], [], [], [], [], [], [], [], []
+    ensemble_gold = len(getattr(gold_fn, "members", ())) > 1  # a gold RM of several members: log their disagreement
     with seeded_sampling(seed):
         for i in range(0, len(flat), batch_size):
             chunk = flat[i : i + batch_size]
@@ -113,7 +116,12 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
             if scorer is not None:
                 proxy += scorer(chunk, ro.responses, ro.ended).tolist()
             if gold_fn is not None:
-                golds += [float(x) for x in gold_fn(chunk, ro.responses, ro.ended)]
+                if ensemble_gold:
+                    g, sd = gold_fn.scores_and_spread(chunk, ro.responses, ro.ended)
+                    spread += sd.tolist()
+                else:
+                    g = gold_fn(chunk, ro.responses, ro.ended)
+                golds += [float(x) for x in g]
             if formula_gold is not None:
                 formula += [float(x) for x in formula_gold(chunk, ro.responses, ro.ended)]
             lengths += ro.lengths.tolist()
@@ -125,6 +133,10 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
     rewards = {**gold_measures, **({"proxy_reward": proxy} if proxy else {})}
     for name, vals in rewards.items():
         metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
+    if spread:  # the gold's members disagree more off the text they were trained on: out of its depth
+        metrics[f"{prefix}gold_rm_std"] = mean(spread)
+        if getattr(gold_fn, "heldout_spread", None):
+            metrics[f"{prefix}gold_rm_std_ratio"] = mean(spread) / float(gold_fn.heldout_spread)
     if proxy and golds and k >= 2:  # the proxy's accuracy against gold on pairs of these responses (C17)
         values, pair_groups = pair_agreement(proxy, golds, groups)
         if values:

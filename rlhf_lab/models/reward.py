@@ -35,6 +35,7 @@ from rlhf_lab.models.checkpoints import CheckpointError, CheckpointNotFound
 
 NORM_FILE = "rm_norm.json"
 MEMBER_DIR = "member_{}"
+HELDOUT_SPREAD = "heldout_member_std"  # rm_norm.json of an ensemble: its members' mean std on its held-out pairs
 
 
 # ------------------------------------------------------------------------------------------------
@@ -189,6 +190,7 @@ class RewardScorer:
         if self.conservative_lambda < 0:
             raise ValueError(f"reward_model.conservative_lambda must be >= 0, got {conservative_lambda}")
         self.max_len, self.batch_size = int(max_len), int(batch_size)
+        self.heldout_spread: float | None = None
 
     @classmethod
     def from_path(cls, path, normalize: bool = True, conservative_lambda: float = 0.0,
@@ -204,8 +206,10 @@ class RewardScorer:
         tok = load_tokenizer(path, key)
         members = [load_sequence_scorer(path / MEMBER_DIR.format(i), tok, key, new_head=False,
                                         **(options or {})).eval() for i in range(int(info["n_members"]))]
-        return cls(members, tok, info["gain"], info["bias"], info.get("member_gain"), info.get("member_bias"),
-                   normalize=normalize, conservative_lambda=conservative_lambda, max_len=int(info.get("max_len", 128)))
+        scorer = cls(members, tok, info["gain"], info["bias"], info.get("member_gain"), info.get("member_bias"),
+                     normalize=normalize, conservative_lambda=conservative_lambda, max_len=int(info.get("max_len", 128)))
+        scorer.heldout_spread = info.get(HELDOUT_SPREAD)  # an ensemble's disagreement on its held-out pairs
+        return scorer
 
     def save_norm(self, path, extra: dict | None = None) -> None:
         info = {"n_members": len(self.members), "gain": self.gain, "bias": self.bias,
@@ -241,6 +245,13 @@ class RewardScorer:
     def standardized(self, raw: torch.Tensor) -> torch.Tensor:
         """Members' scores after their own standardisation, [K, B]."""
         return self.member_gain[:, None] * raw + self.member_bias[:, None]
+
+    def scores_and_spread(self, prompts: Sequence[str], responses: Sequence[str],
+                          ended: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The scorer's output and its members' disagreement on each sample: the population std of their standardised
+        scores (0 for one member), in units of the SFT samples' spread the members were standardised on."""
+        raw = self.member_scores(prompts, responses, ended)
+        return self.combine(raw), self.standardized(raw).std(0, correction=0)
 
     def combine(self, raw: torch.Tensor) -> torch.Tensor:
         """The scorer's output from raw member scores [K, B]."""

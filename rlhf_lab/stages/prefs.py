@@ -25,7 +25,7 @@ from rlhf_lab.config.schema import GenerationConfig, settings
 from rlhf_lab.models import families as F
 from rlhf_lab.runs import active_run, tracking
 from rlhf_lab.runs.distributed import work_device
-from rlhf_lab.data.degenerate import Variants
+from rlhf_lab.data.degenerate import KINDS as DEGENERATE_KINDS, Variants
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import (
@@ -57,8 +57,8 @@ def spec(cfg: DictConfig) -> dict:
     if s["on_policy_fraction"] == 0.0:  # no pair comes from it: a path set for other jobs changes nothing here
         s["on_policy_path"] = None
     # the gold recipe's coverage (issue 43), in the spec only when used: every key computed before stays valid
-    if float(dc.get("degenerate_fraction") or 0.0) > 0:
-        s["degenerate_fraction"] = float(dc.degenerate_fraction)
+    if float(dc.get("degenerate_fraction") or 0.0) > 0:  # with the kinds: a new kind is new pairs, never stale ones
+        s["degenerate_fraction"], s["degenerate_kinds"] = float(dc.degenerate_fraction), list(DEGENERATE_KINDS)
     if dc.get("sft_temperatures"):
         s["sft_temperatures"] = [float(t) for t in dc.sft_temperatures]
     if G.is_rm(cfg):  # the gold RM labels the pairs (none added for the formula: earlier keys stay valid)

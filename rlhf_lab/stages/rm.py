@@ -33,7 +33,7 @@ from rlhf_lab.algorithms.rm import (
 )
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
-from rlhf_lab.models.reward import RewardScorer, packable
+from rlhf_lab.models.reward import HELDOUT_SPREAD, RewardScorer, packable
 from rlhf_lab.models.sharding import whole
 from rlhf_lab.data.preferences import validate_pairs
 from rlhf_lab.config import world as W
@@ -230,10 +230,12 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         tok.save_pretrained(out_dir)
         for i, m in enumerate(members):
             m.save_pretrained(out_dir / f"member_{i}")
-        scorer.save_norm(out_dir, {"n_norm_samples": len(norm[0]), "normalised_on": "SFT samples of the training pairs",
-                                   "backbone": str(backbone), "source": str(rc.source)})
-
         metrics, rows = evaluate_rm(scorer, held)
+        extra = {"n_norm_samples": len(norm[0]), "normalised_on": "SFT samples of the training pairs",
+                 "backbone": str(backbone), "source": str(rc.source)}
+        if k > 1 and "rm/ensemble_std" in metrics:  # the level a gold's disagreement is read against (eval/gold_rm_std)
+            extra[HELDOUT_SPREAD] = metrics["rm/ensemble_std"]
+        scorer.save_norm(out_dir, extra)
         metrics.update({"rm/gain": scorer.gain, "rm/bias": scorer.bias,
                         "rm/raw_mean": float(raw_stats["raw_mean"][0]), "rm/raw_std": float(raw_stats["raw_std"][0]),
                         "rm/train_on_policy_fraction": n_on / len(train), "time/train_s": train_s})
