@@ -36,8 +36,9 @@ from rlhf_lab.analysis.runs import (
 from rlhf_lab.analysis.snapshot import portable_command
 
 
-# the histories a study report reads: the plotted curves and the two halves of the eval prompts (split-half drop)
-STUDY_HISTORY_KEYS = (*HISTORY_KEYS, HALF_A, HALF_B)
+# the histories a study report reads: the plotted curves and the two halves of the eval prompts (split-half drop);
+# and kept in its runs file for the hacking alarm's report, the training batches' proxy reward (objective/scores)
+STUDY_HISTORY_KEYS = (*HISTORY_KEYS, HALF_A, HALF_B, "objective/scores")
 
 
 def run_summary(r: RunData) -> dict[str, Any]:

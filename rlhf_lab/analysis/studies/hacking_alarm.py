@@ -153,12 +153,17 @@ def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n
                      ci_cell(with_ci(mean_stat([o.kept_vs_last for o in outs[m]]), counts))])
     _, y = design(later)
     per_study = ", ".join(f"{s} ({sum(c.study == s for c in later)})" for s in sorted({c.study for c in later}))
+    by_regime, _ = regime_rows(later, outs, n_boot)
     return lines + [f"{len(later)} runs started after {frozen_at} UTC ({per_study}), {len(y)} evaluations after the "
                     f"start ({int(y.sum())} past the peak), scored by the rule and baselines fitted on all the runs "
                     "above; intervals: bootstrap over these runs." + rerun, "",
                     md_table(["method", "AUC [95 % CI]", "AUC(rule) − AUC(method), paired", "runs raised",
                               "median lead/lag (steps)", "gold_b(kept) − gold_b(t*)",
-                              "gold_b(kept) − gold_b(last)"], rows), ""]
+                              "gold_b(kept) − gold_b(last)"], rows), "",
+                    "The same runs by KL regime, each regime's runs resampled on their own (compare the section "
+                    "\"AUC by KL regime\" above, on the fitted runs):", "",
+                    md_table(["KL regime", "runs", "studies", *(f"AUC {m}" for m in METHODS),
+                              f"AUC(rule) − AUC({PLATEAU}), paired"], by_regime), ""]
 
 
 def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None = None,
