@@ -56,16 +56,16 @@ def ci3(est: tuple[float, float, float]) -> str:
     return "–" if math.isnan(est[0]) else "{:.3f} [{:.3f}, {:.3f}]".format(*est)
 
 
-def regime_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int
-                ) -> tuple[list[list], dict[str, tuple]]:
-    """Per KL regime (:data:`~rlhf_lab.analysis.studies.alarm_fit.REGIMES`, then any other found): its runs, each
-    method's held-out AUC and the paired difference AUC(rule) − AUC(proxy plateau), the regime's runs resampled on
-    their own; and {regime: that difference}."""
+def regime_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int, by: str = "regime",
+                order: Sequence[str] = REGIMES) -> tuple[list[list], dict[str, tuple]]:
+    """Per KL regime (:data:`~rlhf_lab.analysis.studies.alarm_fit.REGIMES`, then any other found), or per value of
+    another field `by` of the cases (``algo``, in `order`): its runs, each method's held-out AUC and the paired
+    difference AUC(rule) − AUC(proxy plateau), the group's runs resampled on their own; and {group: that difference}."""
     rows, diffs = [], {}
-    found = [g for g in REGIMES if any(c.regime == g for c in cases)] + sorted(
-        {c.regime for c in cases} - set(REGIMES))
+    found = [g for g in order if any(getattr(c, by) == g for c in cases)] + sorted(
+        {getattr(c, by) for c in cases} - set(order))
     for g, regime in enumerate(found):
-        idx = [i for i, c in enumerate(cases) if c.regime == regime]
+        idx = [i for i, c in enumerate(cases) if getattr(c, by) == regime]
         sub = [cases[i] for i in idx]
         cnt = bootstrap_counts(len(sub), n_boot, SEED + 200 + g)
         stats = {m: auc_stat(sub, [outs[m][i] for i in idx]) for m in METHODS}

@@ -83,11 +83,13 @@ def exclusion_rows(excluded: dict[str, dict[str, int]]) -> list[list]:
             for reason, by in sorted(excluded.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))]
 
 
-def coverage_notes(runs_all: Sequence[tuple[str, RunData]], cases: Sequence[Case]) -> list[str]:
-    """Per algorithm: how many of its runs enter (in which studies), and why the others are left out."""
+def coverage_notes(runs_all: Sequence[tuple[str, RunData]], cases: Sequence[Case],
+                   later: Sequence[Case] = ()) -> list[str]:
+    """Per algorithm: how many of its runs enter the fit (in which studies), why the others are left out, and how
+    many of its `later` runs the prospective test scores where the fit has none."""
     notes = []
     for a in ALGOS:
-        mine = [c for c in cases if c.algo == a]
+        mine, new = [c for c in cases if c.algo == a], [c for c in later if c.algo == a]
         why: dict[str, set[str]] = {}
         for s, r in runs_all:
             reason = exclusion(r) if r.stage == a else None
@@ -98,7 +100,9 @@ def coverage_notes(runs_all: Sequence[tuple[str, RunData]], cases: Sequence[Case
         notes.append(f"{a.upper()}: {len(mine)} runs enter"
                      + (f" ({', '.join(sorted({c.study for c in mine}))})" if mine else "")
                      + (f"; {n_out} left out: {left}" if n_out else "")
-                     + (" — so the rule is neither fitted nor tested on it" if not mine else "") + ".")
+                     + ((f" — so the rule is not fitted on it; the prospective test below scores {len(new)} of its "
+                         "later runs" if new else " — so the rule is neither fitted nor tested on it")
+                        if not mine else "") + ".")
     return notes
 
 
@@ -154,6 +158,7 @@ def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n
     _, y = design(later)
     per_study = ", ".join(f"{s} ({sum(c.study == s for c in later)})" for s in sorted({c.study for c in later}))
     by_regime, _ = regime_rows(later, outs, n_boot)
+    by_algo, _ = regime_rows(later, outs, n_boot, by="algo", order=ALGOS)
     return lines + [f"{len(later)} runs started after {frozen_at} UTC ({per_study}), {len(y)} evaluations after the "
                     f"start ({int(y.sum())} past the peak), scored by the rule and baselines fitted on all the runs "
                     "above; intervals: bootstrap over these runs." + rerun, "",
@@ -163,7 +168,9 @@ def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n
                     "The same runs by KL regime, each regime's runs resampled on their own (compare the section "
                     "\"AUC by KL regime\" above, on the fitted runs):", "",
                     md_table(["KL regime", "runs", "studies", *(f"AUC {m}" for m in METHODS),
-                              f"AUC(rule) − AUC({PLATEAU}), paired"], by_regime), ""]
+                              f"AUC(rule) − AUC({PLATEAU}), paired"], by_regime), "", "And by algorithm:", "",
+                    md_table(["algorithm", "runs", "studies", *(f"AUC {m}" for m in METHODS),
+                              f"AUC(rule) − AUC({PLATEAU}), paired"], by_algo), ""]
 
 
 def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None = None,
@@ -350,7 +357,7 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
         rows.append([kind, name, len(sub), *(ci_cell(with_ci(auc_stat(sub, [outs[m][i] for i in idx]), cnt))
                                              for m in METHODS)])
     lines += [md_table(["by", "group", "runs", *(f"AUC {m}" for m in METHODS)], rows), ""]
-    lines += [f"- {note}" for note in coverage_notes(runs_all, cases)] + [""]
+    lines += [f"- {note}" for note in coverage_notes(runs_all, cases, later)] + [""]
     lines += ["By held-out study (\"–\": a study whose runs are all on one side of their peaks):", "",
               md_table(["study", "runs", "evaluations (past the peak)", "algorithms", *(f"AUC {m}" for m in METHODS)],
                        study_rows(cases, outs, n_boot)), ""]
