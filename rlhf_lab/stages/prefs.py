@@ -4,8 +4,9 @@ Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` 
 :mod:`rlhf_lab.world.splits`), optionally a fraction of the training pairs from another policy checkpoint
 (``data.on_policy_path``, ``data.on_policy_fraction``), a fraction that pairs an SFT response with a degenerate
 variant of itself (``data.degenerate_fraction``, :mod:`rlhf_lab.data.degenerate`), and the SFT pairs sampled at
-several temperatures (``data.sft_temperatures``): the coverage a gold RM needs (``gold=rm_world``). Each pair records both responses' gold rewards: the formula's, or a gold RM's
-(``gold=rm``, :mod:`rlhf_lab.stages.gold`), on which the labeler then adds its biases. The pairs are one cached
+several temperatures (``data.sft_temperatures``): the coverage a gold RM needs (``gold=rm_world``). Each pair
+records both responses' gold rewards: the formula's, or a gold RM's (``gold=rm``, :mod:`rlhf_lab.stages.gold`), on
+which the labeler then adds its biases. The pairs are one cached
 artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
 MLflow run, with a progress bar named ``prefs`` that counts the pairs sampled and labelled (one per prompt; a
 tie in text is then dropped). External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
