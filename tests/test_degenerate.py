@@ -48,13 +48,10 @@ def test_no_variant_is_longer_than_the_limit_and_the_same_seed_gives_the_same_va
     long = " ".join(["it works well . i like it ."] * 6)
     for k in DG.KINDS:
         assert len(DG.degenerate(long, True, k, random.Random(1), 20)[0].split()) <= 20
-    a = DG.Variants(seed=3, max_words=24)
-    b = DG.Variants(seed=3, max_words=24)
     texts, ended = [SFT] * 9, [True] * 9
-    assert a(texts[:4], ended[:4]) + a(texts[4:], ended[4:]) != ()  # two batches ...
-    first = b(texts, ended)
+    first = DG.Variants(seed=3, max_words=24)(texts, ended)
     again = DG.Variants(seed=3, max_words=24)
-    assert again(texts[:4], ended[:4])[0] + again(texts[4:], ended[4:])[0] == first[0]  # ... give one batch's variants
+    assert again(texts[:4], ended[:4])[0] + again(texts[4:], ended[4:])[0] == first[0]  # two batches give one's
     assert DG.Variants(seed=4, max_words=24)(texts, ended) != first
     kinds_in_turn = [DG.degenerate(SFT, True, k, random.Random(0), 24)[0] for k in DG.KINDS]
     assert len(set(kinds_in_turn)) == len(DG.KINDS)
@@ -92,6 +89,11 @@ def test_the_coverage_keys_enter_the_pairs_key_only_when_used(monkeypatch):
      "data.degenerate_fraction"),
     (["data.sft_temperatures=[]"], "data.sft_temperatures"),
     (["data.sft_temperatures=[1.0,0.0]"], "data.sft_temperatures"),
+    (["data.sft_temperatures=[0.7,1.3]"], "data.sft_temperatures"),  # generation.temperature 1.0 not in it
+    # a gold's own pairs are checked the same way, under their own keys
+    (["gold=rm_world", "gold.build.data.degenerate_fraction=0.9", "gold.build.data.on_policy_fraction=0.5",
+      "gold.build.data.on_policy_path=/x"], "gold.build.data.degenerate_fraction"),
+    (["gold=rm_world", "gold.build.data.sft_temperatures=[0.7]"], "gold.build.data.sft_temperatures"),
 ])
 def test_bad_coverage_settings_are_refused_naming_the_key(overrides, key):
     from rlhf_lab.config.checks import validate
@@ -121,6 +123,8 @@ def test_the_temperatures_must_hold_the_generation_temperature():
     with pytest.raises(ConfigError, match="holds generation.temperature"):
         validate(compose_cfg(["data.sft_temperatures=[0.7,1.3]"]))
     validate(compose_cfg(["data.sft_temperatures=[0.7,1.3]", "generation.temperature=0.7"]))
+    validate(compose_cfg(["gold=rm_world", "gold.build.data.degenerate_fraction=0.25",
+                          "gold.build.data.sft_temperatures=[0.7,1.0,1.3]"]))
 
 
 def test_prefs_with_degenerate_pairs_and_several_temperatures(tiny_cfg):

@@ -337,12 +337,8 @@ def test_a_gold_ensemble_logs_its_members_disagreement_and_the_summary_warns_pas
     by_hand = float(z.std(0, correction=0).mean())
     assert by_hand > 0 and m["eval/gold_rm_std"] == pytest.approx(by_hand, rel=1e-4)
     assert m["eval/gold_rm_std_ratio"] == pytest.approx(by_hand / 0.01, rel=1e-4)
-    one, _ = evaluate(tiny_cfg(*EVAL, "gold=rm", f"gold.path={gold_rms_one(tmp_path, member, tok)}"), policy, ptok,
-                      gold=G.load_gold(tiny_cfg(*EVAL, "gold=rm", f"gold.path={tmp_path / 'one'}")))
+    single = tiny_cfg(*EVAL, "gold=rm", f"gold.path={make_rm(tmp_path / 'one', member, tok, 1.0)}")
+    one, _ = evaluate(single, policy, ptok, gold=G.load_gold(single))
     assert "eval/gold_rm_std" not in one and "eval/gold_rm_std_ratio" not in one
     assert "out of its depth" in gold_depth_warning({"eval/gold_rm_std_ratio": GOLD_DEPTH + 0.1})
     assert gold_depth_warning({"eval/gold_rm_std_ratio": GOLD_DEPTH}) is None and gold_depth_warning({}) is None
-
-
-def gold_rms_one(tmp_path, member, tok) -> Path:
-    return make_rm(tmp_path / "one", member, tok, 1.0)

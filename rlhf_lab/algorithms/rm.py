@@ -254,8 +254,7 @@ def evaluate_rm(scorer: RewardScorer, pairs) -> tuple[dict[str, float], list[dic
     if len(scorer.members) > 1:
         for k in range(len(scorer.members)):
             m[f"rm/member_{k}/accuracy"] = _mean(_win(c, r) for c, r in zip(raw[k, :n].tolist(), raw[k, n:].tolist()))
-        z = scorer.standardized(raw)
-        m["rm/ensemble_std"] = float(z.std(0, correction=0).mean())
+        m["rm/ensemble_std"] = float(scorer.spread(raw).mean())
     if all(p.gold_chosen is not None for p in pairs):
         gold = [p.gold_chosen for p in pairs] + [p.gold_rejected for p in pairs]
         m["rm/spearman_gold"] = spearman(s.tolist(), gold)

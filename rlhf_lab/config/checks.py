@@ -131,17 +131,7 @@ def check_data(d: DictConfig) -> None:
         raise ConfigError("data.test_fraction", get(d, "test_fraction"),
                           f"< 1 - data.eval_fraction (={1 - get(d, 'eval_fraction'):g}), leaving prompts to train on")
     if source == "world":
-        need_all(d, "data", {"n_train": (at_least(1), ">= 1"), "n_eval": non_negative,
-                             "on_policy_fraction": unit_interval, "degenerate_fraction": unit_interval})
-        if (get(d, "on_policy_fraction") or 0) > 0 and not get(d, "on_policy_path"):
-            raise ConfigError("data.on_policy_path", None, "a policy checkpoint folder when data.on_policy_fraction > 0")
-        if (get(d, "on_policy_fraction") or 0) + (get(d, "degenerate_fraction") or 0) > 1:
-            raise ConfigError("data.degenerate_fraction", get(d, "degenerate_fraction"),
-                              "<= 1 - data.on_policy_fraction (the rest of the pairs are SFT pairs)")
-        temps = get(d, "sft_temperatures")
-        if temps is not None and (len(temps) == 0 or any(not (float(t) > 0) for t in temps)):
-            raise ConfigError("data.sft_temperatures", list(temps), "null or a non-empty list of temperatures > 0")
-        return
+        return  # the world's pairs: check_pairs, which needs generation.temperature too
     if "format" in d:
         choice(d, "data", "format", DATA_FORMATS)
     limit = (optional(at_least(1)), ">= 1 or null (no limit)")  # data_files.jsonl_rows, data_files.check_total_size
@@ -178,6 +168,26 @@ def check_reward_model(rc: DictConfig) -> None:
                                   "norm_samples": (at_least(1), ">= 1")})
 
 
+def check_pairs(d: DictConfig, prefix: str, temperature) -> None:
+    """The world's preference pairs, as the job's ``data`` group or the gold's (``gold.build.data`` over it), named
+    under `prefix`: their counts, the on-policy and degenerate fractions, and the SFT temperatures, which must hold
+    ``generation.temperature`` (`temperature`): the RM is normalised on the SFT samples at that temperature."""
+    need_all(d, prefix, {"n_train": (at_least(1), ">= 1"), "n_eval": non_negative,
+                         "on_policy_fraction": unit_interval, "degenerate_fraction": unit_interval})
+    if (get(d, "on_policy_fraction") or 0) > 0 and not get(d, "on_policy_path"):
+        raise ConfigError(f"{prefix}.on_policy_path", None,
+                          f"a policy checkpoint folder when {prefix}.on_policy_fraction > 0")
+    if (get(d, "on_policy_fraction") or 0) + (get(d, "degenerate_fraction") or 0) > 1:
+        raise ConfigError(f"{prefix}.degenerate_fraction", get(d, "degenerate_fraction"),
+                          f"<= 1 - {prefix}.on_policy_fraction (the rest of the pairs are SFT pairs)")
+    temps = get(d, "sft_temperatures")
+    if temps is not None and (len(temps) == 0 or any(not (float(t) > 0) for t in temps)):
+        raise ConfigError(f"{prefix}.sft_temperatures", list(temps), "null or a non-empty list of temperatures > 0")
+    if temps and temperature is not None and float(temperature) not in [float(t) for t in temps]:
+        raise ConfigError(f"{prefix}.sft_temperatures", list(temps), f"a list that holds generation.temperature "
+                          f"(={float(temperature):g}): the RM is normalised on the SFT samples at that temperature")
+
+
 def check_gold(cfg: DictConfig) -> None:
     """``gold``: the formula, or a gold RM given as a folder (``gold.path``) or built on the world (``gold.build``)."""
     g = cfg.gold
@@ -193,6 +203,9 @@ def check_gold(cfg: DictConfig) -> None:
         why = "" if world else f" (gold=rm_world builds its RM on the world; data={get(cfg, 'data.source')} has no formula)"
         raise ConfigError("gold.path", "???" if missing else path,
                           f"set with gold=rm: {RM_FOLDER}" + (why or "; or gold=rm_world to build one on the world"))
+    else:  # the gold's own pairs (stages.gold.build_config sets gold.build.data over the job's data group)
+        check_pairs(OmegaConf.merge(cfg.data, g.build.get("data") or {}), "gold.build.data",
+                    get(cfg, "generation.temperature"))
 
 
 def check_kl(kl: DictConfig) -> None:
@@ -286,10 +299,8 @@ def validate(cfg: DictConfig) -> None:
     for group in ("pretrain", "sft"):
         if isinstance(cfg.get(group), DictConfig):
             check_upstream(cfg[group], group)
-    temps, t0 = get(cfg, "data.sft_temperatures"), get(cfg, "generation.temperature")
-    if temps and t0 is not None and float(t0) not in [float(t) for t in temps]:
-        raise ConfigError("data.sft_temperatures", list(temps), f"a list that holds generation.temperature "
-                          f"(={float(t0):g}): the RM is normalised on the SFT samples at that temperature")
+    if isinstance(cfg.get("data"), DictConfig) and get(cfg, "data.source") == "world":
+        check_pairs(cfg.data, "data", get(cfg, "generation.temperature"))
     if isinstance(cfg.get("gold"), DictConfig):
         check_gold(cfg)
     check_external_data(cfg)

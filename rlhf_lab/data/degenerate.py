@@ -15,7 +15,8 @@ labeler on the formula), so the labels, not this module, say which is better. Th
 - ``short``: its first sentence only (the empty response when it has one sentence);
 - ``babble``: one of its words said 3 to 6 times in a row ("great great great"), outside the grammar;
 - ``drop``: 1 or 2 words left out of one of its sentences ("the lid very good ."): the word salad that the policies
-  of a pilot of ``gold_recipes`` (seeds 0–2 at β = 0) were pushed into, positive words without a grammatical sentence;
+  of a pilot of ``gold_recipes`` (seeds 0–2 at β = 0) were pushed into, positive words without a grammatical
+  sentence;
 - ``shuffle``: the words of one of its sentences in another order, its final "." kept.
 
 The length limit is ``generation.max_new_tokens`` words: no variant is longer than a policy could sample. Every
@@ -110,14 +111,6 @@ def variant(response: str, ended: bool, kind: str, rng: random.Random, max_words
     return fit(" ".join(out), max_words), ended
 
 
-def variants(responses: list[str], ended: list[bool], rng: random.Random, max_words: int,
-             offset: int = 0) -> tuple[list[str], list[bool]]:
-    """One variant of each response, the kinds in turn (response i gets ``KINDS[(offset + i) % len(KINDS)]``)."""
-    out = [degenerate(r, e, KINDS[(offset + i) % len(KINDS)], rng, max_words)
-           for i, (r, e) in enumerate(zip(responses, ended))]
-    return [t for t, _ in out], [e for _, e in out]
-
-
 class Variants:
     """The second response of each degenerate pair (``sample_pairs(second=...)``): a variant of the first, from one
     random generator seeded by the pairs' seed, the kinds in turn across batches."""
@@ -128,6 +121,8 @@ class Variants:
         self.done = 0
 
     def __call__(self, responses: list[str], ended: list[bool]) -> tuple[list[str], list[bool]]:
-        out = variants(list(responses), list(ended), self.rng, self.max_words, offset=self.done)
-        self.done += len(responses)
-        return out
+        """One variant of each response: response i of the pairs so far gets ``KINDS[i % len(KINDS)]``."""
+        out = [degenerate(r, e, KINDS[(self.done + i) % len(KINDS)], self.rng, self.max_words)
+               for i, (r, e) in enumerate(zip(responses, ended))]
+        self.done += len(out)
+        return [t for t, _ in out], [e for _, e in out]

@@ -251,7 +251,12 @@ class RewardScorer:
         """The scorer's output and its members' disagreement on each sample: the population std of their standardised
         scores (0 for one member), in units of the SFT samples' spread the members were standardised on."""
         raw = self.member_scores(prompts, responses, ended)
-        return self.combine(raw), self.standardized(raw).std(0, correction=0)
+        return self.combine(raw), self.spread(raw)
+
+    def spread(self, raw: torch.Tensor) -> torch.Tensor:
+        """The members' disagreement on each sample from raw member scores [K, B]: the population std of their
+        standardised scores, [B] (the measure of ``rm/ensemble_std`` and ``eval/gold_rm_std``)."""
+        return self.standardized(raw).std(0, correction=0)
 
     def combine(self, raw: torch.Tensor) -> torch.Tensor:
         """The scorer's output from raw member scores [K, B]."""

@@ -69,13 +69,11 @@ def spec(cfg: DictConfig) -> dict:
         raise ValueError(f"data.on_policy_fraction={frac} must be in [0, 1]")
     if frac > 0 and not s["on_policy_path"]:
         raise ValueError("data.on_policy_fraction > 0 needs data.on_policy_path=<a policy checkpoint folder>")
-    if frac + s.get("degenerate_fraction", 0.0) > 1.0:
-        raise ValueError(f"data.on_policy_fraction + data.degenerate_fraction = "
-                         f"{frac + s['degenerate_fraction']:g} must be <= 1 (the rest are SFT pairs)")
     return s
 
 
-def sft_parts(spec: dict, gen: GenerationConfig, prompts: list[str]) -> list[tuple[GenerationConfig, list[str], int, str]]:
+def sft_parts(spec: dict, gen: GenerationConfig,
+              prompts: list[str]) -> list[tuple[GenerationConfig, list[str], int, str]]:
     """(generation settings, prompts, seed, source) of each part of the SFT pairs: one part at the ``generation``
     temperature (seed ``data.seed``), or, with ``data.sft_temperatures``, the prompts split evenly over those
     temperatures in order (part i with seed ``data.seed + 10 * i``). A part at another temperature than
@@ -108,24 +106,25 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         train_prompts = D.prompts(W.world_settings(cfg), "prefs", spec["n_train"], split="train")
         held_prompts = D.prompts(W.world_settings(cfg), "prefs_eval", spec["n_eval"], split="eval")
         seed = spec["seed"]
-        how = (DS.labelling(cfg), settings(cfg.generation, GenerationConfig), F.load_options(cfg.policy))  # typed
+        labelling, gen = DS.labelling(cfg), settings(cfg.generation, GenerationConfig)  # typed
+        options = F.load_options(cfg.policy)
         dev = work_device(to_plain(cfg.trainer))  # trainer=gpu: the policy samples on the GPU
         if gold is not None:
             gold.to(dev)
-        labelling, gen, options = how
         with work_bar("prefs", len(train_prompts) + len(held_prompts), "pair", bool(cfg.trainer.progress_bar)) as bar:
             train = []
             for g, chunk, s, src in sft_parts(spec, gen, train_prompts[n_on + n_deg:]):
                 train += sample_pairs(labelling, g, options, spec["sft"], chunk, s, src, gold=gold, progress=bar,
                                       device=dev)
             if n_on:
-                train += sample_pairs(*how, spec["on_policy_path"], train_prompts[:n_on], seed + 1, "on_policy",
-                                      gold=gold, progress=bar, key="data.on_policy_path", device=dev)
+                train += sample_pairs(labelling, gen, options, spec["on_policy_path"], train_prompts[:n_on], seed + 1,
+                                      "on_policy", gold=gold, progress=bar, key="data.on_policy_path", device=dev)
             if n_deg:  # an SFT response against a degenerate variant of itself (rlhf_lab.data.degenerate)
-                train += sample_pairs(*how, spec["sft"], train_prompts[n_on : n_on + n_deg], seed + 3, "degenerate",
-                                      gold=gold, progress=bar, device=dev,
+                train += sample_pairs(labelling, gen, options, spec["sft"], train_prompts[n_on : n_on + n_deg],
+                                      seed + 3, "degenerate", gold=gold, progress=bar, device=dev,
                                       second=Variants(seed, gen.max_new_tokens))
-            held = sample_pairs(*how, spec["sft"], held_prompts, seed + 2, "sft", gold=gold, progress=bar, device=dev)
+            held = sample_pairs(labelling, gen, options, spec["sft"], held_prompts, seed + 2, "sft", gold=gold,
+                                progress=bar, device=dev)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")
         save_pairs(held, Path(out_dir) / "eval.jsonl")

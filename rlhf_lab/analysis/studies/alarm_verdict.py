@@ -56,11 +56,12 @@ def ci3(est: tuple[float, float, float]) -> str:
     return "–" if math.isnan(est[0]) else "{:.3f} [{:.3f}, {:.3f}]".format(*est)
 
 
-def regime_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int, by: str = "regime",
+def group_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int, by: str = "regime",
                 order: Sequence[str] = REGIMES) -> tuple[list[list], dict[str, tuple]]:
     """Per KL regime (:data:`~rlhf_lab.analysis.studies.alarm_fit.REGIMES`, then any other found), or per value of
     another field `by` of the cases (``algo``, in `order`): its runs, each method's held-out AUC and the paired
-    difference AUC(rule) − AUC(proxy plateau), the group's runs resampled on their own; and {group: that difference}."""
+    difference AUC(rule) − AUC(proxy plateau), the group's runs resampled on their own; and {group: that
+    difference}."""
     rows, diffs = [], {}
     found = [g for g in order if any(getattr(c, by) == g for c in cases)] + sorted(
         {getattr(c, by) for c in cases} - set(order))

@@ -26,7 +26,7 @@ from rlhf_lab.analysis.studies.alarm_fit import (
     exclusion, fit_rules, frozen, leave_one_study_out, mean_stat, median_stat, outcome, pr_stat, raw_condition,
     read_runs, split_new, store_runs, with_ci, within_auc_stat)
 from rlhf_lab.analysis.studies.alarm_verdict import (
-    BAR_AUC, PLATEAU, ci3, ci_cell, headline, regime_rows, unseen, verdict)
+    BAR_AUC, PLATEAU, ci3, ci_cell, headline, group_rows, unseen, verdict)
 from rlhf_lab.analysis.study import read_from, report_flags
 from rlhf_lab.evaluation.alarm import FEATURES, RULE, Rule
 
@@ -157,8 +157,8 @@ def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n
                      ci_cell(with_ci(mean_stat([o.kept_vs_last for o in outs[m]]), counts))])
     _, y = design(later)
     per_study = ", ".join(f"{s} ({sum(c.study == s for c in later)})" for s in sorted({c.study for c in later}))
-    by_regime, _ = regime_rows(later, outs, n_boot)
-    by_algo, _ = regime_rows(later, outs, n_boot, by="algo", order=ALGOS)
+    by_regime, _ = group_rows(later, outs, n_boot)
+    by_algo, _ = group_rows(later, outs, n_boot, by="algo", order=ALGOS)
     return lines + [f"{len(later)} runs started after {frozen_at} UTC ({per_study}), {len(y)} evaluations after the "
                     f"start ({int(y.sum())} past the peak), scored by the rule and baselines fitted on all the runs "
                     "above; intervals: bootstrap over these runs." + rerun, "",
@@ -217,7 +217,7 @@ def write_hacking_alarm_report(out_dir: Path | str = "reports", uri: str | None 
     aucs = {m: with_ci(auc_stats[m], counts) for m in METHODS}
     diffs = {b: with_ci(difference(auc_stats["rule"], auc_stats[b]), counts) for b in BASELINES}
     met, fails = verdict(aucs, diffs)
-    regime_table, by_regime = regime_rows(cases, outs, n_boot)
+    regime_table, by_regime = group_rows(cases, outs, n_boot)
     n_regime = {row[0]: row[1] for row in regime_table}
     within = {m: with_ci(within_auc_stat(cases, outs[m]), counts) for m in METHODS}
     x_all, y_all = design(cases)
