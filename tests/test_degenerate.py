@@ -49,10 +49,10 @@ def test_no_variant_is_longer_than_the_limit_and_the_same_seed_gives_the_same_va
     for k in DG.KINDS:
         assert len(DG.degenerate(long, True, k, random.Random(1), 20)[0].split()) <= 20
     texts, ended = [SFT] * 9, [True] * 9
-    first = DG.Variants(seed=3, max_words=24)(texts, ended)
+    first = DG.Variants(seed=3, max_words=24)(["p"] * 9, texts, ended)
     again = DG.Variants(seed=3, max_words=24)
-    assert again(texts[:4], ended[:4])[0] + again(texts[4:], ended[4:])[0] == first[0]  # two batches give one's
-    assert DG.Variants(seed=4, max_words=24)(texts, ended) != first
+    assert again(["p"] * 4, texts[:4], ended[:4])[0] + again(["p"] * 5, texts[4:], ended[4:])[0] == first[0]  # two batches give one's
+    assert DG.Variants(seed=4, max_words=24)(["p"] * 9, texts, ended) != first
     kinds_in_turn = [DG.degenerate(SFT, True, k, random.Random(0), 24)[0] for k in DG.KINDS]
     assert len(set(kinds_in_turn)) == len(DG.KINDS)
 
@@ -151,3 +151,68 @@ def test_prefs_with_degenerate_pairs_and_several_temperatures(tiny_cfg):
     _, norm, _ = normalization_set(train, 10**6, 0)
     assert norm and set(norm) <= sft_texts
     assert len(plain_train) > 290 and {p.source for p in plain_train} == {"sft"}
+
+
+def test_on_policy_pairs_over_several_checkpoints_against_sft_samples(monkeypatch, tmp_path):
+    """data.on_policy_path as a list: the on-policy prompts split evenly over the folders in order, part i with seed
+    data.seed + 1 + 100 i (one folder: seed + 1, as before lists); with data.on_policy_pairing=sft each part's
+    second response is the SFT checkpoint's sample, else a second sample of its own."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from rlhf_lab.data.preferences import PreferencePair
+    from rlhf_lab.stages import prefs
+
+    calls = []
+
+    def fake_sample(labelling, gen, options, path, prompts, seed, source, gold=None, progress=None, second=None, **kw):
+        calls.append((source, path, len(prompts), seed, getattr(second, "path", second)))
+        return [PreferencePair(p, "a", "b", gold_chosen=1.0, gold_rejected=0.0) for p in prompts]
+
+    monkeypatch.setattr(prefs, "sample_pairs", fake_sample)
+    monkeypatch.setattr(prefs, "Checkpoint", lambda path, *a, **k: SimpleNamespace(path=path))
+    monkeypatch.setattr(prefs, "upstream_run", lambda cfg, path: "sft-run")
+    monkeypatch.setattr(prefs.tracking, "start_run",
+                        lambda *a, **k: contextlib.nullcontext(SimpleNamespace(info=SimpleNamespace(run_id="r"))))
+    monkeypatch.setattr(prefs.active_run, "log_metrics", lambda *a, **k: None)
+    for pairing, second in (("sft", "/sft"), ("self", None)):
+        calls.clear()
+        cfg = compose_cfg(["data.n_train=40", "data.n_eval=5", "data.on_policy_fraction=0.5",
+                           "data.on_policy_path=[/c1,/c2]", f"data.on_policy_pairing={pairing}"])
+        spec = {"sft": "/sft", "n_train": 40, "n_eval": 5, "seed": 3, "on_policy_fraction": 0.5,
+                "on_policy_path": ["/c1", "/c2"], **({"on_policy_pairing": "sft"} if second else {})}
+        prefs.build(cfg, tmp_path, spec)
+        assert [c for c in calls if c[0] == "on_policy"] == [("on_policy", "/c1", 10, 4, second),
+                                                              ("on_policy", "/c2", 10, 104, second)]
+        assert [c[:3] for c in calls if c[0] == "sft"] == [("sft", "/sft", 20), ("sft", "/sft", 5)]
+    # the pairs' key: one folder stays a text (keys made before lists stay valid), the pairing only when sft
+    monkeypatch.setattr(prefs, "ensure", lambda stage, cfg: "/fake/sft")
+    one = prefs.spec(compose_cfg(["data.on_policy_fraction=0.2", "data.on_policy_path=[/c1]"]))
+    assert one["on_policy_path"] == "/c1" and "on_policy_pairing" not in one
+    assert one == prefs.spec(compose_cfg(["data.on_policy_fraction=0.2", "data.on_policy_path=/c1"]))
+    two = prefs.spec(compose_cfg(["data.on_policy_fraction=0.2", "data.on_policy_path=[/c1,/c2]",
+                                  "data.on_policy_pairing=sft"]))
+    assert two["on_policy_path"] == ["/c1", "/c2"] and two["on_policy_pairing"] == "sft"
+    unused = prefs.spec(compose_cfg(["data.on_policy_pairing=sft"]))  # no on-policy pairs: nothing changes
+    assert unused == prefs.spec(compose_cfg([]))
+
+
+def test_on_policy_pairing_against_sft_on_real_checkpoints(tiny_cfg):
+    """Two checkpoints (the pretrained base and the SFT policy) as on-policy folders, each sample against an SFT
+    sample: the pairs hold the asked fraction, differ from self pairing, and train an RM."""
+    from rlhf_lab import stages
+    from rlhf_lab.stages import prefs
+
+    folders = [str(stages.ensure("pretrain", tiny_cfg())), str(stages.ensure("sft", tiny_cfg()))]
+    over = ["data.on_policy_fraction=0.4", f"data.on_policy_path=[{folders[0]},{folders[1]}]"]
+    train_sft, _ = prefs.load(tiny_cfg(*over, "data.on_policy_pairing=sft"))
+    train_self, _ = prefs.load(tiny_cfg(*over))
+    on_sft = [p for p in train_sft if p.source == "on_policy"]
+    on_self = [p for p in train_self if p.source == "on_policy"]
+    assert 110 <= len(on_sft) <= 120 and 110 <= len(on_self) <= 120  # 40 % of 300 less text ties
+    assert [(p.chosen, p.rejected) for p in on_sft] != [(p.chosen, p.rejected) for p in on_self]
+    # the first half of the prompts come from the base model in both: its first responses are the same samples
+    both = {p.prompt: p for p in on_self}
+    firsts = [(p, both[p.prompt]) for p in on_sft[:40] if p.prompt in both]
+    shared = sum(len({a.chosen, a.rejected} & {b.chosen, b.rejected}) > 0 for a, b in firsts)
+    assert shared >= 0.8 * len(firsts)

@@ -27,6 +27,7 @@ from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
 from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController, KLEstimator, KLIn
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
+from rlhf_lab.data.preferences import OnPolicyPairing
 from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
     LORA,
@@ -174,9 +175,14 @@ def check_pairs(d: DictConfig, prefix: str, temperature) -> None:
     ``generation.temperature`` (`temperature`): the RM is normalised on the SFT samples at that temperature."""
     need_all(d, prefix, {"n_train": (at_least(1), ">= 1"), "n_eval": non_negative,
                          "on_policy_fraction": unit_interval, "degenerate_fraction": unit_interval})
-    if (get(d, "on_policy_fraction") or 0) > 0 and not get(d, "on_policy_path"):
+    paths = get(d, "on_policy_path")
+    if (get(d, "on_policy_fraction") or 0) > 0 and not paths:
         raise ConfigError(f"{prefix}.on_policy_path", None,
-                          f"a policy checkpoint folder when {prefix}.on_policy_fraction > 0")
+                          f"a policy checkpoint folder (or a list of them) when {prefix}.on_policy_fraction > 0")
+    if paths is not None and not isinstance(paths, str) and not all(isinstance(p, str) and p for p in paths):
+        raise ConfigError(f"{prefix}.on_policy_path", list(paths), "a folder or a list of folders")
+    if "on_policy_pairing" in d:
+        choice(d, prefix, "on_policy_pairing", tuple(OnPolicyPairing))
     if (get(d, "on_policy_fraction") or 0) + (get(d, "degenerate_fraction") or 0) > 1:
         raise ConfigError(f"{prefix}.degenerate_fraction", get(d, "degenerate_fraction"),
                           f"<= 1 - {prefix}.on_policy_fraction (the rest of the pairs are SFT pairs)")

@@ -267,8 +267,9 @@ class WorldDataConfig:
     n_train: int = MISSING
     n_eval: int = MISSING
     seed: int = MISSING
-    on_policy_path: Optional[str] = MISSING
+    on_policy_path: Any = MISSING  # a folder, a list of folders or null
     on_policy_fraction: float = MISSING
+    on_policy_pairing: str = MISSING
     degenerate_fraction: float = MISSING
     sft_temperatures: Optional[List[float]] = MISSING
 

@@ -120,8 +120,9 @@ class Variants:
         self.max_words = int(max_words)
         self.done = 0
 
-    def __call__(self, responses: list[str], ended: list[bool]) -> tuple[list[str], list[bool]]:
-        """One variant of each response: response i of the pairs so far gets ``KINDS[i % len(KINDS)]``."""
+    def __call__(self, prompts: list[str], responses: list[str], ended: list[bool]) -> tuple[list[str], list[bool]]:
+        """One variant of each response (its prompt unused): response i of the pairs so far gets
+        ``KINDS[i % len(KINDS)]``."""
         out = [degenerate(r, e, KINDS[(self.done + i) % len(KINDS)], self.rng, self.max_words)
                for i, (r, e) in enumerate(zip(responses, ended))]
         self.done += len(out)

@@ -35,6 +35,7 @@ import json
 import math
 import random
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import torch
@@ -152,31 +153,49 @@ def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts:
     (:class:`rlhf_lab.config.schema.GenerationConfig`), labelled by :func:`label_pairs` (`gold`: see there). `progress`: a bar whose ``update(n)`` is called with the number of
     prompts of each batch sampled and labelled. `device`: where the policy samples
     (:func:`rlhf_lab.runs.distributed.work_device`). `second`: None samples the second response too; else a function
-    ``(responses, ended) -> (responses, ended)`` that makes it from the first (a degenerate variant of it:
-    :class:`rlhf_lab.data.degenerate.Variants`), so one sample per prompt."""
-    from rlhf_lab.models.families import load_causal_lm, load_tokenizer
-    from rlhf_lab.models.sampling import sample
-
-    tok = load_tokenizer(policy_path, key)
-    model = load_causal_lm(policy_path, tok, key, **options).to(device)
+    ``(prompts, responses, ended) -> (responses, ended)`` that makes it: a degenerate variant of the first
+    (:class:`rlhf_lab.data.degenerate.Variants`), or another checkpoint's sample for the same prompts
+    (:class:`Checkpoint`)."""
+    policy = Checkpoint(policy_path, options, gen, key, device)
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    g = gen
     pairs: list[PreferencePair] = []
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
-        ra = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
-                    sampler=g.sampler)
-        if second is None:
-            rb = sample(model, tok, chunk, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
-                        sampler=g.sampler)
-            b, ended_b = rb.responses, rb.ended
-        else:
-            b, ended_b = second(ra.responses, ra.ended)
-        pairs += label_pairs(labelling, chunk, ra.responses, b, ra.ended, ended_b, rng, source, gold)
+        a, ended_a = policy(chunk)
+        b, ended_b = policy(chunk) if second is None else second(chunk, a, ended_a)
+        pairs += label_pairs(labelling, chunk, a, b, ended_a, ended_b, rng, source, gold)
         if progress is not None:
             progress.update(len(chunk))
     return pairs
+
+
+class OnPolicyPairing(StrEnum):
+    """``data.on_policy_pairing``: what an on-policy sample (``data.on_policy_path``) is paired with."""
+
+    self = "self"  # a second sample of the same checkpoint (pairs among its own texts)
+    sft = "sft"  # an SFT sample for the same prompt: places its texts on the SFT samples' scale (a gold's coverage)
+
+
+class Checkpoint:
+    """A policy checkpoint that samples one response per prompt with the ``generation`` settings `gen` (from torch's
+    random stream, seeded by :func:`sample_pairs`); as ``sample_pairs(second=...)`` the second response of each pair
+    is its sample for the pair's prompt (an on-policy response against an SFT one: ``data.on_policy_pairing=sft``)."""
+
+    def __init__(self, path, options: dict, gen, key: str, device: torch.device | str = "cpu"):
+        from rlhf_lab.models.families import load_causal_lm, load_tokenizer
+
+        self.tok = load_tokenizer(path, key)
+        self.model = load_causal_lm(path, self.tok, key, **options).to(device)
+        self.gen = gen
+
+    def __call__(self, prompts: list[str], *first) -> tuple[list[str], list[bool]]:
+        from rlhf_lab.models.sampling import sample
+
+        g = self.gen
+        r = sample(self.model, self.tok, prompts, g.max_new_tokens, g.temperature, g.top_k, g.top_p, g.max_prompt_len,
+                   sampler=g.sampler)
+        return r.responses, r.ended
 
 
 def chat_renderer(src: ExternalData) -> ChatRenderer:

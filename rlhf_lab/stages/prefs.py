@@ -2,7 +2,8 @@
 
 Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` held-out eval-split ones;
 :mod:`rlhf_lab.world.splits`), optionally a fraction of the training pairs from another policy checkpoint
-(``data.on_policy_path``, ``data.on_policy_fraction``), a fraction that pairs an SFT response with a degenerate
+(``data.on_policy_path``: one folder or a list of them, ``data.on_policy_fraction``; each sample against another of
+the same checkpoint or, ``data.on_policy_pairing=sft``, against an SFT sample for the same prompt), a fraction that pairs an SFT response with a degenerate
 variant of itself (``data.degenerate_fraction``, :mod:`rlhf_lab.data.degenerate`), and the SFT pairs sampled at
 several temperatures (``data.sft_temperatures``): the coverage a gold RM needs (``gold=rm_world``). Each pair
 records both responses' gold rewards: the formula's, or a gold RM's (``gold=rm``, :mod:`rlhf_lab.stages.gold`), on
@@ -30,6 +31,8 @@ from rlhf_lab.data.degenerate import KINDS as DEGENERATE_KINDS, Variants
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import (
+    Checkpoint,
+    OnPolicyPairing,
     PreferencePair,
     load_external,
     load_pairs,
@@ -52,11 +55,13 @@ def spec(cfg: DictConfig) -> dict:
         "sft": str(ensure("sft", cfg)), "world": W.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold),
         "labeler": to_plain(cfg.labeler), "generation": generation_spec(cfg), "n_train": dc.n_train,
         "n_eval": dc.n_eval, "seed": dc.seed,
-        "on_policy_path": str(dc.on_policy_path) if dc.get("on_policy_path") else None,
+        "on_policy_path": on_policy_paths(dc.get("on_policy_path")),
         "on_policy_fraction": float(dc.get("on_policy_fraction") or 0.0),
     }
     if s["on_policy_fraction"] == 0.0:  # no pair comes from it: a path set for other jobs changes nothing here
         s["on_policy_path"] = None
+    elif dc.get("on_policy_pairing", OnPolicyPairing.self) != OnPolicyPairing.self:  # in the spec only when used, as the gold's coverage below
+        s["on_policy_pairing"] = str(dc.on_policy_pairing)
     # the gold recipe's coverage (issue 43), in the spec only when used: every key computed before stays valid
     if float(dc.get("degenerate_fraction") or 0.0) > 0:  # with the kinds: a new kind is new pairs, never stale ones
         s["degenerate_fraction"], s["degenerate_kinds"] = float(dc.degenerate_fraction), list(DEGENERATE_KINDS)
@@ -70,6 +75,27 @@ def spec(cfg: DictConfig) -> dict:
     if frac > 0 and not s["on_policy_path"]:
         raise ValueError("data.on_policy_fraction > 0 needs data.on_policy_path=<a policy checkpoint folder>")
     return s
+
+
+def on_policy_paths(value) -> str | list[str] | None:
+    """``data.on_policy_path`` as the pairs' spec holds it: one folder as its text (the keys made before lists were
+    allowed stay valid), several as a list of texts, none as None."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        return value
+    paths = [str(v) for v in value]
+    return paths[0] if len(paths) == 1 else paths
+
+
+def on_policy_parts(spec: dict, prompts: list[str]) -> list[tuple[str, list[str], int]]:
+    """(checkpoint folder, prompts, seed) of each part of the on-policy pairs: the prompts split evenly over the
+    folders of ``data.on_policy_path`` in order, part i sampled with seed ``data.seed + 1 + 100 * i``."""
+    path = spec["on_policy_path"]
+    paths = [path] if isinstance(path, str) else list(path or [])
+    n = len(paths)
+    return [(p, prompts[i * len(prompts) // n : (i + 1) * len(prompts) // n], spec["seed"] + 1 + 100 * i)
+            for i, p in enumerate(paths)]
 
 
 def sft_parts(spec: dict, gen: GenerationConfig,
@@ -116,9 +142,11 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             for g, chunk, s, src in sft_parts(spec, gen, train_prompts[n_on + n_deg:]):
                 train += sample_pairs(labelling, g, options, spec["sft"], chunk, s, src, gold=gold, progress=bar,
                                       device=dev)
-            if n_on:
-                train += sample_pairs(labelling, gen, options, spec["on_policy_path"], train_prompts[:n_on], seed + 1,
-                                      "on_policy", gold=gold, progress=bar, key="data.on_policy_path", device=dev)
+            sft_second = (Checkpoint(spec["sft"], options, gen, "policy.name_or_path", dev)
+                          if n_on and spec.get("on_policy_pairing") == OnPolicyPairing.sft else None)
+            for path, chunk, s in on_policy_parts(spec, train_prompts[:n_on]):  # against an SFT sample, or its own
+                train += sample_pairs(labelling, gen, options, path, chunk, s, "on_policy", gold=gold, progress=bar,
+                                      key="data.on_policy_path", device=dev, second=sft_second)
             if n_deg:  # an SFT response against a degenerate variant of itself (rlhf_lab.data.degenerate)
                 train += sample_pairs(labelling, gen, options, spec["sft"], train_prompts[n_on : n_on + n_deg],
                                       seed + 3, "degenerate", gold=gold, progress=bar, device=dev,
