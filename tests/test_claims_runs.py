@@ -221,6 +221,8 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
     from rlhf_lab.analysis.studies.gao import write_gao_report
     from rlhf_lab.analysis.studies.gold_validation import STUDY as GOLD_STUDY
     from rlhf_lab.analysis.studies.gold_validation import write_gold_validation_report
+    from rlhf_lab.analysis.studies.gold_recipes import STUDY as RECIPES_STUDY
+    from rlhf_lab.analysis.studies.gold_recipes import write_gold_recipes_report
     from rlhf_lab.analysis.study import write_study_report
 
     root = Path(__file__).resolve().parents[1] / "reports"
@@ -236,7 +238,8 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
         if "## Runs" not in text or not runs or not set(runs) <= have:
             continue
         study = readme.parent.name
-        own_writer = {GAO_STUDY: write_gao_report, GOLD_STUDY: write_gold_validation_report}  # their own reports
+        own_writer = {GAO_STUDY: write_gao_report, GOLD_STUDY: write_gold_validation_report,  # their own reports
+                      RECIPES_STUDY: write_gold_recipes_report}
         write = own_writer.get(study, partial(write_study_report, study))
         again = write(tmp_path, runs_files=files, use_store=False)
         old, new = text.rstrip("\n").split("\n"), again.read_text().rstrip("\n").split("\n")
@@ -380,3 +383,5 @@ def test_a_command_names_the_suites_prepared_artifact_relative_to_the_suite_fold
                                               "data.on_policy_path=suite_artifacts/rm_mis_scoring_on_policy/artifact seed=5")
     assert snapshot.portable_command("rlhf-lab -m sweep=x data.path=/data/pairs.jsonl") == (
         "rlhf-lab -m sweep=x data.path=/data/pairs.jsonl")  # a user's own data path is theirs to keep
+    assert snapshot.portable_command("rlhf-lab -m sweep=x cache_dir=/work/x/.cache tracking.uri=sqlite:////w/s.db "
+                                     "seed=1") == "rlhf-lab -m sweep=x seed=1"  # where that machine kept things

@@ -337,13 +337,13 @@ def test_rm_mis_scoring_probe_arms_differ_only_in_the_rm_source_and_its_on_polic
 
 @pytest.mark.slow
 def test_gold_recipes_arms_differ_only_in_the_gold_and_beta():
-    """Issue 43: within a β and seed the seven recipes compose alike but for gold.build.* (the gold's coverage, pairs,
+    """Issue 43: within a β and seed the eight recipes compose alike but for gold.build.* (the gold's coverage, pairs,
     steps, members); within a recipe and seed the β arms differ only in kl.*; one proxy RM per seed."""
     jobs = sweeping.plan(["sweep=gold_recipes"], validate=False)
-    assert len(jobs) == 105
+    assert len(jobs) == 120
     seed0 = {(next(o for o in j if o.startswith("+gold_recipe=")), next(o for o in j if o.startswith("+ppo_kl="))):
              _flat(job_cfg(j)) for j in jobs if "seed=5" in j}
-    assert len(seed0) == 21 and not [j for j in jobs if "seed=0" in j]  # seeds 0-2 shaped the recipes (pilot)
+    assert len(seed0) == 24 and not [j for j in jobs if "seed=0" in j]  # seeds 0-2 shaped the recipes (pilot)
     base = seed0[("+gold_recipe=base", "+ppo_kl=fixed_0")]
     assert base["gold.source"] == "rm" and base["reward_model.seed"] == 5
     assert base["gold.build.data.degenerate_fraction"] == 0.0 and base["data.degenerate_fraction"] == 0.0

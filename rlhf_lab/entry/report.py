@@ -8,6 +8,8 @@
     rlhf-lab-report --claims --only C18  # recompute C18 only, into the existing reports/claims.md
     rlhf-lab-report gold_rm_validation   # -> the gold RM against the world's formula (ρ, curves, C1/C4 verdicts)
                                          #    and its runs file reports/gold_rm_validation/runs.json.gz
+    rlhf-lab-report gold_recipes         # -> the gold recipes against the formula (ρ by recipe and β, C1 with each
+                                         #    gold, each gold's cost) and its runs file reports/gold_recipes/runs.json.gz
     rlhf-lab-report gao_rm_scaling       # -> pooled Gao et al. fits by RM size, PPO and best-of-n, with the trend
     rlhf-lab-report hacking_alarm        # -> the gold-free hacking alarm fitted on some studies, judged on the
                                          #    others (default --runs: the committed runs files it was fitted on)
@@ -33,6 +35,8 @@ from rlhf_lab.analysis.studies.alarm_fit import RUNS_FILES as ALARM_RUNS_FILES
 from rlhf_lab.analysis.studies.hacking_alarm import STUDY as ALARM_STUDY
 from rlhf_lab.analysis.studies.hacking_alarm import write_hacking_alarm_report
 from rlhf_lab.analysis.studies.gold_validation import write_gold_validation_report
+from rlhf_lab.analysis.studies.gold_recipes import STUDY as RECIPES_STUDY
+from rlhf_lab.analysis.studies.gold_recipes import write_gold_recipes_report
 from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
 from rlhf_lab.analysis.runs import STUDIES
 from rlhf_lab.analysis.snapshot import FILE_NAME
@@ -71,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/studies/gold_validation.py)
                 path = write_gold_validation_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
                                                     require_runs=True)
+            elif a.study == RECIPES_STUDY:  # the gold recipes compared (rlhf_lab/analysis/studies/gold_recipes.py)
+                path = write_gold_recipes_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
+                                                 require_runs=True)
             elif a.study == GAO_STUDY:  # pooled Gao fits of its PPO runs and gao_rm_scaling_bon's (analysis/gao.py)
                 path = write_gao_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store, require_runs=True)
             elif a.study == ALARM_STUDY:  # the gold-free hacking alarm fitted and validated over many studies' runs

@@ -30,6 +30,7 @@ from rlhf_lab.runs.distributed import work_device
 from rlhf_lab.data.degenerate import KINDS as DEGENERATE_KINDS, Variants
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config import data as DS
+from rlhf_lab.config.checks import check_pairs
 from rlhf_lab.data.preferences import (
     Checkpoint,
     OnPolicyPairing,
@@ -69,11 +70,7 @@ def spec(cfg: DictConfig) -> dict:
         s["sft_temperatures"] = [float(t) for t in dc.sft_temperatures]
     if G.is_rm(cfg):  # the gold RM labels the pairs (none added for the formula: earlier keys stay valid)
         s["gold_rm"] = G.identity(cfg)
-    frac = s["on_policy_fraction"]
-    if not 0.0 <= frac <= 1.0:
-        raise ValueError(f"data.on_policy_fraction={frac} must be in [0, 1]")
-    if frac > 0 and not s["on_policy_path"]:
-        raise ValueError("data.on_policy_fraction > 0 needs data.on_policy_path=<a policy checkpoint folder>")
+    check_pairs(dc, "data", cfg.generation.get("temperature"))  # the CLI checked them; a caller of the API may not
     return s
 
 
