@@ -54,6 +54,7 @@ def test_cells_bar_c1_and_cost(tmp_path):
     rho0 = {name: GR.fisher_mean([GR.run_rho(r) for r in rs]) for (name, b), rs in by.items() if b == 0}
     assert GR.meets_bar(rho0["good"]) and not GR.meets_bar(rho0["blind"])
     assert not GR.meets_bar(dataclasses.replace(rho0["good"], lo=0.4))  # the lower end must reach 0.5 too
+    assert not GR.meets_bar(dataclasses.replace(rho0["good"], n=4))  # and over at least 5 runs
     c1 = {row[0]: row for row in GR.c1_rows(by)}
     assert c1["`good`"][2] == c1["`good`"][4] == "**holds**" and c1["`good`"][-1] == "yes"
     assert c1["`blind`"][2] == "**holds**" and c1["`blind`"][4] != "**holds**" and c1["`blind`"][-1] == "**no**"
@@ -85,3 +86,20 @@ def test_report_and_its_runs_file(tmp_path):
     first = GR.write_report(ppo, golds, [], ["rlhf-lab -m sweep=gold_recipes"], tmp_path / "d", f"`{f}`",
                             flags=f" --no-store --runs {f}")
     assert again.read_text() == first.read_text()
+
+
+def test_a_runs_file_keeps_each_studys_commands(tmp_path):
+    """The report keeps its cover policies' runs beside its own in one file: writing the second study's runs must
+    keep the first's reproduce commands (they were lost once)."""
+    from rlhf_lab.analysis.study import write_runs_file
+
+    rng = np.random.default_rng(2)
+    ppo, _ = study(rng)
+    f = tmp_path / "runs.json.gz"
+    write_runs_file(f, GR.STUDY, ppo[:3], ["rlhf-lab -m sweep=gold_recipes seed=5"])
+    cover = dataclasses.replace(ppo[3], run_id="cover", tags={"rlhf_lab.study": GR.COVER_STUDY})
+    write_runs_file(f, GR.COVER_STUDY, [cover], ["rlhf-lab study=gold_cover seed=200"])
+    studies, commands = snapshot.read_snapshot(f)
+    assert commands == {GR.STUDY: ["rlhf-lab -m sweep=gold_recipes seed=5"],
+                        GR.COVER_STUDY: ["rlhf-lab study=gold_cover seed=200"]}
+    assert [r.run_id for r in studies[GR.COVER_STUDY]] == ["cover"] and len(studies[GR.STUDY]) == 3

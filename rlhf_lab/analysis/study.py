@@ -298,14 +298,15 @@ RUNS_FILE = "runs.json.gz"  # beside a study report written from a store: the ru
 def write_runs_file(path: Path, study: str, runs: Sequence[RunData], commands: Sequence[str]) -> None:
     """The runs a study report read from a store, in a checksummed runs file beside it (:mod:`snapshot`), so that a
     clone regenerates the report with ``rlhf-lab-report STUDY --no-store --runs <out>/<study>/runs.json.gz``.
-    Runs already kept in such a file (an earlier report's, or the claims' file when passed with ``--runs``) stay."""
+    Runs and commands already kept in such a file (an earlier report's, another study's written beside it, or the
+    claims' file when passed with ``--runs``) stay."""
     from rlhf_lab.analysis.report_files import check_file
     from rlhf_lab.analysis.snapshot import merge, read_snapshot, write_snapshot
 
     check_file(path)
     old = read_snapshot(path) if path.is_file() else ({}, {})
     kept = merge(old[0], {study: list(runs)})
-    write_snapshot(path, kept, {study: sorted(set(old[1].get(study, [])) | set(commands))})
+    write_snapshot(path, kept, {**old[1], study: sorted(set(old[1].get(study, [])) | set(commands))})
 
 
 def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequence[Any], out: Path,

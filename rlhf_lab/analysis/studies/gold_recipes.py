@@ -53,7 +53,7 @@ RECIPES = {  # the recipes in the order they add to base (sweeps/gold_recipe/<na
     "adversarial": "covers, 40 % of its pairs from nine policies: its six and three that hacked proxies labelled by "
                    "covers' gold",
 }
-BAR_MEAN, BAR_LOW = 0.8, 0.5
+BAR_MEAN, BAR_LOW, BAR_RUNS = 0.8, 0.5, 5
 UPSTREAM = ("rlhf_lab.upstream.prefs", "rlhf_lab.upstream.rm_backbone", "rlhf_lab.upstream.pretrain")
 GOLD_TAG = "rlhf_lab.upstream.gold_rm"
 
@@ -79,7 +79,7 @@ def cells(runs: Sequence[RunData]) -> dict[tuple[str, float], list[RunData]]:
 
 
 def meets_bar(e: Effect) -> bool:
-    return math.isfinite(e.lo) and e.estimate >= BAR_MEAN and e.lo >= BAR_LOW
+    return math.isfinite(e.lo) and e.estimate >= BAR_MEAN and e.lo >= BAR_LOW and e.n >= BAR_RUNS
 
 
 # -- the golds' runs (cost) ---------------------------------------------------------------------------------------
@@ -209,6 +209,16 @@ def run_rows(by_cell: dict) -> list[list]:
     return rows
 
 
+def cover_gold(r: RunData) -> str:
+    """What a cover policy was trained against: a proxy labelled by the formula or by a recipe's gold RM, or that gold
+    RM itself (``algo.reward=gold``)."""
+    if r.value("gold.source") != "rm":
+        return ", a proxy labelled by the formula"
+    if r.value("algo.reward") == "gold":
+        return f", the `{recipe(r)}` gold RM itself"
+    return f", a proxy labelled by the `{recipe(r)}` gold RM"
+
+
 def write_gold_recipes_report(out_dir: Path | str = "reports", uri: str | None = None,
                               runs_files: Sequence[Path | str] = (), use_store: bool = True,
                               require_runs: bool = False) -> Path:
@@ -265,7 +275,9 @@ def write_report(ppo_all: Sequence[RunData], golds: Sequence[RunData], covers: S
     lines += ["## Rank agreement by recipe (the primary effect)", "",
               "Per run, Spearman ρ between the formula and the gold RM over its evaluations; the mean over seeds on "
               f"Fisher's z with its Student-t interval. The bar, stated before the runs: at β = 0 a mean ≥ {BAR_MEAN} "
-              f"with the lower end ≥ {BAR_LOW}.", "", md_table(head, rows), "",
+              f"with the lower end ≥ {BAR_LOW}, over ≥ {BAR_RUNS} finished runs. A run that diverged (PPO's guard "
+              "stopped it; it has no ρ) was replaced by the recipe's next unused seed. A run whose ρ is exactly ±1 "
+              "enters at the cap |ρ| ≤ 0.999999 (z ≈ 7.25), which widens an interval near 1.", "", md_table(head, rows), "",
               ("Recipes that meet the bar: " + ", ".join(f"`{m}`" for m in met) + "." if met else
                "**No recipe meets the bar**: with these golds, gold-RM mode does not yet detect hacking at β = 0 "
                "on this world."), ""]
@@ -288,11 +300,9 @@ def write_report(ppo_all: Sequence[RunData], golds: Sequence[RunData], covers: S
                         "held-out pair accuracy"], rows), ""]
     if covers:
         cov = [r for r in covers if r.status == "FINISHED"]
-        lines += [f"The cover policies (study `{COVER_STUDY}`; seed, β, steps, the gold whose labels their proxy "
-                  f"learned): "
+        lines += [f"The cover policies (study `{COVER_STUDY}`; seed, β, steps, what they were trained against): "
                   + "; ".join(f"{r.seed}, β = {r.fnum('kl.beta'):g}, {int(r.fnum('algo.steps'))} steps"
-                              + (", against the gold RM" if r.value("algo.reward") == "gold" else
-                                 f", gold {r.value('gold.source') or 'formula'}") + f", {fmt(wall_s(r), 0)} s"
+                              + cover_gold(r) + f", {fmt(wall_s(r), 0)} s"
                               for r in sorted(cov, key=lambda r: int(r.seed))) + ".", ""]
     lines += ["## Per run", "",
               "Final: `test/*gold_reward` of each measure where logged, else its last evaluation; drop: the "
