@@ -98,7 +98,7 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
     flat = [p for p in prompts for _ in range(k)]
     groups = [i for i in range(len(prompts)) for _ in range(k)]
     golds, formula, proxy, kls, ents, lengths, texts, ended_all, spread = [], [], [], [], [], [], [], [], []
-    ensemble_gold = len(getattr(gold_fn, "members", ())) > 1  # a gold RM of several members: log their disagreement
+    ensemble_gold = getattr(gold_fn, "n_members", 1) > 1  # a gold RM of several members: log their disagreement
     with seeded_sampling(seed):
         for i in range(0, len(flat), batch_size):
             chunk = flat[i : i + batch_size]

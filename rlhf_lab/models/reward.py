@@ -173,7 +173,8 @@ class RewardScorer:
 
     def __init__(self, members: list, tokenizer, gain: float = 1.0, bias: float = 0.0,
                  member_gain: Sequence[float] | None = None, member_bias: Sequence[float] | None = None,
-                 normalize: bool = True, conservative_lambda: float = 0.0, max_len: int = 128, batch_size: int = 128):
+                 normalize: bool = True, conservative_lambda: float = 0.0, max_len: int = 128, batch_size: int = 128,
+                 heldout_spread: float | None = None):
         if not members:
             raise ValueError("a RewardScorer needs at least one member model")
         k = len(members)
@@ -190,7 +191,7 @@ class RewardScorer:
         if self.conservative_lambda < 0:
             raise ValueError(f"reward_model.conservative_lambda must be >= 0, got {conservative_lambda}")
         self.max_len, self.batch_size = int(max_len), int(batch_size)
-        self.heldout_spread: float | None = None
+        self.heldout_spread = heldout_spread  # an ensemble's disagreement on its held-out pairs (eval/gold_rm_std_ratio)
 
     @classmethod
     def from_path(cls, path, normalize: bool = True, conservative_lambda: float = 0.0,
@@ -206,10 +207,9 @@ class RewardScorer:
         tok = load_tokenizer(path, key)
         members = [load_sequence_scorer(path / MEMBER_DIR.format(i), tok, key, new_head=False,
                                         **(options or {})).eval() for i in range(int(info["n_members"]))]
-        scorer = cls(members, tok, info["gain"], info["bias"], info.get("member_gain"), info.get("member_bias"),
-                     normalize=normalize, conservative_lambda=conservative_lambda, max_len=int(info.get("max_len", 128)))
-        scorer.heldout_spread = info.get(HELDOUT_SPREAD)  # an ensemble's disagreement on its held-out pairs
-        return scorer
+        return cls(members, tok, info["gain"], info["bias"], info.get("member_gain"), info.get("member_bias"),
+                   normalize=normalize, conservative_lambda=conservative_lambda, max_len=int(info.get("max_len", 128)),
+                   heldout_spread=info.get(HELDOUT_SPREAD))
 
     def save_norm(self, path, extra: dict | None = None) -> None:
         info = {"n_members": len(self.members), "gain": self.gain, "bias": self.bias,
@@ -245,6 +245,10 @@ class RewardScorer:
     def standardized(self, raw: torch.Tensor) -> torch.Tensor:
         """Members' scores after their own standardisation, [K, B]."""
         return self.member_gain[:, None] * raw + self.member_bias[:, None]
+
+    @property
+    def n_members(self) -> int:
+        return len(self.members)
 
     def scores_and_spread(self, prompts: Sequence[str], responses: Sequence[str],
                           ended: Sequence[bool]) -> tuple[torch.Tensor, torch.Tensor]:

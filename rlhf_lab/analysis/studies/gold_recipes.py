@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlhf_lab.analysis.markdown import fmt, md_table
-from rlhf_lab.analysis.report_files import check_folder, no_runs
+from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
 from rlhf_lab.analysis.runs import RunData, store_exists, store_uri
 from rlhf_lab.analysis.snapshot import read_snapshot
 from rlhf_lab.analysis.stats import Effect
@@ -262,9 +262,7 @@ def write_report(ppo_all: Sequence[RunData], golds: Sequence[RunData], covers: S
              *(commands or [f"rlhf-lab -m sweep={STUDY} hydra/launcher=parallel skip_finished=true"]), "```", ""]
     ppo = [r for r in ppo_all if r.status == "FINISHED"]
     if not ppo:
-        lines += [f"**Not run yet**: no finished PPO runs with tag `rlhf_lab.study={STUDY}` in {source}.", ""]
-        (out / "README.md").write_text("\n".join(lines))
-        return out / "README.md"
+        return not_run_page(out, lines, f"no finished PPO runs with tag `rlhf_lab.study={STUDY}`", source)
     by_cell = cells(ppo)
     other = [r for r in ppo_all if r.status != "FINISHED"]
     lines += [f"{len(ppo)} finished PPO runs" + (f", {len(other)} not finished" if other else "")

@@ -35,7 +35,7 @@ from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
 from rlhf_lab.analysis.designs import BETA0, fixed
 from rlhf_lab.analysis.registry import BY_ID
-from rlhf_lab.analysis.report_files import check_folder, no_runs
+from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
 from rlhf_lab.analysis.runs import RunData, groups, label, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
 from rlhf_lab.analysis.study import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
@@ -296,9 +296,7 @@ def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path
              *(commands or [f"rlhf-lab -m sweep={STUDY} hydra/launcher=parallel"]), "```", ""]
     runs = [r for r in runs_all if r.status == "FINISHED"]
     if not runs:
-        lines += [f"**Not run yet**: no finished PPO runs with tag `rlhf_lab.study={STUDY}` in {source}.", ""]
-        (out / "README.md").write_text("\n".join(lines))
-        return out / "README.md"
+        return not_run_page(out, lines, f"no finished PPO runs with tag `rlhf_lab.study={STUDY}`", source)
     other = [r for r in runs_all if r.status != "FINISHED"]
     lines += [f"{len(runs)} finished PPO runs" + (f", {len(other)} not finished" if other else "")
               + f"; seeds {', '.join(sorted({r.seed for r in runs}))}.", ""]
