@@ -251,8 +251,8 @@ def evaluate_rm(scorer: RewardScorer, pairs) -> tuple[dict[str, float], list[dic
     m = preference_metrics(pairs, s[:n].tolist(), s[n:].tolist())
     m["rm/reward_mean"] = float(s.mean())
     m["rm/reward_std"] = float(s.std(correction=0))
-    if len(scorer.members) > 1:
-        for k in range(len(scorer.members)):
+    if scorer.n_members > 1:
+        for k in range(scorer.n_members):
             m[f"rm/member_{k}/accuracy"] = _mean(_win(c, r) for c, r in zip(raw[k, :n].tolist(), raw[k, n:].tolist()))
         m["rm/ensemble_std"] = float(scorer.spread(raw).mean())
     if all(p.gold_chosen is not None for p in pairs):

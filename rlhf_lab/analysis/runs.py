@@ -145,11 +145,12 @@ def job_key(r: RunData) -> tuple | None:
     text = r.tags.get("rlhf_lab.overrides")
     if not text:
         return None
-    overrides = {k: v for k, v in _parse_overrides(text).items() if computes(k)}
+    overrides = {k: v for k, v in parse_overrides(text).items() if computes(k)}
     return r.tags.get(STUDY_TAG), r.stage, tuple(sorted(overrides.items()))
 
 
-def _parse_overrides(text: str) -> dict[str, str]:
+def parse_overrides(text: str) -> dict[str, str]:
+    """``{key: value}`` of a launch's overrides (tag ``rlhf_lab.overrides``), ``+``/``~`` prefixes dropped."""
     out = {}
     try:
         parts = shlex.split(text or "")
@@ -192,6 +193,14 @@ def study_filter(study: str | None, parent: str | None = None) -> str:
     return " and ".join(parts)
 
 
+def run_data(r) -> RunData:
+    """An MLflow run as :class:`RunData`: its stage (tag ``rlhf_lab.stage``), params, tags, metrics and times; no
+    histories, no upstream RM."""
+    return RunData(r.info.run_id, r.data.tags.get("rlhf_lab.stage", ""), r.info.status, dict(r.data.params),
+                   dict(r.data.tags), dict(r.data.metrics), start_time=int(r.info.start_time or 0),
+                   end_time=int(r.info.end_time or 0))
+
+
 def load_study(study: str | None, uri: str | None = None, client=None, stages: Sequence[str] = POLICY_STAGES,
                history_keys: Sequence[str] = HISTORY_KEYS, parent: str | None = None) -> tuple[list[RunData], list[Any]]:
     """(the study's runs of the given stages, its sweep parent runs) from MLflow; all statuses.
@@ -218,8 +227,7 @@ def load_study(study: str | None, uri: str | None = None, client=None, stages: S
         stage = r.data.tags.get("rlhf_lab.stage", "")
         if stage not in stages:
             continue
-        rd = RunData(r.info.run_id, stage, r.info.status, dict(r.data.params), dict(r.data.tags), dict(r.data.metrics),
-                     start_time=int(r.info.start_time or 0), end_time=int(r.info.end_time or 0))
+        rd = run_data(r)
         for key in history_keys:
             if key in rd.metrics:
                 rd.history[key] = [(int(m.step), float(m.value)) for m in client.get_metric_history(rd.run_id, key)]
@@ -235,7 +243,7 @@ def load_study(study: str | None, uri: str | None = None, client=None, stages: S
             rd.rm = rm_cache[rm_id]
         sweep = {k[len("sweep."):]: v for k, v in rd.params.items() if k.startswith("sweep.")}
         # the swept keys, plus the keys a follow-up sweep fixed on its command line (e.g. more seeds of one cell)
-        setting = {**_parse_overrides(rd.tags.get("rlhf_lab.overrides", "")), **sweep}
+        setting = {**parse_overrides(rd.tags.get("rlhf_lab.overrides", "")), **sweep}
         rd.seed = str(setting.pop("seed", rd.params.get("seed", "0")))
         setting.pop("sweep", None)
         rd.setting = {k: v for k, v in setting.items() if computes(k)}  # not where it logged, how it showed progress

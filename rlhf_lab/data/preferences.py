@@ -150,11 +150,11 @@ def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts:
                  second=None) -> list[PreferencePair]:
     """Two responses per prompt from the policy checkpoint (named by config `key` in its errors; loaded with
     `options`, ``models.families.load_options``), sampled with the ``generation`` settings `gen`
-    (:class:`rlhf_lab.config.schema.GenerationConfig`), labelled by :func:`label_pairs` (`gold`: see there). `progress`: a bar whose ``update(n)`` is called with the number of
-    prompts of each batch sampled and labelled. `device`: where the policy samples
-    (:func:`rlhf_lab.runs.distributed.work_device`). `second`: None samples the second response too; else a function
-    ``(prompts, responses, ended) -> (responses, ended)`` that makes it: a degenerate variant of the first
-    (:class:`rlhf_lab.data.degenerate.Variants`), or another checkpoint's sample for the same prompts
+    (:class:`rlhf_lab.config.schema.GenerationConfig`), labelled by :func:`label_pairs` (`gold`: see there). `progress`:
+    a bar whose ``update(n)`` is called with the number of prompts of each batch sampled and labelled. `device`: where
+    the policy samples (:func:`rlhf_lab.runs.distributed.work_device`). `second`: None samples the second response too;
+    else a function ``(prompts, responses, ended) -> (responses, ended)`` that makes it: a degenerate variant of the
+    first (:class:`rlhf_lab.data.degenerate.Variants`), or another checkpoint's sample for the same prompts
     (:class:`Checkpoint`)."""
     policy = Checkpoint(policy_path, options, gen, key, device)
     torch.manual_seed(seed)

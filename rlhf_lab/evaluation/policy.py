@@ -135,7 +135,7 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
         metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
     if spread:  # the gold's members disagree more off the text they were trained on: out of its depth
         metrics[f"{prefix}gold_rm_std"] = mean(spread)
-        if getattr(gold_fn, "heldout_spread", None):
+        if gold_fn.heldout_spread:  # an ensemble gold is a RewardScorer
             metrics[f"{prefix}gold_rm_std_ratio"] = mean(spread) / float(gold_fn.heldout_spread)
     if proxy and golds and k >= 2:  # the proxy's accuracy against gold on pairs of these responses (C17)
         values, pair_groups = pair_agreement(proxy, golds, groups)

@@ -2,12 +2,12 @@
 
 Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` held-out eval-split ones;
 :mod:`rlhf_lab.world.splits`), optionally a fraction of the training pairs from another policy checkpoint
-(``data.on_policy_path``: one folder or a list of them, ``data.on_policy_fraction``; each sample against another of
-the same checkpoint or, ``data.on_policy_pairing=sft``, against an SFT sample for the same prompt), a fraction that pairs an SFT response with a degenerate
-variant of itself (``data.degenerate_fraction``, :mod:`rlhf_lab.data.degenerate`), and the SFT pairs sampled at
-several temperatures (``data.sft_temperatures``): the coverage a gold RM needs (``gold=rm_world``). Each pair
-records both responses' gold rewards: the formula's, or a gold RM's (``gold=rm``, :mod:`rlhf_lab.stages.gold`), on
-which the labeler then adds its biases. The pairs are one cached
+(``data.on_policy_path``: one folder or a list of them, ``data.on_policy_fraction``; each sample against another of the
+same checkpoint or, ``data.on_policy_pairing=sft``, against an SFT sample for the same prompt), a fraction that pairs an
+SFT response with a degenerate variant of itself (``data.degenerate_fraction``, :mod:`rlhf_lab.data.degenerate`), and
+the SFT pairs sampled at several temperatures (``data.sft_temperatures``): the coverage a gold RM needs
+(``gold=rm_world``). Each pair records both responses' gold rewards: the formula's, or a gold RM's (``gold=rm``,
+:mod:`rlhf_lab.stages.gold`), on which the labeler then adds its biases. The pairs are one cached
 artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
 MLflow run, with a progress bar named ``prefs`` that counts the pairs sampled and labelled (one per prompt; a
 tie in text is then dropped). External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
@@ -61,7 +61,7 @@ def spec(cfg: DictConfig) -> dict:
     }
     if s["on_policy_fraction"] == 0.0:  # no pair comes from it: a path set for other jobs changes nothing here
         s["on_policy_path"] = None
-    elif dc.get("on_policy_pairing", OnPolicyPairing.self) != OnPolicyPairing.self:  # in the spec only when used, as the gold's coverage below
+    elif dc.get("on_policy_pairing", OnPolicyPairing.self) != OnPolicyPairing.self:  # in the spec only when used
         s["on_policy_pairing"] = str(dc.on_policy_pairing)
     # the gold recipe's coverage (issue 43), in the spec only when used: every key computed before stays valid
     if float(dc.get("degenerate_fraction") or 0.0) > 0:  # with the kinds: a new kind is new pairs, never stale ones
@@ -90,9 +90,13 @@ def on_policy_parts(spec: dict, prompts: list[str]) -> list[tuple[str, list[str]
     folders of ``data.on_policy_path`` in order, part i sampled with seed ``data.seed + 1 + 100 * i``."""
     path = spec["on_policy_path"]
     paths = [path] if isinstance(path, str) else list(path or [])
-    n = len(paths)
-    return [(p, prompts[i * len(prompts) // n : (i + 1) * len(prompts) // n], spec["seed"] + 1 + 100 * i)
-            for i, p in enumerate(paths)]
+    parts = even_split(prompts, len(paths))
+    return [(p, chunk, spec["seed"] + 1 + 100 * i) for i, (p, chunk) in enumerate(zip(paths, parts))]
+
+
+def even_split(items: list[str], n: int) -> list[list[str]]:
+    """`items` in `n` consecutive parts whose sizes differ by at most one (none for n = 0)."""
+    return [items[i * len(items) // n : (i + 1) * len(items) // n] for i in range(n)]
 
 
 def sft_parts(spec: dict, gen: GenerationConfig,
@@ -105,9 +109,8 @@ def sft_parts(spec: dict, gen: GenerationConfig,
     temps = spec.get("sft_temperatures")
     if not temps:
         return [(gen, prompts, spec["seed"], "sft")]
-    n, parts = len(temps), []
-    for i, t in enumerate(temps):
-        chunk = prompts[i * len(prompts) // n : (i + 1) * len(prompts) // n]
+    parts = []
+    for i, (t, chunk) in enumerate(zip(temps, even_split(prompts, len(temps)))):
         same = t == float(gen.temperature)
         parts.append((gen if same else replace(gen, temperature=t), chunk, spec["seed"] + 10 * i,
                       "sft" if same else f"sft@{t:g}"))

@@ -233,7 +233,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         metrics, rows = evaluate_rm(scorer, held)
         extra = {"n_norm_samples": len(norm[0]), "normalised_on": "SFT samples of the training pairs",
                  "backbone": str(backbone), "source": str(rc.source)}
-        if k > 1 and "rm/ensemble_std" in metrics:  # the level a gold's disagreement is read against (eval/gold_rm_std)
+        if "rm/ensemble_std" in metrics:  # an ensemble's: the level a gold's disagreement is read against (eval/gold_rm_std)
             extra[HELDOUT_SPREAD] = metrics["rm/ensemble_std"]
         scorer.save_norm(out_dir, extra)
         metrics.update({"rm/gain": scorer.gain, "rm/bias": scorer.bias,

@@ -17,13 +17,12 @@ recipe is judged by what :mod:`~rlhf_lab.analysis.studies.gold_validation` measu
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Sequence
 
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
-from rlhf_lab.analysis.runs import RunData, store_exists, store_uri
+from rlhf_lab.analysis.runs import RunData, parse_overrides, run_data, store_exists, store_uri
 from rlhf_lab.analysis.snapshot import read_snapshot
 from rlhf_lab.analysis.stats import Effect
 from rlhf_lab.analysis.studies.gold_validation import (
@@ -61,8 +60,7 @@ GOLD_TAG = "rlhf_lab.upstream.gold_rm"
 def recipe(r: RunData) -> str:
     """The run's gold recipe: its swept value, else the ``+gold_recipe=`` of the overrides it was launched with (a
     sweep of one recipe does not sweep it)."""
-    found = re.search(r"(?:^|\s)\+?gold_recipe=(\S+)", r.tags.get("rlhf_lab.overrides", ""))
-    return str(r.value("gold_recipe") or (found.group(1) if found else "?"))
+    return str(r.value("gold_recipe") or parse_overrides(r.tags.get("rlhf_lab.overrides", "")).get("gold_recipe", "?"))
 
 
 def beta(r: RunData) -> float:
@@ -113,12 +111,9 @@ def store_golds(ppo: Sequence[RunData], uri: str | None) -> list[RunData]:
 
     def fetch(rid: str) -> RunData | None:
         try:
-            g = client.get_run(rid)
+            return run_data(client.get_run(rid))
         except Exception:  # built against another store: not this store's cost
             return None
-        return RunData(rid, g.data.tags.get("rlhf_lab.stage", ""), g.info.status, dict(g.data.params),
-                       dict(g.data.tags), dict(g.data.metrics), start_time=int(g.info.start_time or 0),
-                       end_time=int(g.info.end_time or 0))
 
     return gold_closure(sorted({r.tags[GOLD_TAG] for r in ppo if r.tags.get(GOLD_TAG)}), fetch)
 
@@ -272,10 +267,12 @@ def write_report(ppo_all: Sequence[RunData], golds: Sequence[RunData], covers: S
     met = [name for name, e in at0.items() if meets_bar(e)]
     lines += ["## Rank agreement by recipe (the primary effect)", "",
               "Per run, Spearman ρ between the formula and the gold RM over its evaluations; the mean over seeds on "
-              f"Fisher's z with its Student-t interval. The bar, stated before the runs: at β = 0 a mean ≥ {BAR_MEAN} "
+              f"Fisher's z with its Student-t interval. The bar, stated before the runs: at β = 0 a mean ≥ "
+              f"{BAR_MEAN} "
               f"with the lower end ≥ {BAR_LOW}, over ≥ {BAR_RUNS} finished runs. A run that diverged (PPO's guard "
               "stopped it; it has no ρ) was replaced by the recipe's next unused seed. A run whose ρ is exactly ±1 "
-              "enters at the cap |ρ| ≤ 0.999999 (z ≈ 7.25), which widens an interval near 1.", "", md_table(head, rows), "",
+              "enters at the cap |ρ| ≤ 0.999999 (z ≈ 7.25), which widens an interval near 1.", "",
+              md_table(head, rows), "",
               ("Recipes that meet the bar: " + ", ".join(f"`{m}`" for m in met) + "." if met else
                "**No recipe meets the bar**: with these golds, gold-RM mode does not yet detect hacking at β = 0 "
                "on this world."), ""]
