@@ -68,6 +68,9 @@ def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
     assert sft["status"] == "FINISHED" and sft["params.steps"] == "5"
     assert "trainer.max_steps=5" in sft["tags.rlhf_lab.overrides"]
     assert sft["tags.rlhf_lab.git_commit"]
+    from rlhf_lab.runs.code import cpu_capability  # what else a rerun must match: the CPU kernels, the libraries
+
+    assert sft["tags.rlhf_lab.cpu_capability"] == cpu_capability() and "torch==" in sft["tags.rlhf_lab.libraries"]
     assert (tmp_path / ".rlhf_lab_cache" / "pretrain").is_dir()
 
 

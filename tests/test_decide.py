@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -90,30 +91,41 @@ def test_an_rm_study_is_reproduced_on_its_rm_metrics(monkeypatch, tmp_path):
     assert suite_seeds.stored_seed0_run("rm_lora", [], "reports", []) is rm
     gives = {"rm/accuracy": 0.8, "rm/accuracy_gold": 0.7, "rm/spearman_gold": 0.6}
 
-    def call(cmd):
+    def call(cmd, env=None):
         folder = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "summary.json").write_text(json.dumps({"stage": "rm", "eval": gives}))
         return 0
 
     monkeypatch.setattr(subprocess, "call", call)
-    assert suite_seeds.reproduction_problem("rm_lora", [], "reports", []) is None
+    assert suite_seeds.reproduce("rm_lora", [], "reports", []).problem is None
     gives["rm/spearman_gold"] = 0.61
-    assert "rm/spearman_gold 0.6, today's code gives 0.61" in suite_seeds.reproduction_problem("rm_lora", [], "reports", [])
+    assert "rm/spearman_gold 0.6, today's code gives 0.61" in suite_seeds.reproduce("rm_lora", [], "reports", []).problem
 
 
 def test_decide_runs_each_planned_study_after_its_reproduction(monkeypatch, capsys):
     plan = [seed_plan.PlanItem("clip_eps", ("C12",), 5, 7, (5, 6), 4, 6.0),
             seed_plan.PlanItem("ref_sync", ("C3",), 5, 6, (5,), 3, 4.0)]
     monkeypatch.setattr(suite, "decision_plan", lambda *a: (plan, []))
-    monkeypatch.setattr(suite, "reproduction_problem", lambda study, *a: "differs" if study == "ref_sync" else None)
+    monkeypatch.setattr(suite, "reproduce", lambda study, *a: suite_seeds.Reproduction(
+        "differs" if study == "ref_sync" else None, {} if study == "ref_sync" else {"ATEN_CPU_CAPABILITY": "avx2"}))
     monkeypatch.setattr(suite, "prepare", lambda study, overrides, seed_args=(): [])
-    launched = []
-    monkeypatch.setattr(suite.subprocess, "call", lambda cmd: launched.append(cmd) or 0)
+    launched, kernels = [], []
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+
+    def call(cmd):
+        launched.append(cmd)
+        kernels.append(os.environ.get("ATEN_CPU_CAPABILITY"))
+        return 0
+
+    monkeypatch.setattr(suite.subprocess, "call", call)
     assert suite.main(["--decide", "--dry-run"]) == 0 and launched == []
     assert suite.main(["--decide", "20", "cache_dir=/c"]) == 1  # ref_sync not reproduced: named, status 1
     studies = [c for c in launched if "rlhf_lab.entry.run" in c]
     assert len(studies) == 1 and "sweep=clip_eps" in studies[0] and "seed=5,6" in studies[0]
+    # its seeds run with the kernels its seed-0 run reproduced with; the report after, and the suite, as before
+    assert kernels[launched.index(studies[0])] == "avx2" and kernels[-1] is None
+    assert "ATEN_CPU_CAPABILITY" not in os.environ
     assert "cache_dir=/c" in studies[0] and "skip_finished=true" in studies[0]
     assert any("rlhf_lab.entry.report" in c for c in launched)  # then the report
     out = capsys.readouterr().out
@@ -136,6 +148,9 @@ def test_the_provenance_table_marks_added_seeds_and_the_seed0_rerun():
     rows = provenance.provenance_rows(runs, {"clip_eps": [run(0, 0.0, "clip_eps_reproduce", start=10),
                                                           run(0, 0.3, "clip_eps_reproduce", start=20)]})
     assert rows[0][5].startswith("**differs**") and "test/gold_reward 0.0 stored, 0.3 rerun" in rows[0][5]
+    rerun = run(0, 0.0, "clip_eps_reproduce", start=30)
+    rerun.tags["rlhf_lab.cpu_capability"] = "avx2"
+    assert provenance.provenance_rows(runs, {"clip_eps": [rerun]})[0][5].endswith(", avx2 kernels)")
     assert provenance.spans([0, 1, 2, 4, 6, 7]) == "0–2, 4, 6–7"
     assert provenance.file_seeds("ppo_beta_grid_wide") == (0, 1, 2, 3, 4)
 
@@ -159,7 +174,7 @@ def test_the_seed_0_run_to_reproduce_is_the_newest_of_its_job_and_its_rerun_drop
     assert suite_seeds.stored_seed0_run("ref_sync", [], "reports", []) is new
     seen = []
 
-    def call(cmd):
+    def call(cmd, env=None):
         seen.append(cmd)
         folder = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
         folder.mkdir(parents=True, exist_ok=True)
@@ -168,7 +183,52 @@ def test_the_seed_0_run_to_reproduce_is_the_newest_of_its_job_and_its_rerun_drop
 
     monkeypatch.setattr(subprocess, "call", call)
     monkeypatch.setattr(suite_seeds, "reproduced_keys", lambda run: ("test/gold_reward",))
-    assert suite_seeds.reproduction_problem("ref_sync", ["tracking.uri=sqlite:///mine.db"], "reports", []) is None
+    assert suite_seeds.reproduce("ref_sync", ["tracking.uri=sqlite:///mine.db"], "reports", []).problem is None
     job = seen[0][3:]
     assert job[:3] == ["algo.reference.sync_every=0", "seed=0", "sweep=ref_sync"]
     assert "tracking.uri=sqlite:///mine.db" in job and not any("/x/store.db" in a or "progress_bar" in a for a in job)
+
+
+def test_a_stored_run_is_rerun_with_the_cpu_kernels_it_recorded(monkeypatch, tmp_path):
+    """Measured on 2026-12-05: ref_size's and ppo_beta_grid_wide's seed-0 runs, made on an AVX2 machine, rerun by their
+    own commits on this AVX-512 one, gave test gold 0.738 and 0.825 against the stored 0.864 and 0.808 (their SFT
+    policies already differed in the last digits); with ATEN_CPU_CAPABILITY=avx2 the same commit gave the stored run
+    to the last digit (0.8079359445546288). A run records its kernels (tag rlhf_lab.cpu_capability) and is rerun with
+    them; kernels this CPU lacks are named, with nothing rerun."""
+    monkeypatch.chdir(tmp_path)
+    run = RunData("r0", "rm", "FINISHED", {}, {"rlhf_lab.study": "rm_lora", "rlhf_lab.cpu_capability": "avx2",
+                                               "rlhf_lab.overrides": "seed=0 sweep=rm_lora"},
+                  {"rm/accuracy": 0.8}, seed="0")
+    monkeypatch.setattr(suite_seeds, "report_runs", lambda *a: ({"rm_lora": [run]}, {}))
+    monkeypatch.setattr(suite_seeds, "reproduced_keys", lambda r: ("rm/accuracy",))
+    monkeypatch.setattr(suite_seeds, "cpu_capability", lambda: "avx512")
+    kernels = []
+
+    def call(cmd, env=None):
+        kernels.append(env["ATEN_CPU_CAPABILITY"])
+        folder = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text(json.dumps({"stage": "rm", "eval": {"rm/accuracy": 0.79}}))
+        return 0
+
+    monkeypatch.setattr(subprocess, "call", call)
+    got = suite_seeds.reproduce("rm_lora", [], "reports", [])
+    assert kernels == ["avx2"] and got.env == {} and got.problem.endswith("gives 0.79 (avx2 CPU kernels)")
+    run.tags["rlhf_lab.cpu_capability"] = "avx512"
+    monkeypatch.setattr(suite_seeds, "cpu_capability", lambda: "avx2")
+    got = suite_seeds.reproduce("rm_lora", [], "reports", [])
+    assert kernels == ["avx2"] and "made with avx512 CPU kernels; this CPU offers avx2 at most" in got.problem
+
+
+def test_the_cpu_kernels_are_chosen_by_torchs_variable_and_key_the_cache():
+    """ATEN_CPU_CAPABILITY (read when torch starts) sets what cpu_capability says, and a stage's code digest (its
+    artifacts' keys) changes with it: an artifact computed with other kernels is never reused."""
+    import sys
+
+    from rlhf_lab.runs.code import cpu_capability, stage_code_digest
+
+    probe = "from rlhf_lab.runs.code import cpu_capability as c, stage_code_digest as d; print(c(), d('sft'))"
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "ATEN_CPU_CAPABILITY": "default"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "default"
+    assert (out[1] == stage_code_digest("sft")) == (cpu_capability() == "default")

@@ -507,7 +507,7 @@ def test_more_seeds_runs_the_seeds_an_inconclusive_claim_needs_when_they_fit_the
         return {"clip_eps": 11, "ref_sync": 20, "ppo_beta_grid": 4}  # ppo_beta_grid: ≤ 5 seeds, nothing to add
 
     rc = suite.run(["clip_eps", "ref_sync"], [], 2, report=True, out="reports", max_minutes=60, seeds_cap=20,
-                   needs=needs, reproduces=lambda *a: None)
+                   needs=needs, reproduces=lambda *a: suite_seeds.Reproduction(None, {}))
     out = capsys.readouterr().out
     assert rc == 0 and asked == [20]
     sweeps = [next(a for a in c if a.startswith("sweep=")) + " " + " ".join(a for a in c if a.startswith("seed="))
@@ -542,10 +542,12 @@ def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reprodu
                                                     "skip_finished=True", "rlhf_lab.git_commit": "1bb3091aaaa"},
                      {"test/gold_reward": -0.345, "eval/gold_reward": -0.352, "eval/kl": 102.0}, seed="0")
     monkeypatch.setattr(suite_seeds, "stored_seed0_run", lambda *a: stored)
-    calls, gives = [], {}
+    calls, gives, kernels = [], {}, []
+    monkeypatch.setattr(suite_seeds, "cpu_capability", lambda: "avx512")
 
-    def call(cmd):  # the rerun: writes its summary.json where hydra.run.dir says
+    def call(cmd, env=None):  # the rerun: writes its summary.json where hydra.run.dir says
         calls.append(cmd)
+        kernels.append(env["ATEN_CPU_CAPABILITY"])
         folder = Path(next(a for a in cmd if a.startswith("hydra.run.dir=")).split("=", 1)[1])
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps({"test": {"test/gold_reward": gives["test"]},
@@ -554,18 +556,22 @@ def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reprodu
 
     monkeypatch.setattr(subprocess, "call", call)
     gives["test"] = -0.345
-    assert suite_seeds.reproduction_problem("clip_eps", ["cache_dir=/c"], "reports", []) is None
+    assert suite_seeds.reproduce("clip_eps", ["cache_dir=/c"], "reports", []) == (None, {"ATEN_CPU_CAPABILITY": "avx2"})
+    assert kernels == ["avx2"]  # a run that recorded no kernels: avx2 first (the lab's machines until 2026-12-04)
     assert calls[0][3:] == ["+ppo_kl=fixed_0", "seed=0", "sweep=clip_eps", "cache_dir=/c", "study=clip_eps_reproduce",
                             f"hydra.run.dir={tmp_path / 'suite_reproduce' / 'clip_eps'}"]
     gives["test"] = -0.050
-    assert suite_seeds.reproduction_problem("clip_eps", [], "reports", []) == (
-        "its seed-0 run abc (commit 1bb3091) has test/gold_reward -0.345, today's code gives -0.05")
+    assert suite_seeds.reproduce("clip_eps", [], "reports", []) == (
+        "its seed-0 run abc (commit 1bb3091) has test/gold_reward -0.345, today's code gives -0.05 (avx512 CPU "
+        "kernels)", {})
+    assert kernels[1:] == ["avx2", "avx512"]  # then this machine's
     monkeypatch.setattr(suite_seeds, "stored_seed0_run", lambda *a: None)
-    assert suite_seeds.reproduction_problem("clip_eps", [], "reports", []) is None  # nothing stored: nothing to mix
+    assert suite_seeds.reproduce("clip_eps", [], "reports", []) == (None, {})  # nothing stored: nothing to mix
 
     launched = studies_on_a_fake_clock(monkeypatch)
     rc = suite.run(["clip_eps"], [], 2, report=True, out="reports", seeds_cap=20,
-                   needs=lambda *a: {"clip_eps": 11}, reproduces=lambda study, *a: "its seed-0 run abc differs")
+                   needs=lambda *a: {"clip_eps": 11},
+                   reproduces=lambda study, *a: suite_seeds.Reproduction("its seed-0 run abc differs", {}))
     out = capsys.readouterr().out
     assert rc == 0 and not [c for c in launched if any(a.startswith("seed=") for a in c)]
     assert "clip_eps: its claims need about 11 seeds, but today's code does not reproduce it: its seed-0 run abc " \

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData
 from rlhf_lab.analysis.snapshot import newest_per_job
+from rlhf_lab.runs.code import CPU_TAG
 
 REPRODUCE_SUFFIX = "_reproduce"  # the study tag of a stored seed-0 run's rerun
 REPRODUCED_KEYS = ("test/gold_reward", "eval/gold_reward", "eval/kl")  # what a rerun of seed 0 must give again
@@ -119,6 +120,8 @@ def reproduction_cell(stored: RunData | None, reruns: Sequence[RunData]) -> str:
         return "–"
     new = max(done, key=lambda r: r.start_time)
     when = f"rerun at {new.tags.get('rlhf_lab.git_commit', '?')[:7]}, {day(new.start_time)}"
+    if new.tags.get(CPU_TAG):  # the CPU kernels it computed with (recorded since 2026-12-05)
+        when += f", {new.tags[CPU_TAG]} kernels"
     if stored is None:
         return f"no stored seed-0 run to compare ({when})"
     differ = [k for k in reproduced_keys(stored) if not same(stored.metrics.get(k), new.metrics.get(k))]

@@ -28,10 +28,13 @@ report, :func:`rlhf_lab.analysis.verdicts.seeds_to_decide`); where N ≤ CAP, th
 ``seed=5,…,N−1`` (resumable like the rest), provided its projected time (the header's minutes × (N − 5)/5) fits
 what is left of ``--max-minutes``; then the report is written again. An effect that needs more than CAP seeds, or
 whose seeds do not fit the budget, keeps its "needs about N seeds" in the report. Before a study gets more seeds,
-the suite checks that today's code reproduces it (:func:`reproduction_problem`): one job reruns the study's first
-seed-0 run (its own overrides, under the study name ``<study>_reproduce``) and its final test and eval gold and KL
-must equal the stored run's; otherwise the new seeds would be pooled with runs that other code produced (seen: a
-study whose runs came from an earlier version with another SFT baseline), so they are not run and the suite says why.
+the suite checks that today's code reproduces it (:func:`~rlhf_lab.entry.suite_seeds.reproduce`): one job reruns the
+study's first seed-0 run (its own overrides, under the study name ``<study>_reproduce``, with the CPU kernels it was
+made with) and its final test and eval gold and KL must equal the stored run's; otherwise the new seeds would be pooled
+with runs that other code produced (seen: a study whose runs came from an earlier version with another SFT baseline),
+so they are not run and the suite says why. The new seeds run with the kernels it reproduced with (seen: runs made on
+an AVX2 machine, rerun on an AVX-512 one, differ from the first digits on: ``ATEN_CPU_CAPABILITY=avx2`` gives them
+again to the last digit).
 
 The expected wall times are the ``about N min`` of each study file's header (``sweeps/sweep/<study>.yaml``),
 for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, preference pairs, RMs) cached.
@@ -40,18 +43,20 @@ for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, pref
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from rlhf_lab.analysis.claims import claims_of_studies
 from rlhf_lab.analysis.designs import SUITE_VERSIONS
 from rlhf_lab.runs.jobs import study_file, study_names
 from rlhf_lab.entry.suite_prepare import PREPARE, PREPARE_PER_SEED, SEEDS, prepare
-from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, decision_plan, report_runs, reproduction_problem, uri_override
+from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, Reproduction, decision_plan, report_runs, reproduce, uri_override
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
@@ -181,10 +186,10 @@ def dry_run(studies: list[str], overrides: list[str], validate: bool) -> int:
 
 def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str], n_jobs: int, t0: float,
                max_minutes: float | None, failed: list[str],
-               check: Callable[[str], str | None] = lambda study: None) -> list[str]:
+               check: Callable[[str], Reproduction] = lambda study: Reproduction(None, {})) -> list[str]:
     """Run each study of `studies` whose claims need N > 5 seeds (`needed`: {claim study key: N}) with seeds 5 … N−1
-    when its projected time fits what is left of `max_minutes` and `check(study)` (:func:`reproduction_problem`)
-    finds nothing wrong; the studies extended."""
+    when its projected time fits what is left of `max_minutes` and `check(study)` (:func:`reproduce`) finds
+    nothing wrong (the seeds then run in the environment it reproduced in); the studies extended."""
     plan: dict[str, int] = {}
     for key, n in needed.items():
         study = suite_study(key, studies)
@@ -200,7 +205,7 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
                   f"about {projected:.0f} min, past --max-minutes {format(max_minutes, 'g')} ({spent:.0f} spent): not "
                   f"run, the report says \"needs about {n} seeds\"", flush=True)
             continue
-        problem = check(study)
+        problem, env = check(study)
         if problem:
             print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds, but today's code does not reproduce "
                   f"it: {problem}. More seeds would be pooled with runs other code made: not run; rerun the study "
@@ -209,8 +214,9 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
         print(f"\n[rlhf-lab-suite] {study}: its claims need about {n} seeds for 80 % power; running seeds "
               f"{SEEDS}–{n - 1} (expected about {projected:.0f} min)", flush=True)
         try:
-            rc = subprocess.call(study_command(study, overrides + prepare(study, overrides, [seed_override(n)]) + [seed_override(n)],
-                                               n_jobs))
+            with environment(env):  # the kernels it reproduced with: its prepared artifacts and jobs compute alike
+                rc = subprocess.call(study_command(study, overrides + prepare(study, overrides, [seed_override(n)])
+                                                   + [seed_override(n)], n_jobs))
         except RuntimeError as err:
             print(f"[rlhf-lab-suite] {err}", flush=True)
             rc = 1
@@ -218,6 +224,22 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
             failed.append(f"{study} (seeds {SEEDS}–{n - 1})")
         done.append(study)
     return done
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """`env` set in this process's environment while the block runs (the processes it starts inherit it), then the
+    environment as it was."""
+    before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def per_seed(study: str) -> tuple[int, float]:
@@ -250,7 +272,7 @@ def decide(overrides: list[str], out: str, runs_files: list[str], cap: int, n_jo
             print(f"[rlhf-lab-suite] {it.study}: {it.minutes:.0f} min do not fit what is left of --max-minutes; "
                   "launch again to go on (finished jobs are skipped)", flush=True)
             continue
-        problem = reproduction_problem(it.study, overrides, out, runs_files)
+        problem, env = reproduce(it.study, overrides, out, runs_files)
         if problem:
             print(f"[rlhf-lab-suite] {it.study}: not extended: today's code does not reproduce it: {problem}",
                   flush=True)
@@ -258,8 +280,11 @@ def decide(overrides: list[str], out: str, runs_files: list[str], cap: int, n_jo
             continue
         print(f"\n[rlhf-lab-suite] {it.study} ({' '.join(it.claims)}): seeds {it.seeds_now} -> {it.target} "
               f"({it.seed_override}, about {it.minutes:.0f} min)", flush=True)
-        cmd = study_command(it.study, overrides + prepare(it.study, overrides, [it.seed_override]) + [it.seed_override], n_jobs)
-        if subprocess.call(cmd) != 0:
+        with environment(env):  # the kernels it reproduced with: its prepared artifacts and jobs compute alike
+            cmd = study_command(it.study, overrides + prepare(it.study, overrides, [it.seed_override])
+                                + [it.seed_override], n_jobs)
+            rc = subprocess.call(cmd)
+        if rc != 0:
             failed.append(it.study)
         done.append(it.study)
     if done:
@@ -281,7 +306,7 @@ def write_report(overrides: list[str], out: str, runs_files: list[str] | None, o
 def run(studies: list[str], overrides: list[str], n_jobs: int, report: bool, out: str,
         max_minutes: float | None = None, runs_files: list[str] | None = None, seeds_cap: int | None = None,
         needs: Callable[..., dict[str, int]] = measured_needs,
-        reproduces: Callable[..., str | None] = reproduction_problem) -> int:
+        reproduces: Callable[..., Reproduction] = reproduce) -> int:
     """Run the studies in order; with `max_minutes`, stop before the first study whose expected time (its header's,
     a study's full time even when some of its jobs are done) would end past that budget. With `seeds_cap`, after the
     report, run more seeds where the claims need them (:func:`more_seeds`; `needs`: {claim study key: seeds}) and

@@ -5,15 +5,17 @@ it, and ``--decide``'s plan (:mod:`rlhf_lab.analysis.seed_plan`)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from rlhf_lab.analysis.provenance import REPRODUCE_SUFFIX, reproduced_keys, same, stored_seed0
 from rlhf_lab.analysis.snapshot import FILE_NAME
 from rlhf_lab.config.keys import computes, override_key
+from rlhf_lab.runs.code import CPU_ENV, CPU_TAG, cpu_capability
 
 
 def uri_override(overrides: list[str]) -> str | None:
@@ -39,35 +41,67 @@ def stored_seed0_run(study: str, overrides: list[str], out: str, runs_files: lis
     return stored_seed0([r for rs in runs.values() for r in rs if r.tags.get("rlhf_lab.study") == study])
 
 
-def reproduction_problem(study: str, overrides: list[str], out: str, runs_files: list[str]) -> str | None:
-    """None when today's code reproduces the study's stored seed-0 run (one job, its own overrides, study
-    ``<study>_reproduce``, output in ``suite_reproduce/<study>``): the figures of
-    :data:`~rlhf_lab.analysis.provenance.REPRODUCED_KEYS` (an RM run's ``REPRODUCED_RM_KEYS``) equal to 1e-9
-    relative (``provenance.same``); else why not. A study without a stored seed-0 run has nothing to mix: None."""
+class Reproduction(NamedTuple):
+    """What :func:`reproduce` found: `problem` None when today's code gave the stored seed-0 run's figures again (or
+    the study has none stored), else why not; `env`, the environment variables it reproduced under (the CPU
+    kernels), in which the study's new seeds then run, so that all its runs computed alike."""
+
+    problem: str | None
+    env: dict[str, str]
+
+
+# x86 kernels in torch's order: a run made with later ones cannot be rerun where the CPU offers only earlier ones
+KERNEL_ORDER = ("default", "avx2", "avx512")
+
+
+def kernel_choices(old) -> list[str]:
+    """The CPU kernels to rerun the stored run `old` with: those it recorded (tag ``rlhf_lab.cpu_capability``), else
+    ``avx2`` and then this machine's (a run from before runs recorded them: the lab's were made on AVX2 machines
+    until 2026-12-04 21:00 UTC, on AVX-512 ones after)."""
+    tagged = old.tags.get(CPU_TAG)
+    if tagged:
+        return [tagged]
+    native = cpu_capability()
+    return ["avx2"] + ([native] if native != "avx2" else [])
+
+
+def reproduce(study: str, overrides: list[str], out: str, runs_files: list[str]) -> Reproduction:
+    """Rerun the study's stored seed-0 run (one job, its own overrides, study ``<study>_reproduce``, output in
+    ``suite_reproduce/<study>``) with the CPU kernels it was made with (:func:`kernel_choices`, environment variable
+    ``ATEN_CPU_CAPABILITY``): reproduced when the figures of :data:`~rlhf_lab.analysis.provenance.REPRODUCED_KEYS`
+    (an RM run's ``REPRODUCED_RM_KEYS``) come out equal to 1e-9 relative (``provenance.same``). A study without a
+    stored seed-0 run has nothing to mix: reproduced."""
     old = stored_seed0_run(study, overrides, out, runs_files)
     if old is None:
-        return None
+        return Reproduction(None, {})
     job = [o for o in old.tags["rlhf_lab.overrides"].split()  # what it computed (not its store, its progress bar)
            if computes(override_key(o.split("=", 1)[0]))]
     folder = Path("suite_reproduce", study).resolve()
-    shutil.rmtree(folder, ignore_errors=True)
-    cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
-           f"hydra.run.dir={folder}"]
-    print(f"[rlhf-lab-suite] {study}: does today's code reproduce run {old.run_id}? rlhf-lab {' '.join(cmd[3:])}",
-          flush=True)
-    if subprocess.call(cmd) != 0:
-        return f"its seed-0 job could not be rerun (output: {folder})"
-    try:
-        new = json.loads((folder / "summary.json").read_text())
-    except (OSError, ValueError):
-        return f"its seed-0 rerun left no summary.json in {folder}"
-    got = {**new.get("eval", {}), **new.get("test", {})}
-    for key in reproduced_keys(old):
-        a, b = old.metrics.get(key), got.get(key)
-        if not same(a, b):
-            return (f"its seed-0 run {old.run_id} (commit {old.tags.get('rlhf_lab.git_commit', '?')[:7]}) has {key} "
-                    f"{a}, today's code gives {b}")
-    return None
+    native, problem = cpu_capability(), None
+    for kernels in kernel_choices(old):
+        if {kernels, native} <= set(KERNEL_ORDER) and KERNEL_ORDER.index(kernels) > KERNEL_ORDER.index(native):
+            return Reproduction(f"its seed-0 run {old.run_id} was made with {kernels} CPU kernels; this CPU offers "
+                                f"{native} at most: rerun the suite on a CPU with {kernels}", {})
+        env = {CPU_ENV: kernels}
+        shutil.rmtree(folder, ignore_errors=True)
+        cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
+               f"hydra.run.dir={folder}"]
+        print(f"[rlhf-lab-suite] {study}: does today's code reproduce run {old.run_id}? {CPU_ENV}={kernels} rlhf-lab "
+              f"{' '.join(cmd[3:])}", flush=True)
+        if subprocess.call(cmd, env={**os.environ, **env}) != 0:
+            return Reproduction(f"its seed-0 job could not be rerun (output: {folder})", {})
+        try:
+            new = json.loads((folder / "summary.json").read_text())
+        except (OSError, ValueError):
+            return Reproduction(f"its seed-0 rerun left no summary.json in {folder}", {})
+        got = {**new.get("eval", {}), **new.get("test", {})}
+        differ = [k for k in reproduced_keys(old) if not same(old.metrics.get(k), got.get(k))]
+        if not differ:
+            return Reproduction(None, env)
+        k = differ[0]
+        problem = (f"its seed-0 run {old.run_id} (commit {old.tags.get('rlhf_lab.git_commit', '?')[:7]}) has {k} "
+                   f"{old.metrics.get(k)}, today's code gives {got.get(k)} ({kernels} CPU kernels)")
+    return Reproduction(problem, {})
 
 
 # Studies --decide does not extend, whatever their power asks: a design known to be flawed gets no more seeds of it.

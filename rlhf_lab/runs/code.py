@@ -9,9 +9,10 @@ up other keys and builds its own artifacts.
 
 The digest covers the stage's module and every module of the package it imports, at module level or inside a
 function (:func:`import_closure`), read as syntax trees without docstrings (a reworded docstring, a comment or
-a reformatted line builds nothing new), and the versions of the libraries that compute (torch, transformers,
-tokenizers, peft, lightning). A change to PPO's training step therefore leaves the SFT policy and the reward
-model in the cache, and a change to the sampling code rebuilds the preference pairs.
+a reformatted line builds nothing new), the versions of the libraries that compute (torch, transformers,
+tokenizers, peft, lightning) and the CPU kernels torch computes with (:func:`cpu_capability`). A change to PPO's
+training step therefore leaves the SFT policy and the reward model in the cache, and a change to the sampling code
+rebuilds the preference pairs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1]  # rlhf_lab/
 ROOT = PKG.parent
 LIBRARIES = ("torch", "transformers", "tokenizers", "peft", "lightning")
+CPU_TAG = "rlhf_lab.cpu_capability"  # a run's tag: the CPU kernels it computed with (cpu_capability)
+CPU_ENV = "ATEN_CPU_CAPABILITY"  # torch's variable that chooses them (avx2 on an AVX-512 CPU: the AVX2 kernels)
 
 
 def module_name(path: Path) -> str:
@@ -103,6 +106,17 @@ def code_text(path: Path, tree: ast.Module | None = None) -> str:
     return ast.dump(tree)
 
 
+def cpu_capability() -> str:
+    """The CPU kernels torch computes with, lower case: ``avx512``, ``avx2``, ``default`` ... (its
+    ``torch.backends.cpu.get_cpu_capability()``: the best the CPU offers, or the environment variable
+    ``ATEN_CPU_CAPABILITY``, read when torch starts). Other kernels round differently, so the same seed and code give
+    other numbers on a CPU with other vector instructions (PPO amplifies a last-digit difference into another run):
+    every run records them (tag ``rlhf_lab.cpu_capability``) and they are part of every cached artifact's key."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability()).lower()
+
+
 def library_versions() -> str:
     out = []
     for name in LIBRARIES:
@@ -128,13 +142,13 @@ def code_digests() -> tuple[dict[str, set[str]], dict[str, str]]:
 @functools.cache
 def stage_code_digest(stage: str) -> str | None:
     """The digest of the code that builds `stage`'s artifacts (``rlhf_lab/stages/<stage>.py``, its import closure,
-    the libraries' versions), once per process; None for a cache folder that is not a stage's (``start_eval``,
-    whose key holds the package's digest itself)."""
+    the libraries' versions, the CPU kernels), once per process; None for a cache folder that is not a stage's
+    (``start_eval``, whose key holds the package's digest and the kernels itself)."""
     graph, texts = code_digests()
     module = f"rlhf_lab.stages.{stage}"
     if module not in graph:
         return None
-    h = hashlib.sha256(library_versions().encode())
+    h = hashlib.sha256(f"{library_versions()},cpu={cpu_capability()}".encode())
     for name in sorted(import_closure(module, graph)):
         h.update(f"\n{name}:{texts[name]}".encode())
     return h.hexdigest()[:16]

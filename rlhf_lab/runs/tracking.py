@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import mlflow
 
+from rlhf_lab.runs.code import CPU_TAG, cpu_capability, library_versions
 from rlhf_lab.runs.distributed import is_rank_zero
 from rlhf_lab.runs.identity import run_tags
 from rlhf_lab.runs.jobs import STUDY_DIGEST_TAG, RunSettings, hydra_overrides, job_sweep_params, study_digest
@@ -190,6 +191,8 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
         "rlhf_lab.stage": stage,
         "rlhf_lab.git_commit": git_commit(),
         "rlhf_lab.overrides": " ".join(hydra_overrides()),
+        CPU_TAG: cpu_capability(),  # the kernels and libraries that computed: what else a rerun must match
+        "rlhf_lab.libraries": library_versions(),
     }
     digest = study_digest(hydra_overrides())
     if digest:

@@ -14,6 +14,7 @@ from rlhf_lab.config import world as W
 from rlhf_lab.runs import active_run
 from rlhf_lab.runs.cache import announce_reuse, write_json_atomic
 from rlhf_lab.data.errors import data_errors
+from rlhf_lab.runs.code import cpu_capability
 from rlhf_lab.runs.identity import source_digest  # the code's digest, part of the start evaluation's key
 from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
 from rlhf_lab.config.schema import GenerationConfig, settings
@@ -140,7 +141,7 @@ def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
         return None
     config = drop_keys(to_plain(cfg), (*NOT_COMPUTED, *START_EVAL_IGNORES))
     base = {"job": stage, "sft": str(spec["sft"]), "reference": spec.get("reference"), "config": config,
-            "code": source_digest()}
+            "code": source_digest(), "cpu_capability": cpu_capability()}
     cache = cache_for(cfg)
 
     def start(split: str, compute):
