@@ -342,3 +342,72 @@ def test_a_gold_ensemble_logs_its_members_disagreement_and_the_summary_warns_pas
     assert "eval/gold_rm_std" not in one and "eval/gold_rm_std_ratio" not in one
     assert "out of its depth" in gold_depth_warning({"eval/gold_rm_std_ratio": GOLD_DEPTH + 0.1})
     assert gold_depth_warning({"eval/gold_rm_std_ratio": GOLD_DEPTH}) is None and gold_depth_warning({}) is None
+
+
+# cover policies at test size: their proxy's pairs, its RM, PPO's batch and the evaluations cut down
+COVER_OVERRIDES = "[" + ",".join(f"'{o}'" for o in (
+    "algo.batch_size=8", "algo.num_minibatches=2", "reward_model.steps=10", "data.n_train=40", "data.n_eval=10",
+    "eval.n_prompts=8", "eval.n_test_prompts=8", "eval.n_ood_prompts=4", "eval.n_samples_logged=2")) + "]"
+COVERED = ["gold=rm_world", "gold.build.reward_model.steps=10", "gold.build.reward_model.arch.hidden=32",
+           "gold.build.reward_model.arch.layers=1", "gold.build.data.n_train=40", "gold.build.data.n_eval=10",
+           "gold.build.data.on_policy_fraction=0.5", "gold.build.data.on_policy_pairing=sft",
+           "gold.build.covers=[{seed:200,beta:0.0,steps:2},{seed:300,beta:0.0,steps:2,round:2}]",
+           "gold.build.cover_gold_data={on_policy_fraction:0.25}", f"gold.build.cover_overrides={COVER_OVERRIDES}"]
+
+
+def test_covers_are_the_default_ppo_job_on_the_jobs_world_whatever_the_job_and_its_arms(tiny_cfg):
+    """A cover's config depends on the job only through its world and policy: two jobs that differ in the algorithm,
+    β, the proxy and its labeler get the same covers (so every arm of a study shares one gold); round 2's proxy is
+    labelled by the gold of round 1's covers with cover_gold_data over its data."""
+    from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+
+    a = tiny_cfg("algo=ppo", "kl=fixed", "kl.beta=0.3", *COVERED)
+    b = tiny_cfg("algo=dpo", "labeler=unbiased", "reward_model.seed=7", "reward_model.steps=33", *COVERED)
+    CC.validate(a)
+    first, second = (G.cover_config(a, c) for c in a.gold.build.covers)
+    assert drop_keys(to_plain(first), NOT_COMPUTED) == drop_keys(to_plain(G.cover_config(b, b.gold.build.covers[0])),
+                                                                 NOT_COMPUTED)
+    assert (first.algo.name, first.kl.name, first.kl.beta, first.algo.steps, first.seed, first.reward_model.seed,
+            first.study, first.gold.source, first.labeler.name) == ("ppo", "fixed", 0.0, 2, 200, 200, G.COVER_STUDY,
+                                                                    "formula", "length_biased")
+    assert (first.algo.batch_size, first.data.n_train) == (8, 40) and first.policy == a.policy
+    assert second.gold.source == "rm" and [int(c.seed) for c in second.gold.build.covers] == [200]
+    assert second.gold.build.data.on_policy_fraction == 0.25 and second.seed == 300
+
+
+@pytest.mark.parametrize("override,key", [
+    ("gold.build.covers=[{seed:1,beta:0.0,steps:2,round:2}]", "gold.build.covers"),
+    ("gold.build.covers=[{seed:1,beta:-1.0,steps:2}]", "gold.build.covers[0].beta"),
+    ("gold.build.data.on_policy_path=somewhere", "gold.build.data.on_policy_path"),
+])
+def test_bad_covers_are_refused_naming_the_key(tiny_cfg, override, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace(".", r"\.")):
+        CC.validate(tiny_cfg("algo=ppo", *COVERED, override))
+
+
+@pytest.mark.slow
+def test_a_gold_with_covers_builds_them_first_round_by_round_and_reuses_them(tiny_cfg, tmp_path):
+    """gold.build.covers end to end: the round-1 cover (against a formula-labelled proxy), round 1's gold, the round-2
+    cover (against a proxy whose pairs that gold labelled), then the gold, whose on-policy pairs come from both covers
+    against SFT samples; each cover a cached artifact (the policy, not PPO's training checkpoint) with its run in
+    study gold_cover; asked again, nothing is rebuilt."""
+    import mlflow
+
+    from rlhf_lab.stages import prefs
+
+    db = tmp_path / "mlflow.db"
+    cfg = tiny_cfg("algo=ppo", *COVERED, mlflow_db=db)
+    CC.validate(cfg)
+    gold = G.rm_path(cfg)
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
+    covers = runs[runs["tags.rlhf_lab.study"] == G.COVER_STUDY]
+    covers = covers[covers["tags.rlhf_lab.stage"] == "ppo"].sort_values("params.seed")
+    assert list(covers["params.seed"]) == ["200", "300"] and set(covers["status"]) == {"FINISHED"}
+    assert list(covers["params.gold.source"]) == ["formula", "rm"]  # round 2 trained against a gold-labelled proxy
+    assert (runs["tags.rlhf_lab.stage"] == "rm").sum() == 4  # two proxies, round 1's gold and the gold
+    folders = [Path(p) for p in G.build_config(cfg).data.on_policy_path]
+    assert all((f / "config.json").is_file() and not (f / "ppo_last.ckpt").exists() for f in folders)
+    train, _ = prefs.load(G.build_config(cfg))
+    assert 15 <= sum(p.source == "on_policy" for p in train) <= 20  # half the 40 pairs (a tie in text is dropped)
+    assert G.rm_path(cfg) == gold and len(mlflow.search_runs(experiment_names=["rlhf-lab"])) == len(runs)

@@ -356,7 +356,11 @@ def test_gold_recipes_arms_differ_only_in_the_gold_and_beta():
     assert broad["gold.build.data.sft_temperatures"] == [0.7, 1.0, 1.3]
     cover = seed0[("+gold_recipe=onpolicy", "+ppo_kl=fixed_0")]
     assert cover["gold.build.data.on_policy_fraction"] == 0.25 and base["data.on_policy_fraction"] == 0.0
-    assert cover["gold.build.data.on_policy_path"].endswith("gold_cover/artifact")
+    assert cover["gold.build.covers"] == [{"seed": 200, "beta": 0.0, "steps": 80, "round": 1}]
     covers = seed0[("+gold_recipe=covers", "+ppo_kl=fixed_0")]
     assert covers["gold.build.data.on_policy_pairing"] == "sft" and base["data.on_policy_pairing"] == "self"
-    assert [p.split("/")[-2] for p in covers["gold.build.data.on_policy_path"]] == [f"seed_{s}" for s in range(200, 206)]
+    assert [c["seed"] for c in covers["gold.build.covers"]] == list(range(200, 206)) and not base["gold.build.covers"]
+    adversarial = seed0[("+gold_recipe=adversarial", "+ppo_kl=fixed_0")]
+    assert [(c["seed"], c["round"]) for c in adversarial["gold.build.covers"]] == [
+        *[(s, 1) for s in range(200, 206)], (300, 2), (301, 2), (302, 2)]
+    assert adversarial["gold.build.cover_gold_data.on_policy_fraction"] == 0.25

@@ -210,8 +210,29 @@ def check_gold(cfg: DictConfig) -> None:
         raise ConfigError("gold.path", "???" if missing else path,
                           f"set with gold=rm: {RM_FOLDER}" + (why or "; or gold=rm_world to build one on the world"))
     else:  # the gold's own pairs (stages.gold.build_config sets gold.build.data over the job's data group)
-        check_pairs(OmegaConf.merge(cfg.data, g.build.get("data") or {}), "gold.build.data",
-                    get(cfg, "generation.temperature"))
+        data = OmegaConf.merge(cfg.data, g.build.get("data") or {})
+        covers = check_covers(g.build)
+        if covers:  # their policies are the on-policy checkpoints, made when the gold is built
+            data.on_policy_path = [f"gold.build.covers[{i}]" for i in range(covers)]
+        check_pairs(data, "gold.build.data", get(cfg, "generation.temperature"))
+
+
+def check_covers(b: DictConfig) -> int:
+    """``gold.build.covers`` (how many): each a seed, a β ≥ 0, steps ≥ 1 and a round ≥ 1, round 1 among them (a
+    later round's proxies are labelled by the gold built from the earlier rounds' covers); they are the gold's
+    on-policy checkpoints, so ``gold.build.data.on_policy_path`` stays null."""
+    covers = list(get(b, "covers") or [])
+    for i, c in enumerate(covers):
+        required(c, f"gold.build.covers[{i}]", "seed")
+        need_all(c, f"gold.build.covers[{i}]", {"beta": non_negative, "steps": (at_least(1), ">= 1"),
+                                                 "round": (at_least(1), ">= 1")})
+    if covers and min(int(c.round) for c in covers) != 1:
+        raise ConfigError("gold.build.covers", [int(c.round) for c in covers], "rounds that start at 1: a round r > 1 "
+                          "is labelled by the gold of the covers of rounds below r")
+    if covers and get(b, "data.on_policy_path"):
+        raise ConfigError("gold.build.data.on_policy_path", get(b, "data.on_policy_path"),
+                          "null with gold.build.covers (their policies are the on-policy checkpoints)")
+    return len(covers)
 
 
 def check_kl(kl: DictConfig) -> None:

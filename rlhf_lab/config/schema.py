@@ -52,12 +52,25 @@ class WorldConfig:
 
 
 @dataclass
+class CoverConfig:
+    """One of ``gold.build.covers``: a policy that hacked a proxy RM (stage ``cover``), its samples in the gold's pairs."""
+
+    seed: int = MISSING  # the cover's seed and its proxy RM's (reward_model.seed)
+    beta: float = MISSING  # its fixed KL coefficient (kl.beta)
+    steps: int = MISSING  # its PPO steps (algo.steps)
+    round: int = 1  # 1: its proxy's pairs labelled by the formula; r > 1: by this gold built from rounds < r
+
+
+@dataclass
 class GoldBuildConfig:
     """``gold.build``: the gold RM trained on the world when ``gold.path`` is null (``gold=rm_world``)."""
 
     labeler: str = MISSING  # a preset of conf/labeler/
     reward_model: Any = MISSING  # set over the job's reward_model group
     data: Any = MISSING  # set over the job's data group
+    covers: List[CoverConfig] = field(default_factory=list)  # their samples are the on-policy pairs (in order)
+    cover_gold_data: Optional[Any] = None  # over `data` for the gold that labels a later round's proxies
+    cover_overrides: List[str] = field(default_factory=list)  # Hydra overrides of every cover's PPO job
 
 
 @dataclass

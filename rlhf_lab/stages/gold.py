@@ -86,8 +86,51 @@ def build_config(cfg: DictConfig) -> DictConfig:
         c.labeler = labeler_preset(str(b.labeler))
         c.reward_model = OmegaConf.merge(c.reward_model, b.get("reward_model") or {})
         c.data = OmegaConf.merge(c.data, b.get("data") or {})
+        if b.get("covers"):  # the policies that hacked proxies, made first: their samples are the on-policy pairs
+            c.data.on_policy_path = [str(ensure("cover", cover_config(cfg, cover))) for cover in b.covers]
         c.algo = {"name": BUILD_JOB}
     return c
+
+
+COVER_STUDY = "gold_cover"  # the study of the cover policies' runs
+COVER_EVERY = 10  # a cover's evaluations: every 10 PPO steps
+SHARED_GROUPS = ("world", "policy", "generation", "pretrain", "sft", "trainer", "tracking", "cache_dir")
+
+
+def cover_config(cfg: DictConfig, cover: DictConfig) -> DictConfig:
+    """The config of one of ``gold.build.covers`` (stage ``cover``): the default PPO job (``algo=ppo kl=fixed``: its
+    proxy RM, the pairs it learns and their labeler at their defaults) on the job's world and policy (its
+    :data:`SHARED_GROUPS`), with the cover's seed (its proxy's ``reward_model.seed`` too), ``kl.beta`` and
+    ``algo.steps``, an evaluation every :data:`COVER_EVERY` steps, study :data:`COVER_STUDY`, and
+    ``gold.build.cover_overrides`` (say, LoRA for a large policy); the same for every job of a study, whatever its
+    algorithm and arms. A cover of round r > 1 trained against a proxy whose pairs this gold,
+    built from the covers of rounds below r (``gold.build.cover_gold_data`` over its data), labelled."""
+    b = cfg.gold.build
+    c = default_config(["algo=ppo", "kl=fixed", f"eval.every_n_steps={COVER_EVERY}",
+                        *[str(o) for o in b.get("cover_overrides") or []], f"kl.beta={float(cover.beta)}",
+                        f"algo.steps={int(cover.steps)}", f"seed={int(cover.seed)}",
+                        f"reward_model.seed={int(cover.seed)}", f"study={COVER_STUDY}"])
+    with open_dict(c):
+        for key in SHARED_GROUPS:
+            c[key] = copy.deepcopy(cfg[key])
+        if int(cover.get("round", 1)) > 1:
+            earlier = copy.deepcopy(cfg.gold)
+            earlier.build.covers = [x for x in b.covers if int(x.get("round", 1)) < int(cover.round)]
+            earlier.build.data = OmegaConf.merge(earlier.build.data, b.get("cover_gold_data") or {})
+            earlier.build.cover_gold_data = None
+            c.gold = earlier
+    return c
+
+
+def default_config(overrides: list[str]) -> DictConfig:
+    """The config ``rlhf-lab <overrides>`` composes (Hydra's compose API: inside a run, its initialised Hydra)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose("config", overrides=overrides)
+    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
+        return compose("config", overrides=overrides)
 
 
 def rm_path(cfg: DictConfig) -> Path:

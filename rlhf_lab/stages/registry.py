@@ -26,7 +26,7 @@ from rlhf_lab.runs.process import launch_path
 from rlhf_lab.runs.tracking_server import tracking_uri
 
 
-STAGES = ("pretrain", "sft", "prefs", "rm", "ppo", "dpo", "grpo", "rloo", "bon")
+STAGES = ("pretrain", "sft", "prefs", "rm", "cover", "ppo", "dpo", "grpo", "rloo", "bon")
 
 
 JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", "grpo", "rloo", "bon")  # the stages `algo` can name

@@ -252,7 +252,7 @@ def write_report(ppo_all: Sequence[RunData], golds: Sequence[RunData], covers: S
              "fixed: the policy (a_small) and its SFT run, the gold's backbone (a_medium), its pairs' data seed (1), "
              "the proxy's length-biased labels, PPO's settings (80 steps, an evaluation every 10); one proxy RM per "
              "seed; the seeds (5-9) are not the pilot's (0-2), which shaped the recipes.", "",
-             f"Reproduce (the cover policies first: sweeps/gold_recipe/onpolicy.yaml and covers.yaml; then "
+             f"Reproduce (a recipe's cover policies are built with its gold, stage `cover`; then "
              f"`rlhf-lab-report {STUDY}`):", "", "```bash",
              *(commands or [f"rlhf-lab -m sweep={STUDY} hydra/launcher=parallel skip_finished=true"]), "```", ""]
     ppo = [r for r in ppo_all if r.status == "FINISHED"]
