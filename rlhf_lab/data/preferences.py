@@ -37,6 +37,7 @@ import random
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -147,14 +148,14 @@ def relabel_pairs(labelling: Labelling, pairs: list[PreferencePair], gold, rng: 
 def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts: list[str], seed: int, source: str,
                  batch_size: int = 256, gold=None, progress=None,
                  key: str = "policy.name_or_path", device: torch.device | str = "cpu",
-                 second=None) -> list[PreferencePair]:
+                 second: SecondResponse | None = None) -> list[PreferencePair]:
     """Two responses per prompt from the policy checkpoint (named by config `key` in its errors; loaded with
     `options`, ``models.families.load_options``), sampled with the ``generation`` settings `gen`
     (:class:`rlhf_lab.config.schema.GenerationConfig`), labelled by :func:`label_pairs` (`gold`: see there). `progress`:
     a bar whose ``update(n)`` is called with the number of prompts of each batch sampled and labelled. `device`: where
     the policy samples (:func:`rlhf_lab.runs.distributed.work_device`). `second`: None samples the second response too;
-    else a function ``(prompts, responses, ended) -> (responses, ended)`` that makes it: a degenerate variant of the
-    first (:class:`rlhf_lab.data.degenerate.Variants`), or another checkpoint's sample for the same prompts
+    else a :class:`SecondResponse` makes it: a degenerate variant of the first
+    (:class:`rlhf_lab.data.degenerate.Variants`), or another checkpoint's sample for the same prompts
     (:class:`Checkpoint`)."""
     policy = Checkpoint(policy_path, options, gen, key, device)
     torch.manual_seed(seed)
@@ -170,6 +171,14 @@ def sample_pairs(labelling: Labelling, gen, options: dict, policy_path, prompts:
     return pairs
 
 
+class SecondResponse(Protocol):
+    """What makes the second response of each pair from the first (``sample_pairs(second=...)``): given the prompts and
+    the first responses with whether each ended (EOS), the second responses and whether each ended."""
+
+    def __call__(self, prompts: list[str], responses: list[str], ended: list[bool]) -> tuple[list[str], list[bool]]:
+        ...
+
+
 class OnPolicyPairing(StrEnum):
     """``data.on_policy_pairing``: what an on-policy sample (``data.on_policy_path``) is paired with."""
 
@@ -179,8 +188,9 @@ class OnPolicyPairing(StrEnum):
 
 class Checkpoint:
     """A policy checkpoint that samples one response per prompt with the ``generation`` settings `gen` (from torch's
-    random stream, seeded by :func:`sample_pairs`); as ``sample_pairs(second=...)`` the second response of each pair
-    is its sample for the pair's prompt (an on-policy response against an SFT one: ``data.on_policy_pairing=sft``)."""
+    random stream, seeded by :func:`sample_pairs`): called with prompts alone, or as a :class:`SecondResponse`, whose
+    first responses it does not read: the second response of each pair is then its own sample for the pair's prompt
+    (an on-policy response against an SFT one: ``data.on_policy_pairing=sft``)."""
 
     def __init__(self, path, options: dict, gen, key: str, device: torch.device | str = "cpu"):
         from rlhf_lab.models.families import load_causal_lm, load_tokenizer
@@ -189,7 +199,8 @@ class Checkpoint:
         self.model = load_causal_lm(path, self.tok, key, **options).to(device)
         self.gen = gen
 
-    def __call__(self, prompts: list[str], *first) -> tuple[list[str], list[bool]]:
+    def __call__(self, prompts: list[str], responses: list[str] | None = None,
+                 ended: list[bool] | None = None) -> tuple[list[str], list[bool]]:
         from rlhf_lab.models.sampling import sample
 
         g = self.gen
