@@ -232,3 +232,26 @@ def test_the_cpu_kernels_are_chosen_by_torchs_variable_and_key_the_cache():
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "default"
     assert (out[1] == stage_code_digest("sft")) == (cpu_capability() == "default")
+
+
+def test_an_upstream_model_built_again_elsewhere_counts_once_a_different_one_twice():
+    """Measured on 2026-12-05: three claims said "RM: 3 per arm (replicated); SFT policy: 3 per arm" of studies whose
+    seeds were run in three stores on one RM and one SFT policy built again in each (other run ids, the same weights).
+    An RM is now told by its held-out figures and an SFT policy by the gold at step 0, to the last digit."""
+    from rlhf_lab.analysis import verdicts
+
+    def ppo(i, rm_acc, start_gold):
+        figures = {"rm/raw_mean": 0.1, "rm/raw_std": 1.2, "rm/accuracy": rm_acc}
+        return RunData(f"p{i}", "ppo", "FINISHED", {}, {"rlhf_lab.upstream.rm": f"rm{i}",
+                                                        "rlhf_lab.upstream.sft": f"s{i}"},
+                       {}, history={"eval/gold_reward": [(0, start_gold), (10, 0.5)]},
+                       rm={"run_id": f"rm{i}", "metrics": figures}, seed=str(i))
+
+    same = [ppo(i, 0.8, -0.12) for i in range(3)]
+    assert verdicts.per_arm(same, verdicts.rm_of) == {("ppo", ()): 1}
+    assert verdicts.per_arm(same, verdicts.sft_of) == {("ppo", ()): 1}
+    other = [ppo(0, 0.8, -0.12), ppo(1, 0.81, -0.11)]
+    assert verdicts.per_arm(other, verdicts.rm_of) == {("ppo", ()): 2}
+    assert verdicts.per_arm(other, verdicts.sft_of) == {("ppo", ()): 2}
+    bare = RunData("b", "ppo", "FINISHED", {}, {"rlhf_lab.upstream.rm": "rmX", "rlhf_lab.upstream.sft": "sX"}, {})
+    assert (verdicts.rm_of(bare), verdicts.sft_of(bare)) == ("rmX", "sX")  # no figures kept: the run ids

@@ -217,15 +217,29 @@ def combine(results: Sequence[PartResult]) -> tuple[str, str]:
     return INCONCLUSIVE, "not shown: " + "; ".join(open_)
 
 
+RM_FIGURES = ("rm/raw_mean", "rm/raw_std", "rm/accuracy")  # held-out figures: exact functions of an RM's weights
+
+
 def rm_of(r: RunData) -> str:
-    """The RM a run measures or is scored by: an rm run itself, else its upstream RM (tag ``rlhf_lab.upstream.rm``,
-    else the RM run the loader attached); '' when unknown."""
+    """The RM a run measures or is scored by, as what it computes: its held-out figures (:data:`RM_FIGURES`, to the
+    last digit), so that an RM built again in another store or cache (the same config, code and CPU kernels: the same
+    weights) counts once; else its run (an rm run itself, tag ``rlhf_lab.upstream.rm``, or the RM run the loader
+    attached); '' when unknown."""
+    m = r.metrics if r.stage == "rm" else (r.rm.get("metrics") or {})
+    if all(k in m for k in RM_FIGURES):
+        return "figures " + " ".join(repr(m[k]) for k in RM_FIGURES)
     if r.stage == "rm":
         return r.run_id
     return r.tags.get("rlhf_lab.upstream.rm") or str(r.rm.get("run_id") or "")
 
 
 def sft_of(r: RunData) -> str:
+    """The SFT policy a run starts from, as what it computes: its evaluation at step 0 (``eval/gold_reward``, the SFT
+    policy on the evaluation prompts, to the last digit), so that one built again elsewhere counts once; else its
+    run (tag ``rlhf_lab.upstream.sft``)."""
+    start = r.series("eval/gold_reward")[:1] if r.stage != "bon" else []
+    if start and start[0][0] == 0:
+        return f"start gold {start[0][1]!r}"
     return r.tags.get("rlhf_lab.upstream.sft", "")
 
 
@@ -250,8 +264,9 @@ def judged_runs(results: Sequence[PartResult]) -> list[RunData]:
 
 
 def upstream_text(results: Sequence[PartResult]) -> str:
-    """Which upstream factors vary within each arm of the judged effects' runs (distinct ``rlhf_lab.upstream.*``
-    per arm): replicated (more than one), or held fixed (one: the verdict is conditional on it)."""
+    """Which upstream factors vary within each arm of the judged effects' runs (distinct RMs and SFT policies per arm,
+    :func:`rm_of`, :func:`sft_of`): replicated (more than one), or held fixed (one: the verdict is conditional on
+    it)."""
     runs = judged_runs(results)
     if not runs:
         return ""
@@ -269,7 +284,8 @@ def upstream_text(results: Sequence[PartResult]) -> str:
         else:
             parts.append(f"{name}: {n} per arm ({'replicated' if lo > 1 else 'partly replicated'})")
     cond = f" The verdict is conditional on one {' and one '.join(fixed)}." if fixed else ""
-    return "**Upstream factors** (distinct `rlhf_lab.upstream.*` per arm of the judged effects): " + "; ".join(parts) + "." + cond
+    return ("**Upstream factors** (distinct RMs and SFT policies per arm of the judged effects, told apart by what "
+            "they compute: an RM's held-out figures, the policy's gold at step 0): " + "; ".join(parts) + "." + cond)
 
 
 def replication_gap(claim: Claim, results: Sequence[PartResult]) -> str:
