@@ -43,18 +43,17 @@ for 2 jobs at a time on 2 cores with the upstream stages (base models, SFT, pref
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
 from rlhf_lab.analysis.designs import SUITE_VERSIONS
 from rlhf_lab.runs.jobs import study_file, study_names
+from rlhf_lab.runs.process import environment
 from rlhf_lab.entry.suite_prepare import PREPARE, PREPARE_PER_SEED, SEEDS, prepare
 from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, Reproduction, decision_plan, report_runs, reproduce, uri_override
 
@@ -224,22 +223,6 @@ def more_seeds(studies: list[str], needed: dict[str, int], overrides: list[str],
             failed.append(f"{study} (seeds {SEEDS}–{n - 1})")
         done.append(study)
     return done
-
-
-@contextlib.contextmanager
-def environment(env: dict[str, str]) -> Iterator[None]:
-    """`env` set in this process's environment while the block runs (the processes it starts inherit it), then the
-    environment as it was."""
-    before = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def per_seed(study: str) -> tuple[int, float]:

@@ -77,6 +77,8 @@ def reproduce(study: str, overrides: list[str], out: str, runs_files: list[str])
     job = [o for o in old.tags["rlhf_lab.overrides"].split()  # what it computed (not its store, its progress bar)
            if computes(override_key(o.split("=", 1)[0]))]
     folder = Path("suite_reproduce", study).resolve()
+    cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
+           f"hydra.run.dir={folder}"]
     native, problem = cpu_capability(), None
     for kernels in kernel_choices(old):
         if {kernels, native} <= set(KERNEL_ORDER) and KERNEL_ORDER.index(kernels) > KERNEL_ORDER.index(native):
@@ -84,8 +86,6 @@ def reproduce(study: str, overrides: list[str], out: str, runs_files: list[str])
                                 f"{native} at most: rerun the suite on a CPU with {kernels}", {})
         env = {CPU_ENV: kernels}
         shutil.rmtree(folder, ignore_errors=True)
-        cmd = [sys.executable, "-m", "rlhf_lab.entry.run", *job, *overrides, f"study={study}{REPRODUCE_SUFFIX}",
-               f"hydra.run.dir={folder}"]
         print(f"[rlhf-lab-suite] {study}: does today's code reproduce run {old.run_id}? {CPU_ENV}={kernels} rlhf-lab "
               f"{' '.join(cmd[3:])}", flush=True)
         if subprocess.call(cmd, env={**os.environ, **env}) != 0:

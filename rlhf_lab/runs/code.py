@@ -117,6 +117,7 @@ def cpu_capability() -> str:
     return str(torch.backends.cpu.get_cpu_capability()).lower()
 
 
+@functools.cache
 def library_versions() -> str:
     out = []
     for name in LIBRARIES:

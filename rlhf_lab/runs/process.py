@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
+from typing import Iterator
 
 
 # {"process": the process's start (rlhf_lab.STARTED; for a sweep worker's later jobs, when the job entered the
@@ -85,6 +87,26 @@ def write_atomic(path: os.PathLike | str, data: bytes | str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str | None]) -> Iterator[None]:
+    """`values` set in this process's environment while the block runs (the processes it starts inherit them; None
+    unsets a variable), then the environment as it was."""
+    saved = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def quiet_libraries() -> None:

@@ -32,7 +32,7 @@ from rlhf_lab.runs.distributed import is_rank_zero
 from rlhf_lab.runs.identity import run_tags
 from rlhf_lab.runs.jobs import STUDY_DIGEST_TAG, RunSettings, hydra_overrides, job_sweep_params, study_digest
 from rlhf_lab.runs.states import Interrupted, mark_dead_runs, process_tags
-from rlhf_lab.runs.process import PARENT_ENV
+from rlhf_lab.runs.process import PARENT_ENV, environment
 from rlhf_lab.runs.tracking_server import tracking_server_unreachable
 
 
@@ -283,17 +283,8 @@ def no_retries(active: object) -> Iterator[None]:
     if not active:
         yield
         return
-    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(keys)
-    try:
+    with environment({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 PENDING: list[list[str]] = []  # one list per open status_after_writes block: the runs whose status waits on it

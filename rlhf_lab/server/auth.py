@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
+from rlhf_lab.runs.process import environment
 from rlhf_lab.server.files import Layout, ServerError, ensure_secret, private_folder, read_secret, write_private
 
 ADMIN = "admin"
@@ -63,18 +64,9 @@ def auth_env(layout: Layout) -> dict[str, str]:
 @contextlib.contextmanager
 def mlflow_login(username: str, password: str) -> Iterator[None]:
     """MLflow's clients in this process log in as ``username`` (its environment variables, restored after)."""
-    saved = {k: os.environ.get(k) for k in LOGIN_VARS}
-    for k in LOGIN_VARS:
-        os.environ.pop(k, None)
-    os.environ.update(MLFLOW_TRACKING_USERNAME=username, MLFLOW_TRACKING_PASSWORD=password)
-    try:
+    with environment({**{k: None for k in LOGIN_VARS}, "MLFLOW_TRACKING_USERNAME": username,
+                      "MLFLOW_TRACKING_PASSWORD": password}):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def admin_call(layout: Layout, what: str, call):

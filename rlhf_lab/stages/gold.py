@@ -28,10 +28,12 @@ gold) is evaluated with the formula; the job is evaluated with the configured go
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.cache import MANIFEST_FILE, META_FILE, SPEC_FILE, path_digest
 from rlhf_lab.evaluation.policy import Gold
 from rlhf_lab.models.reward import NORM_FILE, RewardScorer
@@ -87,7 +89,7 @@ def build_config(cfg: DictConfig) -> DictConfig:
         c.reward_model = OmegaConf.merge(c.reward_model, b.get("reward_model") or {})
         c.data = OmegaConf.merge(c.data, b.get("data") or {})
         if b.get("covers"):  # the policies that hacked proxies, made first: their samples are the on-policy pairs
-            c.data.on_policy_path = [str(ensure("cover", cover_config(cfg, cover))) for cover in b.covers]
+            c.data.on_policy_path = cover_folders(cfg)
         c.algo = {"name": BUILD_JOB}
     return c
 
@@ -95,6 +97,18 @@ def build_config(cfg: DictConfig) -> DictConfig:
 COVER_STUDY = "gold_cover"  # the study of the cover policies' runs
 COVER_EVERY = 10  # a cover's evaluations: every 10 PPO steps
 SHARED_GROUPS = ("world", "policy", "generation", "pretrain", "sft", "trainer", "tracking", "cache_dir")
+
+
+COVER_FOLDERS: dict[str, list[str]] = {}
+
+
+def cover_folders(cfg: DictConfig) -> list[str]:
+    """The folders of ``gold.build.covers``' policies (stage ``cover``, each built first when missing), in order;
+    resolved once per process for the same world, policy and gold (each is a Hydra composition and a cache look-up)."""
+    key = json.dumps(to_plain({k: cfg[k] for k in (*SHARED_GROUPS, "gold")}), sort_keys=True, default=str)
+    if key not in COVER_FOLDERS:
+        COVER_FOLDERS[key] = [str(ensure("cover", cover_config(cfg, cover))) for cover in cfg.gold.build.covers]
+    return COVER_FOLDERS[key]
 
 
 def cover_config(cfg: DictConfig, cover: DictConfig) -> DictConfig:
