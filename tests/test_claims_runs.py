@@ -217,12 +217,7 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
 
     from functools import partial
 
-    from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO_STUDY
-    from rlhf_lab.analysis.studies.gao import write_gao_report
-    from rlhf_lab.analysis.studies.gold_validation import STUDY as GOLD_STUDY
-    from rlhf_lab.analysis.studies.gold_validation import write_gold_validation_report
-    from rlhf_lab.analysis.studies.gold_recipes import STUDY as RECIPES_STUDY
-    from rlhf_lab.analysis.studies.gold_recipes import write_gold_recipes_report
+    from rlhf_lab.entry.report import OWN_REPORTS
     from rlhf_lab.analysis.study import write_study_report
 
     root = Path(__file__).resolve().parents[1] / "reports"
@@ -238,9 +233,7 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
         if "## Runs" not in text or not runs or not set(runs) <= have:
             continue
         study = readme.parent.name
-        own_writer = {GAO_STUDY: write_gao_report, GOLD_STUDY: write_gold_validation_report,  # their own reports
-                      RECIPES_STUDY: write_gold_recipes_report}
-        write = own_writer.get(study, partial(write_study_report, study))
+        write = OWN_REPORTS.get(study, partial(write_study_report, study))  # some have their own reports
         again = write(tmp_path, runs_files=files, use_store=False)
         old, new = text.rstrip("\n").split("\n"), again.read_text().rstrip("\n").split("\n")
         assert old[:-1] == new[:-1], study
@@ -252,7 +245,7 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
             "length_penalty", "ref_small", "rm_size_hacking_beta0", "rm_ensemble",
             "rm_size_vs_policy_size_5seeds", "ref_size", "rm_source_matched", "rm_source_5rms",
             "rm_size_vs_policy_size_5rms", "rm_ensemble_5rms", "rm_mis_scoring", "algo_frontier",
-            "gold_rm_validation"} <= set(covered), covered
+            "gold_rm_validation", "gold_recipes", "gao_rm_scaling_gold"} <= set(covered), covered
     # and every committed study report is one of them: none rests on runs that only lived in a lost store (but the
     # hacking alarm's, over many studies' runs files, which tests/test_hacking_alarm_report.py regenerates)
     assert sorted(covered) == sorted(r.parent.name for r in root.glob("*/README.md")

@@ -91,7 +91,7 @@ def test_the_coverage_keys_enter_the_pairs_key_only_when_used(monkeypatch):
     (["data.sft_temperatures=[1.0,0.0]"], "data.sft_temperatures"),
     (["data.sft_temperatures=[0.7,1.3]"], "data.sft_temperatures"),  # generation.temperature 1.0 not in it
     # a gold's own pairs are checked the same way, under their own keys
-    (["gold=rm_world", "gold.build.data.degenerate_fraction=0.9", "gold.build.data.on_policy_fraction=0.5",
+    (["gold=rm_world_sft", "gold.build.data.degenerate_fraction=0.9", "gold.build.data.on_policy_fraction=0.5",
       "gold.build.data.on_policy_path=/x"], "gold.build.data.degenerate_fraction"),
     (["gold=rm_world", "gold.build.data.sft_temperatures=[0.7]"], "gold.build.data.sft_temperatures"),
 ])

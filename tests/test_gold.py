@@ -231,17 +231,32 @@ def test_gold_rm_without_a_valid_path_fails_with_one_line_naming_gold_path(tiny_
         G.rm_path(tiny_cfg("gold=rm"))
 
 
-def test_rm_world_builds_a_large_same_source_rm_on_formula_labels_from_an_unbiased_labeler(tiny_cfg):
+def test_rm_world_builds_a_large_same_source_rm_on_formula_labels_from_an_unbiased_labeler(tiny_cfg, monkeypatch):
+    """The default gold: the adversarial recipe of reports/gold_recipes (broad pairs and nine cover policies'
+    samples); gold=rm_world_sft is the recipe before it (its base: SFT pairs only, no covers)."""
+    built = []
+    monkeypatch.setattr(G, "cover_folders", lambda cfg: built.append(1) or [f"/covers/{c.seed}" for c in
+                                                                             cfg.gold.build.covers])
     cfg = tiny_cfg("gold=rm_world", "reward_model=different_source", "labeler=length_and_filler", "algo=ppo")
     b = G.build_config(cfg)
     assert b.gold.source == "formula"  # its pairs are labelled by the formula: no recursion
     assert (b.labeler.length_bonus, b.labeler.filler_bonus) == (0.0, 0.0)
     rm = b.reward_model
     assert (rm.source, rm.family, rm.init) == ("same", cfg.policy.family, "sft")  # whatever the proxy's RM is
-    assert (rm.arch.hidden, rm.arch.layers, rm.steps, rm.lora.r, rm.ensemble) == (128, 4, 400, 0, 1)
-    assert (b.data.seed, b.data.n_train, b.data.on_policy_fraction) == (1, 8000, 0.0)
+    assert (rm.arch.hidden, rm.arch.layers, rm.steps, rm.lora.r, rm.ensemble) == (128, 4, 1250, 0, 1)
+    d = b.data
+    assert (d.seed, d.n_train, d.on_policy_fraction, d.on_policy_pairing, d.degenerate_fraction) == (
+        1, 40000, 0.4, "sft", 0.25)
+    assert list(d.sft_temperatures) == [0.7, 1.0, 1.3]
+    seeds = [(int(c.seed), int(c.get("round", 1))) for c in cfg.gold.build.covers]
+    assert seeds == [(200, 1), (201, 1), (202, 1), (203, 1), (204, 1), (205, 1), (300, 2), (301, 2), (302, 2)]
+    assert list(d.on_policy_path) == [f"/covers/{s}" for s, _ in seeds] and built  # the covers' samples, in order
     assert b.algo.name == G.BUILD_JOB and b.algo.name not in ("pretrain", "sft", "prefs", "rm")  # all upstream
     assert cfg.labeler.length_bonus == 0.25 and cfg.gold.source == "rm"  # the job's config is untouched
+    old = G.build_config(tiny_cfg("gold=rm_world_sft"))
+    assert (old.reward_model.steps, old.data.n_train, old.data.on_policy_fraction, old.data.degenerate_fraction,
+            old.data.sft_temperatures, old.data.on_policy_path) == (400, 8000, 0.0, 0.0, None, None)
+    assert len(built) == 1  # the SFT-pairs gold has no covers
 
 
 # -- end to end ------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
     rlhf-lab-report gold_recipes         # -> the gold recipes against the formula (ρ by recipe and β, C1 with each
                                          #    gold, each gold's cost) and its runs file reports/gold_recipes/runs.json.gz
     rlhf-lab-report gao_rm_scaling       # -> pooled Gao et al. fits by RM size, PPO and best-of-n, with the trend
+    rlhf-lab-report gao_rm_scaling_gold  # -> the Gao fit with the gold RM and with the formula on the same runs
     rlhf-lab-report hacking_alarm        # -> the gold-free hacking alarm fitted on some studies, judged on the
                                          #    others (default --runs: the committed runs files it was fitted on)
     rlhf-lab-report clip_eps --no-store --runs reports/claims_runs.json.gz   # a study report from a runs file
@@ -30,6 +31,8 @@ import sys
 from rlhf_lab.analysis.claims import only_claims, write_claims_report
 from rlhf_lab.analysis.studies.gao import RL_STUDY as GAO_STUDY
 from rlhf_lab.analysis.studies.gao import write_gao_report
+from rlhf_lab.analysis.studies.gao_gold import STUDY as GAO_GOLD_STUDY
+from rlhf_lab.analysis.studies.gao_gold import write_gao_gold_report
 from rlhf_lab.analysis.studies.gold_validation import STUDY as GOLD_STUDY
 from rlhf_lab.analysis.studies.alarm_fit import RUNS_FILES as ALARM_RUNS_FILES
 from rlhf_lab.analysis.studies.hacking_alarm import STUDY as ALARM_STUDY
@@ -41,6 +44,10 @@ from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
 from rlhf_lab.analysis.runs import STUDIES
 from rlhf_lab.analysis.snapshot import FILE_NAME
 from rlhf_lab.analysis.study import write_study_report
+
+OWN_REPORTS = {  # study -> its own report writer: the two golds compared, the gold recipes, the Gao fits
+    GOLD_STUDY: write_gold_validation_report, RECIPES_STUDY: write_gold_recipes_report, GAO_STUDY: write_gao_report,
+    GAO_GOLD_STUDY: write_gao_gold_report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,14 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.study:
         try:
             check_study(a.study, own_out)
-            if a.study == GOLD_STUDY:  # its own report: the two golds compared (rlhf_lab/analysis/studies/gold_validation.py)
-                path = write_gold_validation_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
-                                                    require_runs=True)
-            elif a.study == RECIPES_STUDY:  # the gold recipes compared (rlhf_lab/analysis/studies/gold_recipes.py)
-                path = write_gold_recipes_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
-                                                 require_runs=True)
-            elif a.study == GAO_STUDY:  # pooled Gao fits of its PPO runs and gao_rm_scaling_bon's (analysis/gao.py)
-                path = write_gao_report(a.out, a.uri, runs_files=a.runs, use_store=not a.no_store, require_runs=True)
+            if a.study in OWN_REPORTS:  # studies with reports of their own (rlhf_lab/analysis/studies/)
+                path = OWN_REPORTS[a.study](a.out, a.uri, runs_files=a.runs, use_store=not a.no_store,
+                                            require_runs=True)
             elif a.study == ALARM_STUDY:  # the gold-free hacking alarm fitted and validated over many studies' runs
                 path = write_hacking_alarm_report(a.out, a.uri, runs_files=a.runs or list(ALARM_RUNS_FILES),
                                                   use_store=not a.no_store, require_runs=True)

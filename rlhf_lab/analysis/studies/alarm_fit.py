@@ -34,7 +34,7 @@ from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, scores
 
 RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
-              "reports/gold_rm_validation/runs.json.gz", "reports/rm_source_5rms/runs.json.gz",
+              "reports/hacking_alarm/gold_rm_validation_sft_gold.json.gz", "reports/rm_source_5rms/runs.json.gz",
               "reports/algo_frontier_equal/runs.json.gz")
 ALGOS, LABELERS = ("ppo", "grpo", "rloo"), ("unbiased", "length_biased")
 EVAL_KEYS = ("eval/kl", "eval/entropy", "eval/length", "eval/gold_reward_a", "eval/gold_reward_b")

@@ -24,14 +24,17 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
 from rlhf_lab.analysis.runs import RunData, parse_overrides, run_data, store_exists, store_uri
 from rlhf_lab.analysis.snapshot import read_snapshot
-from rlhf_lab.analysis.stats import Effect
 from rlhf_lab.analysis.studies.gold_validation import (
+    BAR_LOW,
+    BAR_MEAN,
+    BAR_RUNS,
     FORMULA,
     HISTORY_KEYS,
     RM,
     as_measure,
     ci_cell,
     fisher_mean,
+    meets_bar,
     paired_points,
     run_rho,
     verdicts,
@@ -42,7 +45,7 @@ from rlhf_lab.analysis.study import RUNS_FILE, gather_study_runs, read_from, rep
 STUDY = "gold_recipes"
 COVER_STUDY = "gold_cover"  # the policies whose samples cover a gold's pairs (sweeps/gold_recipe/covers.yaml)
 RECIPES = {  # the recipes in the order they add to base (sweeps/gold_recipe/<name>.yaml)
-    "base": "8000 pairs of SFT samples (today's `gold=rm_world`)",
+    "base": "8000 pairs of SFT samples (`gold=rm_world_sft`, the default before this study)",
     "degenerate": "base, a quarter of its pairs an SFT response against a degenerate variant of itself",
     "temperatures": "base, its SFT pairs sampled at 0.7, 1.0 and 1.3",
     "onpolicy": "degenerate, a quarter of its pairs two samples of a policy that hacked another proxy",
@@ -50,9 +53,8 @@ RECIPES = {  # the recipes in the order they add to base (sweeps/gold_recipe/<na
     "broad_ensemble": "broad with 3 members",
     "covers": "broad, a quarter of its pairs from six policies that hacked other proxies, each against an SFT sample",
     "adversarial": "covers, 40 % of its pairs from nine policies: its six and three that hacked proxies labelled by "
-                   "covers' gold",
+                   "covers' gold (today's `gold=rm_world`)",
 }
-BAR_MEAN, BAR_LOW, BAR_RUNS = 0.8, 0.5, 5
 UPSTREAM = ("rlhf_lab.upstream.prefs", "rlhf_lab.upstream.rm_backbone", "rlhf_lab.upstream.pretrain")
 GOLD_TAG = "rlhf_lab.upstream.gold_rm"
 
@@ -74,10 +76,6 @@ def cells(runs: Sequence[RunData]) -> dict[tuple[str, float], list[RunData]]:
     for r in sorted(runs, key=lambda r: (order.get(recipe(r), len(order)), recipe(r), beta(r), int(r.seed))):
         out.setdefault((recipe(r), beta(r)), []).append(r)
     return out
-
-
-def meets_bar(e: Effect) -> bool:
-    return math.isfinite(e.lo) and e.estimate >= BAR_MEAN and e.lo >= BAR_LOW and e.n >= BAR_RUNS
 
 
 # -- the golds' runs (cost) ---------------------------------------------------------------------------------------

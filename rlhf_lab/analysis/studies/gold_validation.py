@@ -48,6 +48,9 @@ FORMULA_EVAL = "eval/formula_gold_reward"
 CLAIMS = ("C1", "C4")
 ARMS = (BETA0, fixed(0.1), fixed(1), Arm("adaptive KL", {"kl.name": "adaptive"}))
 N_BOOT = 2000
+# the bar a gold RM must clear to serve a Gao-style study, stated before gold_recipes' runs (issue 43): at β = 0, the
+# mean per-run ρ(formula, gold RM) at least BAR_MEAN with its interval's lower end at least BAR_LOW, over BAR_RUNS runs
+BAR_MEAN, BAR_LOW, BAR_RUNS = 0.8, 0.5, 5
 
 
 def formula_name(key: str) -> str:
@@ -136,6 +139,19 @@ def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0)
     est, lo, hi, n = bootstrap_ci(np.arange(len(rs)), n_boot=n_boot, seed=seed, stat=stat) if rs else (nan, nan, nan, 0)
     pooled = Effect(est, lo, hi, n, "percentile bootstrap over runs")
     return Agreement(per_run, fisher_mean(list(per_run.values())), pooled, sum(len(paired_points(r)) for r in rs))
+
+
+def meets_bar(e: Effect) -> bool:
+    """Whether a mean per-run ρ (:func:`fisher_mean`) clears the bar (:data:`BAR_MEAN`, :data:`BAR_LOW`,
+    :data:`BAR_RUNS`)."""
+    return math.isfinite(e.lo) and e.estimate >= BAR_MEAN and e.lo >= BAR_LOW and e.n >= BAR_RUNS
+
+
+def bar_line(at0: Effect) -> str:
+    """What the mean per-run ρ at β = 0 says against the bar stated before the runs."""
+    verdict = "**meets the bar**" if meets_bar(at0) else "**does not meet the bar**"
+    return (f"The primary effect, stated before the runs: at β = 0 the mean per-run ρ, {ci_cell(at0)}; the bar: a mean "
+            f"≥ {BAR_MEAN} with the lower end ≥ {BAR_LOW}, over ≥ {BAR_RUNS} finished runs: {verdict}.")
 
 
 def rho_by_setting(runs: Sequence[RunData]) -> dict[str, Effect]:
@@ -265,17 +281,24 @@ def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | Non
     the runs it read are kept beside the report in ``runs.json.gz`` (:func:`~rlhf_lab.analysis.study.write_runs_file`),
     so that a clone regenerates it with ``rlhf-lab-report gold_rm_validation --no-store --runs
     reports/gold_rm_validation/runs.json.gz``."""
-    out = Path(out_dir) / STUDY
+    return write_two_gold_study(STUDY, write_report, out_dir, uri, runs_files, use_store, require_runs)
+
+
+def write_two_gold_study(study: str, write, out_dir: Path | str, uri: str | None, runs_files: Sequence[Path | str],
+                         use_store: bool, require_runs: bool) -> Path:
+    """The report of a study whose PPO runs carry both golds: its runs (store and `runs_files`, with both golds'
+    histories) through ``write(runs_all, commands, out, source, flags)`` into ``<out_dir>/<study>/``, and, read from
+    a store, kept beside it in ``runs.json.gz`` (the evidence travels with the report)."""
+    out = Path(out_dir) / study
     check_folder(out)
-    runs_all, _, commands = gather_study_runs(STUDY, uri, runs_files, use_store, stages=("ppo",),
+    runs_all, _, commands = gather_study_runs(study, uri, runs_files, use_store, stages=("ppo",),
                                               history_keys=HISTORY_KEYS)
     places = read_from(uri, runs_files, use_store)
     if require_runs and not runs_all:
-        raise no_runs(STUDY, " and ".join(places))
-    path = write_report(runs_all, commands, out, source=" and ".join(f"`{p}`" for p in places),
-                        flags=report_flags(runs_files, use_store))
-    if use_store and runs_all:  # the evidence travels with the report
-        write_runs_file(out / RUNS_FILE, STUDY, runs_all, commands)
+        raise no_runs(study, " and ".join(places))
+    path = write(runs_all, commands, out, " and ".join(f"`{p}`" for p in places), report_flags(runs_files, use_store))
+    if use_store and runs_all:
+        write_runs_file(out / RUNS_FILE, study, runs_all, commands)
     return path
 
 
@@ -287,11 +310,15 @@ def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path
     out.mkdir(parents=True, exist_ok=True)
     source = source or f"`{store_uri(None)}`"
     lines = [f"# Study `{STUDY}`: gold-RM mode against the world's formula", "",
-             "PPO with `gold=rm_world`: the gold reward is a larger same-source RM (the `a_medium` backbone) trained on the formula's labels "
-             "(unbiased labeler, `conf/gold/rm_world.yaml`); it labels the proxy RM's pairs through the "
-             "length-biased labeler, and every evaluation scores the same samples with the gold RM "
+             "PPO with `gold=rm_world`: the gold reward is a larger same-source RM (the `a_medium` backbone) trained "
+             "on the formula's labels (unbiased labeler) over pairs that cover where policies go "
+             "(`conf/gold/rm_world.yaml`: 40000 pairs of SFT samples at three temperatures, degenerate variants and "
+             "samples of nine cover policies, seeds 200-205 and 300-302, that hacked other proxies; the "
+             "`adversarial` recipe of reports/gold_recipes, which compares recipes); it labels the proxy RM's pairs "
+             "through the length-biased labeler, and every evaluation scores the same samples with the gold RM "
              "(`eval/gold_reward`, its normalised score) and with the formula (`eval/formula_gold_reward`, gold "
-             "units). Does the gold RM measure the hacking the formula measures?", "",
+             "units). Does the gold RM measure the hacking the formula measures, on policies it never saw (no cover "
+             "policy's seed is a validated run's)?", "",
              f"Reproduce (then `rlhf-lab-report {STUDY}`):", "", "```bash",
              *(commands or [f"rlhf-lab -m sweep={STUDY} hydra/launcher=parallel"]), "```", ""]
     runs = [r for r in runs_all if r.status == "FINISHED"]
@@ -312,6 +339,7 @@ def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path
               "By setting (mean of its runs' ρ on Fisher's z, t interval over its seeds):", "",
               md_table(["setting", "ρ [95% CI]", "runs"],
                        [[f"`{name}`", ci_cell(e), e.n] for name, e in rho_by_setting(runs).items()]), "",
+              bar_line(fisher_mean([run_rho(r) for r in runs if BETA0.matches(r)])), "",
               "Per run (final gold: `test/gold_reward` of each measure where logged, else its last evaluation; drop: "
               "the split-half drop from the peak, `eval/*gold_reward_a|_b`, as claim C1 measures it):", "",
               md_table(["setting", "seed", "points", "ρ", "final formula", "final gold RM", "drop formula",
