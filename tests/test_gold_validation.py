@@ -190,3 +190,22 @@ def test_the_report_says_whether_beta0_clears_the_bar_stated_before_the_runs(tmp
     text = V.write_report(bad, [], tmp_path / "b").read_text()
     assert "**does not meet the bar**" in text and "at β = 0 the mean per-run ρ" in text
     assert not V.meets_bar(V.fisher_mean([V.run_rho(r) for r in good[:4]]))  # fewer than 5 runs: never
+
+
+def test_seeds_added_after_looking_get_the_anytime_valid_interval(tmp_path):
+    """Seeds beyond the study file's (0-4) were added after its report was seen: every mean ρ whose runs include one
+    is judged with the anytime-valid interval of the same z values (wider than the t interval), marked †."""
+    from rlhf_lab.analysis.anytime import FOOTNOTE, is_anytime
+
+    rng = np.random.default_rng(9)
+    runs = [run(s, BETA0, rise_fall(), 2.0 * rise_fall() + rng.normal(0, 0.1, STEPS), rng, sd=0.05)
+            for s in range(10)]
+    for r in runs:
+        r.tags["rlhf_lab.study"] = V.STUDY
+    late = V.added_run_ids({V.STUDY: runs})
+    assert late == {r.run_id for r in runs[5:]}
+    seq, fixed = V.rho_mean(runs, late), V.rho_mean(runs)
+    assert is_anytime(seq) and not is_anytime(fixed) and seq.lo < fixed.lo and seq.estimate == fixed.estimate
+    assert not is_anytime(V.rho_mean(runs[:5], late))  # the file's own seeds alone: the fixed-n interval
+    text = V.write_report(runs, [], tmp_path / "r").read_text()
+    assert FOOTNOTE in text and "seeds 5, 6, 7, 8, 9" in text and "†" in text.split("The primary effect")[1][:80]

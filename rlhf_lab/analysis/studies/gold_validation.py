@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rlhf_lab.analysis.anytime import ANYTIME, FOOTNOTE, MARK, added_run_ids, added_seeds, anytime_effect, is_anytime
 from rlhf_lab.analysis.verdicts import ClaimResult, counts, judge
 from rlhf_lab.analysis.effects import Arm, spearman
 from rlhf_lab.analysis.markdown import fmt, md_table
@@ -118,16 +119,25 @@ class Agreement:
     n_points: int
 
 
-def fisher_mean(rhos: Sequence[float], level: float = 0.95) -> Effect:
+def fisher_mean(rhos: Sequence[float], level: float = 0.95, anytime: bool = False) -> Effect:
     """The mean of per-run correlations on Fisher's z = atanh(ρ) scale (|ρ| capped at 0.999999), with the Student-t
-    interval over runs, mapped back with tanh (n < 2: no interval)."""
+    interval over runs, mapped back with tanh (n < 2: no interval); `anytime`: runs were added after looking, so the
+    anytime-valid interval of the same z values instead (:func:`~rlhf_lab.analysis.anytime.anytime_effect`)."""
     z = [math.atanh(max(-0.999999, min(0.999999, x))) for x in rhos if math.isfinite(x)]
-    e = t_effect(z, level)
+    e = anytime_effect(t_effect(z, level), level) if anytime else t_effect(z, level)
     back = lambda v: math.tanh(v) if math.isfinite(v) else float("nan")  # noqa: E731
-    return Effect(back(e.estimate), back(e.lo), back(e.hi), e.n, "Fisher z, t over runs", level)
+    return Effect(back(e.estimate), back(e.lo), back(e.hi), e.n,
+                  f"{ANYTIME} Fisher z, t over runs" if anytime else "Fisher z, t over runs", level)
 
 
-def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0) -> Agreement:
+def rho_mean(runs: Sequence[RunData], late: frozenset[str] = frozenset()) -> Effect:
+    """:func:`fisher_mean` of the runs' ρ; anytime-valid when one of them is a seed added after looking (its run id
+    in `late`, :func:`~rlhf_lab.analysis.anytime.added_run_ids`)."""
+    return fisher_mean([run_rho(r) for r in runs], anytime=any(r.run_id in late for r in runs))
+
+
+def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0,
+                   late: frozenset[str] = frozenset()) -> Agreement:
     """:class:`Agreement` of the runs; the pooled interval resamples whole runs (their points are not independent)."""
     per_run = {r.run_id: run_rho(r) for r in runs}
     rs = list(runs)
@@ -138,7 +148,7 @@ def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0)
     nan = float("nan")
     est, lo, hi, n = bootstrap_ci(np.arange(len(rs)), n_boot=n_boot, seed=seed, stat=stat) if rs else (nan, nan, nan, 0)
     pooled = Effect(est, lo, hi, n, "percentile bootstrap over runs")
-    return Agreement(per_run, fisher_mean(list(per_run.values())), pooled, sum(len(paired_points(r)) for r in rs))
+    return Agreement(per_run, rho_mean(rs, late), pooled, sum(len(paired_points(r)) for r in rs))
 
 
 def meets_bar(e: Effect) -> bool:
@@ -154,10 +164,10 @@ def bar_line(at0: Effect) -> str:
             f"≥ {BAR_MEAN} with the lower end ≥ {BAR_LOW}, over ≥ {BAR_RUNS} finished runs: {verdict}.")
 
 
-def rho_by_setting(runs: Sequence[RunData]) -> dict[str, Effect]:
+def rho_by_setting(runs: Sequence[RunData], late: frozenset[str] = frozenset()) -> dict[str, Effect]:
     """{setting: the Fisher-z mean of its runs' ρ}: where the policy stays near its reference the two golds may
     agree while they part where it is pushed far from it (hacking), which the pooled ρ mixes."""
-    return {name: fisher_mean([run_rho(r) for r in members]) for name, members in groups(runs).items()}
+    return {name: rho_mean(members, late) for name, members in groups(runs).items()}
 
 
 # -- curves ---------------------------------------------------------------------------------------------------------
@@ -225,7 +235,7 @@ def ci_cell(e: Effect, digits: int = 2) -> str:
     if not math.isfinite(e.estimate):
         return "–"
     ci = f" [{fmt(e.lo, digits)}, {fmt(e.hi, digits)}]" if math.isfinite(e.lo) and math.isfinite(e.hi) else ", no CI"
-    return f"{fmt(e.estimate, digits)}{ci} (n = {e.n})"
+    return f"{fmt(e.estimate, digits)}{ci}{MARK if is_anytime(e) else ''} (n = {e.n})"
 
 
 def run_rows(runs: Sequence[RunData]) -> list[list]:
@@ -327,7 +337,8 @@ def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path
     other = [r for r in runs_all if r.status != "FINISHED"]
     lines += [f"{len(runs)} finished PPO runs" + (f", {len(other)} not finished" if other else "")
               + f"; seeds {', '.join(sorted({r.seed for r in runs}))}.", ""]
-    ag = rank_agreement(runs)
+    late = added_run_ids({STUDY: runs})  # seeds added after looking: anytime-valid intervals where they enter
+    ag = rank_agreement(runs, late=late)
     lines += ["## Rank agreement of the two golds", "",
               "Spearman ρ between `eval/formula_gold_reward` and `eval/gold_reward` over the evaluation points "
               "(the same samples scored twice).", "",
@@ -338,8 +349,10 @@ def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path
                          f"{ag.n_points} points; percentile bootstrap over runs ({N_BOOT} resamples)"]]), "",
               "By setting (mean of its runs' ρ on Fisher's z, t interval over its seeds):", "",
               md_table(["setting", "ρ [95% CI]", "runs"],
-                       [[f"`{name}`", ci_cell(e), e.n] for name, e in rho_by_setting(runs).items()]), "",
-              bar_line(fisher_mean([run_rho(r) for r in runs if BETA0.matches(r)])), "",
+                       [[f"`{name}`", ci_cell(e), e.n] for name, e in rho_by_setting(runs, late).items()]), "",
+              bar_line(rho_mean([r for r in runs if BETA0.matches(r)], late)), "",
+              *([f"{FOOTNOTE}: seeds {', '.join(map(str, added_seeds(STUDY, runs)))} of the settings that show it "
+                 "were added after the report of the study's own seeds.", ""] if late else []),
               "Per run (final gold: `test/gold_reward` of each measure where logged, else its last evaluation; drop: "
               "the split-half drop from the peak, `eval/*gold_reward_a|_b`, as claim C1 measures it):", "",
               md_table(["setting", "seed", "points", "ρ", "final formula", "final gold RM", "drop formula",
