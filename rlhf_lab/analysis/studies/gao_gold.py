@@ -44,7 +44,8 @@ def curves(runs: Sequence[RunData], measure: str) -> list[tuple[np.ndarray, np.n
 def fit_measures(runs: Sequence[RunData], n_boot: int = N_BOOT) -> dict[str, GroupFit]:
     """{measure: Gao's RL form pooled over the runs' seeds, with its bootstrap}; the same resamples of seeds for both
     measures (one bootstrap stream), so their intervals differ by the measure alone."""
-    return {m: fit_group(curves(runs, m), "rl", n_boot, seed=0) for m in ORDER if curves(runs, m)}
+    by_measure = {m: curves(runs, m) for m in ORDER}
+    return {m: fit_group(cs, "rl", n_boot, seed=0) for m, cs in by_measure.items() if cs}
 
 
 def fit_row(m: str, g: GroupFit) -> list:
@@ -79,10 +80,11 @@ def plot(runs: Sequence[RunData], fits: dict[str, GroupFit], path: Path) -> None
     plt = pyplot()
     fig, axes = plt.subplots(1, len(fits), figsize=(5.2 * len(fits), 4), squeeze=False)
     for ax, (m, g) in zip(axes[0], fits.items()):
-        for d, r in curves(runs, m):
+        points = curves(runs, m)
+        for d, r in points:
             ax.plot(d, r, "o-", alpha=0.35, ms=3, lw=0.8)
         if g.fit.ok:
-            x = np.linspace(1e-3, max(float(c[0].max()) for c in curves(runs, m)), 200)
+            x = np.linspace(1e-3, max(float(c[0].max()) for c in points), 200)
             ax.plot(x, g.fit.curve(x), "k-", lw=2, label=f"d(α − β log d), d* = {g.fit.d_star:.2f}")
             ax.legend(fontsize=8)
         ax.axhline(0, color="grey", lw=0.5)

@@ -148,7 +148,8 @@ def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0,
     nan = float("nan")
     est, lo, hi, n = bootstrap_ci(np.arange(len(rs)), n_boot=n_boot, seed=seed, stat=stat) if rs else (nan, nan, nan, 0)
     pooled = Effect(est, lo, hi, n, "percentile bootstrap over runs")
-    return Agreement(per_run, rho_mean(rs, late), pooled, sum(len(paired_points(r)) for r in rs))
+    mean = fisher_mean(list(per_run.values()), anytime=any(r.run_id in late for r in rs))  # each run's ρ once
+    return Agreement(per_run, mean, pooled, sum(len(paired_points(r)) for r in rs))
 
 
 def meets_bar(e: Effect) -> bool:
