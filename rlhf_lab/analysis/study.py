@@ -29,6 +29,7 @@ from rlhf_lab.analysis.runs import (
     kl_gold_pairs,
     label,
     load_study,
+    natural_key,
     policy_size,
     rm_size,
     store_uri,
@@ -334,7 +335,7 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
         lines += [f"**Not run yet**: no runs with {where} in {source}.", ""]
         (out / "README.md").write_text("\n".join(lines))
         return out / "README.md"
-    seeds = sorted({r.seed for r in runs})
+    seeds = sorted({r.seed for r in runs}, key=natural_key)
     lines += [f"{len(runs)} finished runs ({', '.join(sorted({r.stage for r in runs}))})"
               + (f", {len(other)} not finished ({', '.join(sorted({r.status for r in other}))})" if other else "")
               + f"; seeds {', '.join(seeds)}" + (" — figures are mean ± standard deviation over seeds; final gold "

@@ -37,7 +37,7 @@ from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_go
 from rlhf_lab.analysis.designs import BETA0, fixed
 from rlhf_lab.analysis.registry import BY_ID
 from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
-from rlhf_lab.analysis.runs import RunData, groups, label, store_uri
+from rlhf_lab.analysis.runs import RunData, groups, label, natural_key, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
 from rlhf_lab.analysis.study import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
 
@@ -320,6 +320,7 @@ def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path
     check_folder(out)  # never over files rlhf-lab-report did not write
     out.mkdir(parents=True, exist_ok=True)
     source = source or f"`{store_uri(None)}`"
+    runs_all = sorted(runs_all, key=lambda r: (natural_key(label(r)), natural_key(r.seed)))  # store or file: one order
     lines = [f"# Study `{STUDY}`: gold-RM mode against the world's formula", "",
              "PPO with `gold=rm_world`: the gold reward is a larger same-source RM (the `a_medium` backbone) trained "
              "on the formula's labels (unbiased labeler) over pairs that cover where policies go "
@@ -337,7 +338,7 @@ def write_report(runs_all: Sequence[RunData], commands: Sequence[str], out: Path
         return not_run_page(out, lines, f"no finished PPO runs with tag `rlhf_lab.study={STUDY}`", source)
     other = [r for r in runs_all if r.status != "FINISHED"]
     lines += [f"{len(runs)} finished PPO runs" + (f", {len(other)} not finished" if other else "")
-              + f"; seeds {', '.join(sorted({r.seed for r in runs}))}.", ""]
+              + f"; seeds {', '.join(sorted({r.seed for r in runs}, key=natural_key))}.", ""]
     late = added_run_ids({STUDY: runs})  # seeds added after looking: anytime-valid intervals where they enter
     ag = rank_agreement(runs, late=late)
     lines += ["## Rank agreement of the two golds", "",
