@@ -173,10 +173,13 @@ def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> i
 
 
 def needs_text(r: PartResult) -> str:
-    """'needs about 23 seeds' (for 80 % power at the level it was computed for), or '' when there is no figure."""
+    """'needs about 23 seeds' (for 80 % power at the level it was computed for), or '' when there is no figure; a
+    count of seeds above :data:`DECIDE_CAP` says so: ``rlhf-lab-suite --decide`` leaves it (not worth it here)."""
     if r.needs is None:
         return ""
-    return f"needs about {count(r.needs, r.measured.n_of)}"
+    above = r.measured.n_of in SEED_UNITS and r.needs > DECIDE_CAP
+    return f"needs about {count(r.needs, r.measured.n_of)}" + (
+        f", more than the {DECIDE_CAP} `rlhf-lab-suite --decide` spends" if above else "")
 
 
 def why_open(r: PartResult) -> str:
@@ -374,6 +377,7 @@ def correct(results: Sequence[ClaimResult], alpha: float = ALPHA) -> int:
 
 
 SEED_UNITS = ("seeds", "RM seeds")  # units that are one seed each: more seeds give more of them
+DECIDE_CAP = 30  # the most seeds per study `rlhf-lab-suite --decide` spends by default: more is not worth it here
 
 
 def seeds_to_decide(results: Sequence[ClaimResult], cap: int) -> dict[str, int]:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
+from rlhf_lab.analysis.verdicts import DECIDE_CAP
 from rlhf_lab.analysis.designs import SUITE_VERSIONS
 from rlhf_lab.runs.jobs import study_file, study_names
 from rlhf_lab.runs.process import environment
@@ -369,9 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--more-seeds", type=int, default=None, metavar="CAP",
                    help="after the report, run more seeds (5, 6, …) of each study whose inconclusive claims need at most "
                         "CAP seeds for 80 %% power, where the projected time fits --max-minutes; then the report again")
-    p.add_argument("--decide", type=int, nargs="?", const=30, default=None, metavar="CAP",
-                   help="instead of the studies: the seeds 80 %% power asks for where at most CAP (default 30), "
-                        "cheapest decision first, each study's seed-0 run reproduced first; with --dry-run the plan")
+    p.add_argument("--decide", type=int, nargs="?", const=DECIDE_CAP, default=None, metavar="CAP",
+                   help=f"instead of the studies: the seeds 80 %% power asks for where at most CAP (default "
+                        f"{DECIDE_CAP}), cheapest decision first, each study's seed-0 run reproduced first; with "
+                        "--dry-run the plan")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every job, e.g. cache_dir=/shared/cache")
     a = p.parse_args(argv)
     studies = [s for s in a.studies.split(",") if s] if a.studies else [s for s, _ in SUITE]
