@@ -4,7 +4,6 @@ to the PostgreSQL-backed tracking server, the artifact cache shared; and a worke
 sweep (README "Team setup")."""
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlhf_lab.runs.states import NODE_TAG
+from tests import cli_process
 from tests.test_sweeps import MICRO
 from tests.test_team_scale import team_server  # noqa: F401  (the module's PostgreSQL + MLflow server)
 
@@ -42,8 +42,10 @@ def cluster(tmp_path, monkeypatch):
         c.shutdown()
 
 
-def sweep_cmd(address: str, study: str, *extra: str, seeds: str = SEEDS) -> list[str]:
-    return [sys.executable, "-m", "rlhf_lab.entry.run", "-m", "hydra/launcher=ray_cluster",
+def sweep_args(address: str, study: str, *extra: str, seeds: str = SEEDS) -> list[str]:
+    """The arguments of `rlhf-lab` for a sweep on the cluster (run as a process forked from a warm interpreter,
+    tests/cli_process.py: the driver; Ray's raylets start the workers that run the jobs)."""
+    return ["-m", "hydra/launcher=ray_cluster",
             f"hydra.launcher.ray.init.address={address}", "hydra.launcher.ray.remote.num_cpus=1", "algo=sft", *MICRO,
             "trainer.threads=1", f"study={study}", seeds, *extra]
 
@@ -64,8 +66,7 @@ def job_runs(client: MlflowClient, study: str) -> list:
 def test_a_sweep_runs_on_both_nodes_and_logs_to_the_team_server(cluster, team_server, tmp_path):  # noqa: F811
     c, worker = cluster
     url, _ = team_server
-    r = subprocess.run(sweep_cmd(c.address, "ray_nodes"), cwd=tmp_path, env=env(MLFLOW_TRACKING_URI=url),
-                       capture_output=True, text=True, timeout=600)
+    r = cli_process.run(sweep_args(c.address, "ray_nodes"), tmp_path, env(MLFLOW_TRACKING_URI=url), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert not (tmp_path / "mlflow.db").exists()  # every job logged to the server
     runs = job_runs(MlflowClient(url), "ray_nodes")
@@ -80,21 +81,21 @@ def test_a_sweep_runs_on_both_nodes_and_logs_to_the_team_server(cluster, team_se
     assert len(list(tmp_path.glob("multirun/*/*/*/.hydra/config.yaml"))) == 4, sorted(tmp_path.rglob(".hydra"))
 
 
-def wait_for_job_on(node_id: str, db: Path, out: Path, proc: subprocess.Popen, timeout: float = 300) -> str:
+def wait_for_job_on(node_id: str, db: Path, proc: cli_process.CliProcess, timeout: float = 300) -> str:
     """The name of a job's run that is RUNNING on the node (polling the sweep's sqlite store)."""
     end = time.time() + timeout
     client = None
     while time.time() < end and proc.poll() is None:
         time.sleep(0.3)
         if client is None:  # the store once the sweep made it (a second process creating it races its migration)
-            if "parent MLflow run" not in out.read_text():
+            if "parent MLflow run" not in proc.output()[0]:
                 continue
             client = MlflowClient(f"sqlite:///{db}")
         running = [x for x in job_runs(client, "ray_fault") if x.info.status == "RUNNING"
                    and x.data.tags.get(NODE_TAG) == node_id and x.data.tags.get("rlhf_lab.stage") == "sft"]
         if running:
             return running[0].info.run_name
-    raise AssertionError(f"no job ran on node {node_id}: {out.read_text()[-2000:]}")
+    raise AssertionError(f"no job ran on node {node_id}: {proc.output()[0][-2000:]}")
 
 
 @pytest.mark.slow
@@ -107,16 +108,14 @@ def test_a_node_lost_mid_sweep_leaves_no_run_running_and_changes_no_result(clust
     faulty.mkdir()
     clean.mkdir()
     longer = "trainer.max_steps=100"  # a job of several seconds, so that the node goes while it runs
-    out = faulty / "out.txt"
-    with open(out, "w") as fo, open(faulty / "err.txt", "w") as fe:
-        proc = subprocess.Popen(sweep_cmd(c.address, "ray_fault", longer), cwd=faulty, env=env(), stdout=fo, stderr=fe)
-        try:
-            lost = wait_for_job_on(worker.node_id, faulty / "mlflow.db", out, proc)
-            c.remove_node(worker)
-            assert proc.wait(timeout=1200) == 0, (faulty / "err.txt").read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    proc = cli_process.start(sweep_args(c.address, "ray_fault", longer), cwd=faulty, env=env())
+    try:
+        lost = wait_for_job_on(worker.node_id, faulty / "mlflow.db", proc)
+        c.remove_node(worker)
+        assert proc.wait(timeout=1200) == 0, proc.output()[1][-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     client = MlflowClient(f"sqlite:///{faulty / 'mlflow.db'}")
     runs = job_runs(client, "ray_fault")
     assert not [x for x in runs if x.info.status == "RUNNING"]
@@ -129,12 +128,12 @@ def test_a_node_lost_mid_sweep_leaves_no_run_running_and_changes_no_result(clust
     cache = faulty / ".rlhf_lab_cache"
     assert not list(cache.glob("*/.tmp-*")) and len(list(cache.glob("pretrain/*/rlhf_lab_spec.json"))) == 1
     # a relaunch with skip_finished=true has nothing left to run
-    again = subprocess.run(sweep_cmd(c.address, "ray_fault", longer, "skip_finished=true"), cwd=faulty, env=env(),
-                           capture_output=True, text=True, timeout=600)
+    again = cli_process.run(sweep_args(c.address, "ray_fault", longer, "skip_finished=true"), faulty, env(),
+                            timeout=600)
     assert again.returncode == 0 and "every job has a finished run; nothing ran" in again.stdout, again.stderr[-2000:]
     # the lost job again, without the fault, in its own folder (store and cache): the same figures
-    ok = subprocess.run(sweep_cmd(c.address, "ray_fault", longer, seeds=lost.split()[-1]), cwd=clean, env=env(),
-                        capture_output=True, text=True, timeout=600)
+    ok = cli_process.run(sweep_args(c.address, "ray_fault", longer, seeds=lost.split()[-1]), clean, env(),
+                         timeout=600)
     assert ok.returncode == 0, ok.stderr[-3000:]
     reference = [x for x in job_runs(MlflowClient(f"sqlite:///{clean / 'mlflow.db'}"), "ray_fault")
                  if x.data.tags["rlhf_lab.stage"] == "sft"]

@@ -5,8 +5,6 @@ users' sweeps launched at the same moment. Slow: real processes; skipped, saying
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlhf_lab.entry import server
+from tests import cli_process
 from tests.test_team_scale import DPO_MICRO, cmd_env, login, run_cmd, team_server  # noqa: F401 (the fixture)
 
 
@@ -21,10 +20,17 @@ from tests.test_team_scale import DPO_MICRO, cmd_env, login, run_cmd, team_serve
 DPO_LONGER = [*DPO_MICRO, "data.n_train=64", "trainer.max_steps=30", "eval.every_n_steps=5"]
 
 
-def start_sweep(args: list[str], cwd: Path, **env) -> subprocess.Popen:
+def start_sweep(args: list[str], cwd: Path, **env) -> cli_process.CliProcess:
+    """`rlhf-lab -m *args` as a process of its own, forked from a warm interpreter (tests/cli_process.py)."""
     cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "rlhf_lab.entry.run", "-m", *args], cwd=cwd, env=cmd_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return cli_process.start(["-m", *args], cwd=cwd, env=cmd_env(**env))
+
+
+def output(proc: cli_process.CliProcess, timeout: float | None = None) -> str:
+    """The sweep's stdout then its stderr (where its last line, the summary or the error, goes), once it ended."""
+    if timeout is not None:
+        proc.wait(timeout)
+    return "".join(proc.output())
 
 
 def study_runs(url: str, study: str) -> list:
@@ -34,11 +40,11 @@ def study_runs(url: str, study: str) -> list:
         else []
 
 
-def wait_mid_job(url: str, study: str, proc: subprocess.Popen, points: int = 5, timeout: float = 240) -> str:
+def wait_mid_job(url: str, study: str, proc: cli_process.CliProcess, points: int = 5, timeout: float = 240) -> str:
     """The id of the study's first job run once it has logged `points` DPO losses (the job is mid-training)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert proc.poll() is None, output(proc)[-3000:]
         for r in study_runs(url, study):
             if r.data.tags.get("rlhf_lab.job") == "true" and \
                     len(MlflowClient(url).get_metric_history(r.info.run_id, "loss/dpo")) >= points:
@@ -78,7 +84,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     a = start_sweep([*sweep, "study=restart_a"], tmp_path / "a", MLFLOW_TRACKING_URI=url)
     wait_mid_job(url, "restart_a", a)
     restart()
-    out = a.communicate(timeout=480)[0]
+    out = output(a, timeout=480)
     assert a.returncode == 0, out[-3000:]
     finals = job_finals(url, "restart_a")
     assert sorted(finals) == ["dpo seed=0", "dpo seed=1"]
@@ -90,7 +96,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     b = start_sweep([*sweep, "study=restart_b"], tmp_path / "b", MLFLOW_TRACKING_URI=url, **few)
     orphan = wait_mid_job(url, "restart_b", b)
     assert server.stop(folder)
-    out = b.communicate(timeout=300)[0]
+    out = output(b, timeout=300)
     assert server.start(folder, port=port) == url
     assert b.returncode == 2, out[-3000:]
     assert f"[rlhf-lab] job 0 FAILED: TrackingServerLost: lost the MLflow tracking server at {url} during the dpo " \
@@ -121,7 +127,7 @@ def test_two_users_sweeps_at_once_against_one_server_stay_apart(team_server, tmp
     procs = {user: start_sweep([*DPO_MICRO, "study=two_users", f"seed={seeds}", shared], tmp_path / user,
                                MLFLOW_TRACKING_URI=url, **login(folder / "users" / f"{user}.credentials"))
              for user, seeds in (("ann", "0,1"), ("bob", "2,3"))}
-    outs = {user: p.communicate(timeout=480)[0] for user, p in procs.items()}
+    outs = {user: output(p, timeout=480) for user, p in procs.items()}
     for user, p in procs.items():
         assert p.returncode == 0, (user, outs[user][-3000:])
         assert "of dead processes KILLED" not in outs[user]
