@@ -51,8 +51,8 @@ from pathlib import Path
 from typing import Callable
 
 from rlhf_lab.analysis.claims import claims_of_studies
-from rlhf_lab.analysis.verdicts import DECIDE_CAP
 from rlhf_lab.analysis.designs import SUITE_VERSIONS
+from rlhf_lab.analysis.verdicts import DECIDE_CAP
 from rlhf_lab.runs.jobs import study_file, study_names
 from rlhf_lab.runs.process import environment
 from rlhf_lab.entry.suite_prepare import PREPARE, PREPARE_PER_SEED, SEEDS, prepare
