@@ -27,10 +27,9 @@ def start_sweep(args: list[str], cwd: Path, **env) -> cli_process.CliProcess:
 
 
 def output(proc: cli_process.CliProcess, timeout: float | None = None) -> str:
-    """The sweep's stdout then its stderr (where its last line, the summary or the error, goes), once it ended."""
-    if timeout is not None:
-        proc.wait(timeout)
-    return "".join(proc.output())
+    """The sweep's stdout then its stderr (where its last line, the summary or the error, goes): once it ended
+    (`communicate`) with a `timeout`, else what it wrote so far."""
+    return "".join(proc.output() if timeout is None else proc.communicate(timeout))
 
 
 def study_runs(url: str, study: str) -> list:
