@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # every study file, the claims suite's (rlhf_lab/entry/suite.py, tests/test_suite.py) included
 STUDIES = sorted(p.stem for p in (ROOT / "sweeps" / "sweep").glob("*.yaml"))
 
-# smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job
-MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "eval.n_prompts=4",
+# smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job; the upstream
+# SFT of a policy job is one epoch (2 steps of 64 on 100 examples; sft.steps' default, 300, cost 15 s of CPU a build)
+MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_examples=100", "sft.steps=2",
+         "eval.n_prompts=4",
          "eval.n_test_prompts=4", "eval.n_ood_prompts=0",
          "eval.every_n_steps=0", "eval.n_samples_logged=2", "generation.max_new_tokens=8",
          "trainer.progress_bar=false", "trainer.log_every_n_steps=1", "trainer.max_steps=2"]

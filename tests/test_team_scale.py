@@ -226,7 +226,8 @@ def run_cmd(args: list[str], cwd: Path, timeout: int = 480, **env) -> subprocess
     full = cmd_env(**env)
     # forked from a warm interpreter (tests/cli_process.py), but for joblib's launcher: its loky workers, started from
     # a forked child, hang
-    if args[:2] in (["-m", "rlhf_lab.entry.run"], ["-m", "rlhf_lab.entry.report"]) and "hydra/launcher=parallel" not in args:
+    forked = (["-m", "rlhf_lab.entry.run"], ["-m", "rlhf_lab.entry.report"], ["-m", "rlhf_lab.entry.server"])
+    if args[:2] in forked and "hydra/launcher=parallel" not in args:
         return cli_process.run(args[2:], cwd=cwd, env=full, timeout=timeout, module=args[1])
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
 

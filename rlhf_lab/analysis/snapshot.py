@@ -21,6 +21,7 @@ import gzip
 import hashlib
 import io
 import json
+import marshal
 import re
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -52,11 +53,28 @@ def run_to_dict(run: RunData) -> dict:
     return d
 
 
+def tree_copy(value: object) -> object:
+    """A deep copy of a tree of dicts, lists, strings, numbers and None (a runs file's JSON): marshal's round trip,
+    about ten times faster than ``copy.deepcopy``, which copies whatever marshal refuses."""
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except ValueError:
+        return copy.deepcopy(value)
+
+
+def points(pts: Sequence) -> tuple[tuple[int, float], ...]:
+    """A history's [step, value] pairs as (int, float) tuples: immutable, so the runs built from one read file may
+    share them."""
+    return tuple((int(s), float(v)) for s, v in pts)
+
+
 def run_from_dict(d: dict) -> RunData:
-    """A run of a runs file's payload, sharing nothing with `d` (a read file's payload is kept for later reads)."""
+    """A run of a runs file's payload, sharing nothing mutable with `d` (a read file's payload is kept for later
+    reads; :func:`checked_payload` has made its histories tuples of points once)."""
     known = {f.name for f in dataclasses.fields(RunData)}
-    run = RunData(**copy.deepcopy({k: v for k, v in d.items() if k in known and k != "history"}))
-    run.history = {k: [(int(s), float(v)) for s, v in pts] for k, pts in (d.get("history") or {}).items()}
+    run = RunData(**tree_copy({k: v for k, v in d.items() if k in known and k != "history"}))
+    run.history = {k: list(pts if isinstance(pts, tuple) else points(pts))
+                   for k, pts in (d.get("history") or {}).items()}
     run.setting = {k: v for k, v in run.setting.items() if computes(k)}  # a file written before they were left out
     return run
 
@@ -113,6 +131,9 @@ def checked_payload(path: str, stamp: tuple) -> dict:
     if problem:
         raise SnapshotError(f"{path}: {problem}: not a runs file this version reads (its digest matches: it was "
                             "written so); regenerate it (rlhf-lab-report --claims on a store) or restore it from git")
+    for entry in payload.get("studies", {}).values():  # checked: the points of each history as tuples, made once
+        for run in entry.get("runs", []):
+            run["history"] = {k: points(pts) for k, pts in (run.get("history") or {}).items()}
     return payload
 
 
