@@ -30,9 +30,16 @@ import tempfile
 import time
 from pathlib import Path
 
-# what a job imports (not rlhf_lab.entry.run itself, which runpy runs as __main__ as `python -m` does)
-PRELOAD = ["torch", "lightning", "transformers", "mlflow", "hydra", "rlhf_lab.config.checks", "rlhf_lab.runs.states",
-           "rlhf_lab.runs.process", "rlhf_lab.entry.sweeps", "rlhf_lab.stages", "rlhf_lab.algorithms", "tests.cli_process"]
+from rlhf_lab.stages.registry import STAGES
+
+# what a job imports (not rlhf_lab.entry.run itself, which runpy runs as __main__ as `python -m` does): the libraries,
+# MLflow's SQL store (imported when a job first opens its store: 1 s of CPU a job), the stage modules (imported when a
+# job runs its stage) and the configs' package
+PRELOAD = ["torch", "lightning", "transformers", "mlflow", "hydra", "mlflow.store.tracking.sqlalchemy_store",
+           "mlflow.store.db.utils", "alembic.command", "alembic.runtime.migration", "rlhf_lab.config.checks",
+           "rlhf_lab.runs.states", "rlhf_lab.runs.process", "rlhf_lab.entry.sweeps", "rlhf_lab.stages",
+           *(f"rlhf_lab.stages.{stage}" for stage in STAGES), "rlhf_lab.evaluation.callbacks", "rlhf_lab.algorithms",
+           "rlhf_lab.conf", "tests.cli_process"]
 
 _CONTEXT: list = []
 
