@@ -78,7 +78,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     def restart(down: float = 0.0) -> None:
         assert server.stop(folder)
         time.sleep(down)
-        assert server.start(folder, port=port) == url
+        assert server.start(folder, port=port, workers=1) == url
 
     a = start_sweep([*sweep, "study=restart_a"], tmp_path / "a", MLFLOW_TRACKING_URI=url)
     wait_mid_job(url, "restart_a", a)
@@ -96,7 +96,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     orphan = wait_mid_job(url, "restart_b", b)
     assert server.stop(folder)
     out = output(b, timeout=300)
-    assert server.start(folder, port=port) == url
+    assert server.start(folder, port=port, workers=1) == url
     assert b.returncode == 2, out[-3000:]
     assert f"[rlhf-lab] job 0 FAILED: TrackingServerLost: lost the MLflow tracking server at {url} during the dpo " \
            f"run {orphan}" in out
