@@ -37,7 +37,7 @@ from rlhf_lab.stages.registry import STAGES
 # MLflow's SQL store (imported when a job first opens its store: 1 s of CPU a job), the stage modules (imported when a
 # job runs its stage) and the configs' package
 PRELOAD = ["torch", "lightning", "transformers", "mlflow", "hydra", "mlflow.store.tracking.sqlalchemy_store",
-           "mlflow.store.db.utils", "alembic.command", "alembic.runtime.migration", "rlhf_lab.config.checks",
+           "alembic.command", "alembic.runtime.migration", "rlhf_lab.config.checks",
            "rlhf_lab.runs.states", "rlhf_lab.runs.process", "rlhf_lab.entry.sweeps", "rlhf_lab.stages",
            *(f"rlhf_lab.stages.{stage}" for stage in STAGES), "rlhf_lab.evaluation.callbacks", "rlhf_lab.algorithms",
            "rlhf_lab.conf", "tests.cli_process"]

@@ -3,7 +3,6 @@ worker node, each its own raylet with one CPU), through ``hydra/launcher=ray_clu
 to the PostgreSQL-backed tracking server, the artifact cache shared; and a worker node removed in the middle of a
 sweep (README "Team setup")."""
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,10 +13,9 @@ from mlflow.tracking import MlflowClient
 from rlhf_lab.runs.states import NODE_TAG
 from tests import cli_process
 from tests.test_sweeps import MICRO
-from tests.test_team_scale import team_server  # noqa: F401  (the module's PostgreSQL + MLflow server)
+from tests.test_team_scale import cmd_env, team_server  # noqa: F401  (the module's PostgreSQL + MLflow server)
 
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="the `cluster` extra is not installed")
-ROOT = Path(__file__).resolve().parents[1]
 SEEDS = "seed=0,1,2,3"
 
 
@@ -51,13 +49,6 @@ def sweep_args(address: str, study: str, *extra: str, seeds: str = SEEDS) -> lis
             "trainer.threads=1", f"study={study}", seeds, *extra]
 
 
-def env(**extra) -> dict:
-    e = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **extra)
-    if "MLFLOW_TRACKING_URI" not in extra:
-        e.pop("MLFLOW_TRACKING_URI", None)
-    return e
-
-
 def job_runs(client: MlflowClient, study: str) -> list:
     exp = client.get_experiment_by_name("rlhf-lab")
     return client.search_runs([exp.experiment_id], f"tags.`rlhf_lab.study` = '{study}'", max_results=200)
@@ -69,7 +60,7 @@ def test_a_sweep_runs_on_both_nodes_and_logs_to_the_team_server(team_server, clu
     # take the environment of their node's raylet, not the driver's
     c, worker = cluster
     url, _ = team_server
-    r = cli_process.run(sweep_args(c.address, "ray_nodes"), tmp_path, env(MLFLOW_TRACKING_URI=url), timeout=600)
+    r = cli_process.run(sweep_args(c.address, "ray_nodes"), tmp_path, cmd_env(MLFLOW_TRACKING_URI=url), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert not (tmp_path / "mlflow.db").exists()  # every job logged to the server
     runs = job_runs(MlflowClient(url), "ray_nodes")
@@ -112,7 +103,7 @@ def test_a_node_lost_mid_sweep_leaves_no_run_running_and_changes_no_result(clust
     clean.mkdir()
     longer = "trainer.max_steps=100"  # a job of several seconds, so that the node goes while it runs
     two = "seed=0,1"  # a job for each node (the head's 1 CPU is taken when the second is placed)
-    proc = cli_process.start(sweep_args(c.address, "ray_fault", longer, seeds=two), cwd=faulty, env=env())
+    proc = cli_process.start(sweep_args(c.address, "ray_fault", longer, seeds=two), cwd=faulty, env=cmd_env())
     try:
         lost = wait_for_job_on(worker.node_id, faulty / "mlflow.db", proc)
         c.remove_node(worker)
@@ -133,10 +124,10 @@ def test_a_node_lost_mid_sweep_leaves_no_run_running_and_changes_no_result(clust
     assert not list(cache.glob("*/.tmp-*")) and len(list(cache.glob("pretrain/*/rlhf_lab_spec.json"))) == 1
     # a relaunch with skip_finished=true has nothing left to run
     again = cli_process.run(sweep_args(c.address, "ray_fault", longer, "skip_finished=true", seeds=two), faulty,
-                            env(), timeout=600)
+                            cmd_env(), timeout=600)
     assert again.returncode == 0 and "every job has a finished run; nothing ran" in again.stdout, again.stderr[-2000:]
     # the lost job again, without the fault, in its own folder (store and cache): the same figures
-    ok = cli_process.run(sweep_args(c.address, "ray_fault", longer, seeds=lost.split()[-1]), clean, env(),
+    ok = cli_process.run(sweep_args(c.address, "ray_fault", longer, seeds=lost.split()[-1]), clean, cmd_env(),
                          timeout=600)
     assert ok.returncode == 0, ok.stderr[-3000:]
     reference = [x for x in job_runs(MlflowClient(f"sqlite:///{clean / 'mlflow.db'}"), "ray_fault")

@@ -13,7 +13,8 @@ from mlflow.tracking import MlflowClient
 
 from rlhf_lab.entry import server
 from tests import cli_process
-from tests.test_team_scale import DPO_MICRO, cmd_env, login, run_cmd, team_server  # noqa: F401 (the fixture)
+from tests.test_team_scale import (  # noqa: F401 (team_server: the fixture)
+    DPO_MICRO, SERVER_WORKERS, cmd_env, login, run_cmd, team_server)
 
 
 # a DPO job long enough (30 steps, an evaluation every 5) for the server to go away in its middle
@@ -78,7 +79,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     def restart(down: float = 0.0) -> None:
         assert server.stop(folder)
         time.sleep(down)
-        assert server.start(folder, port=port, workers=1) == url
+        assert server.start(folder, port=port, workers=SERVER_WORKERS) == url
 
     a = start_sweep([*sweep, "study=restart_a"], tmp_path / "a", MLFLOW_TRACKING_URI=url)
     wait_mid_job(url, "restart_a", a)
@@ -96,7 +97,7 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     orphan = wait_mid_job(url, "restart_b", b)
     assert server.stop(folder)
     out = output(b, timeout=300)
-    assert server.start(folder, port=port, workers=1) == url
+    assert server.start(folder, port=port, workers=SERVER_WORKERS) == url
     assert b.returncode == 2, out[-3000:]
     assert f"[rlhf-lab] job 0 FAILED: TrackingServerLost: lost the MLflow tracking server at {url} during the dpo " \
            f"run {orphan}" in out

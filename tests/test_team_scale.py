@@ -239,13 +239,17 @@ def login(credentials: Path) -> dict[str, str]:
     return {"MLFLOW_TRACKING_USERNAME": name, "MLFLOW_TRACKING_PASSWORD": password}
 
 
+# the test servers' MLflow worker processes (`--workers`; the default, 2, serves a team): each worker imports MLflow's
+# server, 3 s of CPU, at every start
+SERVER_WORKERS = 1
+
+
 def start_team_server(folder: Path, users: tuple[str, ...] = ("ann", "bob")) -> tuple[str, dict[str, Path], list]:
-    """`rlhf-lab-server start` in `folder / "team"` on a free port, then `user add` for each of `users`: the URL,
-    each user's credentials file, and the finished commands (their output). One MLflow worker process (`--workers
-    1`; the default, 2, serves a team): each worker imports MLflow's server, 3 s of CPU, at every start."""
+    """`rlhf-lab-server start --workers SERVER_WORKERS` in `folder / "team"` on a free port, then `user add` for
+    each of `users`: the URL, each user's credentials file, and the finished commands (their output)."""
     port = server.free_port()
     r = run_cmd(["-m", "rlhf_lab.entry.server", "start", "--dir", str(folder / "team"), "--port", str(port),
-                 "--workers", "1"], folder, timeout=300)
+                 "--workers", str(SERVER_WORKERS)], folder, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     url = f"http://127.0.0.1:{port}"
     assert r.stdout.strip().splitlines()[-1] == f"export MLFLOW_TRACKING_URI={url}"
