@@ -32,6 +32,7 @@ from pathlib import Path
 
 from rlhf_lab.runs.code import code_digests
 from rlhf_lab.stages.registry import STAGES
+from tests import mlflow_template
 
 # what a job imports (not rlhf_lab.entry.run itself, which runpy runs as __main__ as `python -m` does): the libraries,
 # MLflow's SQL store (imported when a job first opens its store: 1 s of CPU a job), the stage modules (imported when a
@@ -46,6 +47,7 @@ PRELOAD = ["torch", "lightning", "transformers", "mlflow", "hydra", "mlflow.stor
 # before it first touches the artifact cache: once here, so that the fork server's children inherit them (no test
 # edits the package's files; the tests of a changed digest patch the function in their own process)
 code_digests()
+mlflow_template.install()  # a job's fresh sqlite store is a copy of one MLflow migrated (tests/mlflow_template.py)
 
 _CONTEXT: list = []
 

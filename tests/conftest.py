@@ -17,6 +17,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: no hub look-ups in tests
 
 import pytest  # noqa: E402
+
+from tests import compose_memo, mlflow_template  # noqa: E402
+
+compose_memo.install()  # before `from hydra import compose`: each composition once per process (tests/compose_memo.py)
+mlflow_template.install()  # a fresh sqlite store is a copy of one MLflow migrated (tests/mlflow_template.py)
+
 from hydra import compose, initialize_config_module  # noqa: E402
 
 TINY = [

@@ -8,7 +8,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from tests import cli_process
+from tests import cli_process, mlflow_template
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ["algo=pretrain", "policy=a_tiny", "pretrain.n_texts=200", "trainer.max_steps=1", "eval.every_n_steps=0",
@@ -18,7 +18,8 @@ JOB = ["algo=pretrain", "policy=a_tiny", "pretrain.n_texts=200", "trainer.max_st
 
 @pytest.mark.slow
 def test_four_jobs_started_together_all_succeed(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    # the store is created by MLflow's migrations, as for a user (not copied from the tests' template)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), **{mlflow_template.MIGRATE: "1"})
     env.pop("MLFLOW_TRACKING_URI", None)
     procs = [cli_process.start([*JOB, f"seed={i}"], cwd=tmp_path, env=env) for i in range(4)]
     outs = [p.communicate(timeout=600) for p in procs]
