@@ -1,13 +1,15 @@
 """The Hydra config groups of rlhf-lab (installed as package rlhf_lab.conf); importing it registers
 the structured-config schemas the YAML files inherit (rlhf_lab/config/schema.py) and the points of the
 ``frontier`` and ``frontier_equal`` groups, ``+frontier=<algo>_<β>`` (rlhf_lab/config/frontier.py, from the files
-of conf/frontier/ and conf/frontier_equal/)."""
+of conf/frontier/ and conf/frontier_equal/). It also makes Hydra's copies of its config repository share the
+ConfigStore instead of copying it at every composition (rlhf_lab/config/live_store.py)."""
 
 from importlib.resources import files
 
-from rlhf_lab.config import frontier
+from rlhf_lab.config import frontier, live_store
 from rlhf_lab.config.schema import register
 
+live_store.share()
 register()
 frontier.register(files(__name__).joinpath("frontier"), "frontier")
 frontier.register(files(__name__).joinpath("frontier_equal"), "frontier_equal")
