@@ -207,5 +207,6 @@ def test_seeds_added_after_looking_get_the_anytime_valid_interval(tmp_path):
     seq, fixed = V.rho_mean(runs, late), V.rho_mean(runs)
     assert is_anytime(seq) and not is_anytime(fixed) and seq.lo < fixed.lo and seq.estimate == fixed.estimate
     assert not is_anytime(V.rho_mean(runs[:5], late))  # the file's own seeds alone: the fixed-n interval
+    assert V.rank_agreement(runs, n_boot=20, late=late).mean == seq  # the same rule for the agreement's mean
     text = V.write_report(runs, [], tmp_path / "r").read_text()
     assert FOOTNOTE in text and "seeds 5, 6, 7, 8, 9" in text and "†" in text.split("The primary effect")[1][:80]

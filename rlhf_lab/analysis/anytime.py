@@ -63,14 +63,18 @@ def added_run_ids(studies: Mapping[str, Sequence[RunData]]) -> frozenset[str]:
     return frozenset(out)
 
 
-def from_extended(m: Measured, run_ids: Iterable[str]) -> bool:
-    """Whether an effect's units include a seed added after looking (one of its runs is among `run_ids`, from
-    :func:`added_run_ids`) and it has the values to recompute its interval from (a t interval; an exact config
-    value has none)."""
+def includes_added(runs: Iterable[RunData], run_ids: Iterable[str]) -> bool:
+    """Whether one of `runs` is a seed added after looking (its run id among `run_ids`, from :func:`added_run_ids`):
+    the rule by which an effect over those runs takes the anytime-valid interval."""
     ids = set(run_ids)
+    return any(r.run_id in ids for r in runs)
+
+
+def from_extended(m: Measured, run_ids: Iterable[str]) -> bool:
+    """Whether an effect's units include a seed added after looking (:func:`includes_added`) and it has the values
+    to recompute its interval from (a t interval; an exact config value has none)."""
     e = m.effect
-    return (e is not None and not is_anytime(e) and len(e.values) == e.n > 0
-            and any(r.run_id in ids for r in m.runs))
+    return e is not None and not is_anytime(e) and len(e.values) == e.n > 0 and includes_added(m.runs, run_ids)
 
 
 def anytime_needs(delta: float, sd: float, alpha: float, power: float, n_max: int = 10_000) -> int | None:

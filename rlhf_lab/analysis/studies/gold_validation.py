@@ -28,7 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.anytime import ANYTIME, FOOTNOTE, MARK, added_run_ids, added_seeds, anytime_effect, is_anytime
+from rlhf_lab.analysis.anytime import (ANYTIME, FOOTNOTE, MARK, added_run_ids, added_seeds, anytime_effect,
+                                      includes_added, is_anytime)
 from rlhf_lab.analysis.verdicts import ClaimResult, counts, judge
 from rlhf_lab.analysis.effects import Arm, spearman
 from rlhf_lab.analysis.markdown import fmt, md_table
@@ -132,8 +133,8 @@ def fisher_mean(rhos: Sequence[float], level: float = 0.95, anytime: bool = Fals
 
 def rho_mean(runs: Sequence[RunData], late: frozenset[str] = frozenset()) -> Effect:
     """:func:`fisher_mean` of the runs' ρ; anytime-valid when one of them is a seed added after looking (its run id
-    in `late`, :func:`~rlhf_lab.analysis.anytime.added_run_ids`)."""
-    return fisher_mean([run_rho(r) for r in runs], anytime=any(r.run_id in late for r in runs))
+    in `late`: :func:`~rlhf_lab.analysis.anytime.includes_added`)."""
+    return fisher_mean([run_rho(r) for r in runs], anytime=includes_added(runs, late))
 
 
 def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0,
@@ -148,7 +149,7 @@ def rank_agreement(runs: Sequence[RunData], n_boot: int = N_BOOT, seed: int = 0,
     nan = float("nan")
     est, lo, hi, n = bootstrap_ci(np.arange(len(rs)), n_boot=n_boot, seed=seed, stat=stat) if rs else (nan, nan, nan, 0)
     pooled = Effect(est, lo, hi, n, "percentile bootstrap over runs")
-    mean = fisher_mean(list(per_run.values()), anytime=any(r.run_id in late for r in rs))  # each run's ρ once
+    mean = fisher_mean(list(per_run.values()), anytime=includes_added(rs, late))  # each run's ρ once
     return Agreement(per_run, mean, pooled, sum(len(paired_points(r)) for r in rs))
 
 
