@@ -43,8 +43,9 @@ def judge(*parts: Part) -> list[V.PartResult]:
 def test_a_study_with_seeds_beyond_its_study_files_is_extended():
     studies = {"ext": list(runs("ext")), "plain": list(runs("plain"))}
     assert A.extended_studies(studies) == {"ext"}
-    assert A.added_run_ids(studies) == {"ext-5", "ext-6"}
-    added = A.added_run_ids(studies)  # an effect over runs of which one was added takes the anytime interval
+    added = A.added_run_ids(studies)
+    assert added == {"ext-5", "ext-6"}
+    # an effect over runs of which one was added takes the anytime interval
     assert A.includes_added(studies["ext"], added) and not A.includes_added(studies["ext"][:5], added)
     # the runs' study tag decides, not the key they are read under (a claim's study read from a rerun's design)
     assert A.extended_studies({"plain": list(runs("ext"))}) == {"ext"}

@@ -137,10 +137,10 @@ def test_a_ppo_job_evaluates_where_its_rollouts_kl_reaches_a_new_level(tiny_cfg,
 
 def test_the_gao_study_is_beta_zero_with_log_spaced_evaluations_and_one_rm_per_seed():
     from rlhf_lab.entry import sweeps as sweeping
-    from tests.test_sweeps import job_cfg
+    from tests.conftest import compose_cfg
 
     jobs = sweeping.plan(["sweep=gao_rm_scaling"], validate=False)
-    cfgs = [job_cfg(j) for j in jobs]
+    cfgs = [compose_cfg(j) for j in jobs]
     assert len(cfgs) == 40
     assert {(c.kl.name, float(c.kl.beta), c.eval.schedule, int(c.eval.n_points)) for c in cfgs} == {("fixed", 0.0, "log", 12)}
     assert {c.labeler.name for c in cfgs} == {"unbiased", "length_biased"}
@@ -155,7 +155,7 @@ def test_the_kl_spaced_gao_study_is_the_gao_studys_unbiased_arm_measured_where_k
     but for the evaluation schedule (and the study's name); its arms differ only in the RM size."""
     from rlhf_lab.config.keys import computes, to_plain
     from rlhf_lab.entry import sweeps as sweeping
-    from tests.test_sweeps import job_cfg
+    from tests.conftest import compose_cfg
 
     def flat(node, prefix=""):
         out = {}
@@ -165,7 +165,7 @@ def test_the_kl_spaced_gao_study_is_the_gao_studys_unbiased_arm_measured_where_k
         return out
 
     def by_job(study):
-        cfgs = [to_plain(job_cfg(j)) for j in sweeping.plan([f"sweep={study}"], validate=False)]
+        cfgs = [to_plain(compose_cfg(j)) for j in sweeping.plan([f"sweep={study}"], validate=False)]
         return {(c["reward_model"]["arch"]["hidden"], c["seed"]): flat(c) for c in cfgs
                 if c["labeler"]["name"] == "unbiased"}
 

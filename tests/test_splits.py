@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
@@ -27,18 +26,14 @@ from rlhf_lab.world import (
     prompt_space,
 )
 from rlhf_lab.world import grammar as G
+from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cfg_with(*overrides: str):
-    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
-        return compose("config", overrides=list(overrides))
-
-
 @pytest.fixture(scope="module")
 def cfg():
-    return cfg_with()
+    return compose_cfg([])
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +116,8 @@ def eval_prompts(c, split="eval"):
 def test_eval_prompts_are_fixed_across_calls_runs_and_seeds(cfg):
     a = eval_prompts(cfg)
     assert len(a) == cfg.eval.n_prompts and a == eval_prompts(cfg)
-    assert a == eval_prompts(cfg_with("seed=7", "algo=dpo", "sft.seed=3"))  # the job's seeds do not move it
-    assert eval_prompts(cfg_with("eval.n_prompts=500"))[: len(a)] == a  # a larger set extends it
+    assert a == eval_prompts(compose_cfg(["seed=7", "algo=dpo", "sft.seed=3"]))  # the job's seeds do not move it
+    assert eval_prompts(compose_cfg(["eval.n_prompts=500"]))[: len(a)] == a  # a larger set extends it
     assert set(eval_prompts(cfg, "test")).isdisjoint(a)
     code = ("from hydra import compose, initialize_config_module\nfrom rlhf_lab.world import streams as D\n"
             "from rlhf_lab.config import world as W\n"
@@ -156,11 +151,11 @@ def test_split_config_is_validated():
     with pytest.raises(ValueError, match="world.ood_products"):
         Splits(ood_products=("spaceship",))
     with pytest.raises(ValueError, match="split="):
-        D.prompts(W.world_settings(cfg_with()), "x", 3, split="validation")
+        D.prompts(W.world_settings(compose_cfg([])), "x", 3, split="validation")
     from hydra.errors import ConfigCompositionException
 
     with pytest.raises(ConfigCompositionException, match="world.splits.train=abc"):  # typed by the world schema
-        cfg_with("world.splits.train=abc")
+        compose_cfg(["world.splits.train=abc"])
 
 
 def test_clustered_se_against_hand_computation():

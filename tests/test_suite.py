@@ -19,14 +19,10 @@ from rlhf_lab.runs.identity import job_identity
 from rlhf_lab.stages.presets import parse_preset_ref
 from rlhf_lab.runs.jobs import find_finished_run, job_overrides, study_digest, study_names
 from rlhf_lab.stages.registry import run_settings
+from tests.conftest import compose_cfg
 
 SUITE = [s for s, _ in suite.SUITE]
 SEEDS = {0, 1, 2, 3, 4}
-
-
-def compose_job(job: list[str]):
-    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
-        return compose("config", overrides=job)
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +214,7 @@ def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_w
             [j for j in sweeping.plan([f"sweep={study}"], validate=False) if "seed=1" in j][:1]
         keys = {}
         for job in jobs:
-            cfg = compose_job(job + [f"cache_dir={tmp_path}"])
+            cfg = compose_cfg(job + [f"cache_dir={tmp_path}"])
             assert cfg.reward_model.seed == cfg.seed == stage_seed(cfg, "rm", "reward_model"), (study, job)
             spec = rm_stage.spec(cfg)
             assert spec["seed"] == cfg.seed
@@ -229,10 +225,10 @@ def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_w
     for ppo_job, bon_job in list(zip(ppo_jobs, bon_jobs))[::13]:
         setting = [[o for o in j if not o.startswith(("sweep=", "study="))] for j in (ppo_job, bon_job)]
         assert setting[0] == setting[1]
-        ppo_cfg, bon_cfg = (compose_job(j + [f"cache_dir={tmp_path}"]) for j in (ppo_job, bon_job))
+        ppo_cfg, bon_cfg = (compose_cfg(j + [f"cache_dir={tmp_path}"]) for j in (ppo_job, bon_job))
         assert cache_for(ppo_cfg).path("rm", rm_stage.spec(ppo_cfg)) == cache_for(bon_cfg).path("rm", rm_stage.spec(bon_cfg))
     # the older designs keep one RM for every seed
-    cfg = compose_job(["sweep=rm_normalize", "seed=3"])
+    cfg = compose_cfg(["sweep=rm_normalize", "seed=3"])
     assert cfg.reward_model.seed == 0
 
 
@@ -293,13 +289,13 @@ def test_finished_run_of_the_same_study_and_overrides_is_found(store):
     fake_run(client, exp, "ppo", "ref_sync", ["algo.reference.sync_every=1", "seed=1", "sweep=ref_sync"], "FAILED")
     fake_run(client, exp, "sft", "ref_sync", ["algo.reference.sync_every=1", "seed=2", "sweep=ref_sync"])
     fake_run(client, exp, "ppo", "clip_eps", ["algo.reference.sync_every=1", "seed=3", "sweep=ref_sync"])
-    cfg = compose_job(["study=ref_sync", f"tracking.uri={uri}"])
+    cfg = compose_cfg(["study=ref_sync", f"tracking.uri={uri}"])
     assert find_finished_run(run_settings(cfg), "ppo", job).info.run_id == done
     assert find_finished_run(run_settings(cfg), "ppo", job + ["skip_finished=true"]).info.run_id == done  # not part of a job
     for seed in (1, 2, 3, 4):  # FAILED; only an upstream stage's run; another study; never run
         assert find_finished_run(run_settings(cfg), "ppo", ["algo.reference.sync_every=1", f"seed={seed}", "sweep=ref_sync"]) is None
     assert find_finished_run(run_settings(cfg), "ppo", ["algo.reference.sync_every=10", "seed=0", "sweep=ref_sync"]) is None
-    other = compose_job(["study=clip_eps", f"tracking.uri={uri}"])
+    other = compose_cfg(["study=clip_eps", f"tracking.uri={uri}"])
     assert find_finished_run(run_settings(other), "ppo", job) is None
     assert job_overrides("a=1 skip_finished=true b=2") == ["a=1", "b=2"]
     # as a multirun renders them (the tags of its jobs) and as typed: one job
@@ -330,8 +326,8 @@ def test_cli_skips_a_finished_job_before_any_work_and_runs_an_unfinished_one(sto
         return capsys.readouterr().out
 
     job = lambda seed: ["study=unit", f"seed={seed}", f"tracking.uri={uri}"]  # noqa: E731
-    done = fake_run(client, exp, "ppo", "unit", job(7), gold=0.5, identity=job_identity(to_plain(compose_job(job(7)))))
-    fake_run(client, exp, "ppo", "unit", job(8), status="FAILED", identity=job_identity(to_plain(compose_job(job(8)))))
+    done = fake_run(client, exp, "ppo", "unit", job(7), gold=0.5, identity=job_identity(to_plain(compose_cfg(job(7)))))
+    fake_run(client, exp, "ppo", "unit", job(8), status="FAILED", identity=job_identity(to_plain(compose_cfg(job(8)))))
     out = launch(7)
     assert f"skipped (finished run {done})" in out and calls == []
     out = launch(8)  # its run FAILED: run again
@@ -353,7 +349,7 @@ def test_a_resumed_multirun_runs_only_the_jobs_without_a_finished_run(store, tmp
     monkeypatch.setattr(runtime, "JOBS_STARTED", [0])  # as in a fresh process
     monkeypatch.chdir(tmp_path)
     job = ["study=unit", "seed=1", f"tracking.uri={uri}"]
-    done = fake_run(client, exp, "ppo", "unit", job, gold=0.5, identity=job_identity(to_plain(compose_job(job))))
+    done = fake_run(client, exp, "ppo", "unit", job, gold=0.5, identity=job_identity(to_plain(compose_cfg(job))))
     monkeypatch.setattr(sys, "argv", ["rlhf-lab", "-m", "study=unit", "seed=0,1,2", f"tracking.uri={uri}",
                                       "skip_finished=true", f"hydra.sweep.dir={tmp_path / 'multirun'}",
                                       "hydra/job_logging=none", "hydra/hydra_logging=none"])
@@ -453,7 +449,7 @@ def test_a_run_of_another_study_design_is_not_finished_for_this_one(store):
     job = ["algo.reference.sync_every=1", "seed=0", "sweep=ref_sync"]
     now = study_digest(job)
     old = fake_run(client, exp, "ppo", "ref_sync", job)  # before the tag existed: counts
-    cfg = compose_job(["study=ref_sync", f"tracking.uri={uri}"])
+    cfg = compose_cfg(["study=ref_sync", f"tracking.uri={uri}"])
     assert find_finished_run(run_settings(cfg), "ppo", job).info.run_id == old
     time.sleep(0.01)  # distinct start times: the newest run is looked at first
     fake_run(client, exp, "ppo", "ref_sync", job, digest="0" * 16)  # newer, another design: does not count

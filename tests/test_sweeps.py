@@ -10,11 +10,11 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from hydra import compose, initialize_config_module
 
 from rlhf_lab.entry import sweeps as sweeping
 from rlhf_lab.runs.jobs import job_sweep_params
 from rlhf_lab.runs.process import SWEPT_ENV
+from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 # every study file, the claims suite's (rlhf_lab/entry/suite.py, tests/test_suite.py) included
@@ -27,11 +27,6 @@ MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_exa
          "eval.n_test_prompts=4", "eval.n_ood_prompts=0",
          "eval.every_n_steps=0", "eval.n_samples_logged=2", "generation.max_new_tokens=8",
          "trainer.progress_bar=false", "trainer.log_every_n_steps=1", "trainer.max_steps=2"]
-
-
-def job_cfg(job: list[str]):
-    with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
-        return compose("config", overrides=job)
 
 
 def test_the_studies_include_the_original_ones_and_the_claims_suite():
@@ -54,7 +49,7 @@ def test_every_study_file_is_a_global_package_with_a_study_name_and_sweeper_para
 def test_each_study_expands_into_jobs_that_compose(study):
     jobs = sweeping.plan([f"sweep={study}"])  # composes every job: a bad key or option raises
     assert len(jobs) >= 3
-    cfg = job_cfg(jobs[0])
+    cfg = compose_cfg(jobs[0])
     assert cfg.study == study
 
 
@@ -75,7 +70,7 @@ def test_ppo_beta_grid_has_fixed_betas_including_zero_and_adaptive_targets():
     jobs = sweeping.plan(["sweep=ppo_beta_grid"], validate=False)
     settings = []
     for job in jobs:
-        cfg = job_cfg(job)
+        cfg = compose_cfg(job)
         assert cfg.algo.name == "ppo" and cfg.study == "ppo_beta_grid"
         settings.append((cfg.kl.name, float(cfg.kl.beta) if cfg.kl.name == "fixed" else float(cfg.kl.target)))
     fixed = sorted(v for n, v in settings if n == "fixed")
@@ -86,12 +81,12 @@ def test_ppo_beta_grid_has_fixed_betas_including_zero_and_adaptive_targets():
 
 @pytest.mark.slow
 def test_other_studies_sweep_the_keys_they_name():
-    dpo = [job_cfg(j) for j in sweeping.plan(["sweep=dpo_beta_grid"], validate=False)]
+    dpo = [compose_cfg(j) for j in sweeping.plan(["sweep=dpo_beta_grid"], validate=False)]
     assert {c.algo.name for c in dpo} == {"dpo"} and len({float(c.algo.beta) for c in dpo}) >= 4
-    grid = [job_cfg(j) for j in sweeping.plan(["sweep=rm_size_vs_policy_size"], validate=False)]
+    grid = [compose_cfg(j) for j in sweeping.plan(["sweep=rm_size_vs_policy_size"], validate=False)]
     pairs = {(c.policy.arch.hidden, c.reward_model.arch.hidden) for c in grid}
     assert len(pairs) == len(grid) >= 9 and {c.reward_model.source for c in grid} == {"same"}
-    src = [job_cfg(j) for j in sweeping.plan(["sweep=rm_source"], validate=False)]
+    src = [compose_cfg(j) for j in sweeping.plan(["sweep=rm_source"], validate=False)]
     assert {(c.reward_model.source, float(c.data.on_policy_fraction)) for c in src} == {
         ("same", 0.0), ("same", 0.2), ("different", 0.0), ("different", 0.2), ("pretrained", 0.0), ("pretrained", 0.2)}
     assert {c.reward_model.name_or_path for c in src if c.reward_model.source == "pretrained"} == {"minilm"}
@@ -99,7 +94,7 @@ def test_other_studies_sweep_the_keys_they_name():
 
 @pytest.mark.slow
 def test_algo_frontier_has_a_beta_grid_per_algorithm_and_three_seeds():
-    cfgs = [job_cfg(j) for j in sweeping.plan(["sweep=algo_frontier"], validate=False)]
+    cfgs = [compose_cfg(j) for j in sweeping.plan(["sweep=algo_frontier"], validate=False)]
     points: dict[str, set] = {}
     for c in cfgs:
         assert c.study == "algo_frontier"
@@ -131,9 +126,9 @@ def test_frontier_points_are_their_algorithm_file_with_beta_set():
     for point, spelled in (("grpo_0.3", ["+frontier=rl", "algo=grpo", "kl.beta=0.3"]),
                            ("ppo_1", ["+frontier=rl", "kl.beta=1"]),
                            ("dpo_0.01", ["+frontier=dpo", "algo.beta=0.01"])):
-        a, b = job_cfg([f"+frontier={point}", "seed=1"]), job_cfg(spelled + ["seed=1"])
+        a, b = compose_cfg([f"+frontier={point}", "seed=1"]), compose_cfg(spelled + ["seed=1"])
         assert OmegaConf.to_container(a) == OmegaConf.to_container(b), point
-    c = job_cfg(["+frontier=rloo_0.03"])
+    c = compose_cfg(["+frontier=rloo_0.03"])
     assert (c.algo.name, c.kl.name, c.kl.beta, c.algo.steps, c.eval.every_n_steps) == ("rloo", "fixed", 0.03, 60, 10)
 
 
@@ -151,7 +146,7 @@ def test_algo_frontier_equal_gives_every_algorithm_the_same_updates_and_arms_dif
     """Issue 42, point 5: 960 policy AdamW steps for PPO, GRPO, RLOO (60 steps x 4 passes x 4 minibatches) and DPO
     (960 steps), 3840 samples for each RL point, one RM per seed; at one seed two points of one algorithm differ only
     in β, and two RL algorithms at one β only in the algorithm's own keys (algo.*, and GRPO's KL placement)."""
-    cfgs = [job_cfg(j) for j in sweeping.plan(["sweep=algo_frontier_equal"], validate=False)]
+    cfgs = [compose_cfg(j) for j in sweeping.plan(["sweep=algo_frontier_equal"], validate=False)]
     assert len(cfgs) == 65 and {int(c.seed) for c in cfgs} == {0, 1, 2, 3, 4}
     flat = {}
     for c in cfgs:
@@ -186,10 +181,10 @@ def test_algo_frontier_equal_gives_every_algorithm_the_same_updates_and_arms_dif
 def test_inline_overrides_win_and_seeds_combine_with_a_study():
     jobs = sweeping.plan(["sweep=ppo_beta_grid", "+ppo_kl=fixed_0,fixed_0.1", "trainer.max_steps=7"], validate=False)
     assert len(jobs) == 2
-    cfgs = [job_cfg(j) for j in jobs]
+    cfgs = [compose_cfg(j) for j in jobs]
     assert [float(c.kl.beta) for c in cfgs] == [0.0, 0.1] and {c.trainer.max_steps for c in cfgs} == {7}
     jobs = sweeping.plan(["sweep=[seeds,dpo_beta_grid]"], validate=False)
-    cfgs = [job_cfg(j) for j in jobs]
+    cfgs = [compose_cfg(j) for j in jobs]
     assert len(jobs) == 15 and {c.study for c in cfgs} == {"dpo_beta_grid"} and {c.seed for c in cfgs} == {0, 1, 2}
 
 
@@ -325,7 +320,7 @@ def test_rm_mis_scoring_probe_arms_differ_only_in_the_rm_source_and_its_on_polic
     arm's RM starts from an SFT run (reward_model.init=sft) and is measured on its seed's probe policy."""
     jobs = sweeping.plan(["sweep=rm_mis_scoring_probe"], validate=False)
     assert len(jobs) == 15
-    arms = {next(o for o in j if o.startswith("+rm_src=")): _flat(job_cfg(j)) for j in jobs if "seed=0" in j}
+    arms = {next(o for o in j if o.startswith("+rm_src=")): _flat(compose_cfg(j)) for j in jobs if "seed=0" in j}
     assert set(arms) == {"+rm_src=same", "+rm_src=different", "+rm_src=different_mix"}
     for a in arms.values():
         assert a["reward_model.init"] == "sft" and a["eval.probe_path"] == "suite_artifacts/rm_mis_probe/seed_0/artifact"
@@ -344,7 +339,7 @@ def test_gold_recipes_arms_differ_only_in_the_gold_and_beta():
     jobs = sweeping.plan(["sweep=gold_recipes"], validate=False)
     assert len(jobs) == 120
     seed0 = {(next(o for o in j if o.startswith("+gold_recipe=")), next(o for o in j if o.startswith("+ppo_kl="))):
-             _flat(job_cfg(j)) for j in jobs if "seed=5" in j}
+             _flat(compose_cfg(j)) for j in jobs if "seed=5" in j}
     assert len(seed0) == 24 and not [j for j in jobs if "seed=0" in j]  # seeds 0-2 shaped the recipes (pilot)
     base = seed0[("+gold_recipe=base", "+ppo_kl=fixed_0")]
     assert base["gold.source"] == "rm" and base["reward_model.seed"] == 5
