@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from rlhf_lab.entry import server
-from rlhf_lab.server import auth as server_auth, files as server_files, postgres as server_postgres
+from rlhf_lab.server import auth as server_auth, files as server_files, passwords as server_passwords
+from rlhf_lab.server import postgres as server_postgres
 from rlhf_lab.runs.tracking_server import tracking_server_problem
 from tests.test_sweeps import MICRO
 from tests.test_team_scale import login, run_cmd, start_team_server
@@ -107,8 +108,9 @@ def test_user_add_needs_a_running_server_with_logins(tmp_path, capsys):
     with pytest.raises(server.ServerError, match="user name 'a b': use letters"):
         server_auth.add_user(server_files.Layout(tmp_path), "http://127.0.0.1:1", "a b", "pw")
     (tmp_path / "pw").write_text(" padded\n")
+    (tmp_path / "pw").chmod(0o600)
     with pytest.raises(server.ServerError, match="must hold the password on its first line, without spaces"):
-        server_auth.read_password_file(tmp_path / "pw")
+        server_passwords.read_password_file(tmp_path / "pw")
 
 
 # -- a server ---------------------------------------------------------------------------------------------
@@ -202,6 +204,9 @@ def test_no_secret_in_any_command_line_log_or_output(team):
         assert not [s for s in secrets if s in text], f"a secret in {where}"
     files = [*team.layout.secrets.iterdir(), *team.layout.users.iterdir()]
     assert {p.stat().st_mode & 0o777 for p in files} == {0o600}
+    # issue 65: the logs (MLflow's access log names users and experiments) and server.json are the server user's only
+    logs = (team.layout.mlflow_log, team.layout.pg_log, team.layout.state)
+    assert {p: p.stat().st_mode & 0o777 for p in logs} == {p: 0o600 for p in logs}
     assert {(d.stat().st_mode & 0o777) for d in (team.layout.secrets, team.layout.users, team.layout.artifacts)} \
         == {0o700}  # artifacts go through the server, not the disk
 

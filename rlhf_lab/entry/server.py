@@ -24,13 +24,20 @@ What is protected:
   create, and deletes only what they create; the admin (``admin``, password in ``secrets/mlflow_admin``) may do
   anything. ``--no-auth`` turns MLflow's logins off (a warning says what that opens).
 
+Not planted: the server uses no folder, secret, state file or log that another local user owns, may write, or made a
+symbolic link, nor a folder under one that another user could swap (:func:`rlhf_lab.server.files.check_server_folder`,
+one line and exit status 2 naming the path); it creates ``--dir`` itself with mode 0700, writes its files by
+write-then-rename, and its logs are 0600. ``user add --password-file`` takes only a file of the caller's that no one
+else reads, and refuses short or common passwords (:mod:`rlhf_lab.server.passwords`).
+
 Not protected: whoever can read ``<dir>/secrets`` (the user who runs the server, and root) holds every key and
 reads the artifacts on disk (``<dir>/artifacts``, made 0700: clients go through the server); HTTP has no TLS
 (``--host 0.0.0.0`` sends passwords in clear over the network).
 
 PostgreSQL refuses to run as root. Started as root, the PostgreSQL processes run as the user ``postgres``
 (created by ``apt-get install postgresql``), or as ``rlhf-lab-pg``, created with ``useradd`` when there is no
-``postgres`` user; the data folder is owned by that user, and every folder above it must let it in.
+``postgres`` user; the data folder is owned by that user, and every folder above it must let it in (``--dir``
+itself is made 0701 for that: others pass through it, list nothing).
 """
 
 from __future__ import annotations
@@ -49,8 +56,10 @@ import urllib.request
 from pathlib import Path
 
 from rlhf_lab.server.auth import add_user as add_mlflow_user
-from rlhf_lab.server.auth import auth_env, ensure_shared_experiment, read_password_file
-from rlhf_lab.server.files import Layout, ServerError, ensure_secret, private_folder, read_state, say, write_private
+from rlhf_lab.server.auth import auth_env, ensure_shared_experiment
+from rlhf_lab.server.files import (Layout, Refused, ServerError, check_server_folder, ensure_secret, make_server_folder,
+                                   open_private_log, private_folder, read_state, say, write_private)
+from rlhf_lab.server.passwords import check_password, read_password_file
 from rlhf_lab.server.postgres import (
     backend_uri,
     check_reachable,
@@ -67,8 +76,8 @@ from rlhf_lab.server.postgres import (
     uses_trust,
 )
 
-__all__ = ["Layout", "ServerError", "backend_uri", "check_reachable", "find_pg_binary", "pg_account", "start", "stop",
-           "status", "add_user", "main"]
+__all__ = ["Layout", "ServerError", "Refused", "backend_uri", "check_reachable", "find_pg_binary", "pg_account",
+           "start", "stop", "status", "add_user", "main"]
 NO_AUTH_WARNING = ("warning: --no-auth: MLflow asks no login: every user of this machine (and anyone who reaches "
                    "--host) can read, change and delete every run; PostgreSQL still asks its password")
 
@@ -204,18 +213,25 @@ def stop_process_group(pgid: int, timeout: float = 20.0) -> None:
 # -- commands ----------------------------------------------------------------------------------------------
 
 
+def checked_layout(folder: Path):
+    """``folder``'s :class:`Layout` and the PostgreSQL user (None: this one), once what exists of the folder has
+    passed :func:`rlhf_lab.server.files.check_server_folder` (nothing in it another user could have planted)."""
+    account = pg_account()
+    check_server_folder(folder, account.pw_uid if account else None)
+    return Layout(folder), account
+
+
 def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int = 2, auth: bool = True) -> str:
-    """Start PostgreSQL and MLflow for ``folder`` (MLflow's logins on unless ``auth`` is False); return the
-    tracking URL."""
-    layout = Layout(folder)
+    """Start PostgreSQL and MLflow for ``folder`` (created with mode 0700 if missing; MLflow's logins on unless
+    ``auth`` is False); return the tracking URL."""
+    layout, account = checked_layout(folder)
     state = read_state(layout)
     if pid_alive(state.get("mlflow_pid"), "mlflow"):
         raise ServerError(f"{folder} already runs a server ({state.get('url')}, pid {state['mlflow_pid']}): "
                           f"rlhf-lab-server stop --dir {folder} first")
     if not port_is_free(port, host):
         raise ServerError(f"port {port} on {host} is in use: pick another with --port")
-    account = pg_account()
-    folder.mkdir(parents=True, exist_ok=True)
+    make_server_folder(folder, account.pw_uid if account else None)
     if account is not None:  # the PostgreSQL user enters the folder (x), nothing more
         folder.chmod(folder.stat().st_mode | 0o001)
     check_reachable(layout.data, account)
@@ -235,13 +251,16 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
         url = tracking_url(host, port)
         if not auth:
             say(NO_AUTH_WARNING)
-        with open(layout.mlflow_log, "ab") as log:
+        log = open_private_log(layout.mlflow_log)  # 0600: its access log names users and experiments
+        try:
             proc = subprocess.Popen(mlflow_command(pg_port, layout, host, port, workers, auth), stdout=log,
                                     stderr=log, stdin=subprocess.DEVNULL, start_new_session=True, cwd=folder,
                                     env=mlflow_env(layout, role, auth))
-        layout.state.write_text(json.dumps({"url": url, "mlflow_pid": proc.pid, "pg_port": pg_port, "port": port,
-                                            "host": host, "auth": auth, "backend_store_uri": backend_uri(pg_port)},
-                                           indent=1))
+        finally:
+            os.close(log)
+        write_private(layout.state, json.dumps({"url": url, "mlflow_pid": proc.pid, "pg_port": pg_port, "port": port,
+                                                "host": host, "auth": auth, "backend_store_uri": backend_uri(pg_port)},
+                                               indent=1))
         secs = wait_until_answers(url, proc, layout.mlflow_log)
         if auth:
             ensure_shared_experiment(layout, url)
@@ -261,7 +280,7 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
 
 def stop(folder: Path) -> bool:
     """Stop the MLflow server, then PostgreSQL; False when neither was running."""
-    layout = Layout(folder)
+    layout, account = checked_layout(folder)
     state = read_state(layout)
     stopped = False
     if pid_alive(state.get("mlflow_pid"), "mlflow"):
@@ -269,7 +288,6 @@ def stop(folder: Path) -> bool:
         say(f"stopped the MLflow server ({state.get('url')})")
         stopped = True
     if (layout.data / "PG_VERSION").is_file():
-        account = pg_account()
         if postgres_running(layout, account):
             stop_postgres(layout, account)
             say(f"stopped PostgreSQL ({layout.data})")
@@ -282,10 +300,10 @@ def stop(folder: Path) -> bool:
 
 def status(folder: Path) -> bool:
     """Say what runs in ``folder`` (and print the export line when MLflow does); True when both run."""
-    layout = Layout(folder)
+    layout, account = checked_layout(folder)
     state = read_state(layout)
     mlflow_up = pid_alive(state.get("mlflow_pid"), "mlflow")
-    pg_up = (layout.data / "PG_VERSION").is_file() and postgres_running(layout, pg_account())
+    pg_up = (layout.data / "PG_VERSION").is_file() and postgres_running(layout, account)
     logins = (" (logins on)" if state.get("auth") else " (no logins: --no-auth)") if mlflow_up else ""
     say(f"MLflow server: {'running at ' + state['url'] if mlflow_up else 'stopped'}{logins}; "
         f"PostgreSQL: {'running on 127.0.0.1:' + str(state.get('pg_port', '?')) if pg_up else 'stopped'}")
@@ -296,15 +314,19 @@ def status(folder: Path) -> bool:
 
 def add_user(folder: Path, name: str, password_file: Path | None = None) -> Path:
     """Create MLflow user ``name`` on the server running in ``folder``, its password read from ``password_file``
-    or generated; return its credentials file (0600, in ``<dir>/users``). Nothing secret is printed."""
-    layout = Layout(folder)
+    or generated; return its credentials file (0600, in ``<dir>/users``). Nothing secret is printed. A password file
+    that another user owns or may read, or a short or common password, is refused
+    (:mod:`rlhf_lab.server.passwords`)."""
+    password = read_password_file(password_file) if password_file else secrets.token_urlsafe(24)
+    if password_file:
+        check_password(password, name, password_file)
+    layout, _ = checked_layout(folder)
     state = read_state(layout)
     if not pid_alive(state.get("mlflow_pid"), "mlflow"):
         raise ServerError(f"no server runs in {folder}: rlhf-lab-server start --dir {folder} first")
     if not state.get("auth"):
         raise ServerError(f"the server in {folder} runs without logins (--no-auth): stop it and start it without "
                           f"--no-auth to have users")
-    password = read_password_file(password_file) if password_file else secrets.token_urlsafe(24)
     path = add_mlflow_user(layout, state["url"], name, password)
     say(f"created the MLflow user {name}: its login is in {path} (mode 600, the format of ~/.mlflow/credentials); "
         f"hand it to {name} privately, e.g. as root: install -D -m 600 -o {name} {path} ~{name}/.mlflow/credentials")
@@ -351,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if status(a.dir) else 1
     except ServerError as err:
         print(f"rlhf-lab-server: {err}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, Refused) else 1
 
 
 if __name__ == "__main__":

@@ -115,18 +115,6 @@ def read_credentials(path: Path) -> tuple[str, str]:
     return parser["mlflow"]["mlflow_tracking_username"], parser["mlflow"]["mlflow_tracking_password"]
 
 
-def read_password_file(path: Path) -> str:
-    """A password given in a file (its first line, without the line break); a ServerError if empty or unreadable."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        raise ServerError(f"cannot read the password file {path}: {err.strerror}") from None
-    if not lines or not lines[0].strip() or lines[0] != lines[0].strip():
-        raise ServerError(f"the password file {path} must hold the password on its first line, without spaces "
-                          f"around it")
-    return lines[0]
-
-
 def add_user(layout: Layout, url: str, name: str, password: str) -> Path:
     """Create MLflow user ``name`` on the server at ``url`` (as the admin), grant it :data:`SHARED_PERMISSION` on
     the shared experiment, and write its credentials file (0600) in ``<dir>/users``; return that file."""

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rlhf_lab.server.files import Layout, ServerError
+from rlhf_lab.server.files import Layout, ServerError, open_private_log, write_private
 
 DB_NAME = "mlflow"
 DB_USER = "rlhf_lab"  # the cluster's superuser (initdb -U)
@@ -98,9 +98,10 @@ def as_account(account: pwd.struct_passwd | None) -> dict:
 
 
 def give_to(path: Path, account: pwd.struct_passwd | None) -> None:
-    """``path`` owned by ``account`` (the PostgreSQL user); nothing when None (it is this user)."""
+    """``path`` (a symbolic link there itself, not what it points to) owned by ``account`` (the PostgreSQL user);
+    nothing when None (it is this user)."""
     if account is not None:
-        os.chown(path, account.pw_uid, account.pw_gid)
+        os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
 
 
 def check_reachable(folder: Path, account: pwd.struct_passwd | None) -> None:
@@ -113,8 +114,8 @@ def check_reachable(folder: Path, account: pwd.struct_passwd | None) -> None:
         st = parent.stat()
         if not (st.st_mode & 0o001 or st.st_uid == account.pw_uid):
             raise ServerError(f"the PostgreSQL user {account.pw_name} cannot enter {parent} (mode "
-                              f"{oct(st.st_mode & 0o777)}): put --dir in a folder every user can reach, e.g. "
-                              f"/srv/rlhf_team, or chmod o+x {parent}")
+                              f"{oct(st.st_mode & 0o777)}): chmod o+x {parent} (others may then pass through it, "
+                              f"not list it), or run rlhf-lab-server as a user other than root")
 
 
 def run_checked(cmd: list, what: str, **kw) -> subprocess.CompletedProcess:
@@ -130,11 +131,11 @@ def run_checked(cmd: list, what: str, **kw) -> subprocess.CompletedProcess:
 
 
 def write_hba(layout: Layout, account: pwd.struct_passwd | None) -> None:
-    """Replace the cluster's ``pg_hba.conf`` with :data:`HBA` (read at the next start)."""
+    """Replace the cluster's ``pg_hba.conf`` with :data:`HBA` (read at the next start), mode 0600, by a new file
+    renamed over it (a symbolic link there is replaced, not followed)."""
     hba = layout.data / "pg_hba.conf"
-    hba.write_text(HBA)
+    write_private(hba, HBA)
     give_to(hba, account)
-    hba.chmod(0o600)
 
 
 def uses_trust(layout: Layout) -> bool:
@@ -170,11 +171,23 @@ def init_cluster(layout: Layout, account: pwd.struct_passwd | None, password: st
 
 def start_postgres(layout: Layout, account: pwd.struct_passwd | None, port: int, socket_dir: str = "") -> None:
     """``pg_ctl start`` on 127.0.0.1:``port`` without Unix sockets; or, given ``socket_dir``, on that Unix socket
-    folder only (no TCP: :func:`migrate_trust_cluster`)."""
+    folder only (no TCP: :func:`migrate_trust_cluster`). Its log is made 0600 (the PostgreSQL user's) first."""
+    private_log(layout, account)
     listen = f"-c listen_addresses='' -c unix_socket_directories='{socket_dir}'" if socket_dir else \
         "-c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
     run_checked([find_pg_binary("pg_ctl"), "-D", layout.data, "-l", layout.pg_log, "-o", f"-p {port} {listen}", "-w",
                  "-t", "60", "start"], f"pg_ctl start (log: {layout.pg_log})", cwd=layout.data, **as_account(account))
+
+
+def private_log(layout: Layout, account: pwd.struct_passwd | None) -> None:
+    """PostgreSQL's log (``pg_ctl -l``, which appends to it) created or made mode 0600, owned by ``account`` when
+    given, never through a symbolic link (:func:`rlhf_lab.server.files.open_private_log`)."""
+    fd = open_private_log(layout.pg_log, (account.pw_uid,) if account else ())
+    try:
+        if account is not None:
+            os.fchown(fd, account.pw_uid, account.pw_gid)
+    finally:
+        os.close(fd)
 
 
 def postgres_running(layout: Layout, account: pwd.struct_passwd | None) -> bool:
