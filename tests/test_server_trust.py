@@ -3,7 +3,7 @@ symbolic link where it writes, a folder above that others could swap; it creates
 and `user add` refuses a password file others may read and a common password.
 
 No server starts here: `rlhf-lab-server start` is stopped (`stop_before_postgres`) at the first step that touches
-PostgreSQL, which a refused folder never reaches. Root (CI) plays the victim; `nobody` (uid 65534) owns what
+PostgreSQL's cluster, which a refused folder never reaches. Root (CI) plays the victim; `nobody` (uid 65534) owns what
 another user would have planted."""
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ def base():
 
 @pytest.fixture
 def stop_before_postgres(monkeypatch):
-    """`start` fails at its first PostgreSQL step (check_reachable) instead of starting a server: a start that was
-    not refused ends there with exit status 1."""
+    """`start` fails at its first PostgreSQL step (secure_cluster: initdb) instead of starting a server: a start that
+    was not refused ends there with exit status 1."""
     def reached(*args):
         raise server.ServerError("reached PostgreSQL")
 
-    monkeypatch.setattr(server, "check_reachable", reached)
+    monkeypatch.setattr(server, "secure_cluster", reached)
 
 
 def start(folder: Path, capsys) -> tuple[int, str]:

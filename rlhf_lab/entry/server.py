@@ -231,10 +231,10 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
                           f"rlhf-lab-server stop --dir {folder} first")
     if not port_is_free(port, host):
         raise ServerError(f"port {port} on {host} is in use: pick another with --port")
+    check_reachable(layout.root, account)  # the folders above: before creating anything
     make_server_folder(folder, account.pw_uid if account else None)
     if account is not None:  # the PostgreSQL user enters the folder (x), nothing more
         folder.chmod(folder.stat().st_mode | 0o001)
-    check_reachable(layout.data, account)
     superuser, role = secure_cluster(layout, account)
     if postgres_running(layout, account):
         raise ServerError(f"PostgreSQL already runs in {layout.data} without its MLflow server: "
