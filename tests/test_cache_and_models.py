@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlhf_lab.runs.cache import SPEC_FILE, ArtifactCache, artifact_key
+from rlhf_lab.runs.cache import ArtifactCache, artifact_key
+from rlhf_lab.runs.contents import SPEC_FILE
 from rlhf_lab.models import families as F
 from rlhf_lab.world import ReviewGenerator
 

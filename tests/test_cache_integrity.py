@@ -10,7 +10,8 @@ import pytest
 from filelock import FileLock
 
 from rlhf_lab.runs import cache as C
-from rlhf_lab.runs.cache import MANIFEST_FILE, QUARANTINE_DIR, SPEC_FILE, ArtifactCache, manifest_problem
+from rlhf_lab.runs.cache import QUARANTINE_DIR, ArtifactCache, manifest_problem
+from rlhf_lab.runs.contents import MANIFEST_FILE, SPEC_FILE
 
 WEIGHTS = bytes(range(256)) * 1024  # 256 KiB standing in for model.safetensors
 

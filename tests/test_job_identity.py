@@ -17,6 +17,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rlhf_lab.config.keys import to_plain
+from rlhf_lab.runs import contents
 from rlhf_lab.runs import identity as J
 from rlhf_lab.stages.registry import run_settings
 from tests import cli_process
@@ -74,13 +75,13 @@ def test_a_file_digest_is_remembered_by_size_and_time_and_read_again_when_they_c
     reads = []
     real_open = open
     monkeypatch.setattr("builtins.open", lambda p, *a, **k: reads.append(str(p)) or real_open(p, *a, **k))
-    d0 = J.file_digest(f)
-    assert J.file_digest(f) == d0 and reads == [str(f)]  # remembered: read once
+    d0 = contents.file_digest(f)
+    assert contents.file_digest(f) == d0 and reads == [str(f)]  # remembered: read once
     swap_chosen_and_rejected(f)  # the same size, a new modification time
     os.utime(f, (old + 1, old + 1))
-    assert J.file_digest(f) != d0 and len(reads) == 2
+    assert contents.file_digest(f) != d0 and len(reads) == 2
     write_pairs(f)  # just written: not remembered (its time could stay the same through another change)
-    assert J.file_digest(f) == d0 and J.file_digest(f) == d0 and len(reads) == 4
+    assert contents.file_digest(f) == d0 and contents.file_digest(f) == d0 and len(reads) == 4
 
 
 def test_config_digest_ignores_the_keys_that_do_not_change_results():

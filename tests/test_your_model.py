@@ -229,3 +229,32 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
     assert len(runs[runs["tags.rlhf_lab.stage"] == "rm"]) == 1  # the RM was not trained again
     with pytest.raises(Exception, match="reward_model.path must be a reward-model artifact folder"):
         validate(compose_cfg(common + ["algo=rloo", "data=jsonl", f"data.path={f}", f"reward_model.path={tmp_path}"]))
+
+
+@pytest.mark.slow
+def test_weights_copied_over_the_policy_folder_are_not_taken_for_the_cached_rm_of_the_old_ones(
+        arch_checkpoints, chat_data, session_cache, tmp_path):
+    """Issue 65 item 4, end to end: other weights saved over ``policy.name_or_path``'s ``model.safetensors`` give the
+    RM (whose backbone that folder is) another cache key, so the RM of the old weights is never reused for them; the
+    old weights back in the folder find the old RM again."""
+    import shutil
+    from pathlib import Path
+
+    from rlhf_lab.stages import rm as rm_stage
+    from rlhf_lab.stages.registry import cache_for
+    from tests.conftest import compose_cfg
+
+    policy = Path(shutil.copytree(arch_checkpoints["gpt2"], tmp_path / "policy"))
+    cfg = compose_cfg(SMALL + JOB["rm"] + chat_data["jsonl"] + [
+        f"policy.name_or_path={policy}", f"cache_dir={session_cache}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    first = stages.run_job(cfg, tmp_path / "first")
+    original = (policy / "model.safetensors").read_bytes()
+    model = F.load_causal_lm(policy)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05)
+    model.save_pretrained(policy)  # other weights in the same folder, under the same name
+    second = stages.run_job(cfg, tmp_path / "second")
+    assert second["cache_path"] != first["cache_path"]  # the same path as text; another content, another RM
+    (policy / "model.safetensors").write_bytes(original)
+    assert cache_for(cfg).path("rm", rm_stage.spec(cfg)) == Path(first["cache_path"])

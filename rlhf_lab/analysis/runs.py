@@ -166,7 +166,8 @@ def parse_overrides(text: str) -> dict[str, str]:
 def rm_from_artifact_cache(rm_id: str, root: str | os.PathLike | None = None) -> dict | None:
     """{"metrics", "params"} of the RM whose run is ``rm_id``, from the metadata its artifact keeps in the
     cache (``RLHF_LAB_CACHE_DIR`` or ``.rlhf_lab_cache``), for an RM tracked in another MLflow store."""
-    from rlhf_lab.runs.cache import META_FILE, ArtifactCache
+    from rlhf_lab.runs.cache import ArtifactCache
+    from rlhf_lab.runs.contents import META_FILE
 
     cache = ArtifactCache(root or os.environ.get("RLHF_LAB_CACHE_DIR") or ".rlhf_lab_cache")
     for meta_file in sorted((cache.root / "rm").glob(f"*/{META_FILE}")):

@@ -45,6 +45,7 @@ from rlhf_lab.data import external as X
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.data.files import MAX_LINE_BYTES, MAX_TOTAL_BYTES, dataset_rows, jsonl_rows, load_hf_dataset
 from rlhf_lab.data.external import ChatRenderer
+from rlhf_lab.runs.contents import with_contents
 from rlhf_lab.world import GoldWeights, Labeler
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
 
@@ -280,11 +281,11 @@ EXAMPLES_MEMO: dict[str, dict[str, list[X.Example]]] = {}
 
 
 def data_memo_key(src: ExternalData, *extra) -> str:
-    """What determines the rows read from ``data=jsonl|hf``: the data config, the file's size and modification time
-    (a file rewritten in place is read again), the policy checkpoint (its chat template), and `extra`."""
-    where = Path(str(src.data.get("path") or src.data.get("name") or ""))
-    stat = (where.stat().st_size, where.stat().st_mtime_ns) if where.is_file() else None
-    return json.dumps([src.data, stat, str(src.policy), *extra], sort_keys=True, default=str)
+    """What determines the rows read from ``data=jsonl|hf``: the data config and the policy checkpoint (its chat
+    template), a local file or folder of either by its content (:func:`rlhf_lab.runs.contents.with_contents`: a
+    file or folder rewritten in place is read again), and `extra`."""
+    what = with_contents({"data": src.data, "policy": {"name_or_path": str(src.policy)}})
+    return json.dumps([what, *extra], sort_keys=True, default=str)
 
 
 def load_examples(src: ExternalData, prompt_only: bool = False) -> dict[str, list[X.Example]]:

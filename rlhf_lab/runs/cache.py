@@ -4,7 +4,9 @@ An artifact lives in ``<root>/<stage>/<key>/`` where ``key`` hashes the config t
 its upstream artifacts, which are part of that config) and the code that builds it
 (:func:`rlhf_lab.runs.code.stage_code_digest`: the stage's module and what it imports, the libraries' versions), so
 an artifact built by other code is never reused: changed code builds its artifacts under new keys, and through the
-upstream keys in their specs the artifacts downstream of it too. Writers build into a
+upstream keys in their specs the artifacts downstream of it too. A local file or folder the spec names outside
+the cache (a checkpoint, a backbone, data) enters the key as its content digest (:meth:`ArtifactCache.keyed`), so
+weights copied over a folder in place are never taken for the old ones. Writers build into a
 temporary folder beside it and rename it into place, so a reader never sees a half-written artifact;
 a file lock per key makes two processes of a parallel sweep that need the same artifact build it once.
 
@@ -33,14 +35,12 @@ from typing import Any, Callable
 from filelock import FileLock, Timeout
 
 from rlhf_lab.runs.code import stage_code_digest
+from rlhf_lab.runs.contents import MANIFEST_FILE, META_FILE, SPEC_FILE, with_contents
 from rlhf_lab.runs.distributed import is_rank_zero, rank
 from rlhf_lab.runs.process import write_atomic
 
 # Bump when a change to the code changes what an artifact with the same config contains.
 CACHE_VERSION = 2  # 2: the prompt space grew (40 products, 20 openers, focus sentences) and splits
-SPEC_FILE = "rlhf_lab_spec.json"
-META_FILE = "rlhf_lab_meta.json"
-MANIFEST_FILE = "rlhf_lab_manifest.json"
 QUARANTINE_DIR = ".quarantine"
 
 
@@ -53,25 +53,6 @@ def artifact_key(stage: str, spec: dict[str, Any]) -> str:
         what["code"] = code
     blob = json.dumps(what, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def file_digest(path: Path) -> str:
-    """The first 16 hex digits of a file's SHA-256."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
-def path_digest(path: Path, exclude: tuple[str, ...] = ()) -> str:
-    """A digest of a local file or folder: the SHA-256 of each file (a dataset saved with save_to_disk, a model
-    folder), by relative path; files named in `exclude` are left out (e.g. the cache's bookkeeping files)."""
-    files = [path] if path.is_file() else sorted(q for q in path.rglob("*") if q.is_file() and q.name not in exclude)
-    h = hashlib.sha256()
-    for q in files:
-        h.update(f"{q.relative_to(path) if q != path else q.name}:{file_digest(q)}".encode())
-    return h.hexdigest()[:16]
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -134,9 +115,16 @@ class ArtifactCache:
         self.root = Path(root).expanduser().resolve()
 
     def path(self, stage: str, spec: dict[str, Any]) -> Path:
-        """Where the artifact of (stage, spec) lives. Upstream artifacts appear in a spec as paths under this
-        root; the key sees them relative to it, so a cache folder that is moved or copied keeps its keys."""
-        return self.root / stage / artifact_key(stage, self.portable(spec))
+        """Where the artifact of (stage, spec) lives: its key sees the spec as :meth:`keyed` gives it."""
+        return self.root / stage / artifact_key(stage, self.keyed(spec))
+
+    def keyed(self, spec: Any) -> Any:
+        """`spec` as its key sees it. Upstream artifacts appear in a spec as paths under this root: relative to it
+        (:meth:`portable`), so a cache folder that is moved or copied keeps its keys. Any other local file or folder
+        (a checkpoint ``policy.name_or_path``, a backbone, a reference, a gold RM, ``data.path``) is its content
+        digest (:func:`rlhf_lab.runs.contents.with_contents`), so weights copied over a folder build anew and a copy
+        of it elsewhere is the same input; a spec that names none keys as it did before."""
+        return with_contents(self.portable(spec), skip_under=self.root)
 
     def portable(self, spec: Any) -> Any:
         """`spec` with this cache's root in every string replaced by ``$CACHE``."""

@@ -16,7 +16,8 @@ the job's run:
 The CLI computes the identity once per job, before any work (:func:`running`), so the digests it compares
 under ``skip_finished=true`` are the ones the job's run then records; :func:`changed_parts` and
 :func:`rerun_reason` say which part of the identity differs from a finished run's. It imports nothing from
-``rlhf_lab`` but ``config.keys`` (the keys that compute nothing) and ``runs.cache`` (the names of the cache's bookkeeping files).
+``rlhf_lab`` but ``config.keys`` (the keys that compute nothing) and ``runs.contents`` (the content digest of a local
+file or folder and which values name one: the rule the artifact cache's keys follow too).
 """
 
 from __future__ import annotations
@@ -26,27 +27,17 @@ import copy
 import functools
 import hashlib
 import json
-import os
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlhf_lab.runs.cache import MANIFEST_FILE, META_FILE, SPEC_FILE
 from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys
+from rlhf_lab.runs.contents import digest_text, local_path, path_digest
 
 CONFIG_TAG = "rlhf_lab.job.config_digest"
 INPUTS_TAG = "rlhf_lab.job.inputs_digest"
 CODE_TAG = "rlhf_lab.job.code_digest"
 INPUT_FILES_TAG = "rlhf_lab.job.inputs"  # {config key: digest} of the local inputs, as JSON
 DIGEST_TAGS = (CONFIG_TAG, INPUTS_TAG, CODE_TAG)
-# an artifact folder's bookkeeping (its build's run id and time, its manifest): not what a job reads from it
-BOOKKEEPING = (SPEC_FILE, META_FILE, MANIFEST_FILE)
-INPUT_NAME_KEYS = ("data.name",)  # keys whose value is a local file or folder, or a hub name (see local_inputs)
-SETTLED_S = 2.0  # a file modified more recently than this may change again within its timestamp: not remembered
-
-
-def digest_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @functools.cache
@@ -58,61 +49,6 @@ def source_digest() -> str:
     for f in sorted(root.rglob("*.py")):
         h.update(f"{f.relative_to(root)}:".encode() + f.read_bytes())
     return h.hexdigest()[:16]
-
-
-FILE_DIGESTS: dict[tuple, str] = {}  # (real path, size, mtime_ns, inode) -> digest: each file read once per process
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """The first 16 hex digits of a file's SHA-256, read in 1 MiB blocks; remembered for this process by the
-    file's (real path, size, modification time, inode) once its modification time is :data:`SETTLED_S` old."""
-    st = os.stat(path)
-    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino)
-    if key in FILE_DIGESTS:
-        return FILE_DIGESTS[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    out = h.hexdigest()[:16]
-    if time.time() - st.st_mtime_ns / 1e9 > SETTLED_S:
-        FILE_DIGESTS[key] = out
-    return out
-
-
-def folder_files(folder: str) -> list[str]:
-    """The files under `folder` (symbolic links followed, each real folder once), as sorted relative paths with
-    ``/``, without the cache's bookkeeping files (:data:`BOOKKEEPING`)."""
-    out, seen = [], set()
-    for here, dirs, files in os.walk(folder, followlinks=True):
-        real = os.path.realpath(here)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        rel = os.path.relpath(here, folder)
-        out += [os.path.normpath(os.path.join(rel, f)).replace(os.sep, "/") for f in files
-                if f not in BOOKKEEPING and os.path.isfile(os.path.join(here, f))]
-    return sorted(out)
-
-
-def path_digest(path: str | os.PathLike) -> str:
-    """The content digest of a local file (:func:`file_digest`) or folder (each file's relative path and digest):
-    the same content gives the same digest wherever it lies, and a changed byte, name or file another one. A file
-    that cannot be read counts as ``unreadable`` (the stage that reads it says why)."""
-    path = os.fspath(path)
-    if os.path.isfile(path):
-        return readable_digest(path)
-    lines = [f"{rel}\0{readable_digest(os.path.join(path, rel))}" for rel in folder_files(path)]
-    return digest_text("folder\n" + "\n".join(lines))
-
-
-def readable_digest(path: str) -> str:
-    """:func:`file_digest`, or ``unreadable`` for a file this process cannot read."""
-    try:
-        return file_digest(path)
-    except OSError:
-        return "unreadable"
 
 
 def computed_config(config: dict) -> dict:
@@ -138,20 +74,15 @@ def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def local_inputs(config: dict) -> dict[str, str]:
-    """``{config key: path}`` of the local files and folders the config names: every key that ends with ``path``
-    (``data.path``, ``policy.name_or_path``, ``algo.reference.path``, ``data.on_policy_path``, ...) or is one of
-    :data:`INPUT_NAME_KEYS`, and any other value with a ``/`` or a leading ``~``, when it names an existing file or
-    folder (relative to the working folder, as the stages read them) other than the filesystem's root. Other values
+    """``{config key: path}`` of the local files and folders the config names (its computed keys,
+    :func:`computed_config`), by :func:`rlhf_lab.runs.contents.local_path`'s rule: every key that ends with ``path``
+    (``data.path``, ``policy.name_or_path``, ``algo.reference.path``, ``data.on_policy_path``, ...) or ``data.name``,
+    and any other value with a ``/`` or a leading ``~``, when it names an existing file or folder. Other values
     (a hub name) are text."""
     out = {}
     for key, value in leaves(computed_config(config)).items():
-        if not isinstance(value, str) or not value.strip():
-            continue
-        named = key.split(".")[-1].endswith("path") or key in INPUT_NAME_KEYS
-        if not (named or "/" in value or value.startswith("~")):
-            continue
-        path = os.path.expanduser(value)
-        if os.path.exists(path) and os.path.realpath(path) != os.path.realpath(os.sep):
+        path = local_path(key, value)
+        if path is not None:
             out[key] = path
     return out
 

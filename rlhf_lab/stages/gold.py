@@ -34,7 +34,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab.config.keys import to_plain
-from rlhf_lab.runs.cache import MANIFEST_FILE, META_FILE, SPEC_FILE, path_digest
+from rlhf_lab.runs.contents import path_digest
 from rlhf_lab.evaluation.policy import Gold
 from rlhf_lab.models.reward import NORM_FILE, RewardScorer
 from rlhf_lab.stages.evaluate import world_gold
@@ -42,7 +42,6 @@ from rlhf_lab.stages.registry import ensure
 
 SOURCES = ("formula", "rm")
 BUILD_JOB = "gold_rm"  # algo.name of the config that builds the gold RM: no stage of it is the job
-BOOKKEEPING = (SPEC_FILE, META_FILE, MANIFEST_FILE)  # the cache's files in an artifact folder: not the RM's content
 FOLDER_HINT = "give the artifact folder of an algo=rm job (or gold=rm_world to build a gold RM on the world)"
 
 
@@ -163,19 +162,14 @@ def rm_path(cfg: DictConfig) -> Path:
     return Path(ensure("rm", build_config(cfg)))
 
 
-DIGESTS: dict[str, str] = {}
-
-
 def identity(cfg: DictConfig) -> dict | None:
     """The gold as part of a cache spec: None for the formula (earlier keys stay valid), else the gold RM's content
-    digest (weights, tokenizer, ``rm_norm.json``; not the cache's bookkeeping files), so a copy of it elsewhere is
-    the same gold. Read once per folder and process."""
+    digest (weights, tokenizer, ``rm_norm.json``; not the cache's bookkeeping files:
+    :func:`rlhf_lab.runs.contents.path_digest`), so a copy of it elsewhere is the same gold and weights copied over
+    it another one."""
     if not is_rm(cfg):
         return None
-    p = str(rm_path(cfg).resolve())
-    if p not in DIGESTS:
-        DIGESTS[p] = path_digest(Path(p), exclude=BOOKKEEPING)
-    return {"source": "rm", "digest": DIGESTS[p]}
+    return {"source": "rm", "digest": path_digest(rm_path(cfg).resolve())}
 
 
 def load_scorer(cfg: DictConfig) -> RewardScorer:

@@ -50,6 +50,7 @@ from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.models.sharding import whole
 from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
 from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.runs.contents import with_contents
 from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, start_evaluation
@@ -104,14 +105,14 @@ def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
 
 def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
     """Where a pre-empted policy job leaves the checkpoint it resumes from: ``<cache_dir>/resume/<stage>/<key>.ckpt``,
-    `key` a hash of the job's whole config (but :data:`~rlhf_lab.config.keys.NOT_COMPUTED`) and its `spec`; so the same command (or the
-    same job under ``skip_finished=true``) finds it, and any other job does not."""
+    `key` a hash of the job's whole config (but :data:`~rlhf_lab.config.keys.NOT_COMPUTED`) and its `spec`, a local
+    folder by its content (:func:`~rlhf_lab.runs.contents.with_contents`): the same command finds it, no other job."""
     import hashlib
     import json
 
     plain = drop_keys(to_plain(cfg), NOT_COMPUTED)
-    blob = json.dumps({"stage": stage, "spec": spec, "config": plain}, sort_keys=True, default=str)
     root = Path(launch_path(cfg.cache_dir)).resolve()
+    blob = json.dumps(with_contents({"stage": stage, "spec": spec, "config": plain}, root), sort_keys=True, default=str)
     return root / "resume" / stage / f"{hashlib.sha256(blob.encode()).hexdigest()[:16]}.ckpt"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlhf_lab.runs.contents import absolute_if_local
 from rlhf_lab.stages.registry import ensure
 
 
@@ -73,11 +74,12 @@ def preset_config(cfg: DictConfig, preset: str, key: str) -> DictConfig:
 def checkpoint_path(cfg: DictConfig, value: Any, key: str, tokenizer_of=None) -> str:
     """A checkpoint named in config. ``<stage>@<policy preset>`` (``sft@a_tiny``, ``pretrain@a_medium``) is that
     preset's artifact of `stage`, built first (as its own MLflow run) or reused through :func:`ensure` with every
-    other setting of `cfg`; any other value (a folder, a hub name) is returned as it is. With `tokenizer_of` (a
+    other setting of `cfg`; a local folder is returned as its absolute path, any other value (a hub name) as it
+    is. With `tokenizer_of` (a
     checkpoint folder, e.g. the policy's SFT) the resolved checkpoint must have the same tokenizer."""
     ref = parse_preset_ref(value)
     if ref is None:
-        return str(value)
+        return str(absolute_if_local(str(value)))  # a local folder as its absolute path: a key sees its content
     stage, preset = ref
     path = str(ensure(stage, preset_config(cfg, preset, key)))
     if tokenizer_of is not None:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.runs import distributed, tracking
 from rlhf_lab.runs.cache import ArtifactCache, announce_reuse
+from rlhf_lab.runs.contents import absolute_if_local
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config.keys import configured_uri, experiment_name, to_plain
 from rlhf_lab.runs.jobs import RunSettings
@@ -91,7 +92,7 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
     SFT stage, the base model (that checkpoint) is the SFT policy."""
     mod = stage_module(stage)
     if stage == "pretrain" and cfg.policy.get("name_or_path"):
-        p = str(cfg.policy.name_or_path)
+        p = str(absolute_if_local(str(cfg.policy.name_or_path)))  # absolute: a key sees its content (runs.contents)
         return Path(p) if Path(p).exists() else p
     if stage == "sft" and job_stage(cfg) != "sft" and int(cfg.sft.steps) == 0:  # no SFT: the base is the policy
         return ensure("pretrain", cfg)

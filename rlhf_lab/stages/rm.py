@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab.runs import active_run, distributed, tracking
-from rlhf_lab.runs.cache import file_digest, path_digest
+from rlhf_lab.runs.contents import absolute_if_local
 from rlhf_lab.config.checks import check_reward_model
 from rlhf_lab.data.external import DEFAULT_COLUMNS, columns_of
 from rlhf_lab.algorithms.rm import (
@@ -88,7 +88,7 @@ def backbone_path(cfg: DictConfig):
         if not rc.get("name_or_path"):
             raise ValueError("reward_model.source=pretrained needs reward_model.name_or_path (a folder, a hub name "
                              "or minilm)")
-        return F.pretrained_path(str(rc.name_or_path))
+        return absolute_if_local(F.pretrained_path(str(rc.name_or_path)))
     c = copy.deepcopy(cfg)
     with open_dict(c):
         c.policy = backbone_cfg(cfg)
@@ -96,7 +96,8 @@ def backbone_path(cfg: DictConfig):
 
 
 def data_identity(cfg: DictConfig) -> dict:
-    """What determines the preference pairs the RM trains on (part of the RM's cache key)."""
+    """What determines the preference pairs the RM trains on (part of the RM's cache key, which sees a local data
+    file or folder and the policy whose chat template renders the rows by their content: ArtifactCache.keyed)."""
     dc = cfg.data
     if dc.source == "world":
         return {"source": "world", "prefs": str(cache_for(cfg).path("prefs", prefs.spec(cfg)))}
@@ -108,15 +109,13 @@ def data_identity(cfg: DictConfig) -> dict:
         ident.update(format=str(dc.get("format", "auto")), columns=cols, chat_template=dc.get("chat_template"))
     if dc.source == "jsonl":
         p = Path(str(dc.path)).expanduser() if dc.get("path") else None
-        ident.update(path=str(p.resolve()) if p else None, digest=file_digest(p) if p and p.is_file() else None)
+        ident.update(path=str(p.resolve()) if p else None)
     else:
         name = str(dc.get("name"))
         p = Path(name).expanduser()
         ident.update(name=str(p.resolve()) if p.exists() else name, split=str(dc.get("split", "train")))
-        if p.exists():
-            ident["digest"] = path_digest(p)
     if cfg.policy.get("name_or_path"):  # conversational rows are rendered with the policy's chat template
-        ident["template_of"] = str(cfg.policy.name_or_path)
+        ident["template_of"] = str(absolute_if_local(str(cfg.policy.name_or_path)))
     if G.is_rm(cfg):  # the gold RM relabels the pairs through the labeler (prefs.load)
         ident.update(gold_rm=G.identity(cfg), labeler=to_plain(cfg.labeler))
     return ident
@@ -141,7 +140,7 @@ def rm_path(cfg: DictConfig):
         if not (p / "rm_norm.json").exists():
             raise FileNotFoundError(f"reward_model.path={str(given)!r} is not a reward-model artifact folder (no "
                                     "rm_norm.json); give the artifact folder of an algo=rm job")
-        return p
+        return p.absolute()  # absolute: a spec's key sees its content (runs.contents.local_path)
     return ensure("rm", cfg)
 
 
