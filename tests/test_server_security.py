@@ -9,6 +9,7 @@ server (skipped, saying why, without PostgreSQL's binaries)."""
 from __future__ import annotations
 
 import base64
+import os
 import http.server
 import shutil
 import tempfile
@@ -22,7 +23,7 @@ import pytest
 
 from rlhf_lab.entry import server
 from rlhf_lab.server import auth as server_auth, files as server_files, passwords as server_passwords
-from rlhf_lab.server import postgres as server_postgres
+from rlhf_lab.server import guard as server_guard, postgres as server_postgres
 from rlhf_lab.runs.tracking_server import tracking_server_problem
 from tests.test_sweeps import MICRO
 from tests.test_team_scale import login, run_cmd, start_team_server
@@ -89,7 +90,7 @@ def test_secrets_are_private_files_and_the_command_lines_hold_none(tmp_path):
         server_files.read_secret(layout.flask_secret)
 
     cmd = server.mlflow_command(5433, layout, "127.0.0.1", 5000, 2)
-    assert cmd[-2:] == ["--app-name", "basic-auth"] and "basic-auth" not in server.mlflow_command(
+    assert cmd[-2:] == ["--app-name", server_guard.APP_NAME] and "--app-name" not in server.mlflow_command(
         5433, layout, "127.0.0.1", 5000, 2, auth=False)
     env = server.mlflow_env(layout, "pw:with\\odd", auth=True)
     assert env["PGPASSFILE"] == str(layout.pgpass) and env["MLFLOW_AUTH_ADMIN_PASSWORD"] == secret
@@ -196,7 +197,7 @@ def test_no_secret_in_any_command_line_log_or_output(team):
     cmdlines = [p.read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 for p in Path("/proc").glob("[0-9]*/cmdline") if p.exists()]
     mlflow_cmd = [c for c in cmdlines if "mlflow server" in c and str(team.layout.artifacts) in c]
-    assert mlflow_cmd and "--app-name basic-auth" in mlflow_cmd[0]  # the server runs, with logins
+    assert mlflow_cmd and "--app-name rlhf-lab" in mlflow_cmd[0]  # the server runs, with logins and the guard
     texts = {"command lines": " ".join(cmdlines), "MLflow's log": team.layout.mlflow_log.read_text(),
              "PostgreSQL's log": team.layout.pg_log.read_text(), "server.json": team.layout.state.read_text(),
              "the commands' output": team.output}
@@ -275,6 +276,146 @@ def test_a_job_logs_with_the_login_in_its_environment_and_without_one_fails_in_o
         runs = client.search_runs([exp.experiment_id], "tags.`rlhf_lab.study` = 'secure_job'")
     assert {x.data.tags["rlhf_lab.stage"] for x in runs} == {"pretrain", "sft"}
     assert {x.info.status for x in runs} == {"FINISHED"}
+
+
+# -- issue 65: each user changes only their own runs; logins limited; users listed by the admin only ------------
+
+
+def as_admin(team: Team):
+    return server_auth.mlflow_login(server_auth.ADMIN, team.layout.admin_secret.read_text().strip())
+
+
+def http_as(url: str, user: str, password: str):
+    """(status, headers (case-insensitive), body) of a GET of `url` with a basic-auth login."""
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
+@pytest.mark.slow
+def test_a_user_changes_only_the_runs_they_created_and_the_admin_any(team, tmp_path):
+    """Old code (EDIT on the shared experiment for every user): bob logged `test/gold_reward=99` into ann's run, set
+    it FAILED, deleted its tags and overwrote its config.yaml, all answered 200."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(team.url)
+    with as_user(team, "ann"):
+        shared = client.get_experiment_by_name(server_auth.SHARED_EXPERIMENT).experiment_id
+        run = client.create_run(shared, tags={"mlflow.user": "bob", "keep": "yes"})  # a forged author is replaced
+        rid = run.info.run_id
+        assert (run.info.user_id, run.data.tags["mlflow.user"]) == ("ann", "ann")
+        client.log_metric(rid, "test/gold_reward", 0.5)
+        client.log_text(rid, "ann's config", "config.yaml")  # through the artifact proxy (MLflow's FastAPI route)
+    attacks = {"log a metric": lambda: client.log_metric(rid, "test/gold_reward", 99.0),
+               "log a batch": lambda: client.log_batch(rid, metrics=[Metric("test/gold_reward", 99.0, 0, 1)]),
+               "log a param": lambda: client.log_batch(rid, params=[Param("forged", "1")]),
+               "set a tag": lambda: client.set_tag(rid, "keep", "no"),
+               "delete a tag": lambda: client.delete_tag(rid, "keep"),
+               "set its status": lambda: client.set_terminated(rid, "FAILED"),
+               "rename it": lambda: client.update_run(rid, name="bob's now"),
+               "overwrite an artifact": lambda: client.log_text(rid, "bob's config", "config.yaml"),
+               "delete it": lambda: client.delete_run(rid)}
+    with as_user(team, "bob"):
+        for what, act in attacks.items():
+            with pytest.raises(Exception, match="403|Permission denied"):
+                act()
+        own = client.create_run(shared).info.run_id  # his own run: everything
+        client.log_metric(own, "test/gold_reward", 0.1)
+        client.set_tag(own, "keep", "his")
+        client.delete_tag(own, "keep")
+        client.log_text(own, "bob's config", "config.yaml")
+        client.update_run(own, name="bob's run")
+        client.set_terminated(own, "FINISHED")
+        with pytest.raises(MlflowException, match="Permission denied"):  # a run's author is not his to change
+            client.set_tag(own, "mlflow.user", "ann")
+    with as_user(team, "ann"):
+        after = client.get_run(rid)
+        assert after.info.status == "RUNNING" and after.info.run_name == run.info.run_name
+        assert after.data.tags["keep"] == "yes" and "forged" not in after.data.params
+        assert [m.value for m in client.get_metric_history(rid, "test/gold_reward")] == [0.5]
+        assert Path(client.download_artifacts(rid, "config.yaml", str(tmp_path))).read_text() == "ann's config"
+        assert client.get_run(own).info.user_id == "bob"
+    with as_admin(team):  # the admin may change any run
+        client.set_tag(rid, "checked_by", "admin")
+        client.set_terminated(rid, "FINISHED")
+    with as_user(team, "ann"):
+        assert client.get_run(rid).data.tags["checked_by"] == "admin"
+
+
+@pytest.mark.slow
+def test_only_the_admin_renames_or_retags_the_shared_experiment(team):
+    """Old code: bob renamed `rlhf-lab` (200) and created his own under the name; ann's next job failed."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(team.url)
+    with as_user(team, "bob"):
+        shared = client.get_experiment_by_name(server_auth.SHARED_EXPERIMENT).experiment_id
+        for act in (lambda: client.rename_experiment(shared, "bobs_now"),
+                    lambda: client.set_experiment_tag(shared, "mlflow.note.content", "bob's")):
+            with pytest.raises(Exception, match="Permission denied"):
+                act()
+        mine = client.create_experiment("bob_renames_his_own")
+        client.rename_experiment(mine, "bob_renamed_his_own")  # he manages what he creates
+    with as_admin(team):
+        client.set_experiment_tag(shared, "rlhf_lab.checked", "admin")
+    with as_user(team, "ann"):
+        assert client.get_experiment(shared).name == server_auth.SHARED_EXPERIMENT
+        assert client.get_experiment(shared).tags["rlhf_lab.checked"] == "admin"
+        assert client.get_experiment(mine).name == "bob_renamed_his_own"
+
+
+@pytest.mark.slow
+def test_only_the_admin_lists_the_users(team):
+    """Old code: any logged-in user listed every user (200)."""
+    from mlflow.server.auth import routes
+
+    for path in (routes.LIST_USERS, routes.AJAX_LIST_USERS):
+        status, _, _ = http_as(team.url + path, *server_auth.read_credentials(team.users["bob"]))
+        assert status == 403
+    status, _, body = http_as(team.url + routes.LIST_USERS, server_auth.ADMIN,
+                              team.layout.admin_secret.read_text().strip())
+    assert status == 200 and b'"bob"' in body
+
+
+@pytest.mark.slow
+def test_a_job_that_may_not_create_its_run_says_why_in_one_line(team, tmp_path):
+    """Old code: a job of ann's in an experiment she only reads died in a traceback of HTTP 403."""
+    from mlflow import MlflowClient
+
+    with as_user(team, "bob"):
+        MlflowClient(team.url).create_experiment("bob_private")
+    job = ["-m", "rlhf_lab.entry.run", "algo=sft", *MICRO, "trainer.threads=1", "tracking.experiment=bob_private"]
+    r = run_cmd(job, tmp_path, MLFLOW_TRACKING_URI=team.url, **login(team.users["ann"]))
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"rlhf-lab: config error: tracking.experiment must be an experiment in which ann may create runs (the MLflow "
+        f"server at {team.url} refused: permission denied): use one of yours (tracking.experiment=<a new name> "
+        "creates it) or ask its owner or the server's admin for EDIT on it, got 'bob_private'"), r.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_repeated_wrong_logins_are_answered_429_and_a_logged_in_user_goes_on(team):
+    """Old code: every wrong password was checked (4.3 guesses/s, a logged-in user's requests 15 times slower).
+    Last of the module's server tests: it holds back new logins from 127.0.0.1 for the window."""
+    from rlhf_lab.server import logins
+
+    url = f"{team.url}/api/2.0/mlflow/experiments/search?max_results=1"
+    ann = server_auth.read_credentials(team.users["ann"])
+    assert http_as(url, *ann)[0] == 200  # ann logged in
+    name = f"guess{os.getpid()}"
+    assert [http_as(url, name, "wrong")[0] for _ in range(logins.MAX_USER_FAILURES)] == \
+        [401] * logins.MAX_USER_FAILURES
+    status, headers, body = http_as(url, name, "wrong")
+    assert status == 429 and 0 < int(headers["Retry-After"]) <= logins.WINDOW_S and b"Too many failed" in body
+    for i in range(logins.MAX_ADDRESS_FAILURES):  # other names from the same address, up to its limit
+        http_as(url, f"{name}-{i}", "wrong")
+    assert http_as(url, f"{name}-new", "wrong")[0] == 429  # the address waits: no password checked
+    assert http_as(url, *ann)[0] == 200  # a login the server verified before goes on
 
 
 # -- a cluster of the old server ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 
 from rlhf_lab.analysis.fits import GaoFit, fit_bon, fit_rl
 from rlhf_lab.config.keys import computes
+from rlhf_lab.runs.authors import authored_by, wanted_author
 from rlhf_lab.runs.tracking_server import DEFAULT_TRACKING_URI
 
 STUDY_TAG = "rlhf_lab.study"
@@ -203,12 +204,15 @@ def run_data(r) -> RunData:
 
 
 def load_study(study: str | None, uri: str | None = None, client=None, stages: Sequence[str] = POLICY_STAGES,
-               history_keys: Sequence[str] = HISTORY_KEYS, parent: str | None = None) -> tuple[list[RunData], list[Any]]:
+               history_keys: Sequence[str] = HISTORY_KEYS, parent: str | None = None,
+               all_authors: bool | None = None) -> tuple[list[RunData], list[Any]]:
     """(the study's runs of the given stages, its sweep parent runs) from MLflow; all statuses.
 
     Each run comes with the histories of those `history_keys` it logged. The claims also load ``rm`` runs (an RM
     trained as the job of a study); an RM built upstream inside a sweep carries the study tag too. With
     `parent` (a sweep's parent run id) only that sweep's runs are read, and the parent is the one parent run.
+    Only the current user's runs are read (:mod:`rlhf_lab.runs.authors`) unless `all_authors` (None: unless the
+    environment's ``RLHF_LAB_ALL_AUTHORS=1``, what ``rlhf-lab-report --all-authors`` sets).
     """
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -218,8 +222,8 @@ def load_study(study: str | None, uri: str | None = None, client=None, stages: S
         return [], []  # an empty store, not created by reading it (no mlflow.db left in an empty folder)
     client = client or MlflowClient(tracking_uri=uri)
     mlflow.set_tracking_uri(uri)
-    found = mlflow.search_runs(search_all_experiments=True, filter_string=study_filter(study, parent),
-                               output_format="list", max_results=50000)
+    found = authored_by(mlflow.search_runs(search_all_experiments=True, filter_string=study_filter(study, parent),
+                                           output_format="list", max_results=50000), wanted_author(all_authors))
     parents = ([client.get_run(parent)] if parent else
                [r for r in found if r.data.tags.get("rlhf_lab.stage") == "sweep"])
     rm_cache: dict[str, dict] = {}

@@ -19,7 +19,9 @@
 
 A study is one of the canned studies (sweeps/sweep/*.yaml), or any plain name with ``--out``; reports are written
 inside ``--out`` only, never over a file rlhf-lab-report did not write, and a study with no runs in the store is an
-error (exit 1, nothing written; :mod:`rlhf_lab.analysis.report_files`). Bad names and paths exit 2.
+error (exit 1, nothing written; :mod:`rlhf_lab.analysis.report_files`). Bad names and paths exit 2. Only the runs
+whose MLflow author is this user (its login, else its OS user) are read from the store, unless ``--all-authors``
+(:mod:`rlhf_lab.runs.authors`): on a team server another user's runs reach a report only when asked for.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
 from rlhf_lab.analysis.runs import STUDIES
 from rlhf_lab.analysis.snapshot import FILE_NAME
 from rlhf_lab.analysis.study import write_study_report
+from rlhf_lab.runs.authors import ALL_AUTHORS_ENV
+from rlhf_lab.runs.process import environment
 
 OWN_REPORTS = {  # study -> its own report writer: the two golds compared, the gold recipes, the Gao fits
     GOLD_STUDY: write_gold_validation_report, RECIPES_STUDY: write_gold_recipes_report, GAO_STUDY: write_gao_report,
@@ -63,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also read the runs kept in FILE (a claims_runs.json.gz an earlier --claims wrote; "
                         "repeatable); a run in the store and the file counts once; for a study, its runs tagged with it")
     p.add_argument("--no-store", action="store_true", help="read no tracking store, only --runs")
+    p.add_argument("--all-authors", action="store_true", help="read every user's runs in the store (default: only "
+                   "the runs whose MLflow author, tag mlflow.user, is this login or OS user; the same as "
+                   f"{ALL_AUTHORS_ENV}=1)")
     p.add_argument("--only", default=None, metavar="IDS",
                    help="with --claims: recompute only these claims (comma-separated, e.g. C18) and splice them "
                         "into the existing claims.md; the other claims' sections are left as they are")
@@ -76,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     own_out, a.out = a.out is not None, a.out or "reports"
+    with environment({ALL_AUTHORS_ENV: "1"} if a.all_authors else {}):
+        return write_reports(a, own_out)
+
+
+def write_reports(a: argparse.Namespace, own_out: bool) -> int:
+    """The reports the parsed command line `a` asks for; the exit status."""
     if a.study:
         try:
             check_study(a.study, own_out)

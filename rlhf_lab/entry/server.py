@@ -7,7 +7,8 @@
 
 ``start`` initialises (first time only) and starts a PostgreSQL cluster in ``<dir>/postgres`` with the system's
 binaries (on ``PATH`` or under ``/usr/lib/postgresql/*/bin``), listening on 127.0.0.1 only, on a free port, without
-Unix sockets (:mod:`rlhf_lab.server.postgres`); then ``mlflow server --app-name basic-auth`` with the database
+Unix sockets (:mod:`rlhf_lab.server.postgres`); then ``mlflow server --app-name rlhf-lab`` (MLflow's basic auth
+with run-level checks and login limits: :mod:`rlhf_lab.server.guard`) with the database
 ``mlflow`` as its backend store and ``<dir>/artifacts`` as its artifact destination (clients upload artifacts
 through the server), and waits until it answers. The export line goes to stdout, everything else to stderr, so
 ``eval "$(rlhf-lab-server start --dir team_store)"`` sets the variable.
@@ -20,9 +21,12 @@ What is protected:
   files and environment variables, never on a command line; a cluster of an older rlhf-lab-server (no passwords)
   is migrated at its next start;
 - MLflow: users and permissions (MLflow's basic auth, :mod:`rlhf_lab.server.auth`): every request needs a login;
-  ``user add`` creates one; a user reads everything, writes to the shared experiment ``rlhf-lab`` and to what they
-  create, and deletes only what they create; the admin (``admin``, password in ``secrets/mlflow_admin``) may do
-  anything. ``--no-auth`` turns MLflow's logins off (a warning says what that opens).
+  ``user add`` creates one; a user reads everything, creates runs in the shared experiment ``rlhf-lab`` (which the
+  admin owns: only the admin renames or deletes it) and changes only the runs they created
+  (:mod:`rlhf_lab.server.guard`), and deletes only the experiments they create; failed logins are limited per user
+  and per address (429, :mod:`rlhf_lab.server.logins`); only the admin lists the users; the admin (``admin``,
+  password in ``secrets/mlflow_admin``) may do anything. ``--no-auth`` turns MLflow's logins off (a warning says what
+  that opens).
 
 Not planted: the server uses no folder, secret, state file or log that another local user owns, may write, or made a
 symbolic link, nor a folder under one that another user could swap (:func:`rlhf_lab.server.files.check_server_folder`,
@@ -56,6 +60,8 @@ import urllib.request
 from pathlib import Path
 
 from rlhf_lab.server.auth import add_user as add_mlflow_user
+from rlhf_lab.server.guard import APP_NAME as GUARD_APP
+from rlhf_lab.server.guard import app_problem
 from rlhf_lab.server.auth import auth_env, ensure_shared_experiment
 from rlhf_lab.server.files import (Layout, Refused, ServerError, check_server_folder, ensure_secret, make_server_folder,
                                    open_private_log, private_folder, read_state, say, write_private)
@@ -152,7 +158,7 @@ def mlflow_command(pg_port: int, layout: Layout, host: str, port: int, workers: 
     """``mlflow server``'s command line (no secret in it: ``ps`` shows it to every user)."""
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri(pg_port),
             "--artifacts-destination", str(layout.artifacts.resolve()), "--host", host, "--port", str(port),
-            "--workers", str(workers), *(["--app-name", "basic-auth"] if auth else [])]
+            "--workers", str(workers), *(["--app-name", GUARD_APP] if auth else [])]
 
 
 def mlflow_env(layout: Layout, role_password: str, auth: bool) -> dict[str, str]:
@@ -231,6 +237,8 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
                           f"rlhf-lab-server stop --dir {folder} first")
     if not port_is_free(port, host):
         raise ServerError(f"port {port} on {host} is in use: pick another with --port")
+    if auth and app_problem():
+        raise ServerError(app_problem())
     check_reachable(layout.root, account)  # the folders above: before creating anything
     make_server_folder(folder, account.pw_uid if account else None)
     if account is not None:  # the PostgreSQL user enters the folder (x), nothing more

@@ -140,6 +140,7 @@ class MlflowSweepCallback(Callback):
 
     def open_parent_run(self, config: DictConfig) -> None:
         """The sweep's parent run, and the environment that makes every job its child."""
+        from rlhf_lab.runs.authors import AUTHOR_TAG, current_author
         from rlhf_lab.runs.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
         exit_on_unreachable_server(tracking_uri(configured_uri(config)))  # before any job: in seconds, not minutes of retries per job
@@ -155,6 +156,7 @@ class MlflowSweepCallback(Callback):
                 "rlhf_lab.git_commit": git_commit(), "rlhf_lab.swept_keys": ",".join(keys)}
         if study:
             tags["rlhf_lab.study"] = str(study)
+        tags[AUTHOR_TAG] = current_author()  # its author, as the jobs' runs record theirs (rlhf_lab.runs.authors)
         run = client.create_run(exp_id, run_name=f"sweep:{study or 'multirun'}", tags=tags)
         self.run_id = run.info.run_id
         self._client = client

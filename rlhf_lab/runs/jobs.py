@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from rlhf_lab.config.keys import override_key
+from rlhf_lab.runs.authors import authored_by, wanted_author
 from rlhf_lab.runs.process import SWEPT_ENV
 
 
@@ -129,20 +130,23 @@ class RunSettings:
     """Where a stage's MLflow run goes and what it records of the job, resolved once from the config by the stage
     (:func:`rlhf_lab.stages.registry.run_settings`): the store (:func:`rlhf_lab.runs.tracking_server.tracking_uri`),
     the experiment (``tracking.experiment``), the study (``study``), the job's stage (``algo.name``: its run is the
-    job's, tagged with the job's identity) and the resolved config as plain containers (``config.yaml``)."""
+    job's, tagged with the job's identity), the resolved config as plain containers (``config.yaml``), and whether
+    ``skip_finished`` takes other users' runs (``tracking.all_authors``; :mod:`rlhf_lab.runs.authors`)."""
 
     uri: str
     experiment: str = "rlhf-lab"
     study: str | None = None
     job: str | None = None
     config: dict = field(default_factory=dict, compare=False)
+    all_authors: bool = False
 
 
 def finished_runs(settings: RunSettings, stage: str, overrides: list[str]) -> Iterator:
     """The FINISHED runs of `stage` in the settings' tracking store and experiment, newest first, with the same study
     (tag ``rlhf_lab.study``, none when ``study`` is null), the same overrides (tag ``rlhf_lab.overrides``,
     compared by :func:`job_overrides`) and, where both have one, the same study design (tag
-    ``rlhf_lab.study_digest``, :func:`study_digest`). Upstream stages of a job carry its tags too: `stage` tells the
+    ``rlhf_lab.study_digest``, :func:`study_digest`), made by this user unless ``settings.all_authors``
+    (:func:`rlhf_lab.runs.authors.authored_by`). Upstream stages of a job carry its tags too: `stage` tells the
     job's own run from them. Whether such a run computed what the job would is :mod:`rlhf_lab.runs.identity`'s."""
     from mlflow.tracking import MlflowClient
 
@@ -155,8 +159,8 @@ def finished_runs(settings: RunSettings, stage: str, overrides: list[str]) -> It
     if study and "'" not in study:
         query += f" and tags.`rlhf_lab.study` = '{study}'"
     want, digest = job_overrides(overrides), study_digest(overrides)
-    for run in client.search_runs([exp.experiment_id], query, max_results=50000,
-                                  order_by=["attributes.start_time DESC"]):
+    found = client.search_runs([exp.experiment_id], query, max_results=50000, order_by=["attributes.start_time DESC"])
+    for run in authored_by(found, wanted_author(settings.all_authors)):
         tags = run.data.tags
         if tags.get("rlhf_lab.study") == study and job_overrides(tags.get("rlhf_lab.overrides", "")) == want:
             if digest and tags.get(STUDY_DIGEST_TAG, digest) != digest:  # a run before the tag existed: as before

@@ -339,13 +339,18 @@ def end_interrupted_sweep(error: str, signum: int, grace_s: float = 30.0) -> tup
 
 
 def mark_dead_runs(client, experiment_id: str) -> list[str]:
-    """End as KILLED the RUNNING runs whose Ray node (tag ``rlhf_lab.node``) the cluster reports dead, and those of
-    this host whose process (tag ``rlhf_lab.pid``) is gone; their ids."""
+    """End as KILLED this user's RUNNING runs (:func:`rlhf_lab.runs.authors.authored_by`: on a team server a user
+    changes only their own) whose Ray node (tag ``rlhf_lab.node``) the cluster reports dead, and those of this host
+    whose process (tag ``rlhf_lab.pid``) is gone; their ids."""
+    from rlhf_lab.runs.authors import authored_by, current_author
+
     host = socket.gethostname()
     marked = []
     dead = dead_ray_nodes()
+    me = current_author()
     if dead:
-        for r in client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000):
+        for r in authored_by(client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                                max_results=1000), me):
             node = r.data.tags.get(NODE_TAG)
             if node in dead:
                 client.set_tag(r.info.run_id, "rlhf_lab.error",
@@ -353,8 +358,9 @@ def mark_dead_runs(client, experiment_id: str) -> list[str]:
                                "by a job on a live node")
                 client.set_terminated(r.info.run_id, status="KILLED")
                 marked.append(r.info.run_id)
-    runs = client.search_runs([experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'",
-                              max_results=1000)
+    runs = authored_by(client.search_runs([experiment_id], max_results=1000,
+                                          filter_string=f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{host}'"),
+                       me)
     for r in runs:
         if r.info.run_id in marked:
             continue

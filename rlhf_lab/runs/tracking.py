@@ -181,7 +181,8 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
         yield _NoRun()
         return
     uri = settings.uri
-    exp_id = experiment_id(uri, settings.experiment)
+    with run_refused_in_one_line(uri, settings.experiment):
+        exp_id = experiment_id(uri, settings.experiment)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment_id=exp_id)
     with contextlib.suppress(Exception):  # runs left RUNNING by a dead process (kill -9): KILLED
@@ -215,7 +216,8 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
         with contextlib.suppress(Exception):
             client.delete_tag(resumed, "rlhf_lab.error")
     else:
-        run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
+        with run_refused_in_one_line(uri, settings.experiment):
+            run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
     OPEN_RUNS[run.info.run_id] = uri
     try:
         if swept and not resumed:
@@ -254,6 +256,24 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
             return
         mlflow.end_run(status="FINISHED")
         OPEN_RUNS.pop(run.info.run_id, None)
+
+
+@contextlib.contextmanager
+def run_refused_in_one_line(uri: str, experiment: str) -> Iterator[None]:
+    """The tracking server's refusal (HTTP 403) to create the experiment or a run in it, as a one-line
+    :class:`~rlhf_lab.config.errors.ConfigError` naming ``tracking.experiment`` and the fix."""
+    try:
+        yield
+    except mlflow.exceptions.MlflowException as err:
+        if err.error_code != "PERMISSION_DENIED":
+            raise
+        from rlhf_lab.config.errors import ConfigError
+        from rlhf_lab.runs.authors import current_author
+
+        raise ConfigError("tracking.experiment", experiment, (
+            f"an experiment in which {current_author()} may create runs (the MLflow server at {uri} refused: "
+            "permission denied): use one of yours (tracking.experiment=<a new name> creates it) or ask its owner or "
+            "the server's admin for EDIT on it")) from None
 
 
 def resumable_run(client: mlflow.MlflowClient, run_id: str, experiment: str) -> str | None:

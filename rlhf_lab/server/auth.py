@@ -1,18 +1,21 @@
-"""MLflow's users on the team server (:mod:`rlhf_lab.entry.server`): ``mlflow server --app-name basic-auth``.
+"""MLflow's users on the team server (:mod:`rlhf_lab.entry.server`): ``mlflow server --app-name rlhf-lab``.
 
-MLflow's own authentication and permissions (``mlflow.server.auth``), configured here:
+MLflow's own authentication and permissions (``mlflow.server.auth``), with the run-level checks of
+:mod:`rlhf_lab.server.guard` and the login limits of :mod:`rlhf_lab.server.logins`, configured here:
 
 - its configuration ``<dir>/secrets/basic_auth.ini`` (``MLFLOW_AUTH_CONFIG_PATH``): the user store
   ``secrets/basic_auth.db`` (sqlite: users, password hashes, permissions), the admin user ``admin``,
   ``default_permission = READ`` (a user reads what others made, changes or deletes nothing of it; MLflow gives
   whoever creates an experiment MANAGE on it), and a 60-second cache of verified logins (MLflow's
   ``auth_cache_ttl_seconds``; each check of a password hash costs about 0.2 s of the server's CPU, a metric
-  point about 0.01 s: a password change or a deleted user may still work on another worker for 60 s);
+  point about 0.01 s: a password change or a deleted user may still work on another worker for 60 s), checked by
+  :func:`rlhf_lab.server.logins.authenticate` (MLflow's ``authorization_function``: failed logins limited);
 - the admin's password (secret ``mlflow_admin``) and MLflow's CSRF key (secret ``flask_secret_key``) reach the
   server through its environment only (``MLFLOW_AUTH_ADMIN_PASSWORD``, ``MLFLOW_FLASK_SERVER_SECRET_KEY``);
 - the shared experiment :data:`SHARED_EXPERIMENT` (the config's default ``tracking.experiment``) is created by
-  the admin (so no user owns it: nobody but the admin deletes it or its runs), and :func:`add_user` grants every
-  user EDIT on it (create runs, log to them, end the runs of dead processes: what a sweep of several users needs);
+  the admin, who alone holds MANAGE on it (rename it, change its tags, delete it or its runs), and :func:`add_user`
+  grants every user MLflow's EDIT on it, the right MLflow asks for creating runs there; the server's guard
+  (:mod:`rlhf_lab.server.guard`) narrows it: a user changes only the runs they created, and reads the rest;
 - clients log in the MLflow way: ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, or
   ``~/.mlflow/credentials`` (the file :func:`add_user` writes has that format).
 """
@@ -32,7 +35,7 @@ from rlhf_lab.server.files import Layout, ServerError, ensure_secret, private_fo
 ADMIN = "admin"
 SHARED_EXPERIMENT = "rlhf-lab"  # conf/config.yaml: tracking.experiment
 DEFAULT_PERMISSION = "READ"
-SHARED_PERMISSION = "EDIT"
+SHARED_PERMISSION = "EDIT"  # create runs in the shared experiment; the guard keeps each run its author's
 LOGIN_CACHE_S = 60
 USER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 LOGIN_VARS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_AUTH")
@@ -47,7 +50,7 @@ def write_auth_config(layout: Layout) -> None:
 default_permission = {DEFAULT_PERMISSION}
 database_uri = sqlite:///{layout.auth_db}
 admin_username = {ADMIN}
-authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+authorization_function = rlhf_lab.server.logins:authenticate
 auth_cache_ttl_seconds = {LOGIN_CACHE_S}
 """)
 

@@ -38,7 +38,8 @@ def run_settings(cfg: DictConfig) -> RunSettings:
     job = cfg.algo.get("name") if cfg.get("algo") is not None else None
     return RunSettings(uri=tracking_uri(configured_uri(cfg)), experiment=experiment_name(cfg),
                        study=str(cfg.study) if cfg.get("study") else None,
-                       job=str(job) if job is not None else None, config=to_plain(cfg))
+                       job=str(job) if job is not None else None, config=to_plain(cfg),
+                       all_authors=bool(OmegaConf.select(cfg, "tracking.all_authors", default=False)))
 
 
 def stage_module(stage: str):
