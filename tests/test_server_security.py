@@ -114,6 +114,19 @@ def test_user_add_needs_a_running_server_with_logins(tmp_path, capsys):
         server_passwords.read_password_file(tmp_path / "pw")
 
 
+def test_start_without_the_servers_mlflow_app_installed_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    """The app rlhf-lab is an entry point (group mlflow.app) that `pip install` writes: an install older than it
+    would have had `mlflow server --app-name rlhf-lab` fail in its log, after PostgreSQL started."""
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [])
+    assert server.main(["start", "--dir", str(tmp_path / "team"), "--port", str(server.free_port())]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "rlhf-lab-server: MLflow does not know the app rlhf-lab (the entry point in rlhf-lab's pyproject.toml, group "
+        "mlflow.app): install rlhf-lab again (pip install -e . in its checkout, or pip install rlhf-lab)")
+    assert not (tmp_path / "team").exists()
+
+
 # -- a server ---------------------------------------------------------------------------------------------
 
 
