@@ -25,6 +25,7 @@ from rlhf_lab.runs.states import (
 )
 from rlhf_lab.config.keys import configured_uri, experiment_name, to_plain
 from rlhf_lab.runs.process import quiet_libraries, start_job_clock, stop_job_clock
+from rlhf_lab.runs.store import exit_on_broken_store
 from rlhf_lab.runs.tracking_server import exit_on_unreachable_server, tracking_uri
 from rlhf_lab.entry.sweeps import mark_job
 
@@ -150,6 +151,7 @@ def _app(cfg: DictConfig) -> float | None:
     try:
         exit_on_bad_config(cfg)  # before anything loads: one line on stderr, exit status 2
         exit_on_unreachable_server(tracking_uri(configured_uri(cfg)))
+        exit_on_broken_store(tracking_uri(configured_uri(cfg)))  # a new sqlite store: created once, under a lock
         quiet_libraries()
         with running(to_plain(cfg)) as identity:  # what the job computes, recorded on its run (rlhf_lab.runs.identity)
             kind, gold = skip_if_finished(cfg, identity)  # before any work: a resumed sweep runs only what is missing

@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from rlhf_lab.runs.states import OPEN_SWEEP, SWEEP_PID_ENV, mark_dead_runs, process_tags
 from rlhf_lab.config.keys import configured_uri, experiment_name, override_key
 from rlhf_lab.runs.process import LAUNCH_DIR_ENV, PARENT_ENV, SWEPT_ENV
+from rlhf_lab.runs.store import exit_on_broken_store
 from rlhf_lab.runs.tracking_server import exit_on_unreachable_server, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ class MlflowSweepCallback(Callback):
         from rlhf_lab.runs.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
         exit_on_unreachable_server(tracking_uri(configured_uri(config)))  # before any job: in seconds, not minutes of retries per job
+        exit_on_broken_store(tracking_uri(configured_uri(config)))  # a new sqlite store: created once, under a lock
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
         params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}

@@ -32,6 +32,7 @@ from rlhf_lab.runs.distributed import is_rank_zero
 from rlhf_lab.runs.identity import run_tags
 from rlhf_lab.runs.jobs import STUDY_DIGEST_TAG, RunSettings, hydra_overrides, job_sweep_params, study_digest
 from rlhf_lab.runs.states import Interrupted, mark_dead_runs, process_tags
+from rlhf_lab.runs.store import store_lock
 from rlhf_lab.runs.process import PARENT_ENV, environment
 from rlhf_lab.runs.tracking_server import tracking_server_unreachable
 
@@ -92,20 +93,9 @@ def ui_hint(uri: str, experiment_id: str | None, run_id: str | None = None) -> s
     return None
 
 
-def store_lock(uri: str) -> contextlib.AbstractContextManager:
-    """A file lock next to a sqlite store (``mlflow.db.lock``); no lock for other stores."""
-    if not uri.startswith("sqlite:///"):
-        return contextlib.nullcontext()
-    from filelock import FileLock
-
-    db = Path(uri[len("sqlite:///"):]).expanduser()
-    db.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(db) + ".lock", timeout=600)
-
-
 def experiment_id(uri: str, name: str) -> str:
     """The id of the experiment `name` in the store at `uri`. The store (a sqlite file: its tables, its schema migrations) and
-    the experiment (tagged :data:`EXPERIMENT_TAGS`) are created once, under :func:`store_lock`, so any
+    the experiment (tagged :data:`EXPERIMENT_TAGS`) are created once, under :func:`~rlhf_lab.runs.store.store_lock`, so any
     number of processes may start at the same moment in a fresh folder; on a tracking server (no lock) the
     process that loses the race to create the experiment uses the one the winner created."""
     with store_lock(uri):
