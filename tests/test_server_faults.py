@@ -40,17 +40,19 @@ def study_runs(url: str, study: str) -> list:
         else []
 
 
-def wait_mid_job(url: str, study: str, proc: cli_process.CliProcess, points: int = 5, timeout: float = 240) -> str:
-    """The id of the study's first job run once it has logged `points` DPO losses (the job is mid-training)."""
+def wait_mid_job(url: str, study: str, proc: cli_process.CliProcess, points: int = 5, timeout: float = 240,
+                 name: str | None = None) -> str:
+    """The id of the study's first job run (or the one named `name`) once it has logged `points` DPO losses (the job
+    is mid-training)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, output(proc)[-3000:]
         for r in study_runs(url, study):
-            if r.data.tags.get("rlhf_lab.job") == "true" and \
+            if r.data.tags.get("rlhf_lab.job") == "true" and name in (None, r.info.run_name) and \
                     len(MlflowClient(url).get_metric_history(r.info.run_id, "loss/dpo")) >= points:
                 return r.info.run_id
         time.sleep(0.3)
-    raise AssertionError(f"no job of {study} reached {points} steps in {timeout} s")
+    raise AssertionError(f"no job of {study} reached {points} steps in {timeout} s: {output(proc)[-3000:]}")
 
 
 def job_finals(url: str, study: str) -> dict[str, tuple]:
@@ -69,9 +71,10 @@ def job_finals(url: str, study: str) -> dict[str, tuple]:
 def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunch_finishes_it(team_server,  # noqa: F811
                                                                                               tmp_path):
     """Issue 31: the tracking server (PostgreSQL and MLflow) stopped and started again while a job trains.
-    Within MLflow's retries the job pauses and loses no point; past them (1 retry here) the job fails with one line,
-    the sweep stops saying how to finish it, and a relaunch with skip_finished=true marks the orphaned runs KILLED
-    and finishes the sweep with the figures of the first sweep."""
+    Within MLflow's retries the job pauses and loses no point; past them (1 retry here; the sweep's last job) the job
+    fails with one line, the sweep exits 2 saying in one line that its parent could not be ended and how to finish
+    the sweep, and a relaunch with skip_finished=true marks the orphaned runs KILLED and finishes the sweep with the
+    figures of the first sweep."""
     url, folder = team_server
     port = int(url.rsplit(":", 1)[1])
     sweep = [*DPO_LONGER, "seed=0,1"]
@@ -91,27 +94,33 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     for losses, evals, *_ in finals.values():  # every point once: none lost, none doubled by a retried request
         assert losses == list(range(30)) and evals == list(range(0, 31, 5))
 
-    # past the retries: the server stays down until the sweep has given up
+    # past the retries: the server goes away in the sweep's last job and stays down until the sweep has given up
+    # (issue 65: the job's traceback, then the sweep's end failing on the store, exit 0 and the parent RUNNING)
     few = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0"}
     b = start_sweep([*sweep, "study=restart_b"], tmp_path / "b", MLFLOW_TRACKING_URI=url, **few)
-    orphan = wait_mid_job(url, "restart_b", b)
+    orphan = wait_mid_job(url, "restart_b", b, name="dpo seed=1")
+    (parent,) = [r.info.run_id for r in study_runs(url, "restart_b") if r.data.tags["rlhf_lab.stage"] == "sweep"]
     assert server.stop(folder)
     out = output(b, timeout=300)
     assert server.start(folder, port=port, workers=SERVER_WORKERS) == url
     assert b.returncode == 2, out[-3000:]
-    assert f"[rlhf-lab] job 0 FAILED: TrackingServerLost: lost the MLflow tracking server at {url} during the dpo " \
-           f"run {orphan}" in out
-    last = out.strip().splitlines()[-1]
+    assert f"[rlhf-lab] job 1 FAILED: TrackingServerLost: lost the MLflow tracking server at {url} during the dpo " \
+           f"run {orphan}" in out and "Traceback" not in out
+    last = out.strip().splitlines()[-1]  # the sweep's end could not reach the server to end its parent
     assert last.startswith(f"rlhf-lab: cannot reach the MLflow tracking server at {url}") and \
+        f"parent MLflow run {parent} could not be marked FAILED" in last and "MLFLOW_TRACKING_URI" in last and \
         "run the same command again with skip_finished=true" in last, last
-    assert MlflowClient(url).get_run(orphan).info.status == "RUNNING"  # nothing could reach the server to end it
+    for run_id in (orphan, parent):  # nothing could reach the server to end them
+        assert MlflowClient(url).get_run(run_id).info.status == "RUNNING"
 
     again = run_cmd(["-m", "rlhf_lab.entry.run", "-m", *sweep, "study=restart_b", "skip_finished=true"], tmp_path / "b",
                     MLFLOW_TRACKING_URI=url)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "1 job skipped (a finished run computed the same)" in again.stdout, again.stdout[-3000:]
     runs = {r.info.run_id: r for r in study_runs(url, "restart_b")}
-    assert runs[orphan].info.status == "KILLED" and "lost the tracking server" in runs[orphan].data.tags[
-        "rlhf_lab.error"]
+    for run_id in (orphan, parent):
+        assert runs[run_id].info.status == "KILLED" and "lost the tracking server" in runs[run_id].data.tags[
+            "rlhf_lab.error"]
     assert "RUNNING" not in {r.info.status for r in runs.values()}
     assert job_finals(url, "restart_b") == finals  # the relaunch finished the sweep with the same figures
 

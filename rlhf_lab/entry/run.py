@@ -27,7 +27,7 @@ from rlhf_lab.config.keys import configured_uri, experiment_name, to_plain
 from rlhf_lab.runs.process import quiet_libraries, start_job_clock, stop_job_clock
 from rlhf_lab.runs.store import exit_on_broken_store
 from rlhf_lab.runs.tracking_server import exit_on_unreachable_server, tracking_uri
-from rlhf_lab.entry.sweeps import mark_job
+from rlhf_lab.entry.sweeps import end_failed_sweep, mark_job, server_failure_line
 
 
 def launcher_threads(launcher: dict, cores: int) -> int:
@@ -179,6 +179,10 @@ def _app(cfg: DictConfig) -> float | None:
         from hydra.types import RunMode
 
         if HydraConfig.get().mode != RunMode.MULTIRUN:
+            lost = server_failure_line(err, tracking_uri(configured_uri(cfg)))
+            if lost and os.environ.get(FULL_ERROR) != "1":  # the tracking server gone: one line, as at start-up
+                print(f"rlhf-lab: {lost}", file=sys.stderr)
+                raise SystemExit(2) from None
             if isinstance(err, (DataError, ConfigError)) and os.environ.get(FULL_ERROR) != "1":
                 # a data error, or a config error a stage finds (e.g. what the machine lacks): one line, exit 2
                 print(f"rlhf-lab: {'data' if isinstance(err, DataError) else 'config'} error: {err}", file=sys.stderr)
@@ -207,11 +211,16 @@ def main() -> None:
         _app()
     except Exception as err:
         restore_full_error()
+        end_failed_sweep(f"{type(err).__name__}: {str(err)[:300]}")  # a job's config or a launcher's error: stopped
         line = None if USER_FULL_ERROR[0] == "1" else composition_error_line(err)
         if line is None:
             raise
         print(f"rlhf-lab: config error: {line}", file=sys.stderr)
         raise SystemExit(2) from None
+    except SystemExit as stop:
+        if stop.code not in (None, 0):  # a sweep stopped by a job's exit (the tracking server gone): parent FAILED
+            end_failed_sweep(f"the sweep stopped with exit status {stop.code}")
+        raise
     except Interrupted as sig:
         # Ignored until the process is gone (never restored): nothing cuts the last cleanup short, whoever
         # re-installed which handler before, and a late Ctrl-C cannot turn exit 130 into Python's own SIGINT death.

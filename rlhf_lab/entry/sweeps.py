@@ -18,6 +18,13 @@
   :mod:`rlhf_lab.analysis.parent_run`; ``hydra.callbacks.mlflow_sweep.report=false`` turns it off), then ends
   the parent run FINISHED, or FAILED when a job failed (its failure record, or a FAILED child run), prints which,
   and exits with status 1 in that case.
+* a sweep that ends any other way than through ``on_multirun_end`` (a job's ``SystemExit``, such as the start-up
+  check that finds the tracking server gone; an error a launcher raises for a job it lost), or whose
+  ``on_multirun_end`` cannot reach the store, exits non-zero (Hydra would turn a callback's exception into a warning
+  and exit 0): :func:`end_failed_sweep` marks the parent run FAILED, or says in one line that it cannot (the tracking
+  server is gone: the next start in the experiment marks it KILLED, its process being gone).
+* a job whose error came with the tracking server gone says so in one line naming the server
+  (``MLFLOW_TRACKING_URI`` / ``tracking.uri``), without a traceback (:func:`record_failure`).
 
 The jobs may run in other processes or on other machines (joblib, Ray, submitit, SLURM): they reach the parent
 run through the environment (``hydra.job.env_set``) and the tracking store through ``MLFLOW_TRACKING_URI``.
@@ -25,6 +32,7 @@ run through the environment (``hydra.job.env_set``) and the tracking store throu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -40,7 +48,8 @@ from rlhf_lab.runs.states import OPEN_SWEEP, SWEEP_PID_ENV, mark_dead_runs, proc
 from rlhf_lab.config.keys import configured_uri, experiment_name, override_key
 from rlhf_lab.runs.process import LAUNCH_DIR_ENV, PARENT_ENV, SWEPT_ENV
 from rlhf_lab.runs.store import exit_on_broken_store
-from rlhf_lab.runs.tracking_server import exit_on_unreachable_server, tracking_uri
+from rlhf_lab.runs.tracking_server import (
+    exit_on_unreachable_server, tracking_server_problem, tracking_server_unreachable, tracking_uri)
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +74,27 @@ def sweep_command(overrides: list[str]) -> str:
     return " ".join(["rlhf-lab", "-m", *(shlex.quote(o) for o in overrides)])
 
 
+def server_failure_line(err: BaseException, uri: str) -> str | None:
+    """One line for a job's error when it comes with the tracking server at `uri` gone, else None:
+    :class:`~rlhf_lab.runs.tracking.TrackingServerLost`'s own message, or, for any other error (MLflow's
+    ``MlflowException`` after its retries, raised outside a run), why the server cannot be reached now and which
+    setting names it (:func:`~rlhf_lab.runs.tracking_server.tracking_server_problem`; an ``http(s)://`` URI only)."""
+    if not uri.startswith(("http://", "https://")):  # a store without a server (a sqlite file): the error itself
+        return None
+    from rlhf_lab.runs.tracking import TrackingServerLost
+
+    if isinstance(err, TrackingServerLost):
+        return f"{type(err).__name__}: {err}"
+    problem = tracking_server_problem(uri, float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT") or 5))
+    return f"{type(err).__name__}: {problem}" if problem else None
+
+
 def record_failure(cfg: DictConfig, err: BaseException) -> None:
-    """Log a job's exception (MULTIRUN) and leave a record for on_multirun_end; the sweep goes on."""
-    tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    """Log a job's exception (MULTIRUN) and leave a record for on_multirun_end; the sweep goes on (the next job's
+    start-up check stops it when the tracking server is gone). With the server gone the job's error is one line
+    (:func:`server_failure_line`) and no traceback: nothing in MLflow's retries' traceback helps."""
+    line = server_failure_line(err, tracking_uri(configured_uri(cfg)))
+    tb = line or "".join(traceback.format_exception(type(err), err, err.__traceback__))
     try:
         from hydra.core.hydra_config import HydraConfig
 
@@ -76,7 +103,7 @@ def record_failure(cfg: DictConfig, err: BaseException) -> None:
     except Exception:
         num, overrides = os.getpid(), ""
     log.error("rlhf-lab: job %s (%s) failed; the other jobs go on:\n%s", num, overrides, tb)
-    print(f"[rlhf-lab] job {num} FAILED: {type(err).__name__}: {err}", file=sys.stderr)
+    print(f"[rlhf-lab] job {num} FAILED: {line or f'{type(err).__name__}: {err}'}", file=sys.stderr)
     state = os.environ.get(STATE_ENV)
     if state:
         try:
@@ -162,7 +189,10 @@ class MlflowSweepCallback(Callback):
         run = client.create_run(exp_id, run_name=f"sweep:{study or 'multirun'}", tags=tags)
         self.run_id = run.info.run_id
         self._client = client
-        OPEN_SWEEP.update(uri=tracking_uri(configured_uri(config)), run_id=self.run_id, experiment_id=exp_id)  # a stop signal ends it
+        self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
+        # until on_multirun_end ends it: a stop signal ends it KILLED, a sweep stopped otherwise FAILED (the CLI)
+        OPEN_SWEEP.update(uri=tracking_uri(configured_uri(config)), run_id=self.run_id, experiment_id=exp_id,
+                          state_dir=str(self.state_dir))
         flat = {"sweep.study": str(study), "sweep.command": command[:6000],
                 **{f"sweep.values.{override_key(k)}": str(v)[:6000] for k, v in (params or {}).items()}}
         for o in overrides:
@@ -170,7 +200,6 @@ class MlflowSweepCallback(Callback):
                 k, v = o.split("=", 1)
                 flat[f"sweep.values.{override_key(k)}"] = v[:6000]
         client.log_batch(self.run_id, params=[_param(k, v) for k, v in flat.items()])
-        self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
         env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir),
                SWEEP_PID_ENV: str(os.getpid()),
                # a job on a Ray or SLURM worker runs elsewhere: relative cache_dir and sqlite store are the launch's
@@ -189,11 +218,22 @@ class MlflowSweepCallback(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if not self.enabled or self.run_id is None:
             return
+        uri = tracking_uri(configured_uri(config))
+        try:
+            lost = tracking_server_unreachable(uri)  # in seconds, before minutes of MLflow's retries
+            if lost:
+                raise ConnectionError(lost)
+            self.end_parent_run(config)
+        except Exception as err:  # Hydra would make it a warning and the sweep would exit 0
+            self._restore_env()
+            lost = end_failed_sweep(f"the sweep's end failed: {type(err).__name__}: {str(err)[:300]}")
+            sys.stdout.flush()
+            raise SystemExit(2 if lost else 1) from None  # 2: the tracking server cannot be reached, as at start-up
+
+    def end_parent_run(self, config: DictConfig) -> None:
+        """The sweep's end (the module's doc): the report, the parent run FINISHED or FAILED, its table of jobs."""
         client = self._client
-        failed: dict[str, str] = {}
-        if self.state_dir is not None and self.state_dir.is_dir():
-            for f in sorted(self.state_dir.glob("failed_*.txt")):
-                failed[f"job {f.stem.split('_', 1)[1]}"] = f.read_text().splitlines()[0] if f.read_text() else ""
+        failed = failed_jobs(self.state_dir)
         exp_id = client.get_run(self.run_id).info.experiment_id
         mark_dead_runs(client, exp_id)  # a job whose process or Ray node died mid-run: KILLED, not left RUNNING
         children = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'",
@@ -234,6 +274,54 @@ class MlflowSweepCallback(Callback):
         if failed and self.exit_nonzero_on_failure:
             sys.stdout.flush()
             raise SystemExit(1)
+
+
+def failed_jobs(state_dir: Path | None) -> dict[str, str]:
+    """{``job <number>``: its overrides} of the jobs that recorded a failure in the sweep's state folder
+    (:func:`record_failure`)."""
+    failed: dict[str, str] = {}
+    if state_dir is not None and state_dir.is_dir():
+        for f in sorted(state_dir.glob("failed_*.txt")):
+            text = f.read_text()
+            failed[f"job {f.stem.split('_', 1)[1]}"] = text.splitlines()[0] if text else ""
+    return failed
+
+
+def end_failed_sweep(error: str) -> str | None:
+    """In the launching process of a sweep whose parent run is still open (:data:`OPEN_SWEEP`: the sweep stopped
+    before ``on_multirun_end`` ended it, or that failed): the parent run ended FAILED with ``rlhf_lab.error`` =
+    the failed jobs' records and `error`, and the job runs of dead processes KILLED, saying so in one line; when
+    the tracking server cannot be reached, one line saying that the parent stays RUNNING until the next start in the
+    experiment on this host marks it KILLED (its process gone). Returns why the server cannot be reached, or None
+    (also outside a sweep, or once the parent is ended: then it does nothing)."""
+    if not OPEN_SWEEP:
+        return None
+    sweep = dict(OPEN_SWEEP)
+    OPEN_SWEEP.clear()
+    uri, run_id = sweep["uri"], sweep["run_id"]
+    failed = failed_jobs(Path(sweep["state_dir"]) if sweep.get("state_dir") else None)
+    error = "; ".join([*(f"{k}: {v}" for k, v in failed.items()), error])
+    lost = tracking_server_unreachable(uri)
+    try:
+        if lost:
+            raise ConnectionError(lost)
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        with contextlib.suppress(Exception):  # a job's process gone mid-run: KILLED, not left RUNNING
+            mark_dead_runs(client, sweep["experiment_id"])
+        client.set_tag(run_id, "rlhf_lab.error", error[:5000])
+        client.set_terminated(run_id, status="FAILED")
+    except Exception as err:
+        left = (f"the sweep's parent MLflow run {run_id} could not be marked FAILED and stays RUNNING until the next "
+                "rlhf-lab start in the experiment on this host marks it KILLED")
+        print(f"rlhf-lab: cannot reach the MLflow tracking server at {uri} ({lost}; MLFLOW_TRACKING_URI, else "
+              f"tracking.uri): {left}; once the server answers, run the same command again with skip_finished=true "
+              "(the jobs that finished are skipped)" if lost else
+              f"rlhf-lab: {left} ({type(err).__name__}: {str(err)[:300]})", file=sys.stderr)
+        return lost
+    print(f"[rlhf-lab] sweep: parent run {run_id} FAILED ({error[:300]})", file=sys.stderr)
+    return None
 
 
 def resume_counts(marks: list[str]) -> str:

@@ -284,7 +284,8 @@ class TrackingServerLost(RuntimeError):
             f"lost the MLflow tracking server at {uri} during the {stage} run {run_id} ({reason}); MLflow retried "
             f"each request {os.environ.get('MLFLOW_HTTP_REQUEST_MAX_RETRIES') or 7} times "
             "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR). The run stays RUNNING there until "
-            "the next rlhf-lab start marks it KILLED; once the server answers, relaunch with skip_finished=true")
+            "the next rlhf-lab start marks it KILLED; once the server (MLFLOW_TRACKING_URI, else tracking.uri) "
+            "answers, relaunch with skip_finished=true")
 
 
 @contextlib.contextmanager
