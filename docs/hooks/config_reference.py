@@ -174,9 +174,12 @@ def option_table(group: str, option_file: Path) -> list[str]:
         shown = "" if mapping else inline(value)
         lines.append(f"| `{group}.{key}` | {code(shown)} | {types.get(key, '')} | {text(doc)} |")
     inherited = [k for k in types if k not in seen]
-    if inherited and not bases(option_file):
-        for key in inherited:  # typed by the schema, set by no file: Hydra asks for it (MISSING)
-            lines.append(f"| `{group}.{key}` | (required) | {types[key]} | set by no file of this group |")
+    if inherited and not bases(option_file):  # typed by the schema, not set here
+        builders = [f"`{group}={f.stem}`" for f in sorted(option_file.parent.glob("*.yaml"))
+                    if option_file.stem in bases(f)]
+        where = f"set by {', '.join(builders)}, which build on this file" if builders else "set by no file: required"
+        for key in inherited:
+            lines.append(f"| `{group}.{key}` |  | {types[key]} | {where} |")
     return lines
 
 
