@@ -227,6 +227,11 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
     assert rloo["tags.rlhf_lab.upstream.rm"] in (rm["run_id"], str(tmp_path / "rm" / "artifact"))
     assert rloo["metrics.objective/scores"] == rloo["metrics.objective/scores"]  # logged, not NaN
     assert len(runs[runs["tags.rlhf_lab.stage"] == "rm"]) == 1  # the RM was not trained again
+    # no gold: the run's figure draws the proxy reward against step and √KL only (tests/test_run_figure.py)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert "proxy_vs_gold.png" in {a.path for a in client.list_artifacts(meta["run_id"])}
+    assert "metrics.eval/gold_reward" not in runs.columns or rloo["metrics.eval/gold_reward"] != rloo[
+        "metrics.eval/gold_reward"]
     with pytest.raises(Exception, match="reward_model.path must be a reward-model artifact folder"):
         validate(compose_cfg(common + ["algo=rloo", "data=jsonl", f"data.path={f}", f"reward_model.path={tmp_path}"]))
 

@@ -5,8 +5,9 @@ the report of the sweep's own jobs (:func:`rlhf_lab.analysis.study.write_report`
 README.md and its PNGs) goes into the parent run's artifacts under ``study_report/``. The best setting is chosen
 on the eval split (mean final ``eval/gold_reward``, the metric ``study/best_eval_gold``) and reported on the test
 split, as the report's "gold final" (mean ``test/gold_reward``, the metric ``study/best_final_gold``); the
-setting becomes the tag ``rlhf_lab.best_setting``, and a one-paragraph summary naming each figure's split the
-run's description (tag ``mlflow.note.content``, shown on the run's page).
+setting becomes the tag ``rlhf_lab.best_setting``, and a one-paragraph summary naming each figure's split, the
+report's table of settings and where its figure is the run's description (tag ``mlflow.note.content``, shown on
+the run's page).
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from rlhf_lab.analysis.run_figure import FIGURE as RUN_FIGURE
 from rlhf_lab.analysis.runs import load_study
-from rlhf_lab.analysis.study import STUDY_HISTORY_KEYS, BestSetting, best_setting, write_report
+from rlhf_lab.analysis.study import STUDY_HISTORY_KEYS, BestSetting, best_setting, setting_table, write_report
 
 ARTIFACT_DIR = "study_report"
+STUDY_FIGURE = f"{ARTIFACT_DIR}/gold_vs_sqrt_kl.png"  # the study report's figure of gold and proxy against √KL
 BEST_GOLD = "study/best_final_gold"  # the best setting's gold final: test split, as in the study report
 BEST_EVAL_GOLD = "study/best_eval_gold"  # its eval-split gold, on which it was chosen
 BEST_SETTING_TAG = "rlhf_lab.best_setting"
+NOTE_LIMIT = 8000  # the longest tag value MLflow stores (a longer description is refused)
 
 
 def split_gold(split: str) -> str:
@@ -44,6 +48,19 @@ def summary_note(study: str | None, best: BestSetting | None, n_finished: int, n
             f"Report with plots: artifacts `{ARTIFACT_DIR}/README.md`.")
 
 
+def description(note: str, runs: list, files: list[str]) -> str:
+    """The parent run's description: `note` (:func:`summary_note`), then the study report's table of settings
+    (:func:`rlhf_lab.analysis.study.setting_table`, finished runs) and where its figure is, when it has them; a
+    table that would make it longer than :data:`NOTE_LIMIT` is left to the report."""
+    finished = [r for r in runs if r.status == "FINISHED"]
+    if not finished:
+        return note
+    figure = (f"\n\nFigure (gold and proxy reward gain against √KL): artifacts `{STUDY_FIGURE}`; each job's run "
+              f"has its own `{RUN_FIGURE}`." if STUDY_FIGURE.split("/")[-1] in files else "")
+    full = f"{note}\n\n{setting_table(finished)}{figure}"
+    return full if len(full) <= NOTE_LIMIT else f"{note}{figure}"
+
+
 def publish_study_report(client, run_id: str, study: str | None, uri: str, job_stages: list[str]) -> dict:
     """Write the report of the sweep `run_id`'s jobs of `job_stages` and log it, its headline metric and tags
     into that run (through `client`, an ``MlflowClient`` on `uri`); returns what was logged."""
@@ -59,5 +76,6 @@ def publish_study_report(client, run_id: str, study: str | None, uri: str, job_s
         client.log_metric(run_id, BEST_GOLD, best.gold)
         client.log_metric(run_id, BEST_EVAL_GOLD, best.eval_gold)
         client.set_tag(run_id, BEST_SETTING_TAG, best.setting)
-    client.set_tag(run_id, "mlflow.note.content", summary_note(study, best, n_finished, len(runs)))
+    client.set_tag(run_id, "mlflow.note.content", description(summary_note(study, best, n_finished, len(runs)), runs,
+                                                              files))
     return {"files": files, "best": best, "n_runs": len(runs)}

@@ -1,5 +1,7 @@
-"""The study report's figures (matplotlib, Agg backend): reward gain against √KL with the Gao et al. fits,
-the gold reward–KL frontier, and the gold-RM validation's curves and scatter of the two golds."""
+"""The figures (matplotlib, Agg backend) of the study reports: reward gain against √KL with the Gao et al. fits,
+the gold reward–KL frontier, and the gold-RM validation's curves and scatter of the two golds; and of one policy
+run (its MLflow run's ``proxy_vs_gold.png``, :mod:`rlhf_lab.analysis.run_figure`): gold and proxy reward against
+the step and against √KL."""
 
 from __future__ import annotations
 
@@ -118,3 +120,37 @@ def plot_gold_scatter(points: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+RUN_CURVES = (("eval/gold_reward", "gold", "C0"), ("eval/proxy_reward", "proxy (RM)", "C1"))  # what a run's figure draws
+
+
+def plot_run_rewards(r: RunData, path: Path) -> list[str]:
+    """One policy run's figure: gold and proxy reward (``eval/gold_reward``, ``eval/proxy_reward``; a best-of-n
+    run's ``bon/*`` curve, n as the step) against the step and against √KL (``eval/kl``), gold on the left axis and
+    proxy on the right one (their scales differ). A run that logged no gold (external data without ``gold.path``)
+    or no proxy (DPO without an RM) gets what it logged, and the title says which is missing. Returns the
+    metrics drawn; draws nothing and returns [] when the run logged neither."""
+    drawn = [(key, name, color) for key, name, color in RUN_CURVES if r.series(key)]
+    if not drawn:
+        return []
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, against in zip(axes, ("step", "sqrt_kl")):
+        twin = ax.twinx() if len(drawn) > 1 else None
+        for (key, name, color), a in zip(drawn, (ax, twin)):
+            if against == "step":
+                x, y = zip(*r.series(key))
+            else:
+                x, y = r.points(key, gain=False)
+            a.plot(x, y, "o-", ms=3, color=color, label=name)
+            a.set_ylabel(f"{name}: {key}", color=color)
+        ax.set_xlabel("n (best-of-n)" if r.stage == "bon" and against == "step" else
+                      "step" if against == "step" else "√KL  (eval/kl, nats per response)")
+    missing = [name for key, name, _ in RUN_CURVES if key not in {k for k, _, _ in drawn}]
+    title = f"{r.tags.get('mlflow.runName') or f'{r.stage} run {r.run_id}'}: " + " and ".join(n for _, n, _ in drawn)
+    fig.suptitle(title + " reward" + (f" (no {' or '.join(missing)} logged)" if missing else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return [key for key, _, _ in drawn]

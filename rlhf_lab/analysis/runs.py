@@ -203,6 +203,14 @@ def run_data(r) -> RunData:
                    end_time=int(r.info.end_time or 0))
 
 
+def read_histories(client, rd: RunData, keys: Sequence[str]) -> RunData:
+    """`rd` with the histories of those `keys` its run logged, read through `client` (an ``MlflowClient``)."""
+    for key in keys:
+        if key in rd.metrics:
+            rd.history[key] = [(int(m.step), float(m.value)) for m in client.get_metric_history(rd.run_id, key)]
+    return rd
+
+
 def load_study(study: str | None, uri: str | None = None, client=None, stages: Sequence[str] = POLICY_STAGES,
                history_keys: Sequence[str] = HISTORY_KEYS, parent: str | None = None,
                all_authors: bool | None = None) -> tuple[list[RunData], list[Any]]:
@@ -232,10 +240,7 @@ def load_study(study: str | None, uri: str | None = None, client=None, stages: S
         stage = r.data.tags.get("rlhf_lab.stage", "")
         if stage not in stages:
             continue
-        rd = run_data(r)
-        for key in history_keys:
-            if key in rd.metrics:
-                rd.history[key] = [(int(m.step), float(m.value)) for m in client.get_metric_history(rd.run_id, key)]
+        rd = read_histories(client, run_data(r), history_keys)
         rm_id = rd.tags.get("rlhf_lab.upstream.rm")
         if rm_id:
             if rm_id not in rm_cache:

@@ -108,6 +108,25 @@ def train_time(r: RunData) -> float:
     return float(r.metrics.get("time/train_s", float("nan")))
 
 
+def setting_table(runs: Sequence[RunData]) -> str:
+    """The study report's table of its settings (one row per setting: mean ± sd over seeds, final gold and the drop
+    from the peak as mean [95% t interval], the fits' parameters), a markdown table; also the sweep parent run's
+    description (:mod:`rlhf_lab.analysis.parent_run`)."""
+    rows = []
+    for name, members in groups(runs).items():
+        s = [run_summary(r) for r in members]
+        col = lambda k: fmt_ms([x[k] for x in s])  # noqa: E731
+        ci = lambda k: fmt_ci([x[k] for x in s])  # noqa: E731
+        fs = [x["fit"] for x in s]
+        rows.append([f"`{name}`", members[0].stage, len(members), col("gold_start"), ci("gold_final"),
+                     col("gold_peak"), ci("gold_drop"), col("proxy_start"), col("proxy_final"), col("kl_final"),
+                     fit_cell(fs, "alpha"), fit_cell(fs, "beta"), peak_cell(fs), col("rm_accuracy"),
+                     fit_cell(fs, "r2"), fmt_ms([f.n for f in fs], 0)])
+    return md_table(["setting", "algo", "seeds", "gold start", "gold final", "gold peak", "drop from peak",
+                     "proxy start", "proxy final", "KL final", "α", "β", "d* (√KL)", "RM accuracy",
+                     "fit R²", "fit points"], rows)
+
+
 def frontier_tables(runs: Sequence[RunData]) -> list[str]:
     """The frontier table per algorithm: best gold on its gold–KL frontier over every evaluation of its runs; with
     several algorithms also each one's budget (policy samples generated in training, training wall time) and the
@@ -357,19 +376,7 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
                   "d* is printed only where it lies inside the run's range of √KL; a peak outside it is an "
                   "extrapolation and is named as such (β ≤ 0: no peak, still rising).", "",
                   "![gold and proxy vs sqrt KL](gold_vs_sqrt_kl.png)", ""]
-        rows = []
-        for name, members in groups(runs).items():
-            s = [run_summary(r) for r in members]
-            col = lambda k: fmt_ms([x[k] for x in s])  # noqa: E731
-            ci = lambda k: fmt_ci([x[k] for x in s])  # noqa: E731
-            fs = [x["fit"] for x in s]
-            rows.append([f"`{name}`", members[0].stage, len(members), col("gold_start"), ci("gold_final"),
-                         col("gold_peak"), ci("gold_drop"), col("proxy_start"), col("proxy_final"), col("kl_final"),
-                         fit_cell(fs, "alpha"), fit_cell(fs, "beta"), peak_cell(fs), col("rm_accuracy"),
-                         fit_cell(fs, "r2"), fmt_ms([f.n for f in fs], 0)])
-        lines += [md_table(["setting", "algo", "seeds", "gold start", "gold final", "gold peak", "drop from peak",
-                            "proxy start", "proxy final", "KL final", "α", "β", "d* (√KL)", "RM accuracy",
-                            "fit R²", "fit points"], rows), ""]
+        lines += [setting_table(runs), ""]
 
     if any(r.stage in POLICY_STAGES for r in runs):
         plot_frontier(runs, out / "frontier.png")
