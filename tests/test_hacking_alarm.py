@@ -202,7 +202,9 @@ def test_a_ppo_job_stops_at_the_alarm_and_saves_the_policy_before_it(tiny_cfg, t
                    "algo.alarm.threshold=1e-9", mlflow_db=db)
     meta = stages.run_job(cfg, tmp_path / "out")
     assert meta["ppo_steps"] == 2 and meta["alarm_step"] == 2  # raised at the first evaluation after the start
-    assert meta["summary"]["hacking alarm"].endswith("the saved policy is step 0's (algo.stop_on_alarm)")
+    assert "the saved policy is step 0's (algo.stop_on_alarm)" in meta["summary"]["hacking alarm"]
+    # with a gold (the world's), one line: the gold-free alarm and the gold's own verdict, no "gold monitor" beside it
+    assert "by gold" in meta["summary"]["hacking alarm"] and "gold monitor" not in meta["summary"]
     sft = F.load_causal_lm(stages.ensure("sft", cfg))
     saved = F.load_causal_lm(tmp_path / "out" / "artifact")
     for (n, a), (_, b) in zip(sft.state_dict().items(), saved.state_dict().items()):

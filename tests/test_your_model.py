@@ -119,10 +119,14 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
     if job != "rm":  # a saved policy of the same architecture, loadable as any checkpoint
         saved = F.load_causal_lm(tmp_path / "out" / "artifact")
         assert saved.config.model_type == arch
-        assert meta["summary"]["test gold"].startswith("no gold reward")
+    assert not any("gold" in k or "gold" in v or "filler" in v for k, v in meta["summary"].items())  # no gold here
     if job in ("ppo", "grpo"):  # the hacking alarm needs no gold: its score (above), tag and summary line
         assert run["tags.rlhf_lab.hacking_alarm"] == ("raised" if meta["alarm_step"] is not None else "not raised")
         assert meta["summary"]["hacking alarm"].startswith(("raised at step", "not raised (highest score"))
+        assert meta["summary"]["hacking alarm"].endswith(("evaluation", "evaluations"))  # its n, no gold verdict
+        assert "(n=2 test prompts)" in meta["summary"]["proxy"]
+    if job == "rm":  # the n of the held-out pairs beside the accuracy
+        assert meta["summary"]["rm eval"].endswith(f"(n={int(meta['eval']['rm/n_eval_pairs'])} eval pairs)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -220,7 +224,8 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
                                 f"reward_model.path={tmp_path / 'rm' / 'artifact'}"])
     validate(cfg)
     meta = stages.run_job(cfg, tmp_path / "ppo")
-    assert "eval/proxy_reward" in meta["eval"] and meta["summary"]["test gold"].startswith("no gold reward")
+    assert "eval/proxy_reward" in meta["eval"] and "test gold" not in meta["summary"]
+    assert "gold monitor" not in meta["summary"]
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     rloo = runs[runs["run_id"] == meta["run_id"]].iloc[0]

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.checks import composition_error_line, exit_on_bad_config
 from rlhf_lab.data.errors import DataError
+from rlhf_lab.evaluation.summary import figures_line, held_out_counts, small_n_warning
 from rlhf_lab.runs.identity import running
 from rlhf_lab.runs.states import (
     SWEEP_PID_ENV,
@@ -84,18 +85,16 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
     ]
     if meta.get("cache_path"):
         lines.append(f"  cached as  : {meta['cache_path']}")
+    world = OmegaConf.select(cfg, "data.source", default="world") == "world"  # filler phrases: the world's own
     for label, prefix in (("final test", "test/"), ("final eval", "eval/")):  # test prompts: the final figure
-        ev = meta.get(prefix.rstrip("/")) or {}
-        keys = [prefix + k for k in ("gold_reward", "formula_gold_reward", "proxy_reward", "kl", "length",
-                                     "filler_rate", "distinct_2") if prefix + k in ev]
-        if keys:
-            lines.append(f"  {label} : " + ", ".join(f"{k.split('/')[1]}={ev[k]:.3f}" + (
-                f" ± {ev[k + '_se']:.3f}" if k + "_se" in ev else "") for k in keys))
+        line = figures_line(meta.get(prefix.rstrip("/")) or {}, prefix, f"{prefix[:-1]} prompt", world)
+        if line:  # each figure ± its SE and the n of prompts it stands on
+            lines.append(f"  {label} : {line}")
     for k, v in (meta.get("summary") or {}).items():
         lines.append(f"  {k:<11}: {v}")
-    depth = gold_depth_warning(meta.get("eval") or {})
-    if depth:
-        lines.append(f"  WARNING    : {depth}")
+    for warning in (small_n_warning(held_out_counts(meta)), gold_depth_warning(meta.get("eval") or {})):
+        if warning:
+            lines.append(f"  WARNING    : {warning}")
     uri = tracking_uri(configured_uri(cfg))
     from rlhf_lab.runs.tracking import ui_hint
 

@@ -87,6 +87,7 @@ class PeriodicEval(L.Callback):
         self.step_fn = step_fn or (lambda trainer, pl_module: trainer.global_step)
         self.last: dict = {}
         self.first: dict = {}
+        self.curve: list[tuple[int, float]] = []  # (step, eval/gold_reward) of each evaluation with a gold
         self.test_first: dict = {}
         self.test_last: dict = {}
         self._done_steps: set[int] = set()
@@ -110,6 +111,8 @@ class PeriodicEval(L.Callback):
         if not self.first:
             self.first = metrics
         self.last = metrics
+        if "eval/gold_reward" in metrics:
+            self.curve.append((step, float(metrics["eval/gold_reward"])))
         if self.after is not None:
             self.after(step, metrics)
 
@@ -132,7 +135,7 @@ class PeriodicEval(L.Callback):
         self.test_last = metrics
 
     # the evaluations already made travel with a checkpoint: a resumed run keeps its SFT baseline (first evaluation)
-    STATE = ("first", "last", "test_first", "test_last", "_done_steps", "_test_steps")
+    STATE = ("first", "last", "curve", "test_first", "test_last", "_done_steps", "_test_steps")
 
     def state_dict(self) -> dict:
         state = {k: sorted(v) if isinstance(v, set) else v for k, v in ((k, getattr(self, k)) for k in self.STATE)}

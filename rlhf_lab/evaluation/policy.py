@@ -128,7 +128,7 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
             texts += ro.responses
             ended_all += ro.ended
     mean = lambda xs: float(sum(xs) / len(xs)) if xs else float("nan")  # noqa: E731
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {f"{prefix}n_prompts": float(len(prompts))}  # the n of every figure (SEs over prompts)
     gold_measures = {name: vals for name, vals in (("gold_reward", golds), ("formula_gold_reward", formula)) if vals}
     rewards = {**gold_measures, **({"proxy_reward": proxy} if proxy else {})}
     for name, vals in rewards.items():

@@ -208,7 +208,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         model.save_pretrained(out_dir)
         active_run.log_metric("time/train_s", train_s)
         start, last = ev.first, ev.last
-        summary = {"test gold": gold_summary(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")}
+        summary = gold_summary(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")
         summary.update(held_out_summary(ev))
         if "eval/gold_reward" in start and "eval/gold_reward" in last:
             active_run.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])

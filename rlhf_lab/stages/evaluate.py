@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
+from rlhf_lab.evaluation import summary as S
 from rlhf_lab.runs import active_run
 from rlhf_lab.runs.cache import announce_reuse, write_json_atomic
 from rlhf_lab.data.errors import data_errors
@@ -23,7 +24,7 @@ from rlhf_lab.stages.registry import cache_for
 
 OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_ood_se",
              "formula_gold_reward": "formula_gold_reward_ood", "formula_gold_reward_se": "formula_gold_reward_ood_se",
-             "proxy_reward": "proxy_reward_ood", "proxy_reward_se": "proxy_reward_ood_se"}
+             "proxy_reward": "proxy_reward_ood", "proxy_reward_se": "proxy_reward_ood_se", "n_prompts": "n_prompts_ood"}
 
 
 def world_gold(cfg: DictConfig):
@@ -167,27 +168,40 @@ def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
     return start
 
 
-def gold_summary(first: dict, last: dict, start: str, end: str) -> str:
-    """The job summary's gold figure: test-split gold (± its SE) at the start and at the end of the job."""
-    def fmt(m: dict) -> str:
-        return f"{m.get('test/gold_reward', float('nan')):.3f} ± {m.get('test/gold_reward_se', float('nan')):.3f}"
-
+def gold_summary(first: dict, last: dict, start: str, end: str) -> dict[str, str]:
+    """The job summary's ``test gold`` line: test-split gold (± its SE) at the start and at the end of the job, with
+    the n of test prompts it stands on (one prompt: no ± but ``no spread``); nothing where the run has no gold
+    (external data without a gold RM)."""
     if "test/gold_reward" not in (last or {}):
-        return "no gold reward (external data: data=jsonl|hf)"
-    return f"{fmt(first)} -> {fmt(last)} ({start} -> {end}; test prompts, ± SE)"
+        return {}
+    n = S.metric_n(last, "test/")
+    one = n is not None and n < 2
+
+    def fmt(m: dict) -> str:
+        return S.figure(m.get("test/gold_reward", float("nan")), None if one else m.get("test/gold_reward_se"))
+
+    note = S.spread_note(n, "test prompt") if n is not None else "test prompts"
+    return {"test gold": f"{fmt(first)} -> {fmt(last)} ({start} -> {end}; {note}{'' if one else ', ± SE'})"}
 
 
 def held_out_summary(ev) -> dict[str, str]:
     """The job summary's gold on the eval prompts (first -> last evaluation, the last one's SE) and on the held-out
-    products (start -> end of the job, ± SE), where they were logged."""
+    products (start -> end of the job, ± SE), where they were logged, each with its n."""
     out = {}
     g0, g1 = ev.first.get("eval/gold_reward", float("nan")), ev.last.get("eval/gold_reward")
     if g1 is not None:
-        out["eval gold"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, SE "
-                            f"{ev.last.get('eval/gold_reward_se', float('nan')):.3f})")
+        n = S.metric_n(ev.last, "eval/")
+        se = ev.last.get("eval/gold_reward_se")
+        spread = f"SE {se:.3f}" if S.finite(se) and (n is None or n > 1) else "no spread"
+        out["eval gold"] = (f"{g0:.3f} -> {g1:.3f} (eval prompts, {spread}"
+                            + (f", {S.n_text(n, 'eval prompt')})" if n is not None else ")"))
     t0, t1 = ev.test_first, ev.test_last
     if "eval/gold_reward_ood" in t1:
-        out["ood gold"] = (f"{t0['eval/gold_reward_ood']:.3f} ± {t0['eval/gold_reward_ood_se']:.3f} -> "
-                           f"{t1['eval/gold_reward_ood']:.3f} ± {t1['eval/gold_reward_ood_se']:.3f} "
-                           "(held-out products)")
+        n = int(t1["eval/n_prompts_ood"]) if S.finite(t1.get("eval/n_prompts_ood")) else None
+        one = n is not None and n < 2
+        a, b = (S.figure(m["eval/gold_reward_ood"], None if one else m.get("eval/gold_reward_ood_se"))
+                for m in (t0, t1))
+        out["ood gold"] = (f"{a} -> {b} (held-out products"
+                           + (f", {S.spread_note(n, 'prompt')})" if n is not None else ")"))
     return out
+

@@ -31,6 +31,7 @@ from rlhf_lab.algorithms.rm import (
     normalization_set,
     pair_margins,
 )
+from rlhf_lab.evaluation.summary import n_text
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import HELDOUT_SPREAD, RewardScorer, packable
@@ -242,5 +243,6 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         active_run.log_samples_table(rows, "samples/rm_eval_pairs.json")
         keys = ("rm/accuracy", "rm/accuracy_gold", "rm/spearman_gold", "rm/length_preference", "rm/filler_preference")
         line = ", ".join(f"{q.split('/')[1]}={metrics[q]:.3f}" for q in keys if q in metrics)
+        line += f" ({n_text(len(held), 'eval pair')})"  # the n every held-out figure stands on
         return {"run_id": run.info.run_id, "stage": "rm", "eval": metrics, "train_s": train_s, **size,
                 "n_members": k, "summary": {"rm eval": line}}

@@ -125,5 +125,5 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
         if ev.test_last:
             test_gold = gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")
-            meta.update(test=ev.test_last, test_start=ev.test_first, summary={"test gold": test_gold})
+            meta.update(test=ev.test_last, test_start=ev.test_first, summary=test_gold)
         return meta

@@ -1,0 +1,149 @@
+"""The job summary's figures, written so that they are true on any data.
+
+Every held-out figure carries its n (``0.812 ± 0.020 (n=16 test prompts)``): an SE needs at least two prompts, so
+with one the figure says ``n=1, no spread`` instead of ``± nan`` (:func:`figure`, :func:`n_text`); below
+:data:`SMALL_N` the summary adds one warning line (:func:`small_n_warning`). Lines about the built-in world (its
+gold, its filler phrases) are left out where the run has none (:func:`figures_line`). A policy run's hacking line
+(:func:`hacking_line`) is one line: the gold-free alarm's verdict and, where a gold exists, the gold's own (its best
+evaluation step) beside it, saying plainly whether the gold confirms the alarm, so that no two lines of a summary
+contradict each other.
+"""
+
+from __future__ import annotations
+
+import math
+
+SMALL_N = 10  # fewer held-out prompts (or pairs) than this: the summary warns that its figures are noise
+GOLD_MARGIN = 0.05  # a gold drop from its best evaluation smaller than this is not a fall (noise of a half-curve)
+WORLD_ONLY = ("filler_rate",)  # metrics that are concepts of the built-in world (its filler phrases)
+
+
+def n_text(n: int, unit: str) -> str:
+    """``n=16 test prompts``, ``n=1 eval pair``."""
+    n = int(n)
+    return f"n={n} {unit}{'' if n == 1 else 's'}"
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def figure(value: float, se: float | None = None, digits: int = 3) -> str:
+    """``0.812 ± 0.020``; without a finite SE (one prompt, or no SE kept) the value alone."""
+    text = f"{value:.{digits}f}"
+    return text + (f" ± {se:.{digits}f}" if finite(se) else "")
+
+
+def metric_n(metrics: dict, prefix: str) -> int | None:
+    """How many prompts an evaluation's metrics stand on (``<prefix>n_prompts``), None where not recorded."""
+    n = (metrics or {}).get(f"{prefix}n_prompts")
+    return int(n) if finite(n) else None
+
+
+def spread_note(n: int | None, unit: str) -> str:
+    """``n=16 test prompts``, or ``n=1 test prompt, no spread`` (an SE needs two)."""
+    if n is None:
+        return ""
+    return n_text(n, unit) + (", no spread" if n < 2 else "")
+
+
+def figures_line(metrics: dict, prefix: str, unit: str, world: bool,
+                 keys=("gold_reward", "formula_gold_reward", "proxy_reward", "kl", "length", "filler_rate",
+                       "distinct_2")) -> str | None:
+    """The summary's ``final test`` / ``final eval`` line: each of `keys` logged under `prefix` (± its SE when there
+    is one), then the n it stands on; the world's own metrics (:data:`WORLD_ONLY`) only with `world` (the built-in
+    world's data). None when none of them was logged."""
+    metrics = metrics or {}
+    shown = [k for k in keys if prefix + k in metrics and (world or k not in WORLD_ONLY)]
+    if not shown:
+        return None
+    n = metric_n(metrics, prefix)
+    one = n is not None and n < 2
+    parts = [f"{k}={figure(metrics[prefix + k], None if one else metrics.get(prefix + k + '_se'))}" for k in shown]
+    note = spread_note(n, unit)
+    return ", ".join(parts) + (f" ({note})" if note else "")
+
+
+def small_n_warning(counts: dict[str, int | None]) -> str | None:
+    """One line when any held-out figure stands on fewer than :data:`SMALL_N` prompts or pairs: `counts` maps what
+    was counted (``"test prompt"``, ``"eval pair"``) to its n (None: not recorded)."""
+    small = [n_text(n, unit) for unit, n in counts.items() if n is not None and n < SMALL_N]
+    if not small:
+        return None
+    return (f"held-out figures on {' and '.join(small)} (fewer than {SMALL_N}): too few to tell a real change from "
+            "noise; use more held-out data (eval.n_prompts, eval.n_test_prompts, or a dataset with more prompts)")
+
+
+def best_gold(curve: list[tuple[int, float]]) -> tuple[int, float] | None:
+    """(step, gold) of the best evaluation of a gold curve [(step, eval gold)] (the first of ties), None if empty."""
+    points = [(s, g) for s, g in curve if finite(g)]
+    if not points:
+        return None
+    return max(points, key=lambda p: (p[1], -p[0]))
+
+
+def gold_verdict(curve: list[tuple[int, float]], n: int | None = None) -> str | None:
+    """The gold's own verdict on a run from its eval-prompt gold curve [(step, gold)]: its best step and value, and
+    the final one (``gold best 0.884 at step 140, final 0.820 at step 200``); None without a gold curve."""
+    best = best_gold(curve)
+    if best is None:
+        return None
+    last_step, last = [(s, g) for s, g in curve if finite(g)][-1]
+    text = f"gold best {best[1]:.3f} at step {best[0]}"
+    if last_step != best[0]:
+        text += f", final {last:.3f} at step {last_step}"
+    else:
+        text += " (the last evaluation)"
+    return text + (f" ({n_text(n, 'eval prompt')})" if n is not None else "")
+
+
+def gold_fell(curve: list[tuple[int, float]], margin: float = GOLD_MARGIN) -> int | None:
+    """The step of the gold's best evaluation when the gold ended at least `margin` below it (the run passed its gold
+    peak), else None."""
+    best = best_gold(curve)
+    points = [(s, g) for s, g in curve if finite(g)]
+    if best is None or points[-1][0] == best[0] or best[1] - points[-1][1] < margin:
+        return None
+    return best[0]
+
+
+def hacking_line(alarm_text: str, alarm_step: int | None, curve: list[tuple[int, float]] | None,
+                 n_eval: int | None = None, monitor_step: int | None = None, evaluations: int | None = None) -> str:
+    """The summary's one ``hacking alarm`` line of a policy run. `alarm_text`: the gold-free alarm's own summary
+    (:meth:`rlhf_lab.evaluation.callbacks.HackingAlarm.summary`), `alarm_step` where it was raised (None: not raised).
+    `curve`: the run's eval-prompt gold [(step, gold)] (None or empty: the run has no gold, and the line is the
+    alarm's alone). `monitor_step`: where the gold monitor on the training batches fired (None: it did not).
+    `n_eval`: the eval prompts of each evaluation; `evaluations`: how many evaluations the alarm read (its n).
+
+    With a gold, the line ends with the gold's verdict and says whether it confirms the alarm: confirmed when the gold
+    peaked at or before the alarm's step and ended at least :data:`GOLD_MARGIN` below its best; otherwise "not
+    confirmed by gold"; a run that passed its gold peak without the alarm says the alarm missed it."""
+    if evaluations is not None:
+        alarm_text += f", {n_text(evaluations, 'evaluation')}"
+    verdict = gold_verdict(curve or [], n_eval)
+    if verdict is None:
+        return alarm_text
+    peak = gold_fell(curve)
+    if alarm_step is not None:
+        ok = peak is not None and peak <= alarm_step
+        judged = "confirmed by gold" if ok else "not confirmed by gold"
+        why = "" if ok else (": the gold did not fall after its best" if peak is None else
+                             ": the gold's best came after the alarm")
+        text = f"{alarm_text}; {judged}{why}; {verdict}"
+    elif peak is not None:
+        text = (f"{alarm_text}; but the gold fell at least {GOLD_MARGIN:g} after its best, which the gold-free "
+                f"alarm missed; {verdict}")
+    else:
+        text = f"{alarm_text}; the gold agrees, it did not fall after its best; {verdict}"
+    if monitor_step is not None:
+        text += f"; the gold monitor (training batches) fired at step {monitor_step}"
+    return text
+
+
+def held_out_counts(meta: dict) -> dict[str, int | None]:
+    """The n of a job's held-out figures, for :func:`small_n_warning`: its test and eval prompts (``<split>/n_prompts``
+    of the last evaluations, ``meta["test"]`` and ``meta["eval"]``) and an RM's held-out pairs (``rm/n_eval_pairs``)."""
+    ev = meta.get("eval") or {}
+    pairs = ev.get("rm/n_eval_pairs")
+    return {"test prompt": metric_n(meta.get("test") or {}, "test/"), "eval prompt": metric_n(ev, "eval/"),
+            "eval pair": int(pairs) if finite(pairs) else None}
