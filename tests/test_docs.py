@@ -14,15 +14,34 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def reference_generator():
-    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "docs" / "hooks" / "config_reference.py")
+def hook(name: str):
+    """A MkDocs hook of docs/hooks/ (not a package: MkDocs loads them by path)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "hooks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+def test_links_to_repository_files_point_at_their_copies_on_the_site():
+    links = hook("repo_links")
+    assert {"sweeps/README.md", "reports/claims.md"} <= set(links.linked_files(ROOT, "docs"))
+
+    class Page:
+        class file:
+            src_uri = "tutorials/first-sweep.md"
+
+    class Files:
+        def get_file_from_path(self, uri):
+            return object() if uri in {"repo/sweeps/README.md", "results.md"} else None
+
+    md = "[a](../../sweeps/README.md#reports) [b](../results.md) [c](../../nowhere.md) [d](https://x.org/a.md)"
+    out = links.on_page_markdown(md, Page, {"docs_dir": str(ROOT / "docs")}, Files())
+    # a repository file -> its copy; a docs page as it was; a missing file left for MkDocs to report; a URL untouched
+    assert out == "[a](../repo/sweeps/README.md#reports) [b](../results.md) [c](../../nowhere.md) [d](https://x.org/a.md)"
+
+
 def test_the_configuration_reference_names_every_schema_key_with_its_default():
-    gen = reference_generator()
+    gen = hook("config_reference")
     page = gen.render()
     keys = gen.all_schema_keys()
     assert len(keys) > 150, len(keys)  # every group's schema, nested keys dotted
