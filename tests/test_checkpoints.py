@@ -19,7 +19,7 @@ import torch
 
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.models import families as F
-from rlhf_lab.models.checkpoints import CheckpointError, CheckpointNotFound, load_problems
+from rlhf_lab.models.checkpoints import CheckpointError, CheckpointNotFound, check_weights_only, load_problems
 from rlhf_lab.models.reward import NORM_FILE, RewardScorer
 from tests import cli_process
 from tests.tiny_archs import ARCHS, chat_tokenizer, tiny_config, world_pairs
@@ -183,6 +183,116 @@ def test_a_tokenizer_of_another_model_is_a_checkpoint_error(tiny):
     assert len(large) > len(tiny["tok"])
     with pytest.raises(CheckpointError, match=r"policy\.name_or_path=.*gpt2': the tokenizer has \d+ tokens .*not a pair"):
         F.load_causal_lm(tiny["gpt2"], large)
+
+
+# ------------------------------------------------------------------------------------------------
+# what is refused before it is read: a model larger than the memory, a pickle that would run code
+
+
+def test_a_model_the_memory_cannot_hold_is_refused_before_it_is_allocated(tiny, tmp_path, monkeypatch):
+    """A config.json with vocab_size=4e8 tried to allocate 51 GB (a traceback): its parameters are counted on the meta
+    device first and compared with the memory available, and the key, the count and the bytes are one line."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    big = copy_files(tiny["gpt2"], tmp_path / "big", lambda n: True)
+    config = json.loads((big / "config.json").read_text())
+    (big / "config.json").write_text(json.dumps({**config, "vocab_size": 400_000_000}))
+    params, n_bytes, dtype = F.model_footprint(AutoModelForCausalLM, AutoConfig.from_pretrained(big))
+    h = config["n_embd"]
+    assert params > 400_000_000 * h and (n_bytes, dtype) == (4 * params, "float32")  # nothing allocated
+    monkeypatch.setattr(F, "available_memory", lambda: 4 * params - 1, raising=False)
+    with pytest.raises(CheckpointError) as exc:
+        F.load_causal_lm(big, tiny["tok"], "policy.name_or_path")
+    text = str(exc.value)
+    assert text.startswith(f"policy.name_or_path={str(big)!r}: its config.json describes a model of {params:,} "
+                           f"parameters ({4 * params / 1e9:.1f} GB in float32), more than the ") and "\n" not in text
+    # the tiny model itself, with less memory than it needs: refused too (bfloat16: half the bytes)
+    monkeypatch.setattr(F, "available_memory", lambda: 1000, raising=False)
+    with pytest.raises(CheckpointError, match=r"^reward_model\.name_or_path=.* more than the 1\.0 kB of memory"):
+        F.load_sequence_scorer(tiny["gpt2"], None, "reward_model.name_or_path")
+    small = F.model_footprint(AutoModelForCausalLM, AutoConfig.from_pretrained(tiny["gpt2"]), torch.bfloat16)
+    assert small[1:] == (2 * small[0], "bfloat16")
+    (big / "config.json").write_text(json.dumps({**config, "vocab_size": 4e8}))  # a float: transformers' type error
+    with pytest.raises(CheckpointError, match=r"^policy\.name_or_path=.*: could not be loaded \(StrictDataclass"):
+        F.load_causal_lm(big, tiny["tok"], "policy.name_or_path")
+
+
+class Payload:
+    """Unpickled, it creates the file `marker` (what a planted checkpoint would do with any code of its choosing)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (str(self.marker), "w")
+
+
+def planted_checkpoint(path: Path, marker: Path) -> Path:
+    """A Lightning-looking checkpoint whose pickle creates `marker` when it is loaded with weights_only=False."""
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "global_step": 3, "payload": Payload(marker)}, path)
+    return path
+
+
+def test_a_training_checkpoint_is_read_as_tensors_and_plain_values_only(tmp_path):
+    marker = tmp_path / "ran"
+    planted = planted_checkpoint(tmp_path / "evil.ckpt", marker)
+    torch.load(planted, weights_only=False)
+    assert marker.exists()  # the payload is live: loaded as Lightning loaded a URL, it runs
+    marker.unlink()
+    with pytest.raises(CheckpointError) as exc:
+        check_weights_only(planted, "algo.resume_from")
+    assert str(exc.value).startswith(f"algo.resume_from={str(planted)!r}: not loadable with torch.load(weights_only="
+                                     "True) (Unsupported global: GLOBAL io.open was not an allowed global by default)")
+    assert "\n" not in str(exc.value) and "\x1b" not in str(exc.value) and not marker.exists()
+    raw = tmp_path / "raw.ckpt"
+    raw.write_bytes(pickle.dumps({"payload": Payload(marker)}))
+    with pytest.raises(CheckpointError, match="raw.ckpt': not a checkpoint torch.save wrote in its zip format"):
+        check_weights_only(raw, "cache_dir")
+    assert not marker.exists()
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "loops": {"fit_loop": {"epoch": 1}}, "rng": torch.get_rng_state(),
+                "python_rng": __import__("random").getstate(), "hparams": {"lr": 1e-3, "name": "x"}}, tmp_path / "ok.ckpt")
+    check_weights_only(tmp_path / "ok.ckpt", "algo.resume_from")
+
+
+@pytest.mark.slow
+def test_cli_a_checkpoint_url_or_a_pickle_for_resume_from_is_one_line_and_nothing_runs(tmp_path):
+    """algo.resume_from=http://127.0.0.1:<port>/evil.ckpt ran the file's payload as the job's user (Lightning loads an
+    http(s) checkpoint with weights_only=False) before failing; a pickled local .ckpt was a traceback. Both: exit 2,
+    one line naming algo.resume_from, the server never asked, the payload never run."""
+    import http.server
+    import threading
+
+    from tests.conftest import TINY
+
+    marker = tmp_path / "ran"
+    planted = planted_checkpoint(tmp_path / "evil.ckpt", marker)
+    asked: list[str] = []
+
+    class Files(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def log_message(self, *args):  # every request is logged: counted
+            asked.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("HYDRA_FULL_ERROR", None)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/evil.ckpt"
+        for given in (url, str(planted)):
+            job = tmp_path / f"job{len(given)}"
+            job.mkdir()
+            r = cli_process.run([*TINY, "algo=ppo", f"algo.resume_from={given}", f"cache_dir={tmp_path / 'cache'}"],
+                                cwd=job, env=env, timeout=900)
+            assert r.returncode == 2, r.stderr[-3000:]
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("rlhf-lab: config error: algo.resume_from"), r.stderr[-3000:]
+            assert not marker.exists() and not asked and not (job / "mlflow.db").exists()
+    finally:
+        server.shutdown()
 
 
 def test_checkpoint_errors_survive_pickling():

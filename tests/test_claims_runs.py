@@ -353,6 +353,34 @@ def test_the_suite_refuses_a_bad_runs_file_before_it_runs_a_study(tmp_path, caps
                   "or restore it from git\n"
 
 
+def test_a_runs_file_too_large_or_too_deep_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """A 3 MB gzip that decompressed to 3 GB ended in a MemoryError, a deeply nested one in a RecursionError (exit 1,
+    tracebacks): each is refused on one line, exit 2, by rlhf-lab-report (--claims and a study) and rlhf-lab-suite,
+    the large one read no further than the limit. The limit is patched small here: a real runs file over it."""
+    from rlhf_lab.entry import suite
+
+    studies = tagged(world())
+    large = snapshot.write_snapshot(tmp_path / "large.json.gz", studies)
+    size = len(gzip.decompress(large.read_bytes()))
+    nested = tmp_path / "nested.json.gz"
+    nested.write_bytes(gzip.compress(b"[" * 100_000 + b"]" * 100_000))
+    monkeypatch.setattr(snapshot, "MAX_JSON_BYTES", size - 1, raising=False)
+    monkeypatch.setattr(suite, "run", lambda *a, **k: pytest.fail("a study ran"))
+    for path, says in ((large, f"decompresses to more than {(size - 1) // 2**20} MiB of JSON"),
+                       (nested, "JSON nested deeper than")):
+        snapshot.checked_payload.cache_clear()
+        with pytest.raises(snapshot.SnapshotError, match=says):
+            snapshot.read_snapshot(path)
+        for main, args in ((cli.main, ["--claims"]), (cli.main, ["clip_eps"]), (suite.main, ["--studies", "clip_eps"])):
+            extra = ["--no-store", "--out", str(tmp_path / "o")] if main is cli.main else []
+            assert main([*args, *extra, "--runs", str(path)]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f": {path}: " in err and says in err, err
+    monkeypatch.setattr(snapshot, "MAX_JSON_BYTES", size, raising=False)
+    snapshot.checked_payload.cache_clear()
+    assert snapshot.read_snapshot(large)[0] == studies  # at the limit: read
+
+
 MACHINE_PATH = r"(?<![\w.~-])/(?:work|tmp|home|root|Users|private|var|mnt|srv|scratch)/"
 
 

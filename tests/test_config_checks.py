@@ -151,15 +151,109 @@ def test_trainer_devices_is_a_count_or_every_gpu(overrides, allowed):
     assert exc.value.key == "trainer.devices" and exc.value.allowed == allowed
     assert str(exc.value) == f"trainer.devices must be {allowed}, got {exc.value.value!r}"
     for good in (["trainer.devices=1"], ["trainer=ddp_cpu", "trainer.devices=3"], ["trainer.devices=auto"],
-                 ["trainer=ddp"], ["trainer=gpu", "trainer.devices=[0,1]"], ["trainer=gpu", "trainer.devices='-1'"]):
+                 ["trainer=ddp"], ["trainer=ddp", "trainer.devices=[0,1]"], ["trainer=gpu", "trainer.devices='-1'"],
+                 ["trainer=ddp", "trainer.devices='0,1'"]):
         C.validate(compose_cfg(good))
+
+
+DEVICES = ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids"
+MULTI = ("1 with trainer.strategy=auto (more devices are more processes, which need a multi-process strategy: "
+         "trainer=ddp_cpu, ddp, fsdp or deepspeed, or trainer.strategy=ddp)")
+
+
+@pytest.mark.parametrize("overrides, key, value, allowed", [
+    (["trainer.devices=abc"], "trainer.devices", "abc", DEVICES),
+    (["trainer.devices=1.5"], "trainer.devices", 1.5, DEVICES),
+    (["trainer.devices=[]"], "trainer.devices", [], DEVICES),
+    (["trainer.devices=99"], "trainer.devices", 99, MULTI),
+    (["trainer=gpu", "trainer.devices=[0,1]"], "trainer.devices", 2, MULTI),
+    (["trainer=ddp", "trainer.devices=[0,0]"], "trainer.devices", [0, 0], "a list of distinct GPU ids >= 0 (each "
+                                                                          "device once)"),
+    (["trainer.devices=[0,0]"], "trainer.devices", [0, 0], "a number of processes >= 1 with trainer.accelerator=cpu (a "
+                                                           "list of ids names GPUs: trainer=gpu or trainer=ddp)"),
+    (["trainer.accelerator=xpu"], "trainer.accelerator", "xpu", "one of cpu, gpu, auto, cuda, mps, tpu"),
+    (["labeler.temperature=0"], "labeler.temperature", 0, "> 0"),
+], ids=["abc", "1.5", "empty", "99", "2-auto", "0,0", "0,0-cpu", "xpu", "temperature0"])
+def test_devices_accelerator_and_labeler_values_that_tracebacked_or_ran(overrides, key, value, allowed):
+    """abc, [0,0], 99 and labeler.temperature=0 were tracebacks (exit 1); 1.5 and [] ran the job."""
+    with pytest.raises(ConfigError) as exc:
+        C.validate(compose_cfg(overrides))
+    assert (exc.value.key, exc.value.value, exc.value.allowed) == (key, value, allowed)
+    assert str(exc.value) == f"{key} must be {allowed}, got {value!r}"
+
+
+@pytest.mark.parametrize("gpus, overrides, key, allowed", [
+    (0, ["trainer.accelerator=gpu"], "trainer.accelerator", "cpu or auto on this machine, which has no GPU torch can "
+     "use (torch.cuda.device_count() is 0): trainer=cpu, or run the job where there is one"),
+    (2, ["trainer=ddp", "trainer.devices=4"], "trainer.devices", "<= 2, the GPUs this machine has (or -1: every GPU)"),
+    (2, ["trainer=ddp", "trainer.devices=[0,3]"], "trainer.devices", "GPU ids in [0, 2), the GPUs this machine has"),
+    (2, ["trainer=gpu", "trainer.devices=-1"], "trainer.devices", MULTI),
+], ids=["no-gpu", "4-of-2", "id-3-of-2", "every-of-2-auto"])
+def test_what_the_machine_lacks_is_one_line_before_anything_runs(monkeypatch, gpus, overrides, key, allowed):
+    """trainer.accelerator=gpu on a machine without one was a traceback (exit 1); the machine's GPUs are counted by
+    check_machine where the job runs (here: as many as the test says), not by validate (a sweep's login node)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    cfg = compose_cfg(overrides)
+    C.validate(cfg)
+    with pytest.raises(ConfigError) as exc:
+        C.check_machine(cfg)
+    assert (exc.value.key, exc.value.allowed) == (key, allowed)
+    for good in (["trainer=ddp"], ["trainer=ddp", "trainer.devices=[0,1]"], ["trainer=gpu"], ["trainer=cpu"]):
+        if gpus:
+            C.check_machine(compose_cfg(good))
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["algo.resume_from=http://127.0.0.1:8000/evil.ckpt"], "algo.resume_from"),
+    (["algo=grpo", "algo.resume_from=https://example.org/x.ckpt"], "algo.resume_from"),
+    (["policy.name_or_path=https://example.org/model"], "policy.name_or_path"),
+    (["reward_model.path=s3://bucket/rm"], "reward_model.path"),
+    (["gold=rm", "gold.path=file:///tmp/gold"], "gold.path"),
+    (["algo.reference.path=hf://org/model"], "algo.reference.path"),
+    (["eval.probe_path=ftp://host/probe"], "eval.probe_path"),
+    (["data.on_policy_fraction=0.2", "data.on_policy_path=[/a,'http://h/b']"], "data.on_policy_path"),
+], ids=["resume-http", "grpo-https", "policy", "rm-s3", "gold-file", "reference-hf", "probe-ftp", "on-policy-list"])
+def test_a_checkpoint_path_is_local_never_a_url(overrides, key):
+    """algo.resume_from=http://... ran the file's pickled payload (Lightning loads an http(s) checkpoint with
+    weights_only=False): every key that names a checkpoint refuses a URL, before anything is fetched."""
+    with pytest.raises(ConfigError) as exc:
+        C.validate(compose_cfg(overrides))
+    assert exc.value.key == key and "://" in exc.value.value and "a URL or any scheme:// is refused" in str(exc.value)
+
+
+def test_resume_from_is_an_existing_file_of_tensors_and_plain_values(tmp_path):
+    """A missing file was Lightning's traceback; a pickled one (tests/test_checkpoints.py) is refused unread."""
+    import torch
+
+    missing = tmp_path / "absent.ckpt"
+    with pytest.raises(ConfigError) as exc:
+        C.validate(compose_cfg([f"algo.resume_from={missing}"]))
+    assert (exc.value.key, exc.value.value) == ("algo.resume_from", str(missing))
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    with pytest.raises(ConfigError, match="^algo.resume_from=.*empty.ckpt': not a checkpoint torch.save wrote"):
+        C.validate(compose_cfg([f"algo.resume_from={tmp_path / 'empty.ckpt'}"]))
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "global_step": 4, "loops": {}}, tmp_path / "ppo_last.ckpt")
+    C.validate(compose_cfg([f"algo.resume_from={tmp_path / 'ppo_last.ckpt'}"]))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_cli_a_gpu_job_without_a_gpu_exits_2_with_one_line(tmp_path):
+    r = cli(*TINY, "trainer.accelerator=gpu", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines == ["rlhf-lab: config error: trainer.accelerator must be cpu or auto on this machine, which has no "
+                     "GPU torch can use (torch.cuda.device_count() is 0): trainer=cpu, or run the job where there is "
+                     "one, got 'gpu'"], r.stderr
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 @pytest.mark.parametrize("source", ["jsonl", "hf"])
 def test_the_data_size_bounds_are_at_least_1_or_null(source):
     where = f"data.path={__file__}" if source == "jsonl" else f"data.name={__file__}"
-    keys = ("max_line_bytes", "max_total_bytes") if source == "jsonl" else ("max_total_bytes",)
-    for key in keys:
+    for key in ("max_line_bytes", "max_total_bytes"):
         with pytest.raises(ConfigError) as exc:
             C.validate(compose_cfg([f"data={source}", where, f"data.{key}=0"]))
         assert str(exc.value) == f"data.{key} must be >= 1 or null (no limit), got 0"

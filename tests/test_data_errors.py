@@ -191,6 +191,36 @@ def test_a_local_hf_dataset_over_the_total_bound_is_refused_before_it_is_read(tm
         assert "over data.max_total_bytes=1000 (1000 B): nothing read" in str(exc.value)
 
 
+def test_an_over_long_row_through_data_hf_is_refused_before_it_is_converted(tmp_path, monkeypatch):
+    """A 20 MB line through data=hf was accepted (3 GB of memory as it was rendered and tokenized): data.max_line_bytes
+    bounds data=hf too. A .jsonl file's long line is refused before `datasets` reads the file (read in bounded
+    pieces), a long row of a parquet file or save_to_disk folder is a bad row named ``name[split] row i``."""
+    import datasets
+
+    from rlhf_lab.data import external as X
+
+    lines = many_rows()
+    lines[4] = json.dumps({**GOOD, "chosen": "x" * 5000})
+    f = tmp_path / "pairs.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    ds = datasets.Dataset.from_list([json.loads(line) for line in lines])
+    ds.to_parquet(str(tmp_path / "pairs.parquet"))
+    ds.save_to_disk(str(tmp_path / "saved"))
+    assert len(load(tmp_path, ["data=hf", f"data.name={f}"])["train"]) > 0  # 5 kB: under the default 4 MiB
+    convert = X.convert
+    monkeypatch.setattr(X, "convert", lambda row, *a, **k: pytest.fail("a long row was converted")
+                        if len(json.dumps(row)) > 1000 else convert(row, *a, **k))
+    with pytest.raises(DataError) as exc:
+        load(tmp_path, ["data=hf", f"data.name={f}", "data.max_line_bytes=1000"])
+    assert str(exc.value).startswith(f"data.name='{f}': {f}:5: a line of {len(lines[4])} bytes (")
+    assert "over data.max_line_bytes=1000 (1000 B): not read; raise data.max_line_bytes" in str(exc.value)
+    for name in ("pairs.parquet", "saved"):
+        with pytest.raises(DataError) as exc:
+            load(tmp_path, ["data=hf", f"data.name={tmp_path / name}", "data.max_line_bytes=1000"])
+        assert f"{tmp_path / name}[train] row 4: a row of 50" in str(exc.value), str(exc.value)
+        assert "over data.max_line_bytes=1000 (1000 B)" in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_the_size_bounds_change_no_key(monkeypatch):
     """They only refuse data: the keys of a job on external data (its config digest, a pre-empted job's checkpoint,
     the start evaluation, DPO's artifact) are those of the config without them, as before they existed."""

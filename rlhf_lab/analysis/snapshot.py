@@ -8,7 +8,9 @@ the union of the store's runs and the file's. Runs accumulate across machines an
 be recomputed from the repository alone (``--runs reports/claims_runs.json.gz --no-store``).
 
 The file is gzip'd JSON: ``{"format", "sha256", "payload"}``, where ``sha256`` is the digest of the payload's
-canonical JSON. A file whose digest or format does not match is refused (:class:`SnapshotError`), never used.
+canonical JSON. A file whose digest or format does not match is refused (:class:`SnapshotError`), never used, and so
+is one that decompresses to more than :data:`MAX_JSON_BYTES` (read at most that far: a 3 MB gzip once decompressed
+to 3 GB) or nests deeper than Python's JSON reader goes (a ``RecursionError``).
 It is written to a temporary file and renamed, so a killed writer leaves the old file whole.
 """
 
@@ -23,6 +25,7 @@ import io
 import json
 import marshal
 import re
+import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -32,6 +35,9 @@ from rlhf_lab.runs.process import write_atomic
 
 FORMAT = 1
 FILE_NAME = "claims_runs.json.gz"
+# a runs file's JSON, decompressed, at most: 256 MiB, ten times the largest one written (reports/claims_runs.json.gz,
+# 22.5 MiB, read into about 100 MB of Python objects)
+MAX_JSON_BYTES = 256 * 2**20
 
 Studies = dict[str, list[RunData]]  # {claims study key (registry): its runs, all statuses}
 Commands = dict[str, list[str]]     # {claims study key: the commands of its sweep parent runs}
@@ -117,14 +123,25 @@ def checked_payload(path: str, stamp: tuple) -> dict:
     from it by :func:`run_from_dict`, which copies."""
     try:
         with gzip.open(path, "rb") as f:
-            doc = json.loads(f.read())
+            text = f.read(MAX_JSON_BYTES + 1)  # bounded: never more than the limit decompressed
+        if len(text) > MAX_JSON_BYTES:
+            raise SnapshotError(f"{path}: decompresses to more than {MAX_JSON_BYTES // 2**20} MiB of JSON, the most a "
+                                "runs file may hold (rlhf-lab-report writes far less): not read; restore it from git or "
+                                "regenerate it from a store")
+        doc = json.loads(text)
+        payload = doc.get("payload") if isinstance(doc, dict) else None
+        matches = isinstance(payload, dict) and digest(payload) == doc.get("sha256")
+    except RecursionError as err:  # json's reader (and its writer, for the digest) nest as deep as the recursion limit
+        raise SnapshotError(f"{path}: JSON nested deeper than {sys.getrecursionlimit()} levels (a runs file nests "
+                            "about 10): not a runs file; restore it from git or regenerate it from a store") from err
+    except SnapshotError:
+        raise
     except (OSError, EOFError, ValueError) as err:
         raise SnapshotError(f"{path}: not a readable runs file ({type(err).__name__}: {err})") from err
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SnapshotError(f"{path}: runs file format {doc.get('format') if isinstance(doc, dict) else '?'}, "
                             f"this version reads format {FORMAT}")
-    payload = doc.get("payload")
-    if not isinstance(payload, dict) or digest(payload) != doc.get("sha256"):
+    if not matches:
         raise SnapshotError(f"{path}: the runs do not match their sha256 (the file is corrupted or was edited); "
                             "restore it from git or regenerate it from a store")
     problem = payload_problem(payload)

@@ -14,6 +14,9 @@ and controllers (:mod:`rlhf_lab.algorithms.kl`), the loss aggregations (``rl_mat
 the samplers (``models.sampling``), the evaluation schedules (``evaluation.callbacks``). The choices of the PPO
 stage's wiring (``stages.ppo.REFERENCE_KINDS`` and ``CRITICS``) and DPO's reference kinds are listed here and kept
 equal by ``tests/test_config_checks.py``.
+
+The trainer's devices, and what the job asks of this machine (CLI only), are :mod:`rlhf_lab.config.devices`'s; the
+keys that name a checkpoint or data file are local paths, never URLs (:mod:`rlhf_lab.config.paths`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
 from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController, KLEstimator, KLIn
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
+from rlhf_lab.config.devices import check_accelerator, check_devices, check_machine
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
+from rlhf_lab.config.paths import check_local_paths, check_resume_from
 from rlhf_lab.data.preferences import OnPolicyPairing
 from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
@@ -94,19 +99,13 @@ def check_trainer(t: DictConfig) -> None:
     need_all(t, "trainer", {"max_steps": (optional(at_least(1)), ">= 1 or null"),
                             "log_every_n_steps": (at_least(1), ">= 1"), "threads": (optional(at_least(1)), ">= 1 or null"),
                             "num_nodes": (at_least(1), ">= 1")})
+    check_accelerator(t)
     check_devices(t)
 
 
-def check_devices(t: DictConfig) -> None:
-    """``trainer.devices``: a count ≥ 1, ``auto``, a list of device ids, or -1: Lightning's every device, which is
-    every GPU; with ``accelerator=cpu`` Lightning takes only a count of processes, so -1 there is an error."""
-    n = get(t, "devices")
-    n = int(n) if isinstance(n, str) and n.strip().lstrip("-").isdigit() else n
-    if n == -1 and str(get(t, "accelerator")) == "cpu":
-        raise ConfigError("trainer.devices", n, "a number of processes >= 1 with trainer.accelerator=cpu (-1, every "
-                          "device, means every GPU: trainer=gpu or trainer=ddp)")
-    if isinstance(n, int) and not isinstance(n, bool) and (n == 0 or n < -1):
-        raise ConfigError("trainer.devices", n, ">= 1 (processes or GPUs), -1 (every GPU), 'auto' or a list of ids")
+def check_labeler(lab: DictConfig) -> None:
+    """``labeler``: its Bradley-Terry temperature divides the gold reward's differences, so it is > 0."""
+    need_all(lab, "labeler", {"temperature": positive})
 
 
 def check_upstream(node: DictConfig, prefix: str) -> None:
@@ -277,6 +276,7 @@ def check_ppo(a: DictConfig) -> None:
     if get(a, "stop_on_alarm") and not (get(a, "alarm.enabled") and str(a.reward) == "rm"):
         raise ConfigError("algo.stop_on_alarm", True, "false unless algo.alarm.enabled=true and algo.reward=rm (the "
                           "hacking alarm reads the proxy reward)")
+    check_resume_from(get(a, "resume_from"))
     kind = choice(a, "algo", "reference.kind", PPO_REFERENCE_KINDS)
     path, sync = get(a, "reference.path"), get(a, "reference.sync_every") or 0
     if path and sync:
@@ -317,10 +317,12 @@ def check_dpo(a: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Check every group of a composed config; raise :class:`ConfigError` on the first bad value."""
+    check_local_paths(cfg)  # first: a URL is refused whatever else is wrong
     if isinstance(cfg.get("policy"), DictConfig):  # first: a same-source RM inherits its dtype
         check_loading(cfg.policy, "policy")
     for group, check in (("generation", check_generation), ("eval", check_eval), ("trainer", check_trainer),
-                         ("data", check_data), ("reward_model", check_reward_model), ("kl", check_kl)):
+                         ("data", check_data), ("reward_model", check_reward_model), ("kl", check_kl),
+                         ("labeler", check_labeler)):
         if isinstance(cfg.get(group), DictConfig):
             check(cfg[group])
     for group in ("pretrain", "sft"):
@@ -374,13 +376,15 @@ def check_external_data(cfg: DictConfig) -> None:
 
 
 def exit_on_bad_config(cfg: DictConfig) -> None:
-    """The CLI's check: one line on stderr and exit status 2 on a bad value (``HYDRA_FULL_ERROR=1``: raise). In a
+    """The CLI's check (:func:`validate`, then what the job asks of this machine: :func:`check_machine`): one line
+    on stderr and exit status 2 on a bad value (``HYDRA_FULL_ERROR=1``: raise). In a
     multirun the :class:`ConfigError` is raised (the job is recorded as failed, the others go on). Under Hydra, the
     job's ``+key=value`` overrides are checked first (:func:`check_added_keys`)."""
     try:
         overrides, groups = hydra_overrides_and_groups()
         check_added_keys(cfg, overrides, groups)
         validate(cfg)
+        check_machine(cfg)
     except ConfigError as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or is_multirun():
             raise

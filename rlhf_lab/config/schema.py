@@ -321,6 +321,7 @@ class HfDataConfig:
     eval_fraction: float = MISSING
     test_fraction: float = MISSING
     seed: int = MISSING
+    max_line_bytes: Optional[int] = MISSING  # of a row, and of a line of a .jsonl file (rlhf_lab/data/files.py)
     max_total_bytes: Optional[int] = MISSING  # of a local file or folder (rlhf_lab/data/files.py); null: no limit
 
 

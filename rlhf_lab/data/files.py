@@ -10,8 +10,11 @@ in memory: it is read in pieces (at most that many bytes, then 1 MiB at a time) 
 (a ``DatasetDict`` gives its ``data.split``), a ``.parquet``, ``.jsonl`` or ``.json`` file, or a dataset on the
 Hugging Face hub; rows are named ``name[split] row i`` (0-based, :func:`dataset_rows`). A local file or folder
 larger than ``data.max_total_bytes`` is refused before ``datasets`` reads it (a hub dataset's size is not known
-before it is downloaded: not checked). A JSON file ``datasets`` cannot read is scanned as JSON lines for the
-first bad line, so its error names ``file:line``.
+before it is downloaded: not checked), and so is a ``.jsonl`` file with a line longer than ``data.max_line_bytes``
+(:func:`first_long_line`, read in bounded pieces). From any source, a row whose text is larger than
+``data.max_line_bytes`` (:func:`row_bytes`) is a bad row, never converted or tokenized (a 20 MB row once took 3 GB).
+A JSON file ``datasets`` cannot read is scanned as JSON lines for the first bad line, so its error names
+``file:line``.
 
 The default bounds (``conf/data/*.yaml``, mirrored by :data:`MAX_LINE_BYTES` and :data:`MAX_TOTAL_BYTES`) are far
 above real preference data: a long chat row is a few hundred KB, the largest public preference sets (HH-RLHF,
@@ -124,13 +127,43 @@ def jsonl_rows(path: Path, max_line_bytes: int | None = MAX_LINE_BYTES, max_tota
         for i, raw, size in bounded_lines(f, max_line_bytes):
             where = f"{path}:{i}"
             if raw is None:
-                yield where, BadRow(f"a line of {size} bytes ({human_bytes(size)}), over data.max_line_bytes="
-                                    f"{max_line_bytes} ({human_bytes(max_line_bytes)}): not read; raise "
-                                    "data.max_line_bytes (null: no limit) if the row is real")
+                yield where, BadRow(over_line_bound(size, max_line_bytes))
                 continue
             row = decode_row(raw)
             if row is not None:
                 yield where, row
+
+
+def over_line_bound(size: int, limit: int, what: str = "a line") -> str:
+    """A bad row's text: `what` of `size` bytes is over ``data.max_line_bytes`` (`limit`)."""
+    return (f"{what} of {size} bytes ({human_bytes(size)}), over data.max_line_bytes={limit} ({human_bytes(limit)}): "
+            "not read; raise data.max_line_bytes (null: no limit) if the row is real")
+
+
+def first_long_line(path: Path, limit: int | None) -> tuple[int, int] | None:
+    """(line number from 1, size) of the first line of the file at `path` longer than `limit` bytes, read in bounded
+    pieces (:func:`bounded_lines`); None when there is none or no limit."""
+    if limit is None:
+        return None
+    with open(path, "rb") as f:
+        return next(((i, size) for i, raw, size in bounded_lines(f, limit) if raw is None), None)
+
+
+def row_bytes(row: Any) -> int:
+    """How large a row of a dataset is, as text: the UTF-8 bytes of its strings (keys too), 8 for any other value,
+    its lists and dicts walked without recursion."""
+    total, todo = 0, [row]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            total += len(v) if v.isascii() else len(v.encode("utf-8", "surrogatepass"))
+        elif isinstance(v, dict):
+            todo += [*v.keys(), *v.values()]
+        elif isinstance(v, (list, tuple)):
+            todo += v
+        else:
+            total += 8
+    return total
 
 
 def is_local(name: str) -> bool:
@@ -186,15 +219,20 @@ def load_local_file(p: Path, name: str):
                          + (f"; the first bad line: {where}" if where else "")) from err
 
 
-def load_hf_dataset(name: str, split: str, max_total_bytes: int | None = MAX_TOTAL_BYTES):
+def load_hf_dataset(name: str, split: str, max_total_bytes: int | None = MAX_TOTAL_BYTES,
+                    max_line_bytes: int | None = MAX_LINE_BYTES):
     """A ``datasets.Dataset``: a save_to_disk folder, a parquet/JSON(L) file, or a hub dataset, by ``data.name``; a
-    local one over `max_total_bytes` raises ValueError before it is read."""
+    local one over `max_total_bytes`, or a ``.jsonl`` file with a line over `max_line_bytes`, raises ValueError before
+    it is read."""
     import datasets
 
     p = Path(name).expanduser()
     saved = p.is_dir() and any((p / f).exists() for f in ("dataset_dict.json", "state.json", "dataset_info.json"))
     if saved or (p.is_file() and p.suffix in (".parquet", ".jsonl", ".json")):
         check_total_size(local_size(p, split), max_total_bytes, f"data.name={name!r}")
+    long = first_long_line(p, max_line_bytes) if p.is_file() and p.suffix == ".jsonl" else None
+    if long is not None:
+        raise ValueError(f"data.name={name!r}: {p}:{long[0]}: {over_line_bound(long[1], max_line_bytes)}")
     if saved:
         ds = datasets.load_from_disk(str(p))
     elif p.is_file() and p.suffix in (".parquet", ".jsonl", ".json"):
@@ -217,7 +255,10 @@ def load_hf_dataset(name: str, split: str, max_total_bytes: int | None = MAX_TOT
     return ds
 
 
-def dataset_rows(ds, label: str) -> Iterator[tuple[str, Any]]:
-    """(``name[split] row i``, row) for each row of a ``datasets.Dataset``, 0-based."""
+def dataset_rows(ds, label: str, max_row_bytes: int | None = MAX_LINE_BYTES) -> Iterator[tuple[str, Any]]:
+    """(``name[split] row i``, row) for each row of a ``datasets.Dataset``, 0-based; a row larger than
+    `max_row_bytes` (``data.max_line_bytes``, :func:`row_bytes`) is a :class:`BadRow` instead."""
     for i, row in enumerate(ds):
-        yield f"{label} row {i}", row
+        size = row_bytes(row) if max_row_bytes is not None else 0
+        yield f"{label} row {i}", (BadRow(over_line_bound(size, max_row_bytes, "a row")) if size > (max_row_bytes or 0)
+                                   else row)

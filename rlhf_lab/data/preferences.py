@@ -241,8 +241,9 @@ def external_rows(dc: dict):
     if not dc.get("name"):
         raise ValueError("data=hf needs data.name=<save_to_disk folder, .parquet/.jsonl file or hub name>")
     name, split = str(dc["name"]), str(dc.get("split", "train"))
-    ds = load_hf_dataset(name, split, dc.get("max_total_bytes", MAX_TOTAL_BYTES))
-    return dataset_rows(ds, f"{name}[{split}]"), f"data.name={name!r}"
+    line_bound = dc.get("max_line_bytes", MAX_LINE_BYTES)  # a row's bound too (rlhf_lab.data.files.row_bytes)
+    ds = load_hf_dataset(name, split, dc.get("max_total_bytes", MAX_TOTAL_BYTES), line_bound)
+    return dataset_rows(ds, f"{name}[{split}]", line_bound), f"data.name={name!r}"
 
 
 class TooFewPrompts(ConfigError):

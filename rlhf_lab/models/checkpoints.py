@@ -10,10 +10,17 @@ report names them). :func:`check_loaded` reads that loading report
 purpose: a sequence classifier built from a backbone (a causal LM or an encoder; ``new_head=True``) gets a newly
 initialised scalar head and drops the backbone checkpoint's own head (a causal LM's unembedding). Tied weights are
 not in the report (transformers ties them after loading). :mod:`rlhf_lab.models.families` loads through it.
+
+Two more ways a checkpoint is refused before it is read: a model its config.json describes that this machine's memory
+cannot hold (:func:`too_large`, the parameters counted before anything is allocated; a ``vocab_size`` of 4e8 once
+tried to allocate 51 GB), and a Lightning training checkpoint (``algo.resume_from``, a pre-emption checkpoint) that
+``torch.load(weights_only=True)`` cannot read (:func:`check_weights_only`): a pickle that needs more than tensors and
+plain values could run code as it is read, so it is never unpickled.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +130,62 @@ def check_loaded(info: dict, model, key: str, name_or_path: Any, new_head: bool 
     raise CheckpointError(key, name_or_path, f"{weights_file(name_or_path)} does not match its config.json ({arch}): "
                           + "; ".join(problems), f"point {key} at a checkpoint whose weights and config.json "
                           "were saved together (save_pretrained)")
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can still give (psutil's ``available``), or less when a cgroup (v2) limit leaves
+    this process less."""
+    import psutil
+
+    free = int(psutil.virtual_memory().available)
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        if limit.isdigit():
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes for a reader, in powers of 1000: ``51.2 GB``, ``300.0 MB``."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def too_large(key: str, where: Any, params: int, n_bytes: int, dtype: str, available: int) -> CheckpointError | None:
+    """The error of a model of `params` parameters (`n_bytes` in `dtype`) that the `available` memory cannot hold,
+    named by config `key` and its folder `where`; None when it fits."""
+    if n_bytes <= available:
+        return None
+    return CheckpointError(key, where, f"its config.json describes a model of {params:,} parameters ({human_bytes(n_bytes)} "
+                           f"in {dtype}), more than the {human_bytes(available)} of memory this machine has available: "
+                           "not loaded", f"point {key} at a smaller model (or a config.json with the sizes it was "
+                           "saved with), load it in a smaller dtype, or run on a machine with more memory")
+
+
+def check_weights_only(path: Any, key: str) -> None:
+    """Raise :class:`CheckpointError` (one line naming `key` and `path`) unless the training checkpoint `path` loads
+    with ``torch.load(weights_only=True)``: tensors, numbers, strings and containers, the whole of what Lightning saves
+    for rlhf-lab's jobs. A pickle that needs anything else (an object of any class, a function to call) is refused
+    unread: unpickling it could run code. Memory-mapped (``mmap=True``): the tensors are not read into memory."""
+    import pickle
+
+    import torch
+
+    fix = ("resume only from a checkpoint a PPO, GRPO or RLOO job of rlhf-lab wrote (ppo_step*.ckpt, ppo_last.ckpt "
+           "or its pre-emption checkpoint); remove this file or point the key elsewhere")
+    try:
+        torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as err:  # torch's message: what it refused on the line "WeightsUnpickler error: ..."
+        found = re.search(r"WeightsUnpickler error: ([^\n]*)", re.sub(r"\x1b\[[0-9;]*m", "", str(err)))
+        why = f" ({found.group(1).split('. ')[0].strip()[:200]})" if found else ""
+        raise CheckpointError(key, path, f"not loadable with torch.load(weights_only=True){why}: a pickle that could "
+                              "run code as it is read, refused unread", fix) from err
+    except (RuntimeError, OSError, EOFError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(key, path, f"not a checkpoint torch.save wrote in its zip format ({type(err).__name__}: "
+                              f"{first})", fix) from err

@@ -34,10 +34,12 @@ from rlhf_lab.models.checkpoints import (
     TOKENIZER_FILES,
     CheckpointError,
     CheckpointNotFound,
+    available_memory,
     check_loaded,
     folder_fix,
     has_tokenizer_files,
     local_folder,
+    too_large,
 )
 
 FAMILIES = ("a", "b")
@@ -157,8 +159,12 @@ def pretrained_path(name_or_path: str, key: str = "reward_model.name_or_path") -
     return str(Path(list(spec.submodule_search_locations)[0]) / "model")
 
 
+try:  # a config.json value of the wrong type (vocab_size=4e8: a float), in the huggingface_hub transformers 5 uses
+    from huggingface_hub.errors import StrictDataclassError
+except ImportError:  # older: a ValueError
+    StrictDataclassError = ValueError
 # what from_pretrained raises on a broken checkpoint (not RuntimeError: out of memory is no broken checkpoint)
-LOAD_ERRORS = (OSError, ValueError, SafetensorError, UnpicklingError)
+LOAD_ERRORS = (OSError, ValueError, SafetensorError, UnpicklingError, StrictDataclassError)
 
 
 def _load_error(key: str, s: str, err: Exception) -> CheckpointError:
@@ -196,11 +202,50 @@ def check_pair(model: PreTrainedModel, tokenizer, key: str) -> None:
                               f"embeds only {n_emb}; they are not a pair", "load the tokenizer saved with this model")
 
 
+def model_footprint(auto_class, config, dtype=None) -> tuple[int, int, str]:
+    """(parameters, bytes, dtype name) of the model `auto_class` builds from `config`, built on torch's meta device
+    (shapes only, nothing allocated). The dtype is `dtype` (``from_pretrained``'s, a torch dtype), else config.json's
+    own (transformers' ``dtype="auto"``), else float32 (when only the weights would tell: the larger guess)."""
+    if not isinstance(dtype, torch.dtype):
+        own = vars(config)  # transformers 5 keeps config.json's dtype as `dtype`, 4.x as `torch_dtype`
+        dtype = own.get("dtype") or own.get("torch_dtype")
+        dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    with torch.device("meta"):
+        model = auto_class.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    return params, params * dtype.itemsize, str(dtype).removeprefix("torch.")
+
+
+def check_fits_in_memory(auto_class, s: str, key: str, dtype=None) -> None:
+    """Raise :class:`~rlhf_lab.models.checkpoints.CheckpointError` before ``from_pretrained`` allocates a model that
+    this machine's available memory cannot hold (:func:`model_footprint`,
+    :func:`~rlhf_lab.models.checkpoints.too_large`), or whose config.json transformers cannot read. A hub name whose
+    config is out of reach, or a config transformers cannot build on the meta device, is left to ``from_pretrained``."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(s)
+    except LOAD_ERRORS as err:
+        if local_folder(s) is None:
+            return
+        raise _load_error(key, s, err) from err
+    try:
+        params, n_bytes, name = model_footprint(auto_class, config, dtype)
+    except Exception:  # noqa: BLE001 - not buildable on the meta device: from_pretrained reports what it finds
+        return
+    err = too_large(key, s, params, n_bytes, name, available_memory())
+    if err is not None:
+        raise err
+
+
 def load_checked(auto_class, s: str, key: str, new_head: bool = False, **kwargs) -> PreTrainedModel:
     """``auto_class.from_pretrained(s, **kwargs)``, checked: a checkpoint transformers cannot load, or whose weights do
     not fit the model its config.json describes (missing, unexpected or of another shape: transformers' loading
-    report), is a :class:`~rlhf_lab.models.checkpoints.CheckpointError` naming `key`; ``new_head``: see
+    report), or that this machine's memory cannot hold (:func:`check_fits_in_memory`, before anything is allocated),
+    is a :class:`~rlhf_lab.models.checkpoints.CheckpointError` naming `key`; ``new_head``: see
     :func:`rlhf_lab.models.checkpoints.load_problems`."""
+    check_fits_in_memory(auto_class, s, key, kwargs.get("dtype"))
     try:
         model, info = auto_class.from_pretrained(s, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
     except LOAD_ERRORS as err:

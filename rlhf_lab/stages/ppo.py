@@ -48,6 +48,7 @@ from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settin
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
+from rlhf_lab.models.checkpoints import check_weights_only
 from rlhf_lab.models.sharding import whole
 from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
 from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
@@ -357,6 +358,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
     resume = resume_checkpoint(cfg, stage, spec)  # pre-empted before: continue from its checkpoint, in its run
     run_file = resume.with_suffix(".run")  # the MLflow run the checkpoint belongs to
     resume_run = run_file.read_text().strip() if resume.is_file() and run_file.is_file() else None
+    given = Path(str(a.resume_from)).expanduser() if a.get("resume_from") else None
+    if given is not None or resume.is_file():  # either is unpickled only as tensors and plain values, never code
+        check_weights_only(given or resume, "algo.resume_from" if given is not None else "cache_dir")
     with tracking.start_run(run_settings(cfg), stage, params=params, tags=tags, resume_run_id=resume_run) as run:
         if distributed.is_rank_zero() and run.info.run_id:
             resume.parent.mkdir(parents=True, exist_ok=True)
@@ -379,7 +383,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             if "objective/gold" in m.last_stats else None,
             gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
             enabled=hm.enabled and a.reward == "rm" and gold.scorer is not None)
-        ckpt = a.get("resume_from") or (str(resume) if resume.is_file() else None)
+        ckpt = str(given) if given is not None else (str(resume) if resume.is_file() else None)
         if ckpt and ckpt == str(resume):
             print(f"[rlhf-lab] {stage}: resuming from {resume} (this job was pre-empted before)", flush=True)
             active_run.set_tag("rlhf_lab.resumed_from", str(resume))
@@ -398,7 +402,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
         t0 = time.time()
         # a SIGTERM stops at the step's end, after a checkpoint to resume from
         with defer_sigterm(), lightning_sigterm_as_interrupted():
-            trainer.fit(module, ckpt_path=ckpt)
+            trainer.fit(module, ckpt_path=ckpt, weights_only=True)  # Lightning's default for a URL was False
         resume.unlink(missing_ok=True)  # finished: nothing left to resume
         run_file.unlink(missing_ok=True)
         train_s = time.time() - t0
