@@ -6,10 +6,11 @@ ConfigStore instead of copying it at every composition (rlhf_lab/config/live_sto
 
 from importlib.resources import files
 
-from rlhf_lab.config import frontier, live_store
+from rlhf_lab.config import cli_help, frontier, live_store
 from rlhf_lab.config.schema import register
 
 live_store.share()
 register()
+cli_help.register()  # the resolvers of `rlhf-lab --help` (conf/hydra/help/rlhf_lab.yaml)
 frontier.register(files(__name__).joinpath("frontier"), "frontier")
 frontier.register(files(__name__).joinpath("frontier_equal"), "frontier_equal")

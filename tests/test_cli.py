@@ -35,6 +35,10 @@ def test_help_lists_config_groups(tmp_path):
     for group in ("algo:", "labeler:", "policy:", "world:"):
         assert group in r.stdout
     assert "length_biased" in r.stdout and "a_small" in r.stdout
+    groups, sweeps = r.stdout.split("== Config groups")[1].split("== Config ==")[0].split("== Sweeps (rlhf-lab -m "
+                                                                                     "sweep=NAME) ==")
+    assert "schema/" not in groups and "frontier" not in groups  # internal groups hidden (issue 68)
+    assert "ppo_beta_grid" in sweeps and "gao_rm_scaling" in sweeps and "seeds" in sweeps
 
 
 @pytest.mark.slow
@@ -73,6 +77,9 @@ def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
     assert sft["tags.rlhf_lab.cpu_capability"] == cpu_capability() and "torch==" in sft["tags.rlhf_lab.libraries"]
     assert (tmp_path / ".rlhf_lab_cache" / "pretrain").is_dir()
 
+    (log,) = (tmp_path / "outputs").glob("*/*/run.log")  # what the terminal showed, also in the job's run.log
+    shown = log.read_text()
+    assert "rlhf-lab sft: done" in shown and "  test gold  : " in shown and "[rlhf-lab] pretrain: building" in shown
 
 @pytest.mark.slow
 def test_wheel_ships_the_configs(installed_wheel, tmp_path):
