@@ -70,16 +70,17 @@ def test_cli_runs_a_tiny_sft_job_and_prints_a_summary(tmp_path):
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     sft = runs[runs["tags.rlhf_lab.stage"] == "sft"].iloc[0]
     assert sft["status"] == "FINISHED" and sft["params.steps"] == "5"
+    assert sft["tags.mlflow.runName"].startswith("sft policy=a_tiny pretrain.steps=60 ")  # its overrides (issue 68)
     assert "trainer.max_steps=5" in sft["tags.rlhf_lab.overrides"]
     assert sft["tags.rlhf_lab.git_commit"]
     from rlhf_lab.runs.code import cpu_capability  # what else a rerun must match: the CPU kernels, the libraries
 
     assert sft["tags.rlhf_lab.cpu_capability"] == cpu_capability() and "torch==" in sft["tags.rlhf_lab.libraries"]
     assert (tmp_path / ".rlhf_lab_cache" / "pretrain").is_dir()
-
     (log,) = (tmp_path / "outputs").glob("*/*/run.log")  # what the terminal showed, also in the job's run.log
     shown = log.read_text()
     assert "rlhf-lab sft: done" in shown and "  test gold  : " in shown and "[rlhf-lab] pretrain: building" in shown
+
 
 @pytest.mark.slow
 def test_wheel_ships_the_configs(installed_wheel, tmp_path):

@@ -14,6 +14,21 @@ def test_run_name_carries_stage_and_swept_values():
     assert tracking.sweep_run_name("sft", {}) == "sft"
 
 
+def test_a_job_outside_a_sweep_is_named_by_its_overrides():
+    """Issue 68: a seed-3 sft is not named like the quickstart's; paths by their last part; whole overrides only."""
+    assert tracking.job_run_name("sft", ["algo=sft", "seed=3", "sft.lr=0.001", "trainer.threads=1",
+                                         "tracking.uri=sqlite:///x.db", "cache_dir=/c", "hydra/launcher=parallel",
+                                         "skip_finished=true"]) == "sft seed=3 sft.lr=0.001"
+    assert tracking.job_run_name("sft", []) == "sft"
+    assert tracking.job_run_name("ppo", ["policy.name_or_path=/home/u/models/pythia-70m/", "+ppo_kl=fixed_0.1"]) == (
+        "ppo policy.name_or_path=pythia-70m ppo_kl=fixed_0.1")
+    many = [f"eval.n_prompts={i}" for i in range(40)]
+    name = tracking.job_run_name("ppo", many)
+    kept = name.split(" ")[1:-2]
+    assert kept == many[:len(kept)] and name.endswith(f" +{40 - len(kept)} more")  # never cut mid-override
+    assert len(" ".join(kept)) <= tracking.NAME_CHARS
+
+
 @pytest.mark.slow
 def test_jobs_table_lists_every_job(tmp_path):
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import mlflow
 
+from rlhf_lab.config.keys import computes, override_key
 from rlhf_lab.runs.code import CPU_TAG, cpu_capability, library_versions
 from rlhf_lab.runs.distributed import is_rank_zero
 from rlhf_lab.runs.identity import run_tags
@@ -49,9 +50,48 @@ def git_commit() -> str:
 JOB_TAG = "rlhf_lab.job"  # "true" on the run of the job stage (not on the upstream stages it built)
 
 
+NAME_CHARS = 80  # the overrides in a run's name, at most (whole ones; the rest counted as "+N more")
+NAME_SKIPS = ("algo", "trainer.threads", "hydra")  # the stage names the job; threads and Hydra's own compute nothing
+
+
+def short_value(value: str) -> str:
+    """A local path by its last part (``/data/u/pythia-70m`` -> ``pythia-70m``); any other value as it is."""
+    if value.startswith(("/", "./", "../", "~")) and value.rstrip("/"):
+        return Path(value.rstrip("/")).name or value
+    return value
+
+
+def named(name: str, pairs: list[tuple[str, str]]) -> str:
+    """`name` and ``key=value`` for each pair, values shortened (:func:`short_value`), whole pairs only: past
+    :data:`NAME_CHARS` characters the rest are counted (``+2 more``), never cut in the middle."""
+    tokens = [f"{k}={short_value(v)}" for k, v in pairs]
+    kept: list[str] = []
+    for t in tokens:
+        if kept and len(" ".join([*kept, t])) > NAME_CHARS:
+            break
+        kept.append(t)
+    rest = len(tokens) - len(kept)
+    return " ".join([name, *kept, *([f"+{rest} more"] if rest else [])])
+
+
 def sweep_run_name(name: str, swept: dict[str, str]) -> str:
     """``ppo kl.beta=0.1 seed=1``: the stage and the job's values of the swept keys (``sweep.<key>``)."""
-    return " ".join([name, *(f"{k.removeprefix('sweep.')}={v}" for k, v in swept.items())])
+    return named(name, [(k.removeprefix("sweep."), v) for k, v in swept.items()])
+
+
+def job_run_name(name: str, overrides: list[str]) -> str:
+    """A job run outside a sweep: ``sft seed=3 sft.lr=0.001``, the stage and the job's command-line overrides that
+    change what it computes (not ``algo=``, which the stage names, nor the keys of
+    :data:`~rlhf_lab.config.keys.NOT_COMPUTED`, threads or Hydra's own), shortened as :func:`named` does; the stage
+    alone without any."""
+    pairs = []
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        key = override_key(key)
+        if eq and computes(key) and not any(key == s or key.startswith(s + ".") or key.startswith(s + "/")
+                                            for s in NAME_SKIPS):
+            pairs.append((key, value))
+    return named(name, pairs)
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -207,7 +247,9 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
             client.delete_tag(resumed, "rlhf_lab.error")
     else:
         with run_refused_in_one_line(uri, settings.experiment):
-            run = mlflow.start_run(run_name=sweep_run_name(run_name or stage, swept), tags=all_tags)
+            name = (job_run_name(run_name or stage, hydra_overrides()) if is_job and not parent  # its own overrides
+                    else sweep_run_name(run_name or stage, swept))
+            run = mlflow.start_run(run_name=name, tags=all_tags)
     OPEN_RUNS[run.info.run_id] = uri
     try:
         if swept and not resumed:
