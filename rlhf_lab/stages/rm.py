@@ -96,6 +96,20 @@ def backbone_path(cfg: DictConfig):
     return ensure("pretrain" if str(cfg.reward_model.init) == "pretrain" else "sft", c)
 
 
+def backbone_key(cfg: DictConfig, backbone) -> str:
+    """The key the user set that names the RM's backbone, for the one-line errors of loading it:
+    ``reward_model.name_or_path`` (``source: pretrained``, or a folder of its own), ``policy.name_or_path`` when the
+    backbone is the user's policy folder itself (a same-source RM on the user's model: ``reward_model.name_or_path``
+    is ``${policy.name_or_path}``), else ``reward_model backbone`` (a base or SFT model the lab built)."""
+    rc = cfg.reward_model
+    if str(rc.source) == "pretrained":
+        return "reward_model.name_or_path"
+    folder = rc.get("name_or_path")
+    if not folder or Path(str(folder)).expanduser().resolve() != Path(str(backbone)).expanduser().resolve():
+        return "reward_model backbone"
+    return "policy.name_or_path" if folder == cfg.policy.get("name_or_path") else "reward_model.name_or_path"
+
+
 def data_identity(cfg: DictConfig) -> dict:
     """What determines the preference pairs the RM trains on (part of the RM's cache key, which sees a local data
     file or folder and the policy whose chat template renders the rows by their content: ArtifactCache.keyed)."""
@@ -162,7 +176,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     train, held = prefs.load(cfg)
     validate_pairs(train, "data")
     backbone, steps, seed = spec["backbone"], int(spec["steps"]), int(spec["seed"])
-    key = "reward_model.name_or_path" if str(rc.source) == "pretrained" else "reward_model backbone"
+    key = backbone_key(cfg, backbone)
     tok = F.load_tokenizer(backbone, key)
     max_len = rc.max_len
     margins = (pair_margins(train, W.labeler(cfg), W.gold_weights(cfg), cfg.data.source == "world")
