@@ -107,4 +107,6 @@ def test_bon_job_curve(tiny_cfg, tmp_path):
     # each gold point has its standard error over the 4 prompts: sd of the per-prompt values / √4
     se = _history(db, run, "bon/gold_reward_se")
     assert set(se) == {1, 2, 4} and all(math.isfinite(v) and 0 <= v < 2 for v in se.values())
-    assert "± " in meta["summary"]["eval gold"]
+    line = meta["summary"]["eval gold"]
+    assert "± " in line and "(n=4 eval prompts, ± SE over prompts)" in line
+    assert "(best of 1) -> " in line  # the n of best-of-n is not the n of a figure (issue 68)

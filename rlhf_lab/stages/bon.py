@@ -26,6 +26,7 @@ from rlhf_lab.runs import active_run, tracking
 from rlhf_lab.runs.distributed import work_device
 from rlhf_lab.algorithms.rl_math import best_of_n_expectation, best_of_n_kl
 from rlhf_lab.evaluation.metrics import cluster_mean_se
+from rlhf_lab.evaluation.summary import figure, n_text
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import sample
 from rlhf_lab.config.keys import to_plain
@@ -122,9 +123,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         best = max(curve, key=lambda n: curve[n]["bon/gold_reward"])
         c1, cN = curve[1], curve[spec["n_max"]]
         summary = {
-            "eval gold": f"{c1['bon/gold_reward']:.3f} ± {c1['bon/gold_reward_se']:.3f} (n=1) -> "
-                         f"{cN['bon/gold_reward']:.3f} ± {cN['bon/gold_reward_se']:.3f} (n={spec['n_max']}); "
-                         f"best {curve[best]['bon/gold_reward']:.3f} at n={best} (eval prompts, ± SE over prompts)",
+            "eval gold": f"{figure(c1['bon/gold_reward'], c1['bon/gold_reward_se'])} (best of 1) -> "
+                         f"{figure(cN['bon/gold_reward'], cN['bon/gold_reward_se'])} (best of {spec['n_max']}); "
+                         f"best {curve[best]['bon/gold_reward']:.3f} at best of {best} "
+                         f"({n_text(len(prompts), 'eval prompt')}, ± SE over prompts)",
             "proxy": f"{c1['bon/proxy_reward']:.3f} -> {cN['bon/proxy_reward']:.3f}",
             "kl": f"{cN['bon/kl']:.2f} nats at n={spec['n_max']} (analytic)",
             "samples": f"{proxy.numel()} ({len(prompts)} prompts × {spec['n_max']}) in {train_s:.0f} s",
