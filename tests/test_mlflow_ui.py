@@ -68,3 +68,43 @@ def test_ui_hint_per_store():
         "http://127.0.0.1:5000/#/experiments/3/runs?workflowType=machine_learning")
     assert tracking.ui_hint("sqlite:///mlflow.db", None) == "mlflow ui --backend-store-uri sqlite:///mlflow.db"
     assert tracking.ui_hint("file:///tmp/mlruns", "3") is None
+
+
+@pytest.fixture(scope="module")
+def ui_on_a_finished_sweep(tmp_path_factory):
+    """A two-job DPO sweep (micro sizes, tests/test_team_scale.DPO_MICRO) in a fresh folder, its store served by
+    `mlflow server` (benchmarks/screenshots.py, which makes the docs' screenshots the same way): (base URL,
+    experiment id, parent run, job runs). Skipped without a headless Chromium (apt-get install -y chromium)."""
+    from benchmarks import screenshots
+    from tests.test_team_scale import DPO_MICRO, run_cmd
+
+    if screenshots.chromium() is None:
+        pytest.skip("no headless Chromium on PATH (apt-get install -y chromium)")
+    folder = tmp_path_factory.mktemp("ui_sweep")
+    r = run_cmd(["-m", "rlhf_lab.entry.run", "-m", *DPO_MICRO, "study=ui_smoke", "algo.beta=0.1,0.3"], folder)
+    assert r.returncode == 0, r.stderr[-3000:]
+    store = f"sqlite:///{folder / 'mlflow.db'}"
+    exp, parent, jobs = screenshots.sweep_runs(store)
+    assert len(jobs) == 2
+    # the end of the sweep prints where its parent run is in the UI
+    assert f"#/experiments/{exp}/runs/{parent.info.run_id}?workflowType=machine_learning" in r.stdout
+    with screenshots.mlflow_ui(store) as base:
+        yield base, exp, parent, jobs
+
+
+@pytest.mark.slow
+def test_the_ui_shows_a_jobs_proxy_vs_gold_figure_and_the_parents_study_figure(ui_on_a_finished_sweep):
+    """Issue 68: in headless Chromium, a job's run page shows its proxy_vs_gold.png, the parent's the study figure
+    and, as its description, the study's table."""
+    from benchmarks.screenshots import page_dom, page_url, shown_image
+    from rlhf_lab.analysis.parent_run import STUDY_FIGURE
+    from rlhf_lab.analysis.run_figure import FIGURE
+
+    base, exp, parent, jobs = ui_on_a_finished_sweep
+    job = jobs[0].info.run_id
+    assert shown_image(page_dom(page_url(base, exp, job, f"artifacts/{FIGURE}")), FIGURE)
+    pid = parent.info.run_id
+    assert shown_image(page_dom(page_url(base, exp, pid, f"artifacts/{STUDY_FIGURE}")), STUDY_FIGURE)
+    overview = page_dom(page_url(base, exp, pid))
+    assert "<th>gold final</th>" in overview and "algo.beta=0.3" in overview  # the description's table, rendered
+    assert not shown_image('<img alt="proxy_vs_gold.png" src="data:image/png;base64,">', FIGURE)  # the UI's icons

@@ -57,7 +57,7 @@ def test_the_parent_runs_description_holds_the_study_table_and_names_the_figures
     runs = [_run(**CURVE), RunData("r2", "ppo", "FAILED", {}, {}, {})]
     text = parent_run.description("Study `s`: best ...", runs, ["README.md", "gold_vs_sqrt_kl.png"])
     lines = text.splitlines()
-    assert lines[0] == "Study `s`: best ..." and lines[2].startswith("| setting | algo | seeds | gold start |")
+    assert lines[0] == "Study `s`: best ..." and lines[2] == "| " + " | ".join(parent_run.NOTE_COLUMNS) + " |"
     assert sum(line.startswith("| `") for line in lines) == 1  # one finished setting; the failed run is not a row
     assert f"`{parent_run.STUDY_FIGURE}`" in text and f"`{FIGURE}`" in text
     assert parent_run.description("n", runs[1:], []) == "n"  # nothing finished: no table

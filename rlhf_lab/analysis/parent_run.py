@@ -24,6 +24,7 @@ STUDY_FIGURE = f"{ARTIFACT_DIR}/gold_vs_sqrt_kl.png"  # the study report's figur
 BEST_GOLD = "study/best_final_gold"  # the best setting's gold final: test split, as in the study report
 BEST_EVAL_GOLD = "study/best_eval_gold"  # its eval-split gold, on which it was chosen
 BEST_SETTING_TAG = "rlhf_lab.best_setting"
+NOTE_COLUMNS = ("setting", "seeds", "gold start", "gold final", "drop from peak", "proxy final", "KL final")
 NOTE_LIMIT = 8000  # the longest tag value MLflow stores (a longer description is refused)
 
 
@@ -50,14 +51,15 @@ def summary_note(study: str | None, best: BestSetting | None, n_finished: int, n
 
 def description(note: str, runs: list, files: list[str]) -> str:
     """The parent run's description: `note` (:func:`summary_note`), then the study report's table of settings
-    (:func:`rlhf_lab.analysis.study.setting_table`, finished runs) and where its figure is, when it has them; a
+    (:func:`rlhf_lab.analysis.study.setting_table`, finished runs; the :data:`NOTE_COLUMNS`, narrow enough for the
+    run page) and where its figure is, when it has them; a
     table that would make it longer than :data:`NOTE_LIMIT` is left to the report."""
     finished = [r for r in runs if r.status == "FINISHED"]
     if not finished:
         return note
     figure = (f"\n\nFigure (gold and proxy reward gain against √KL): artifacts `{STUDY_FIGURE}`; each job's run "
               f"has its own `{RUN_FIGURE}`." if STUDY_FIGURE.split("/")[-1] in files else "")
-    full = f"{note}\n\n{setting_table(finished)}{figure}"
+    full = f"{note}\n\n{setting_table(finished, NOTE_COLUMNS)}{figure}"
     return full if len(full) <= NOTE_LIMIT else f"{note}{figure}"
 
 

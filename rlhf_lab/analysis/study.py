@@ -108,10 +108,10 @@ def train_time(r: RunData) -> float:
     return float(r.metrics.get("time/train_s", float("nan")))
 
 
-def setting_table(runs: Sequence[RunData]) -> str:
+def setting_table(runs: Sequence[RunData], columns: Sequence[str] | None = None) -> str:
     """The study report's table of its settings (one row per setting: mean ± sd over seeds, final gold and the drop
-    from the peak as mean [95% t interval], the fits' parameters), a markdown table; also the sweep parent run's
-    description (:mod:`rlhf_lab.analysis.parent_run`)."""
+    from the peak as mean [95% t interval], the fits' parameters), a markdown table; `columns` (headers) keeps only
+    those, as the sweep parent run's description does (:mod:`rlhf_lab.analysis.parent_run`)."""
     rows = []
     for name, members in groups(runs).items():
         s = [run_summary(r) for r in members]
@@ -122,9 +122,10 @@ def setting_table(runs: Sequence[RunData]) -> str:
                      col("gold_peak"), ci("gold_drop"), col("proxy_start"), col("proxy_final"), col("kl_final"),
                      fit_cell(fs, "alpha"), fit_cell(fs, "beta"), peak_cell(fs), col("rm_accuracy"),
                      fit_cell(fs, "r2"), fmt_ms([f.n for f in fs], 0)])
-    return md_table(["setting", "algo", "seeds", "gold start", "gold final", "gold peak", "drop from peak",
-                     "proxy start", "proxy final", "KL final", "α", "β", "d* (√KL)", "RM accuracy",
-                     "fit R²", "fit points"], rows)
+    head = ["setting", "algo", "seeds", "gold start", "gold final", "gold peak", "drop from peak", "proxy start",
+            "proxy final", "KL final", "α", "β", "d* (√KL)", "RM accuracy", "fit R²", "fit points"]
+    keep = [i for i, h in enumerate(head) if columns is None or h in columns]
+    return md_table([head[i] for i in keep], [[row[i] for i in keep] for row in rows])
 
 
 def frontier_tables(runs: Sequence[RunData]) -> list[str]:
