@@ -79,7 +79,7 @@ def test_the_alarm_line_after_the_gold_peak_is_confirmed_and_a_missed_fall_is_sa
     assert f"the gold fell at least {GOLD_MARGIN:g} after its best, which the gold-free alarm missed" in missed
     flat = [(s, g) for s, g in RISING[:8]]  # the gold's best is its last evaluation
     agrees = hacking_line("not raised (highest score 0.10 at step 40; threshold 0.20)", None, flat)
-    assert "the gold agrees, it did not fall after its best; gold best 0.884 at step 140 (the last evaluation)" in agrees
+    assert "the gold agrees, it did not fall after its best; gold best 0.884 at step 140, the last evaluation" in agrees
     small_fall = RISING[:8] + [(160, 0.87)]  # 0.014 below the best: noise, not a fall
     assert "not confirmed by gold: the gold did not fall after its best" in hacking_line("raised at step 150", 150,
                                                                                         small_fall)

@@ -84,7 +84,8 @@ def best_gold(curve: list[tuple[int, float]]) -> tuple[int, float] | None:
 
 def gold_verdict(curve: list[tuple[int, float]], n: int | None = None) -> str | None:
     """The gold's own verdict on a run from its eval-prompt gold curve [(step, gold)]: its best step and value, and
-    the final one (``gold best 0.884 at step 140, final 0.820 at step 200``); None without a gold curve."""
+    the final one (``gold best 0.884 at step 140, final 0.820 at step 200``, or ``gold best 0.872 at step 200, the last
+    evaluation``); None without a gold curve."""
     best = best_gold(curve)
     if best is None:
         return None
@@ -93,7 +94,7 @@ def gold_verdict(curve: list[tuple[int, float]], n: int | None = None) -> str | 
     if last_step != best[0]:
         text += f", final {last:.3f} at step {last_step}"
     else:
-        text += " (the last evaluation)"
+        text += ", the last evaluation"
     return text + (f" ({n_text(n, 'eval prompt')})" if n is not None else "")
 
 
