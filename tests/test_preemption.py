@@ -1,6 +1,6 @@
-"""Pre-emption: a SIGTERM'd policy job saves a checkpoint at the end of its training step and exits 143 (run KILLED);
-the same command started again resumes from it, in the same MLflow run, and ends with the numbers of an uninterrupted
-run, and its summary's baseline is still the SFT policy's."""
+"""Pre-emption: a SIGTERM'd policy job (also one sent the signal twice, as schedulers do) saves a checkpoint at the
+end of its training step and exits 143 (run KILLED); the same command started again resumes from it, in the same
+MLflow run, and ends with the numbers of an uninterrupted run, and its summary's baseline is still the SFT policy's."""
 
 from __future__ import annotations
 
@@ -28,11 +28,15 @@ def test_a_deferred_sigterm_waits_for_the_step_boundary(monkeypatch):
 
     monkeypatch.setattr(run_states, "RECEIVED", [])
     monkeypatch.setattr(run_states, "RAISED", [False])
+    pending = []
     with pytest.raises(run_states.Interrupted) as e:
         with run_states.defer_sigterm():
             run_states.raise_interrupted(signal.SIGTERM, None)  # recorded only: the loop decides when
-            assert run_states.pending_stop() == signal.SIGTERM
-            run_states.raise_interrupted(signal.SIGINT, None)  # a second signal: at once, naming the first
+            pending.append(run_states.pending_stop())
+            run_states.raise_interrupted(signal.SIGTERM, None)  # a scheduler's repeated TERM: the save still comes
+            pending.append(run_states.pending_stop())
+            run_states.raise_interrupted(signal.SIGINT, None)  # Ctrl-C: at once, naming the first
+    assert pending == [signal.SIGTERM, signal.SIGTERM]  # neither TERM raised
     assert e.value.exit_code == 143 and run_states.pending_stop() is None
 
 
@@ -77,6 +81,11 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_to_the_same_numbers(tm
     while ppo_steps_logged(tmp_path / "b" / "mlflow.db") < 3:
         assert b.poll() is None and time.time() - t0 < 900, b.communicate()[1][-3000:]
         time.sleep(0.3)
+    b.send_signal(signal.SIGTERM)
+    # schedulers repeat it (issue 65: the second one cut the step short, no checkpoint): 0.1-0.3 s apart for the
+    # default model's steps of seconds; this one's take ~0.1 s, so sooner, to land before the checkpoint is written
+    # (HEAD~ lost it in 7 of 9 tries at 0.01-0.03 s)
+    time.sleep(0.02)
     b.send_signal(signal.SIGTERM)
     out_b, err_b = b.communicate(timeout=300)
     assert b.returncode == 143, err_b[-3000:]

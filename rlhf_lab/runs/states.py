@@ -12,7 +12,8 @@
 - A signal that arrives in the middle of a database write (the MLflow store's) raises a moment later, once the
   write is done (:func:`in_critical_code`): cut there, the write would leave the SQLite store locked.
 - Pre-emption: inside :func:`defer_sigterm` (a policy job's training loop) a SIGTERM is acted on at the next
-  step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.evaluation.callbacks.Preemption`).
+  step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.evaluation.callbacks.Preemption`);
+  more SIGTERMs before then (a scheduler that repeats its TERM) change nothing, a SIGINT stops at once.
 - Lightning installs its own SIGTERM handler in front of ours (``fit`` composes the two) and its loops raise their
   own ``SIGTERMException`` (a ``SystemExit`` without code: exit status 0) at the next epoch's end when it saw one. A
   SIGTERM that ours deferred (out of a database write) could thus end the job FAILED with status 0: every ``fit``
@@ -82,9 +83,11 @@ NESTED: list[int] = []  # stop signals whose handler ran inside another one's: h
 
 def raise_interrupted(signum: int, frame: Any) -> None:
     """The first stop signal raises :class:`Interrupted` (naming it); any later one is only recorded (see the
-    module's doc). Inside :func:`defer_sigterm` a first SIGTERM is only recorded too: the training loop stops at its
-    next step boundary (:func:`pending_stop`, :func:`stop_now`); a second signal then stops it at once. A signal that
-    arrives inside a database write (:data:`CRITICAL_MODULES`) raises a moment later, once the write is done.
+    module's doc). Inside :func:`defer_sigterm` a SIGTERM is only recorded too, also a repeated one (schedulers send
+    several, a fraction of a second apart): the training loop stops at its next step boundary once it has saved its
+    checkpoint (:func:`pending_stop`, :func:`stop_now`); a SIGINT (Ctrl-C) then stops it at once, without a
+    checkpoint. A signal that arrives inside a database write (:data:`CRITICAL_MODULES`) raises a moment later, once
+    the write is done.
 
     Python runs a handler wherever the main thread checks for signals, also inside another handler, even before its
     first line: signals sent at the same instant (INT, INT, TERM) could then name the later one. So a handler called
@@ -114,9 +117,8 @@ def handle_signal(signum: int, frame: Any) -> None:
     if RETRYING[0]:
         RETRYING[0] = False
     else:
-        first = not RECEIVED
         RECEIVED.append(int(signum))
-        if first and DEFER_SIGTERM[0] and signum == signal.SIGTERM:
+        if DEFER_SIGTERM[0] and all(s == signal.SIGTERM for s in RECEIVED):  # TERM, TERM: the save goes on
             return
     if RAISED[0]:
         return
@@ -163,9 +165,9 @@ def stop_now() -> None:
 
 @contextlib.contextmanager
 def defer_sigterm() -> Iterator[None]:
-    """A training loop that checkpoints on pre-emption: a SIGTERM (a scheduler's) received inside waits for the
-    loop's next step boundary, where the loop saves a checkpoint and calls :func:`stop_now`. One still pending when
-    the block ends stops the process there."""
+    """A training loop that checkpoints on pre-emption: a SIGTERM (a scheduler's, once or repeated) received inside
+    waits for the loop's next step boundary, where the loop saves a checkpoint and calls :func:`stop_now`. One still
+    pending when the block ends stops the process there."""
     DEFER_SIGTERM[0] = True
     try:
         yield
