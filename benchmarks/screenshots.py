@@ -106,6 +106,11 @@ def screenshot(url: str, path: Path, size: tuple[int, int] = (1400, 900), budget
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([*chromium_args(budget_ms), f"--window-size={size[0]},{size[1]}", f"--screenshot={path}", url],
                    capture_output=True, timeout=120, check=True)
+    from PIL import Image  # matplotlib's dependency
+
+    with Image.open(path) as shot:  # 128 colours: a third of the bytes, the UI's text as sharp
+        small = shot.convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
     return path
 
 
@@ -131,17 +136,20 @@ def sweep_runs(store_uri: str) -> tuple[str, object, list]:
 
 
 def shoot(store_uri: str, out: Path) -> list[Path]:
-    """The four screenshots of the last sweep in `store_uri`, written into `out`."""
+    """The four screenshots of the last sweep in `store_uri`, written into `out` (the job's figure: the first job by
+    name, β = 0 in the README's sweep, where the proxy rises and the gold falls)."""
     from rlhf_lab.analysis.parent_run import STUDY_FIGURE
     from rlhf_lab.analysis.run_figure import FIGURE
 
     exp, parent, jobs = sweep_runs(store_uri)
     with mlflow_ui(store_uri) as base:
         pid = parent.info.run_id
-        return [screenshot(page_url(base, exp), out / "mlflow_runs.png"),
-                screenshot(page_url(base, exp, jobs[-1].info.run_id, f"artifacts/{FIGURE}"), out / "mlflow_run_figure.png"),
-                screenshot(page_url(base, exp, pid), out / "mlflow_parent.png"),
-                screenshot(page_url(base, exp, pid, f"artifacts/{STUDY_FIGURE}"), out / "mlflow_study_figure.png")]
+        return [screenshot(page_url(base, exp), out / "mlflow_runs.png", size=(1400, 500)),
+                screenshot(page_url(base, exp, jobs[0].info.run_id, f"artifacts/{FIGURE}"), out / "mlflow_run_figure.png",
+                           size=(1400, 560)),
+                screenshot(page_url(base, exp, pid), out / "mlflow_parent.png", size=(1400, 1300)),
+                screenshot(page_url(base, exp, pid, f"artifacts/{STUDY_FIGURE}"), out / "mlflow_study_figure.png",
+                           size=(1400, 700))]
 
 
 def main(argv: list[str] | None = None) -> int:
