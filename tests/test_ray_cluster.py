@@ -152,7 +152,7 @@ def test_runs_of_a_dead_ray_node_are_marked_killed_on_any_host(monkeypatch):
     assert run_states.process_tags()[NODE_TAG] == "alive" and run_states.dead_ray_nodes() == {"gone": "10.0.0.2"}
 
     def run(rid, node):
-        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=rid), data=types.SimpleNamespace(
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=rid, user_id=""), data=types.SimpleNamespace(
             tags={NODE_TAG: node, run_states.HOST_TAG: "another-host", run_states.PID_TAG: "1"}))
 
     class Client:
