@@ -81,10 +81,10 @@ def mlflow_ui(store_uri: str, timeout: float = 180.0) -> Iterator[str]:
         os.unlink(log.name)
 
 
-def page_url(base: str, experiment_id: str, run_id: str | None = None, tab: str = "") -> str:
-    """A page of the UI in its model-training view (:func:`rlhf_lab.runs.tracking.ui_link`): the runs list, a run's
-    overview, or one of its tabs (``artifacts/<path>`` opens that artifact)."""
-    return ui_link(base, experiment_id, f"{run_id}/{tab}".rstrip("/") if run_id else None)
+def page_url(base: str, experiment_id: str, run_id: str | None = None, tab: str = "", view: str | None = None) -> str:
+    """A page of the UI in its model-training view (:func:`rlhf_lab.runs.tracking.ui_link`): the runs list (with the
+    saved `view`), a run's overview, or one of its tabs (``artifacts/<path>`` opens that artifact)."""
+    return ui_link(base, experiment_id, f"{run_id}/{tab}".rstrip("/") if run_id else None, view)
 
 
 def chromium_args(budget_ms: int) -> list[str]:
@@ -141,10 +141,15 @@ def shoot(store_uri: str, out: Path) -> list[Path]:
     from rlhf_lab.analysis.parent_run import STUDY_FIGURE
     from rlhf_lab.analysis.run_figure import FIGURE
 
+    from mlflow import MlflowClient
+
+    from rlhf_lab.runs.tracking import HEADLINE_VIEW, HEADLINE_VIEW_TAG
+
     exp, parent, jobs = sweep_runs(store_uri)
+    view = HEADLINE_VIEW if HEADLINE_VIEW_TAG in MlflowClient(store_uri).get_experiment(exp).tags else None
     with mlflow_ui(store_uri) as base:
         pid = parent.info.run_id
-        return [screenshot(page_url(base, exp), out / "mlflow_runs.png", size=(1400, 500)),
+        return [screenshot(page_url(base, exp, view=view), out / "mlflow_runs.png", size=(1400, 500)),
                 screenshot(page_url(base, exp, jobs[0].info.run_id, f"artifacts/{FIGURE}"), out / "mlflow_run_figure.png",
                            size=(1400, 560)),
                 screenshot(page_url(base, exp, pid), out / "mlflow_parent.png", size=(1400, 1300)),

@@ -61,6 +61,21 @@ def test_ui_link_opens_the_model_training_view():
     assert tracking.ui_link("http://h:1", "3", "abc").endswith("#/experiments/3/runs/abc?workflowType=machine_learning")
 
 
+def test_the_runs_list_link_names_the_headline_view_every_new_experiment_has(tmp_path):
+    """Issue 68: MLflow 3.17's runs list has no default metric columns; a view saved in the experiment's tags (the
+    UI's shared views) and named by the link shows the headline metrics as columns (checked in Chromium below)."""
+    import json
+
+    assert tracking.ui_link("http://h:1", "3", view="v").endswith("#/experiments/3/runs?workflowType=machine_learning"
+                                                                   "&viewStateShareKey=v")
+    assert "viewStateShareKey" not in tracking.ui_link("http://h:1", "3", "abc", view="v")  # a run's page: no view
+    assert tracking.ui_base("sqlite:///m.db") == "http://127.0.0.1:5000" and tracking.ui_base("file:///x") is None
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tags = mlflow.MlflowClient(uri).get_experiment(tracking.experiment_id(uri, "rlhf-lab")).tags
+    assert json.loads(tags[tracking.HEADLINE_VIEW_TAG]) == {"selectedColumns": [
+        "metrics.`test/gold_reward`", "metrics.`eval/gold_reward`", "metrics.`eval/proxy_reward`", "metrics.`eval/kl`"]}
+
+
 def test_ui_hint_per_store():
     assert tracking.ui_hint("http://h:1", "3", "r") == "http://h:1/#/experiments/3/runs/r?workflowType=machine_learning"
     assert tracking.ui_hint("sqlite:///mlflow.db", "3") == (
@@ -86,8 +101,10 @@ def ui_on_a_finished_sweep(tmp_path_factory):
     store = f"sqlite:///{folder / 'mlflow.db'}"
     exp, parent, jobs = screenshots.sweep_runs(store)
     assert len(jobs) == 2
-    # the end of the sweep prints where its parent run is in the UI
+    # the end of the sweep prints where its parent run is in the UI, and the runs list with the headline columns
     assert f"#/experiments/{exp}/runs/{parent.info.run_id}?workflowType=machine_learning" in r.stdout
+    assert (f"the jobs side by side: http://127.0.0.1:5000/#/experiments/{exp}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={tracking.HEADLINE_VIEW}") in r.stdout
     with screenshots.mlflow_ui(store) as base:
         yield base, exp, parent, jobs
 
@@ -108,3 +125,6 @@ def test_the_ui_shows_a_jobs_proxy_vs_gold_figure_and_the_parents_study_figure(u
     overview = page_dom(page_url(base, exp, pid))
     assert "<th>gold final</th>" in overview and "algo.beta=0.3" in overview  # the description's table, rendered
     assert not shown_image('<img alt="proxy_vs_gold.png" src="data:image/png;base64,">', FIGURE)  # the UI's icons
+    # the runs list shows the headline metrics as columns through the experiment's view, and none without it
+    assert ">eval/gold_reward<" in page_dom(tracking.ui_link(base, exp, view=tracking.HEADLINE_VIEW))
+    assert ">eval/gold_reward<" not in page_dom(tracking.ui_link(base, exp))

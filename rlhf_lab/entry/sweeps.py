@@ -266,11 +266,13 @@ class MlflowSweepCallback(Callback):
               f"({len(children)} child runs" + (f"; failed: {', '.join(failed)})" if failed else ")"))
         if {"skipped", "rerun"} & set(marks):  # a relaunch with skip_finished=true: what it found done
             print(f"[rlhf-lab] sweep {config.get('study') or ''}: skip_finished: {resumed}")
-        from rlhf_lab.runs.tracking import ui_hint
+        from rlhf_lab.runs.tracking import HEADLINE_VIEW, HEADLINE_VIEW_TAG, ui_base, ui_hint, ui_link
 
         hint = ui_hint(tracking_uri(configured_uri(config)), exp_id, self.run_id)
-        if hint:
-            print(f"[rlhf-lab] in the UI: {hint}")
+        if hint:  # and the runs list, with the headline metrics as columns where the experiment has that view
+            view = HEADLINE_VIEW if HEADLINE_VIEW_TAG in client.get_experiment(exp_id).tags else None
+            print(f"[rlhf-lab] in the UI: {hint}\n[rlhf-lab] the jobs side by side: "
+                  f"{ui_link(ui_base(tracking_uri(configured_uri(config))), exp_id, view=view)}")
         if failed and self.exit_nonzero_on_failure:
             sys.stdout.flush()
             raise SystemExit(1)

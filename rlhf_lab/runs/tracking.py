@@ -106,20 +106,34 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}  # the MLflow 3 UI opens on the runs
+# the runs list with the headline metrics as columns, a view the UI applies when its link names it (viewStateShareKey=
+# HEADLINE_VIEW): MLflow 3.17 reads the view from the experiment tag HEADLINE_VIEW_TAG; the list has no default columns
+HEADLINE_COLUMNS = ("test/gold_reward", "eval/gold_reward", "eval/proxy_reward", "eval/kl")
+HEADLINE_VIEW = "rlhf_lab_headline"
+HEADLINE_VIEW_TAG = f"mlflow.sharedViewState.{HEADLINE_VIEW}"
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development",  # the MLflow 3 UI opens on the runs
+                   HEADLINE_VIEW_TAG: json.dumps({"selectedColumns": [f"metrics.`{k}`" for k in HEADLINE_COLUMNS]})}
 
 
 UI_WORKFLOW = "workflowType=machine_learning"  # MLflow 3's UI opens in its GenAI view (traces) without it
 
 
-def ui_link(base: str, experiment_id: str, run_id: str | None = None) -> str:
-    """The MLflow UI page of an experiment's runs (or of one run), in the UI's model-training view.
+def ui_link(base: str, experiment_id: str, run_id: str | None = None, view: str | None = None) -> str:
+    """The MLflow UI page of an experiment's runs (or of one run), in the UI's model-training view; the runs list
+    with the saved `view` applied (:data:`HEADLINE_VIEW`: an experiment created with :data:`EXPERIMENT_TAGS`).
 
     MLflow 3.x chooses between its GenAI view (traces, evaluations) and its model-training view (runs) from the
     ``workflowType`` query parameter, else the browser's last choice, else GenAI; the experiment tag
     ``mlflow.experimentKind`` does not override it, so a first visit shows no runs without the parameter."""
     page = f"runs/{run_id}" if run_id else "runs"
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_WORKFLOW}"
+    shared = f"&viewStateShareKey={view}" if view and not run_id else ""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_WORKFLOW}{shared}"
+
+
+def ui_base(uri: str) -> str | None:
+    """Where the UI of the store `uri` is: the tracking server itself, or for a sqlite store ``mlflow ui``'s
+    default address; None for other stores."""
+    return uri if uri.startswith("http") else "http://127.0.0.1:5000" if uri.startswith("sqlite") else None
 
 
 def ui_hint(uri: str, experiment_id: str | None, run_id: str | None = None) -> str | None:
@@ -128,7 +142,7 @@ def ui_hint(uri: str, experiment_id: str | None, run_id: str | None = None) -> s
     if uri.startswith("http") and experiment_id:
         return ui_link(uri, experiment_id, run_id)
     if uri.startswith("sqlite"):
-        page = f", then {ui_link('http://127.0.0.1:5000', experiment_id, run_id)}" if experiment_id else ""
+        page = f", then {ui_link(ui_base(uri), experiment_id, run_id)}" if experiment_id else ""
         return f"mlflow ui --backend-store-uri {uri}{page}"
     return None
 
