@@ -313,6 +313,7 @@ def test_a_parallel_sweep_logs_to_the_server_and_its_report_comes_from_there(tea
                                                      for s in (0, 1)]
     for job in jobs:  # every step of every job reached PostgreSQL through the server
         assert job.info.status == "FINISHED"
+        assert "proxy_vs_gold.png" in {a.path for a in client.list_artifacts(job.info.run_id)}  # through the guard
         assert [m.step for m in client.get_metric_history(job.info.run_id, "loss/dpo")] == [0, 1]
         assert [m.step for m in client.get_metric_history(job.info.run_id, "eval/gold_reward")] == [0, 2]
     assert {x.data.tags["rlhf_lab.stage"] for x in runs} == {"sweep", "pretrain", "sft", "prefs", "dpo"}
