@@ -185,7 +185,11 @@ def test_dpo_job_end_to_end_and_precomputed_matches_copy(tiny_cfg, tmp_path):
     # the summary gives the eval-prompt gold with its SE and the held-out products' gold, as PPO's does
     assert "(eval prompts, SE " in meta["summary"]["eval gold"]
     assert ("eval/gold_reward_ood" in meta["test"]) == ("held-out products" in meta["summary"].get("ood gold", ""))
-    # the run's figure of gold (and proxy, none here: DPO without an RM) against step and √KL (analysis/run_figure.py)
+    # the run's figure of gold (and proxy, none here: DPO without an RM) against step and √KL (analysis/run_figure.py),
+    # which the CLI draws after the job (rlhf_lab.entry.run), as here
+    from rlhf_lab.analysis.run_figure import log_job_figure
+
+    log_job_figure("dpo", f"sqlite:///{db}", meta["run_id"])
     client = mlflow.MlflowClient(f"sqlite:///{db}")
     assert "proxy_vs_gold.png" in {a.path for a in client.list_artifacts(meta["run_id"])}
     assert open(client.download_artifacts(meta["run_id"], "proxy_vs_gold.png", str(tmp_path)), "rb").read(4) == b"\x89PNG"

@@ -7,7 +7,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from rlhf_lab.runs.terminal import TerminalLog, job_log_path
+from rlhf_lab.entry.terminal import TerminalLog, job_log_path
 
 
 def test_the_job_log_gets_the_printed_lines_and_the_last_state_of_a_bar(tmp_path, capsys):

@@ -232,7 +232,11 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
     assert rloo["tags.rlhf_lab.upstream.rm"] in (rm["run_id"], str(tmp_path / "rm" / "artifact"))
     assert rloo["metrics.objective/scores"] == rloo["metrics.objective/scores"]  # logged, not NaN
     assert len(runs[runs["tags.rlhf_lab.stage"] == "rm"]) == 1  # the RM was not trained again
-    # no gold: the run's figure draws the proxy reward against step and √KL only (tests/test_run_figure.py)
+    # no gold: the run's figure draws the proxy reward against step and √KL only (tests/test_run_figure.py); the CLI
+    # draws it after the job (rlhf_lab.entry.run), as here
+    from rlhf_lab.analysis.run_figure import log_job_figure
+
+    log_job_figure("rloo", f"sqlite:///{tmp_path / 'mlflow.db'}", meta["run_id"])
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert "proxy_vs_gold.png" in {a.path for a in client.list_artifacts(meta["run_id"])}
     assert "metrics.eval/gold_reward" not in runs.columns or rloo["metrics.eval/gold_reward"] != rloo[

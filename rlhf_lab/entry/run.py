@@ -166,6 +166,11 @@ def _app(cfg: DictConfig) -> float | None:
                 meta = run_job(cfg, out_dir)
             finally:
                 stop_job_clock()
+            if meta.get("run_id"):  # the policy job's proxy-vs-gold figure in its run, drawn from the store
+                from rlhf_lab.analysis.run_figure import log_job_figure
+                from rlhf_lab.stages.registry import job_stage, run_settings
+
+                log_job_figure(job_stage(cfg), run_settings(cfg).uri, meta["run_id"])
         if meta.get("run_id") and "experiment_id" not in meta:
             from rlhf_lab.runs import tracking
 

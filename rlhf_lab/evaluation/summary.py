@@ -47,6 +47,13 @@ def spread_note(n: int | None, unit: str) -> str:
     return n_text(n, unit) + (", no spread" if n < 2 else "")
 
 
+
+def proxy_line(start: dict, end: dict) -> str:
+    """The summary's ``proxy`` line: the test prompts' proxy reward at the start and the end of a run, with its n."""
+    n = metric_n(end, "test/")
+    return (f"{start.get('test/proxy_reward', float('nan')):.3f} -> {end['test/proxy_reward']:.3f} "
+            f"({spread_note(n, 'test prompt') if n is not None else 'test prompts'})")
+
 def figures_line(metrics: dict, prefix: str, unit: str, world: bool,
                  keys=("gold_reward", "formula_gold_reward", "proxy_reward", "kl", "length", "filler_rate",
                        "distinct_2")) -> str | None:

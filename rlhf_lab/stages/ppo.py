@@ -42,7 +42,7 @@ from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.kl import check_kl_in_loss
 from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.evaluation.callbacks import HackingAlarm, PeriodicEval, Preemption, RewardHackingMonitor
-from rlhf_lab.evaluation.summary import hacking_line, metric_n, spread_note
+from rlhf_lab.evaluation.summary import hacking_line, metric_n, proxy_line
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settings
 from rlhf_lab.data.errors import data_errors
@@ -426,13 +426,11 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             "time": time_summary(phases, train_s, ev.seconds, stage, module.phase_totals),
         }
         if alarm_on:  # one line: the gold-free alarm, and the gold's own verdict beside it where a gold exists
-            summary["hacking alarm"] = hacking_line(alarm.summary(), alarm.raised_at, ev.curve,
-                                                    metric_n(last, "eval/"),
+            summary["hacking alarm"] = hacking_line(alarm.summary(), alarm.raised_at, ev.curve, metric_n(last, "eval/"),
                                                     monitor.fired_at if monitor.enabled else None,
                                                     len(alarm.evaluations))
         elif monitor.enabled:  # no gold-free alarm (disabled): the gold monitor's own line, only where a gold exists
-            fired = monitor.fired_at
-            summary["gold monitor"] = f"alarm at step {fired}" if fired is not None else "no alarm"
+            summary["gold monitor"] = "no alarm" if monitor.fired_at is None else f"alarm at step {monitor.fired_at}"
         summary.update(held_out_summary(ev))
         t0, t1 = ev.test_first, ev.test_last
         if "test/formula_gold_reward" in t1:
@@ -444,9 +442,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dic
             summary["reference"] = (f"its own test gold {ref_metrics['reference/gold_reward']:.3f} "
                                     f"({cfg.algo.reference.path})")
         if "test/proxy_reward" in t1:
-            n_test = metric_n(t1, "test/")
-            summary["proxy"] = (f"{t0.get('test/proxy_reward', float('nan')):.3f} -> {t1['test/proxy_reward']:.3f} "
-                                f"({spread_note(n_test, 'test prompt') if n_test is not None else 'test prompts'})")
+            summary["proxy"] = proxy_line(t0, t1)
         return {"run_id": run.info.run_id, "stage": stage, "eval": last, "eval_start": first, "summary": summary,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,

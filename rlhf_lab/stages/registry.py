@@ -156,29 +156,8 @@ def run_rank(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         meta = mod.build(cfg, art, spec)
         if not distributed.is_rank_zero():
             return meta
-        if meta.get("run_id"):
-            log_job_figure(stage, run_settings(cfg).uri, meta["run_id"])
         if getattr(mod, "CACHED", True):
             meta["cache_path"] = str(cache_for(cfg).publish(stage, spec, art, meta))
         meta["artifact"] = str(art)
         (out_dir / "summary.json").write_text(json.dumps(meta, indent=2, default=str))
     return meta
-
-
-def log_job_figure(stage: str, uri: str, run_id: str) -> None:
-    """A policy job's figure of proxy and gold reward into its run (:mod:`rlhf_lab.analysis.run_figure`); other
-    stages log none. A failure to draw it is said in one line and never fails the job."""
-    from rlhf_lab.analysis.runs import POLICY_STAGES
-
-    if stage not in POLICY_STAGES:
-        return
-    import sys
-
-    from mlflow import MlflowClient
-
-    from rlhf_lab.analysis.run_figure import FIGURE, log_run_figure
-
-    try:
-        log_run_figure(MlflowClient(uri), run_id)
-    except Exception as err:  # the job's results are in the store whatever happens here
-        print(f"[rlhf-lab] {stage}: no {FIGURE} in run {run_id} ({type(err).__name__}: {err})", file=sys.stderr)
