@@ -131,7 +131,7 @@ def _quiet():
 def pytest_addoption(parser):
     parser.addoption("--timing-out", default=None, metavar="FILE",
                      help="write this run's test counts, wall time and machine to FILE (tests/timing.json is the "
-                          "run README's Development section quotes)")
+                          "run docs/development.md quotes)")
 
 
 def pytest_sessionstart(session):

@@ -27,7 +27,7 @@ def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def satisfy_torch(env: Path) -> None:
     """Make the scratch environment see this environment's torch as installed (a ``.pth`` to a folder that links
-    only torch and its metadata), as the README's ``pip install torch==...`` does; its dependencies stay unmet,
+    only torch and its metadata), as ``.ci/run``'s ``pip install torch==...`` does; its dependencies stay unmet,
     so pip resolves them too."""
     dist = metadata.distribution("torch")
     site = Path(dist.locate_file(""))

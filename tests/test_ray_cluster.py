@@ -1,7 +1,7 @@
 """A sweep on a Ray cluster of two nodes simulated on this machine (``ray.cluster_utils.Cluster``: a head and a
 worker node, each its own raylet with one CPU), through ``hydra/launcher=ray_cluster``: jobs on both nodes, logging
 to the PostgreSQL-backed tracking server, the artifact cache shared; and a worker node removed in the middle of a
-sweep (README "Team setup")."""
+sweep (docs/team.md)."""
 
 import sys
 import time

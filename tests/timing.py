@@ -1,8 +1,8 @@
-"""The measured test run that README's Development section quotes: written by pytest, checked by a test.
+"""The measured test run that docs/development.md quotes: written by pytest, checked by a test.
 
 `python -m pytest -q --timing-out tests/timing.json` (what `.ci/run` runs, plus the option) writes the run's counts,
-wall time and machine to the file (tests/conftest.py's `pytest_terminal_summary`); `sentence` renders the README's
-figure from it, and tests/test_readme_figures.py fails when README.md says anything else.
+wall time and machine to the file (tests/conftest.py's `pytest_terminal_summary`); `sentence` renders the page's
+figure from it, and tests/test_readme_figures.py fails when docs/development.md says anything else.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def write(path: str | os.PathLike, data: dict) -> None:
 
 
 def sentence(data: dict) -> str:
-    """README's figure: e.g. '480 passed, 1 skipped in 8 min 41 s with 2 workers on 2 cores (2026-12-02, 4f3c2a1)'."""
+    """docs/development.md's figure: e.g. '480 passed, 1 skipped in 8 min 41 s with 2 workers on 2 cores (2026-12-02, 4f3c2a1)'."""
     c = data["counts"]
     parts = [f"{c['passed']} passed"] + [f"{c[k]} {k}" for k in ("skipped", "failed", "error") if c[k]]
     m, s = divmod(round(data["wall_s"]), 60)

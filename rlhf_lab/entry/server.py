@@ -343,7 +343,7 @@ def add_user(folder: Path, name: str, password_file: Path | None = None) -> Path
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlhf-lab-server", description="A team MLflow tracking server on PostgreSQL, "
-                                "with users, kept in one folder (README: Team setup).")
+                                "with users, kept in one folder (docs/team.md).")
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (("start", "initialise (first time) and start PostgreSQL and mlflow server"),
                        ("stop", "stop mlflow server and PostgreSQL"), ("status", "say what runs")):

@@ -1,6 +1,6 @@
 """Seeded review generator, the gold reward, and the biased preference labeler.
 
-Gold reward (documented in README.md, "The world"), for a prompt p naming product P and a response y
+Gold reward (documented in docs/concepts.md, "The world"), for a prompt p naming product P and a response y
 split into sentences s_1..s_n (fillers are their own units):
 
     g(p, y) = w_sentiment · clip(mean valence of the grammatical non-filler sentences, -1, 1)
