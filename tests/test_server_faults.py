@@ -130,7 +130,7 @@ def test_two_users_sweeps_at_once_against_one_server_stay_apart(team_server, tmp
     """Issue 31: two users (their own folders and MLflow logins, one shared cache folder, as on a cluster) launch a
     sweep of the same study at the same moment on one machine against one server (the shared experiment): each sweep's parent has exactly its own jobs, no
     live run is taken for a dead one (each job's start marks the dead processes' runs of its host KILLED), the
-    upstream models are built once for both, and the study's report reads both."""
+    upstream models are built once for both, and the study's report reads both when asked (--all-authors)."""
     url, folder = team_server
     shared = f"cache_dir={tmp_path / 'shared_cache'}"
     procs = {user: start_sweep([*DPO_MICRO, "study=two_users", f"seed={seeds}", shared], tmp_path / user,
@@ -151,8 +151,8 @@ def test_two_users_sweeps_at_once_against_one_server_stay_apart(team_server, tmp
                                                      and r.data.tags.get("rlhf_lab.job") == "true")
                 for p in parents}
     assert sorted(children.values()) == [["dpo seed=0", "dpo seed=1"], ["dpo seed=2", "dpo seed=3"]]
-    rep = run_cmd(["-m", "rlhf_lab.entry.report", "two_users", "--uri", url, "--out", str(tmp_path / "reports")],
-                  tmp_path)
+    rep = run_cmd(["-m", "rlhf_lab.entry.report", "two_users", "--uri", url, "--out", str(tmp_path / "reports"),
+                   "--all-authors"], tmp_path)  # both users' runs (by default a report reads its user's own)
     assert rep.returncode == 0, rep.stderr[-3000:]
     text = (tmp_path / "reports" / "two_users" / "README.md").read_text()
     assert "4 finished runs (dpo); seeds 0, 1, 2, 3" in text
