@@ -40,10 +40,11 @@ def metric_n(metrics: dict, prefix: str) -> int | None:
     return int(n) if finite(n) else None
 
 
-def spread_note(n: int | None, unit: str) -> str:
-    """``n=16 test prompts``, or ``n=1 test prompt, no spread`` (an SE needs two)."""
+def spread_note(n: int | None, unit: str, unknown: str = "") -> str:
+    """``n=16 test prompts``, or ``n=1 test prompt, no spread`` (an SE needs two); `unknown` where n was not
+    recorded."""
     if n is None:
-        return ""
+        return unknown
     return n_text(n, unit) + (", no spread" if n < 2 else "")
 
 
@@ -52,7 +53,7 @@ def proxy_line(start: dict, end: dict) -> str:
     """The summary's ``proxy`` line: the test prompts' proxy reward at the start and the end of a run, with its n."""
     n = metric_n(end, "test/")
     return (f"{start.get('test/proxy_reward', float('nan')):.3f} -> {end['test/proxy_reward']:.3f} "
-            f"({spread_note(n, 'test prompt') if n is not None else 'test prompts'})")
+            f"({spread_note(n, 'test prompt', unknown='test prompts')})")
 
 def figures_line(metrics: dict, prefix: str, unit: str, world: bool,
                  keys=("gold_reward", "formula_gold_reward", "proxy_reward", "kl", "length", "filler_rate",

@@ -180,7 +180,7 @@ def gold_summary(first: dict, last: dict, start: str, end: str) -> dict[str, str
     def fmt(m: dict) -> str:
         return S.figure(m.get("test/gold_reward", float("nan")), None if one else m.get("test/gold_reward_se"))
 
-    note = S.spread_note(n, "test prompt") if n is not None else "test prompts"
+    note = S.spread_note(n, "test prompt", unknown="test prompts")
     return {"test gold": f"{fmt(first)} -> {fmt(last)} ({start} -> {end}; {note}{'' if one else ', ± SE'})"}
 
 
