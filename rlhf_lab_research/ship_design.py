@@ -39,6 +39,7 @@ from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.snapshot import read_snapshot
 from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.evaluation import ship as S
+from rlhf_lab.evaluation.alarm import RULE
 from rlhf_lab_research.studies.alarm_fit import interval_means, kl_regime
 
 RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
@@ -65,7 +66,7 @@ GRIDS: dict[str, list[dict]] = {
     "ensemble_lcb": [{"k": 1.0}],
     "heldout_max": [{}],
     "heldout_patience": [{"patience": 2}],
-    "alarm": [{}],
+    "alarm": [{"threshold": RULE.threshold}],
 }
 BASELINES = ("clock", "last_checkpoint")  # each rule's regret is also compared with these, paired
 
@@ -255,7 +256,14 @@ def frozen_rules(fitted: dict) -> dict:
             "signals": {"kl": "eval/kl", "entropy": "eval/entropy", "length": "eval/length",
                         "proxy_ensemble_std": "eval/proxy_ensemble_std", "heldout_reward": "eval/heldout_reward"},
             "design_runs_files": list(RUNS_FILES),
-            "rules": {rule: fitted[rule][0] for rule in GRIDS}}
+            "rules": {rule: fitted[rule][0] for rule in GRIDS},
+            "alarm_rule": alarm_rule()}
+
+
+def alarm_rule() -> dict:
+    """The hacking alarm's rule the ``alarm`` ship rule reads (``rlhf_lab.evaluation.alarm.RULE``), as frozen."""
+    return {"mean": list(RULE.mean), "scale": list(RULE.scale), "weights": list(RULE.weights), "bias": RULE.bias,
+            "threshold": RULE.threshold}
 
 
 def report(runs: Sequence[DesignRun], left_out: Counter, fitted: dict) -> str:

@@ -70,8 +70,10 @@ def test_alarm_ships_the_checkpoint_before_its_first_alarm():
     never = Rule(RULE.mean, RULE.scale, RULE.weights, bias=-50.0, threshold=0.5)
     always = Rule(RULE.mean, RULE.scale, RULE.weights, bias=50.0, threshold=0.5)
     run = S.Curve(STEPS, PROXY, KL, entropy=(2.0,) * 6, length=(10.0,) * 6)
-    assert S.alarm(run, never) == 5
-    assert S.alarm(run, always) == 0  # raised at the first evaluation after the start: ship the start
+    assert S.alarm(run, rule=never) == 5
+    assert S.alarm(run, rule=always) == 0  # raised at the first evaluation after the start: ship the start
+    assert S.alarm(run, threshold=0.0) == 0  # any score reaches 0
+    assert S.alarm(run, threshold=1.0) == 5  # today's rule scores these below 1: never raised
     # the rule as today: raised where its score (alarm.scores) first reaches its threshold
     from rlhf_lab.evaluation.alarm import Evaluation, first_alarm
     evals = [Evaluation(t, k, 2.0 - 0.2 * i, 10.0 + 5 * i, p) for i, (t, k, p) in enumerate(zip(STEPS, KL, PROXY))]

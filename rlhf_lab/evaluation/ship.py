@@ -130,15 +130,15 @@ def heldout_patience(c: Curve, patience: int) -> int | None:
     return None if c.heldout_reward is None else early_stop(c.heldout_reward, patience)
 
 
-def alarm(c: Curve, rule: hacking_alarm.Rule = hacking_alarm.RULE) -> int | None:
-    """Today's hacking alarm: stop at its first alarm j, ship checkpoint j − 1 (never raised: the last). Reads the
-    proxy (as the alarm's: the training batches' mean score since the previous evaluation), KL, entropy and length;
-    None without entropy and length."""
+def alarm(c: Curve, threshold: float | None = None, rule: hacking_alarm.Rule = hacking_alarm.RULE) -> int | None:
+    """Today's hacking alarm (its rule, at `threshold`, else the rule's own): stop at its first alarm j, ship
+    checkpoint j − 1 (never raised: the last). Reads the proxy (as the alarm's: the training batches' mean score since
+    the previous evaluation), KL, entropy and length; None without entropy and length."""
     if c.entropy is None or c.length is None:
         return None
     evals = [hacking_alarm.Evaluation(t, kl, h, n, p)
              for t, kl, h, n, p in zip(c.steps, c.kl, c.entropy, c.length, c.proxy)]
-    j = hacking_alarm.first_alarm(evals, rule)
+    j = hacking_alarm.first_alarm(evals, rule, threshold)
     return len(c.steps) - 1 if j is None else j - 1
 
 
