@@ -1,11 +1,11 @@
 """Which effects of the claims report are judged with an anytime-valid interval (issue 42, point 3: optional stopping).
 
 A study was **extended after looking** when its counted runs include seeds beyond the seeds its study file sweeps
-(``hydra.sweeper.params.seed``, :func:`rlhf_lab.analysis.provenance.file_seeds`): ``rlhf-lab-suite --more-seeds``
+(``hydra.sweeper.params.seed``, :func:`rlhf_lab_research.provenance.file_seeds`): ``rlhf-lab-suite --more-seeds``
 and ``--decide`` add seeds to a study after a report has shown its intervals, and the report's provenance table
 lists them as "added". A fixed-n t interval is not valid at an n chosen after seeing the data, so a judged effect or
 a precondition that reads the runs of such an added seed (:func:`added_run_ids`) is judged with the t-mixture
-confidence sequence of :func:`rlhf_lab.analysis.sequential.anytime_t` (Wang & Ramdas 2023) instead: its 95 %
+confidence sequence of :func:`rlhf_lab_research.sequential.anytime_t` (Wang & Ramdas 2023) instead: its 95 %
 interval and its p = 1/E_n, which enters Holm's family like any other p. Every other effect keeps its fixed-n t
 interval and p. The runs an effect read decide, not the units its pairing kept: an effect that reads an added
 seed's runs but pairs them with a study that ran only the file's own seeds is judged with the sequence too
@@ -20,10 +20,10 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.effects import Measured
-from rlhf_lab.analysis.provenance import file_seeds, seeds_present
+from rlhf_lab_research.effects import Measured
+from rlhf_lab_research.provenance import file_seeds, seeds_present
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData
-from rlhf_lab.analysis.sequential import anytime_t, t_mixture_c, t_mixture_multiplier
+from rlhf_lab_research.sequential import anytime_t, t_mixture_c, t_mixture_multiplier
 from rlhf_lab.analysis.stats import Effect
 
 ANYTIME = "anytime"    # the start of an anytime-valid interval's Effect.method ("anytime t", "anytime paired t")

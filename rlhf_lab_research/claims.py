@@ -1,10 +1,10 @@
 """``reports/claims.md``: a verdict on each claim of docs/claims.md, from the runs of the canned studies.
 
 The claims, the studies that test them and the effects they are judged on are data
-(:mod:`~rlhf_lab.analysis.registry`); their verdicts, with Holm's correction across every judged effect of the
+(:mod:`~rlhf_lab_research.claims_registry`); their verdicts, with Holm's correction across every judged effect of the
 report, the units an inconclusive effect would need and the RM replication rule, are
-:mod:`~rlhf_lab.analysis.verdicts`' (:func:`verdicts.judge_all`). Here: reading the runs (the store, runs files),
-and writing the report, whose Statistics paragraph (:func:`rlhf_lab.analysis.stats_text.statistics_text`) states
+:mod:`~rlhf_lab_research.verdicts`' (:func:`verdicts.judge_all`). Here: reading the runs (the store, runs files),
+and writing the report, whose Statistics paragraph (:func:`rlhf_lab_research.stats_text.statistics_text`) states
 the rules.
 A claim whose studies have no runs is **not run yet** (with the command), one that is no effect is
 **not testable**. Only FINISHED runs count, and policy runs (PPO, GRPO, RLOO, DPO, best-of-n) need :data:`MIN_EVALS` evaluations.
@@ -16,10 +16,10 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from rlhf_lab.analysis.anytime import FOOTNOTE, MARK, is_anytime
-from rlhf_lab.analysis.effects import Measured, count
+from rlhf_lab_research.anytime import FOOTNOTE, MARK, is_anytime
+from rlhf_lab_research.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
-from rlhf_lab.analysis.provenance import (
+from rlhf_lab_research.provenance import (
     PROVENANCE,
     PROVENANCE_HEADER,
     REPRODUCE_SUFFIX,
@@ -29,11 +29,11 @@ from rlhf_lab.analysis.provenance import (
     reproduction_runs,
 )
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
-from rlhf_lab.analysis.designs import REDONE, SUITE_VERSIONS
-from rlhf_lab.analysis.registry import CLAIMS, JUDGED, SHOWN, Claim, Part
+from rlhf_lab_research.designs import REDONE, SUITE_VERSIONS
+from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, SHOWN, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
-from rlhf_lab.analysis.stats_text import statistics_text
+from rlhf_lab_research.stats_text import statistics_text
 from rlhf_lab.analysis.snapshot import (
     FILE_NAME,
     commands_of,
@@ -45,7 +45,7 @@ from rlhf_lab.analysis.snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from rlhf_lab.analysis.verdicts import (
+from rlhf_lab_research.verdicts import (
     MIN_EVALS,
     NOT_RUN,
     NOT_TESTABLE,
@@ -280,7 +280,7 @@ def family_size(results: Sequence[ClaimResult]) -> int:
 def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
            reruns: dict[str, list[RunData]] | None = None) -> str:
     """The whole report; `source` names where the runs were read (markdown); `reruns`: {study tag: the reruns of its
-    stored seed-0 run} (:func:`rlhf_lab.analysis.provenance.reproduction_runs`)."""
+    stored seed-0 run} (:func:`rlhf_lab_research.provenance.reproduction_runs`)."""
     lines = ["# Claims of docs/claims.md put to the canned studies", "",
              f"Computed by `rlhf-lab-report --claims` from {source}. Verdicts hold for this world and these small "
              "models only.", "",

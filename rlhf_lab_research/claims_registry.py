@@ -3,13 +3,13 @@ effects (:class:`Part`) it is judged on.
 
 A part is one effect with its unit, the sign the claim predicts (`direction`), an equivalence margin (an effect
 inside ±margin is negligible) and the function that computes it from the studies' runs
-(:mod:`~rlhf_lab.analysis.effects`). Its role:
+(:mod:`~rlhf_lab_research.effects`). Its role:
 
 * ``judged``: the claim holds only if every judged part holds, and does not hold if one does not;
 * ``precondition``: something the claim presupposes (hacking to reduce, a gap to close); if it does not hold,
   the claim cannot be tested on these runs and is inconclusive;
 * ``shown``: reported with its interval, not judged; its `says` names what is compared, never a conclusion, and
-  the report words it from its interval and margin (:class:`Words`, :func:`~rlhf_lab.analysis.wording.word_effect`),
+  the report words it from its interval and margin (:class:`Words`, :func:`~rlhf_lab_research.wording.word_effect`),
   so that no hand-written label can contradict its numbers.
 
 Paired designs are preferred: the compared settings run with the same seeds and the effect is the mean
@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from rlhf_lab.analysis.designs import (
+from rlhf_lab_research.designs import (
     above_range,
     below_range,
     fixed,
@@ -69,12 +69,12 @@ from rlhf_lab.analysis.designs import (
     RM_SIZE,
     SAME,
 )
-from rlhf_lab.analysis.effects import (Arm, Measured, Studies, config_value, grouped, grouped_at_matched_kl,
+from rlhf_lab_research.effects import (Arm, Measured, Studies, config_value, grouped, grouped_at_matched_kl,
                                        log_ratio, paired, within)
-from rlhf_lab.analysis.studies.gao import BON_STUDY as GAO_BON, KL_STUDY as GAO_KL, RL_STUDY as GAO
+from rlhf_lab_research.studies.gao import BON_STUDY as GAO_BON, KL_STUDY as GAO_KL, RL_STUDY as GAO
 from rlhf_lab.analysis.quantities import (above_reference, change, final, final_gold, gold_drop, gold_drop_upto,
                                           gold_peak, max_jump, rm_metric, rm_seed, step_mean, step_median, step_noise)
-from rlhf_lab.analysis.wording import Words, gold_words
+from rlhf_lab_research.wording import Words, gold_words
 
 JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"
 AGREEMENT = final("eval/proxy_gold_agreement")  # the RM's accuracy against gold on the policy's own samples

@@ -1,5 +1,5 @@
 """The studies the claims read, their arms, and the effects too particular to live in :mod:`effects`: the data that
-:mod:`~rlhf_lab.analysis.registry`'s claims are written with.
+:mod:`~rlhf_lab_research.claims_registry`'s claims are written with.
 
 ``SUITE_VERSIONS`` maps a study a claim names to its newer designs (the claims suite's reruns, newest first); a
 claim reads one design (:func:`rlhf_lab.analysis.snapshot.one_design`)."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from rlhf_lab.analysis.effects import Arm, Measured, Studies, config, config_num, same, spearman
+from rlhf_lab_research.effects import Arm, Measured, Studies, config, config_num, same, spearman
 from rlhf_lab.analysis.markdown import fmt
 from rlhf_lab.analysis.runs import policy_size
 from rlhf_lab.analysis.stats import paired_ci, t_effect

@@ -13,7 +13,7 @@ with the same seed are averaged), and
   for each seed, or the small against the large RM for each policy size and seed).
 
 Each returns a function of ``{study: [finished runs]}`` to a :class:`Measured`: the effect (or why there is
-none), and the per-arm figures. Nothing here decides a verdict; see :mod:`~rlhf_lab.analysis.claims`.
+none), and the per-arm figures. Nothing here decides a verdict; see :mod:`~rlhf_lab_research.claims`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 study file's own, and whether today's code reproduced its stored seed-0 run before they were.
 
 ``rlhf-lab-suite --more-seeds`` and ``--decide`` rerun a study's stored seed-0 run under the study tag
-``<study>_reproduce`` before adding seeds to it (:mod:`rlhf_lab.entry.suite_seeds`); the claims report reads those runs
+``<study>_reproduce`` before adding seeds to it (:mod:`rlhf_lab_research.suite_seeds`); the claims report reads those runs
 too (:data:`REPRODUCE_SUFFIX`), keeps them in its runs file, and this table compares them with the stored run.
 """
 
@@ -40,7 +40,7 @@ def provenance_text(file_name: str) -> str:
 
 def redone_text(redone: dict[str, tuple[tuple[str, ...], str]]) -> str:
     """The note under the table: which designs replaced an earlier one after its results were seen (`redone`:
-    :data:`rlhf_lab.analysis.designs.REDONE`)."""
+    :data:`rlhf_lab_research.designs.REDONE`)."""
     items = [f"`{new}` replaced {', '.join(f'`{o}`' for o in old)} ({why})" for new, (old, why) in redone.items()]
     return ("**Designs redone after their results were seen:** " + "; ".join(items) + ". The replacements were chosen "
             "knowing the earlier results (a second look of another kind than added seeds, which no interval here "

@@ -1,13 +1,13 @@
 """Which studies to give more seeds, and how many: the plan of ``rlhf-lab-suite --decide``.
 
 Each inconclusive judged effect of the claims report states the seeds that 80 % power would need to decide it
-(:func:`rlhf_lab.analysis.verdicts.seeds_to_decide`, counted in seeds: an effect whose unit is a policy × seed
+(:func:`rlhf_lab_research.verdicts.seeds_to_decide`, counted in seeds: an effect whose unit is a policy × seed
 cell or an RM is not planned here). A study's target is the largest of those among the claims it tests that is at
 most the cap; the studies are planned cheapest decision first: the jobs the missing seeds add times the study's
 time per job (its header's ``Expected: N jobs ... about M min``, measured with 2 jobs at a time on 2 cores). An
 effect above the cap stays "needs about N seeds" in the report: more seeds are not worth it here.
 
-Pure: it reads the judged results and the runs that count; running the plan is :mod:`rlhf_lab.entry.suite`'s.
+Pure: it reads the judged results and the runs that count; running the plan is :mod:`rlhf_lab_research.suite`'s.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from rlhf_lab.analysis.provenance import seeds_present
-from rlhf_lab.analysis.registry import JUDGED
+from rlhf_lab_research.provenance import seeds_present
+from rlhf_lab_research.claims_registry import JUDGED
 from rlhf_lab.analysis.stats import INCONCLUSIVE
-from rlhf_lab.analysis.verdicts import SEED_UNITS
+from rlhf_lab_research.verdicts import SEED_UNITS
 
 
 @dataclass(frozen=True)

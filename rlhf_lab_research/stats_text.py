@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rlhf_lab.analysis.anytime import MARK
-from rlhf_lab.analysis.designs import RM_CLAIM_RMS
-from rlhf_lab.analysis.verdicts import ALPHA, POWER
+from rlhf_lab_research.anytime import MARK
+from rlhf_lab_research.designs import RM_CLAIM_RMS
+from rlhf_lab_research.verdicts import ALPHA, POWER
 
 
 def statistics_text(m: int) -> str:

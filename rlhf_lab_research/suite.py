@@ -20,15 +20,15 @@ stop the suite; the suite names it at the end and exits with status 1. The track
 of each job's identity.
 
 A study that needs an artifact made first (an on-policy or probe policy) gets it from ``rlhf-lab`` jobs run into
-fixed folders under the working folder before the study (:mod:`rlhf_lab.entry.suite_prepare`).
+fixed folders under the working folder before the study (:mod:`rlhf_lab_research.suite_prepare`).
 
 With ``--more-seeds CAP``, after the report the suite gives more seeds to each study whose claims are still
 inconclusive: an inconclusive judged effect states the seeds 80 % power would need (``needs about N seeds`` in the
-report, :func:`rlhf_lab.analysis.verdicts.seeds_to_decide`); where N ≤ CAP, the study runs again with
+report, :func:`rlhf_lab_research.verdicts.seeds_to_decide`); where N ≤ CAP, the study runs again with
 ``seed=5,…,N−1`` (resumable like the rest), provided its projected time (the header's minutes × (N − 5)/5) fits
 what is left of ``--max-minutes``; then the report is written again. An effect that needs more than CAP seeds, or
 whose seeds do not fit the budget, keeps its "needs about N seeds" in the report. Before a study gets more seeds,
-the suite checks that today's code reproduces it (:func:`~rlhf_lab.entry.suite_seeds.reproduce`): one job reruns the
+the suite checks that today's code reproduces it (:func:`~rlhf_lab_research.suite_seeds.reproduce`): one job reruns the
 study's first seed-0 run (its own overrides, under the study name ``<study>_reproduce``, with the CPU kernels it was
 made with) and its final test and eval gold and KL must equal the stored run's; otherwise the new seeds would be pooled
 with runs that other code produced (seen: a study whose runs came from an earlier version with another SFT baseline),
@@ -50,13 +50,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from rlhf_lab.analysis.claims import claims_of_studies
-from rlhf_lab.analysis.designs import SUITE_VERSIONS
-from rlhf_lab.analysis.verdicts import DECIDE_CAP
+from rlhf_lab_research.claims import claims_of_studies
+from rlhf_lab_research.designs import SUITE_VERSIONS
+from rlhf_lab_research.verdicts import DECIDE_CAP
 from rlhf_lab.runs.jobs import study_file, study_names
 from rlhf_lab.runs.process import environment
-from rlhf_lab.entry.suite_prepare import PREPARE, PREPARE_PER_SEED, SEEDS, prepare
-from rlhf_lab.entry.suite_seeds import NOT_EXTENDED, Reproduction, decision_plan, report_runs, reproduce, uri_override
+from rlhf_lab_research.suite_prepare import PREPARE, PREPARE_PER_SEED, SEEDS, prepare
+from rlhf_lab_research.suite_seeds import NOT_EXTENDED, Reproduction, decision_plan, report_runs, reproduce, uri_override
 
 # The claims studies, in the order they run: the default chain's upstream stages are built by the first, then
 # the cheapest studies first, so that an interrupted suite has given as many verdicts as it could.
@@ -148,9 +148,9 @@ def seed_override(n: int) -> str:
 def measured_needs(overrides: list[str], out: str, runs_files: list[str], cap: int) -> dict[str, int]:
     """{claim study key: seeds its inconclusive claims need, ≤ cap}, from the runs the report read (the store, the
     --runs files and the runs file beside the report)."""
-    from rlhf_lab.analysis.claims import counted
-    from rlhf_lab.analysis.registry import CLAIMS
-    from rlhf_lab.analysis.verdicts import judge_all, seeds_to_decide
+    from rlhf_lab_research.claims import counted
+    from rlhf_lab_research.claims_registry import CLAIMS
+    from rlhf_lab_research.verdicts import judge_all, seeds_to_decide
 
     runs, commands = report_runs(overrides, out, runs_files)
     counting, present = counted(runs)
@@ -241,7 +241,7 @@ def decide(overrides: list[str], out: str, runs_files: list[str], cap: int, n_jo
            max_minutes: float | None, studies: list[str]) -> int:
     """``--decide``: the seeds power asks for, cheapest decision first; each study's stored seed-0 run reproduced
     before any seed is added; then the report. With `dry`, the plan only."""
-    from rlhf_lab.analysis.seed_plan import plan_table
+    from rlhf_lab_research.seed_plan import plan_table
 
     items, beyond = decision_plan(overrides, out, runs_files, cap, lambda key: suite_study(key, studies), per_seed)
     print(plan_table(items, beyond, cap), flush=True)

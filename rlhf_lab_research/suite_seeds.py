@@ -1,6 +1,6 @@
 """Adding seeds to the claims suite's studies (``rlhf-lab-suite --more-seeds``, ``--decide``): the runs the
 claims report reads, the check that today's code reproduces a study's stored seed-0 run before any seed is added to
-it, and ``--decide``'s plan (:mod:`rlhf_lab.analysis.seed_plan`)."""
+it, and ``--decide``'s plan (:mod:`rlhf_lab_research.seed_plan`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from rlhf_lab.analysis.provenance import REPRODUCE_SUFFIX, reproduced_keys, same, stored_seed0
+from rlhf_lab_research.provenance import REPRODUCE_SUFFIX, reproduced_keys, same, stored_seed0
 from rlhf_lab.analysis.snapshot import FILE_NAME
 from rlhf_lab.config.keys import computes, override_key
 from rlhf_lab.runs.code import CPU_ENV, CPU_TAG, cpu_capability
@@ -27,7 +27,7 @@ def uri_override(overrides: list[str]) -> str | None:
 def report_runs(overrides: list[str], out: str, runs_files: list[str]):
     """The runs and commands the claims report reads: the store (``tracking.uri`` among `overrides`, else the usual
     one), the --runs files and the runs file beside the report in `out`."""
-    from rlhf_lab.analysis.claims import gather_runs
+    from rlhf_lab_research.claims import gather_runs
 
     kept = Path(out) / FILE_NAME
     files = [*runs_files, *([str(kept)] if kept.is_file() else [])]
@@ -36,7 +36,7 @@ def report_runs(overrides: list[str], out: str, runs_files: list[str]):
 
 def stored_seed0_run(study: str, overrides: list[str], out: str, runs_files: list[str]):
     """The study's stored seed-0 run in the store and the runs files the report reads
-    (:func:`rlhf_lab.analysis.provenance.stored_seed0`), or None."""
+    (:func:`rlhf_lab_research.provenance.stored_seed0`), or None."""
     runs, _ = report_runs(overrides, out, runs_files)
     return stored_seed0([r for rs in runs.values() for r in rs if r.tags.get("rlhf_lab.study") == study])
 
@@ -68,7 +68,7 @@ def kernel_choices(old) -> list[str]:
 def reproduce(study: str, overrides: list[str], out: str, runs_files: list[str]) -> Reproduction:
     """Rerun the study's stored seed-0 run (one job, its own overrides, study ``<study>_reproduce``, output in
     ``suite_reproduce/<study>``) with the CPU kernels it was made with (:func:`kernel_choices`, environment variable
-    ``ATEN_CPU_CAPABILITY``): reproduced when the figures of :data:`~rlhf_lab.analysis.provenance.REPRODUCED_KEYS`
+    ``ATEN_CPU_CAPABILITY``): reproduced when the figures of :data:`~rlhf_lab_research.provenance.REPRODUCED_KEYS`
     (an RM run's ``REPRODUCED_RM_KEYS``) come out equal to 1e-9 relative (``provenance.same``). A study without a
     stored seed-0 run has nothing to mix: reproduced."""
     old = stored_seed0_run(study, overrides, out, runs_files)
@@ -113,12 +113,12 @@ NOT_EXTENDED = {
 def decision_plan(overrides: list[str], out: str, runs_files: list[str], cap: int,
                   suite_study: Callable[[str], str | None], per_seed: Callable[[str], tuple[int, float]]):
     """(the studies to give more seeds, cheapest decision first; the effects left undecided) from the runs the
-    report reads (:mod:`rlhf_lab.analysis.seed_plan`), without the :data:`NOT_EXTENDED` studies; `suite_study(key)`:
+    report reads (:mod:`rlhf_lab_research.seed_plan`), without the :data:`NOT_EXTENDED` studies; `suite_study(key)`:
     the study file that runs a claim's study key, `per_seed(study)`: the jobs and minutes one more seed costs."""
-    from rlhf_lab.analysis import seed_plan
-    from rlhf_lab.analysis.claims import counted
-    from rlhf_lab.analysis.registry import CLAIMS
-    from rlhf_lab.analysis.verdicts import judge_all
+    from rlhf_lab_research import seed_plan
+    from rlhf_lab_research.claims import counted
+    from rlhf_lab_research.claims_registry import CLAIMS
+    from rlhf_lab_research.verdicts import judge_all
 
     runs, commands = report_runs(overrides, out, runs_files)
     counting, present = counted(runs)

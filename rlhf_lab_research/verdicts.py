@@ -1,9 +1,9 @@
 """The verdicts of the claims from their effects: one-sided p-values, Holm's correction across every judged effect
 of a report, the units an inconclusive effect would need, and the upstream factors (RM, SFT policy) replicated per
-arm. :mod:`~rlhf_lab.analysis.claims` reads the runs and writes the report.
+arm. :mod:`~rlhf_lab_research.claims` reads the runs and writes the report.
 
 A part's p-value is one-sided, from its effect's t statistic (or, for a judged part or precondition whose runs
-include seeds added to their study after looking, its anytime-valid p, :mod:`~rlhf_lab.analysis.anytime`), on the
+include seeds added to their study after looking, its anytime-valid p, :mod:`~rlhf_lab_research.anytime`), on the
 side of the null value (0, or −margin for a non-inferiority part) its estimate lies (:func:`side_p`); a superiority
 part with a margin also has an equivalence (TOST) p against ±margin (:func:`equivalence_p`). The judged parts and
 the preconditions of all the claims judged together are one family, with their equivalence p-values: :func:`correct`
@@ -13,7 +13,7 @@ inconclusive otherwise). A
 claim holds when every judged part holds and does not hold when one does not; a precondition that is not shown makes
 it inconclusive unless a judged part is shown against the claim (:func:`combine`); an RM claim without
 ``Claim.min_rms`` distinct RMs per arm is inconclusive (:func:`replication_gap`). A shown part is not judged:
-:func:`reading` words it from its unadjusted interval and margin (:func:`~rlhf_lab.analysis.wording.word_effect`)
+:func:`reading` words it from its unadjusted interval and margin (:func:`~rlhf_lab_research.wording.word_effect`)
 and says so ("(unadjusted)"): it is outside the family, and no verdict rests on it.
 """
 
@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rlhf_lab.analysis.anytime import added_run_ids, anytime_needs, anytime_p, from_extended, is_anytime, with_anytime
-from rlhf_lab.analysis.effects import Measured, count
+from rlhf_lab_research.anytime import added_run_ids, anytime_needs, anytime_p, from_extended, is_anytime, with_anytime
+from rlhf_lab_research.effects import Measured, count
 from rlhf_lab.analysis.quantities import EVAL_GOLD
-from rlhf_lab.analysis.registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
+from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
 from rlhf_lab.analysis.runs import POLICY_STAGES, RunData
 from rlhf_lab.analysis.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Effect, holm, units_for_power, verdict
-from rlhf_lab.analysis.wording import word_effect
+from rlhf_lab_research.wording import word_effect
 
 NOT_RUN = "not run yet"
 NOT_TESTABLE = "not testable"
@@ -98,7 +98,7 @@ def side_p(part: Part, e: Effect | None) -> tuple[int, float]:
     if part.role == SHOWN or e is None or e.method == "config value":
         return 0, NAN
     null = null_value(part)
-    if is_anytime(e):  # seeds added after looking: the anytime-valid p (rlhf_lab.analysis.anytime)
+    if is_anytime(e):  # seeds added after looking: the anytime-valid p (rlhf_lab_research.anytime)
         p_for, p_other = anytime_p(e, part.direction, null), anytime_p(e, -part.direction, null)
     else:
         p_for, p_other = e.p_value(part.direction, null), e.p_value(-part.direction, null)
@@ -167,7 +167,7 @@ def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> i
     if e is None or e.n < 2 or e.method == "config value":
         return None
     delta = max(abs(e.estimate - null_value(part)), part.margin or 0.0)
-    if is_anytime(e):  # the seeds its anytime-valid sequence would need (rlhf_lab.analysis.anytime)
+    if is_anytime(e):  # the seeds its anytime-valid sequence would need (rlhf_lab_research.anytime)
         return anytime_needs(delta, e.sd, alpha, power)
     return units_for_power(delta, e.sd, alpha, power)
 

@@ -1,7 +1,7 @@
 """How the claims report words a shown effect: from its interval and equivalence margin alone, so that no
 hand-written label can contradict its numbers (issue 42, point 6).
 
-A shown part (:func:`~rlhf_lab.analysis.registry.shown`) names what it compares and carries :class:`Words`, what
+A shown part (:func:`~rlhf_lab_research.claims_registry.shown`) names what it compares and carries :class:`Words`, what
 each side of 0 means for it; :func:`word_effect` picks them from the interval: a direction when the interval
 excludes 0, "no … detected" only when it lies inside ±margin, "inconclusive" otherwise.
 """

@@ -1,7 +1,7 @@
 """The layout rules of docs/architecture.md, checked on the source (AST scans with rlhf_lab.runs.code's import
 reader, which the cache uses for its code digests; nothing of the package is run):
-no import cycle inside rlhf_lab/ (imports inside functions count too), no `_private` name imported from
-another module, no file over 450 lines, at most 3 modules at the package root, no link to ../shared (which a clone does not have)."""
+no import cycle inside rlhf_lab/ or rlhf_lab_research/ (imports inside functions count too), rlhf_lab never importing
+rlhf_lab_research, no `_private` name imported from another module, no file over 450 lines, at most 3 modules at the package root, no link to ../shared (which a clone does not have)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import ast
 from pathlib import Path
 
 from rlhf_lab.runs.code import PKG, ROOT, import_graph, imports_of, package_modules
+
+RESEARCH = ROOT / "rlhf_lab_research"  # the lab's own research: imports rlhf_lab, never imported by it
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -49,8 +51,31 @@ def test_cycle_finder_finds_a_planted_cycle():
 
 
 def test_no_import_cycle_inside_the_package():
-    cycles = find_cycles(import_graph())
-    assert not cycles, f"import cycles inside rlhf_lab/: {cycles}"
+    cycles = find_cycles(import_graph(PKG, RESEARCH))
+    assert not cycles, f"import cycles inside rlhf_lab/ and rlhf_lab_research/: {cycles}"
+
+
+def research_imports(path: Path, tree: ast.Module | None = None) -> list[str]:
+    """`file:line imports module` for every import of rlhf_lab_research in the file (inside functions too)."""
+    return [f"{path.relative_to(ROOT)}:{line} imports {target}"
+            for target, _, line in imports_of(path, package_modules(PKG, RESEARCH), tree)
+            if target.split(".")[0] == "rlhf_lab_research"]
+
+
+def test_rlhf_lab_never_imports_the_research_package():
+    """One direction (docs/architecture.md): the lab's research imports rlhf_lab, never the reverse; rlhf-lab-report
+    finds the research reports through an entry-point group, not by the package's name."""
+    offenders = [line for path in sorted(PKG.rglob("*.py")) for line in research_imports(path)]
+    assert not offenders, "rlhf_lab imports rlhf_lab_research:\n" + "\n".join(offenders)
+    assert research_imports(RESEARCH / "report.py")  # the scan sees the research package's own imports
+
+
+def test_the_direction_check_finds_a_planted_import():
+    planted = ast.parse("import rlhf_lab_research\n\ndef f():\n    from rlhf_lab_research.claims import only_claims\n"
+                        "    from rlhf_lab.analysis.runs import RunData\n")
+    found = research_imports(PKG / "analysis" / "planted.py", planted)
+    assert found == ["rlhf_lab/analysis/planted.py:1 imports rlhf_lab_research",
+                     "rlhf_lab/analysis/planted.py:4 imports rlhf_lab_research.claims"]
 
 
 def test_the_import_scan_sees_function_level_imports():
@@ -64,9 +89,10 @@ def test_runtime_is_a_leaf():
 
 
 def test_no_private_name_is_imported_from_another_module():
-    modules = package_modules()
+    modules = package_modules(PKG, RESEARCH)
     offenders = []
-    files = list(PKG.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")) + list((ROOT / "benchmarks").rglob("*.py"))
+    files = [*PKG.rglob("*.py"), *RESEARCH.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+             *(ROOT / "benchmarks").rglob("*.py")]
     for path in files:
         tree = ast.parse(path.read_text(), str(path))
         aliases = {}  # local name -> rlhf_lab module, for `module._name` accesses
@@ -168,10 +194,11 @@ def test_no_name_is_imported_through_a_module_that_only_imports_it():
     """No re-exports (docs/architecture.md): every `from rlhf_lab.x import name` takes the name from the module that
     defines it, so a reader finds the code where the import says and a move cannot leave a shim behind. A package's
     `__all__` (rlhf_lab.world's public names) is its interface, not a shim."""
-    modules = package_modules()
+    modules = package_modules(PKG, RESEARCH)
     scans = {m: top_level_names(p) for m, p in modules.items()}
     offenders = []
-    files = list(PKG.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")) + list((ROOT / "benchmarks").rglob("*.py"))
+    files = [*PKG.rglob("*.py"), *RESEARCH.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+             *(ROOT / "benchmarks").rglob("*.py")]
     for path in files:
         for target, names, line in imports_of(path, modules):
             if target not in scans:

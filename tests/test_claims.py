@@ -11,9 +11,10 @@ from itertools import count
 import numpy as np
 import pytest
 
-from rlhf_lab.analysis import claims as C
-from rlhf_lab.analysis import designs, fits, quantities, registry
-from rlhf_lab.analysis.provenance import provenance_rows
+from rlhf_lab_research import claims as C
+from rlhf_lab.analysis import fits, quantities
+from rlhf_lab_research import claims_registry, designs
+from rlhf_lab_research.provenance import provenance_rows
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.study import fit_cell, peak_cell
 
@@ -354,7 +355,7 @@ def test_claims_without_runs_say_not_run_yet_with_the_command():
     res = verdicts({})
     for cid in ("C1", "C3", "C6", "C7", "C8", "C11", "C12", "C14", "C15", "C19", "C20"):
         assert res[cid].verdict == "not run yet"
-        assert f"rlhf-lab -m sweep={registry.BY_ID[cid].studies[0]}" in res[cid].reason
+        assert f"rlhf-lab -m sweep={claims_registry.BY_ID[cid].studies[0]}" in res[cid].reason
     assert res["C21"].verdict == "not testable"
 
 
@@ -404,15 +405,15 @@ def test_report_names_the_data_the_interval_and_the_command(tmp_path):
 
 
 def test_registry_covers_every_claim_once():
-    ids = [c.id for c in registry.CLAIMS]
+    ids = [c.id for c in claims_registry.CLAIMS]
     assert ids == [f"C{i}" for i in range(1, 22)]
-    for c in registry.CLAIMS:
+    for c in claims_registry.CLAIMS:
         if c.untestable:
             continue
-        judged = [p for p in c.parts if p.role == registry.JUDGED]
+        judged = [p for p in c.parts if p.role == claims_registry.JUDGED]
         assert c.studies and judged, c.id
         assert all(p.direction in (1, -1) and (p.margin is None or p.margin > 0) for p in judged), c.id
-    studied = {s for c in registry.CLAIMS for s in c.studies}
+    studied = {s for c in claims_registry.CLAIMS for s in c.studies}
     assert {"ref_sync", "ref_shared", "kl_estimators", "ref_size", "length_penalty", "clip_eps", "critic_baseline",
             "rm_lora", "rm_normalize", "ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size",
             "gao_rm_scaling", "rm_mis_scoring_probe"} <= studied
@@ -428,14 +429,14 @@ def test_kl_estimators_arms_are_the_options_its_sweep_runs():
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from rlhf_lab.analysis.designs import K1_REWARD, K3_LOSS, K3_REWARD, option_arm
+    from rlhf_lab_research.designs import K1_REWARD, K3_LOSS, K3_REWARD, option_arm
 
     root = Path(__file__).resolve().parents[1] / "sweeps"
     swept = yaml.safe_load((root / "sweep" / "kl_estimators.yaml").read_text())["hydra"]["sweeper"]["params"]["+kl_est"]
     arms = {"k1_reward": K1_REWARD, "k3_reward": K3_REWARD, "k3_loss": K3_LOSS}
     assert sorted(swept.split(",")) == sorted(arms)
-    c7 = next(c for c in registry.CLAIMS if c.id == "C7")
-    assert c7.studies == (registry.KL_EST,)
+    c7 = next(c for c in claims_registry.CLAIMS if c.id == "C7")
+    assert c7.studies == (claims_registry.KL_EST,)
     with initialize_config_module("rlhf_lab.conf", version_base="1.3"):
         for option, arm in arms.items():
             assert arm.where == {"algo.kl_estimator": option[:2], "algo.kl_in": option[3:]}, option

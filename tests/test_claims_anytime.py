@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf_lab.analysis import anytime as A
-from rlhf_lab.analysis import claims as C
-from rlhf_lab.analysis import verdicts as V
-from rlhf_lab.analysis.effects import Measured
-from rlhf_lab.analysis.registry import JUDGED, SHOWN, Claim, Part
+from rlhf_lab_research import anytime as A
+from rlhf_lab_research import claims as C
+from rlhf_lab_research import verdicts as V
+from rlhf_lab_research.effects import Measured
+from rlhf_lab_research.claims_registry import JUDGED, SHOWN, Claim, Part
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData
-from rlhf_lab.analysis.sequential import anytime_t
+from rlhf_lab_research.sequential import anytime_t
 from rlhf_lab.analysis.stats import holm, t_ci, t_effect, units_for_power
 
 VALUES = [0.5, 0.62, 0.41, 0.7, 0.55, 0.47, 0.66]  # one per seed 0–6

@@ -10,13 +10,13 @@ import math
 import pytest
 from scipy import stats as st
 
-from rlhf_lab.analysis import claims as C
-from rlhf_lab.analysis import verdicts as V
-from rlhf_lab.analysis.effects import Measured
-from rlhf_lab.analysis.registry import JUDGED, PRECONDITION, Claim, Part, shown
+from rlhf_lab_research import claims as C
+from rlhf_lab_research import verdicts as V
+from rlhf_lab_research.effects import Measured
+from rlhf_lab_research.claims_registry import JUDGED, PRECONDITION, Claim, Part, shown
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.stats import Effect, units_for_power
-from rlhf_lab.analysis.wording import Words, word_effect
+from rlhf_lab_research.wording import Words, word_effect
 
 N = 5  # units per synthetic effect
 
@@ -243,6 +243,6 @@ def test_a_label_names_the_only_value_that_ran_when_largest_and_smallest_coincid
 
 
 def judge_c11(studies: dict) -> V.ClaimResult:
-    from rlhf_lab.analysis.registry import BY_ID
+    from rlhf_lab_research.claims_registry import BY_ID
 
     return V.judge(BY_ID["C11"], studies, {k: len(v) for k, v in studies.items()})

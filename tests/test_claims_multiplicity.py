@@ -9,12 +9,12 @@ import math
 import pytest
 from scipy import stats as st
 
-from rlhf_lab.analysis import claims as C
-from rlhf_lab.analysis import verdicts as V
-from rlhf_lab.analysis.designs import REDONE
-from rlhf_lab.analysis.effects import Measured
-from rlhf_lab.analysis.provenance import redone_text
-from rlhf_lab.analysis.registry import JUDGED, PRECONDITION, Claim, Part
+from rlhf_lab_research import claims as C
+from rlhf_lab_research import verdicts as V
+from rlhf_lab_research.designs import REDONE
+from rlhf_lab_research.effects import Measured
+from rlhf_lab_research.provenance import redone_text
+from rlhf_lab_research.claims_registry import JUDGED, PRECONDITION, Claim, Part
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.stats import Effect
 

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from rlhf_lab.analysis import claims as C
+from rlhf_lab_research import claims as C
 from rlhf_lab.entry import report as cli
 from rlhf_lab.analysis import snapshot
 from rlhf_lab.analysis.runs import RunData
@@ -217,7 +217,7 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
 
     from functools import partial
 
-    from rlhf_lab.entry.report import OWN_REPORTS
+    from rlhf_lab_research.report import STUDY_REPORTS
     from rlhf_lab.analysis.study import write_study_report
 
     root = Path(__file__).resolve().parents[1] / "reports"
@@ -233,7 +233,7 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
         if "## Runs" not in text or not runs or not set(runs) <= have:
             continue
         study = readme.parent.name
-        write = OWN_REPORTS.get(study, partial(write_study_report, study))  # some have their own reports
+        write = STUDY_REPORTS.get(study, partial(write_study_report, study))  # some have their own reports
         again = write(tmp_path, runs_files=files, use_store=False)
         old, new = text.rstrip("\n").split("\n"), again.read_text().rstrip("\n").split("\n")
         assert old[:-1] == new[:-1], study
@@ -337,7 +337,7 @@ def test_a_runs_file_of_the_wrong_layout_is_one_line_naming_the_file_and_the_pla
 
 
 def test_the_suite_refuses_a_bad_runs_file_before_it_runs_a_study(tmp_path, capsys, monkeypatch):
-    from rlhf_lab.entry import suite
+    from rlhf_lab_research import suite
 
     path = snapshot.write_snapshot(tmp_path / "r.json.gz", tagged(world()))
     rewritten(path, lambda p: first_run(p).pop("stage"))
@@ -357,7 +357,7 @@ def test_a_runs_file_too_large_or_too_deep_is_one_line_and_exit_2(tmp_path, caps
     """A 3 MB gzip that decompressed to 3 GB ended in a MemoryError, a deeply nested one in a RecursionError (exit 1,
     tracebacks): each is refused on one line, exit 2, by rlhf-lab-report (--claims and a study) and rlhf-lab-suite,
     the large one read no further than the limit. The limit is patched small here: a real runs file over it."""
-    from rlhf_lab.entry import suite
+    from rlhf_lab_research import suite
 
     studies = tagged(world())
     large = snapshot.write_snapshot(tmp_path / "large.json.gz", studies)

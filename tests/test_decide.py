@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
-from rlhf_lab.entry import suite, suite_seeds
-from rlhf_lab.analysis import seed_plan
-from rlhf_lab.analysis.registry import JUDGED, SHOWN
+from rlhf_lab_research import suite, suite_seeds
+from rlhf_lab_research import seed_plan
+from rlhf_lab_research.claims_registry import JUDGED, SHOWN
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.stats import HOLDS, INCONCLUSIVE
 
@@ -65,8 +65,8 @@ def test_the_flawed_designs_are_never_extended(monkeypatch):
     """--decide's plan skips NOT_EXTENDED studies (C13's gao_rm_scaling) whatever they need."""
     seen = []
     monkeypatch.setattr(suite_seeds, "report_runs", lambda *a: ({}, {}))
-    monkeypatch.setattr("rlhf_lab.analysis.claims.counted", lambda r: ({}, {}))
-    monkeypatch.setattr("rlhf_lab.analysis.verdicts.judge_all", lambda *a: [
+    monkeypatch.setattr("rlhf_lab_research.claims.counted", lambda r: ({}, {}))
+    monkeypatch.setattr("rlhf_lab_research.verdicts.judge_all", lambda *a: [
         result("C13", ["gao_rm_scaling"], part(13)), result("C3", ["ref_sync"], part(13))])
     monkeypatch.setattr(seed_plan, "plan", lambda results, counting, cap, study_of, per_seed: seen.append(
         [study_of(r.claim.studies[0]) for r in results]) or ([], []))
@@ -135,7 +135,7 @@ def test_decide_runs_each_planned_study_after_its_reproduction(monkeypatch, caps
 def test_the_provenance_table_marks_added_seeds_and_the_seed0_rerun():
     """clip_eps' file sweeps seeds 0–4: seeds 5–13 show as added, and the rerun of its seed-0 run (study tag
     clip_eps_reproduce) as equal or, naming the figure, as differing."""
-    from rlhf_lab.analysis import provenance
+    from rlhf_lab_research import provenance
 
     def run(seed, gold, study="clip_eps", start=0):
         return RunData(f"r{seed}{study}", "ppo", "FINISHED", {}, {
@@ -238,7 +238,7 @@ def test_an_upstream_model_built_again_elsewhere_counts_once_a_different_one_twi
     """Measured on 2026-12-05: three claims said "RM: 3 per arm (replicated); SFT policy: 3 per arm" of studies whose
     seeds were run in three stores on one RM and one SFT policy built again in each (other run ids, the same weights).
     An RM is now told by its held-out figures and an SFT policy by the gold at step 0, to the last digit."""
-    from rlhf_lab.analysis import verdicts
+    from rlhf_lab_research import verdicts
 
     def ppo(i, rm_acc, start_gold):
         figures = {"rm/raw_mean": 0.1, "rm/raw_std": 1.2, "rm/accuracy": rm_acc}

@@ -1,4 +1,4 @@
-"""rlhf_lab.analysis.studies.gao: pooled Gao et al. fits over seeds, their bootstrap, the trend against RM size, and the
+"""rlhf_lab_research.studies.gao: pooled Gao et al. fits over seeds, their bootstrap, the trend against RM size, and the
 report from a runs file (``rlhf-lab-report gao_rm_scaling``)."""
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlhf_lab.analysis.stats import percentile_ci
-from rlhf_lab.analysis.studies import gao
+from rlhf_lab_research.studies import gao
 from rlhf_lab.analysis.fits import gao_bon, gao_rl
 from rlhf_lab.analysis.runs import RunData
 

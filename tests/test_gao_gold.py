@@ -1,4 +1,4 @@
-"""The Gao study in gold-RM mode (rlhf_lab/analysis/studies/gao_gold.py) on synthetic runs built in memory: Gao's RL
+"""The Gao study in gold-RM mode (rlhf_lab_research/studies/gao_gold.py) on synthetic runs built in memory: Gao's RL
 form fitted to each measure on the same runs, the peak's place d* equal across the two when the gold RM is a scaled
 image of the formula, and apart when the gold RM keeps rising where the formula falls; the report from its runs file
 on the command line."""
@@ -10,7 +10,7 @@ from itertools import count
 import numpy as np
 
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.studies import gao_gold as GG
+from rlhf_lab_research.studies import gao_gold as GG
 
 STEPS = np.array([0, 1, 2, 3, 4, 6, 9, 14, 21, 33, 50, 78, 120])
 _ids = count()

@@ -1,4 +1,4 @@
-"""The gold recipes report (rlhf_lab/analysis/studies/gold_recipes.py) on synthetic runs built in memory: runs grouped
+"""The gold recipes report (rlhf_lab_research/studies/gold_recipes.py) on synthetic runs built in memory: runs grouped
 by recipe and β, the bar on the Fisher-z mean at β = 0, C1 judged with each gold per recipe, each gold's cost read
 from the runs that built it (and kept in the runs file), and the report regenerated from that file alone."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from rlhf_lab.analysis import snapshot
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.studies import gold_recipes as GR
+from rlhf_lab_research.studies import gold_recipes as GR
 from tests.test_gold_validation import BETA0, BETA01, T, rise_fall, run
 
 STUDY_TAG = {"rlhf_lab.study": GR.STUDY}

@@ -1,4 +1,4 @@
-"""The gold-RM validation report (rlhf_lab/analysis/studies/gold_validation.py) on synthetic runs built in memory: the
+"""The gold-RM validation report (rlhf_lab_research/studies/gold_validation.py) on synthetic runs built in memory: the
 formula/gold-RM views of a run, Spearman ρ per run, its Fisher-z mean and the pooled bootstrap, the mean ± se
 curves, and C1/C4 judged by the registry with each measure as the gold (agreeing when the gold RM is a monotone
 image of the formula, disagreeing when it misses the hacking)."""
@@ -11,7 +11,7 @@ from itertools import count
 import numpy as np
 import pytest
 
-from rlhf_lab.analysis.studies import gold_validation as V
+from rlhf_lab_research.studies import gold_validation as V
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.stats import HOLDS
 
@@ -195,7 +195,7 @@ def test_the_report_says_whether_beta0_clears_the_bar_stated_before_the_runs(tmp
 def test_seeds_added_after_looking_get_the_anytime_valid_interval(tmp_path):
     """Seeds beyond the study file's (0-4) were added after its report was seen: every mean ρ whose runs include one
     is judged with the anytime-valid interval of the same z values (wider than the t interval), marked †."""
-    from rlhf_lab.analysis.anytime import FOOTNOTE, is_anytime
+    from rlhf_lab_research.anytime import FOOTNOTE, is_anytime
 
     rng = np.random.default_rng(9)
     runs = [run(s, BETA0, rise_fall(), 2.0 * rise_fall() + rng.normal(0, 0.1, STEPS), rng, sd=0.05)

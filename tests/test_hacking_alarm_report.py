@@ -1,4 +1,4 @@
-"""The hacking alarm's fit and its validation report (rlhf_lab/analysis/studies/alarm_fit.py, hacking_alarm.py;
+"""The hacking alarm's fit and its validation report (rlhf_lab_research/studies/alarm_fit.py, hacking_alarm.py;
 issue 44)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlhf_lab.analysis.studies import alarm_fit as F
-from rlhf_lab.analysis.studies import alarm_verdict as V
-from rlhf_lab.analysis.studies import hacking_alarm as H
+from rlhf_lab_research.studies import alarm_fit as F
+from rlhf_lab_research.studies import alarm_verdict as V
+from rlhf_lab_research.studies import hacking_alarm as H
 from rlhf_lab.evaluation.alarm import FEATURES, RULE, Evaluation, features, score, scores
 
 ROOT = Path(__file__).resolve().parents[1]

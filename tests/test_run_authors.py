@@ -50,7 +50,7 @@ def test_a_report_reads_only_this_users_runs_unless_asked(store, monkeypatch):
 
 def test_rlhf_lab_report_all_authors_asks_for_every_authors_runs(monkeypatch):
     seen = []
-    monkeypatch.setattr(report, "write_reports", lambda a, own: seen.append(authors.all_authors_asked()) or 0)
+    monkeypatch.setattr(report, "write_report", lambda a, own: seen.append(authors.all_authors_asked()) or 0)
     monkeypatch.delenv(authors.ALL_AUTHORS_ENV, raising=False)
     assert report.main(["s", "--out", "x"]) == 0 and report.main(["s", "--out", "x", "--all-authors"]) == 0
     assert seen == [False, True] and authors.ALL_AUTHORS_ENV not in os.environ  # set for the command only

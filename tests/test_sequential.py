@@ -1,4 +1,4 @@
-"""rlhf_lab.analysis.sequential: the normal-mixture and t-mixture confidence sequences against hand computations,
+"""rlhf_lab_research.sequential: the normal-mixture and t-mixture confidence sequences against hand computations,
 their coherence with the anytime p value, and by simulation that they keep the chance of EVER excluding the true
 mean over n = 3..30 seeds at most α, while a fixed-n t test looked at after every seed does not (issue 42)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from rlhf_lab.analysis.sequential import (
+from rlhf_lab_research.sequential import (
     anytime_t,
     normal_mixture_boundary,
     normal_mixture_cs,

@@ -1,5 +1,5 @@
 """The claims suite: its studies' designs (5 paired seeds, enough evaluations, stated job counts and times),
-``skip_finished`` (a resumed sweep skips the jobs with a FINISHED run), and ``python -m rlhf_lab.entry.suite --dry-run``.
+``skip_finished`` (a resumed sweep skips the jobs with a FINISHED run), and ``python -m rlhf_lab_research.suite --dry-run``.
 Nothing here trains: the runs in the tracking store are fake ones made with MlflowClient."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
-from rlhf_lab.entry import suite, suite_prepare, suite_seeds, sweeps as sweeping
+from rlhf_lab.entry import sweeps as sweeping
+from rlhf_lab_research import suite, suite_prepare, suite_seeds
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.identity import job_identity
 from rlhf_lab.stages.presets import parse_preset_ref
@@ -198,8 +199,8 @@ RM_STUDIES = ("rm_normalize_5rms", "gao_rm_scaling_kl", "rm_source_matched", "rm
 def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_with_it(monkeypatch, tmp_path):
     """Every study of a claim about the RM (C10, C13, C16–C20; rm_lora's jobs are RMs, one per seed already) sets
     reward_model.seed: ${seed}: the RM an upstream stage trains takes the job's seed, and so does its cache key."""
-    from rlhf_lab.analysis.designs import SUITE_VERSIONS
-    from rlhf_lab.analysis.registry import CLAIMS
+    from rlhf_lab_research.designs import SUITE_VERSIONS
+    from rlhf_lab_research.claims_registry import CLAIMS
     from rlhf_lab.stages import rm as rm_stage
     from rlhf_lab.stages.registry import cache_for, stage_seed
 

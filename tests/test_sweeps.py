@@ -17,7 +17,7 @@ from rlhf_lab.runs.process import SWEPT_ENV
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
-# every study file, the claims suite's (rlhf_lab/entry/suite.py, tests/test_suite.py) included
+# every study file, the claims suite's (rlhf_lab_research/suite.py, tests/test_suite.py) included
 STUDIES = sorted(p.stem for p in (ROOT / "sweeps" / "sweep").glob("*.yaml"))
 
 # smaller than conftest.TINY: a multirun pays process start-up, a base model and a fine-tuning per job; the upstream
@@ -30,7 +30,7 @@ MICRO = ["policy=a_tiny", "pretrain.steps=3", "pretrain.n_texts=200", "sft.n_exa
 
 
 def test_the_studies_include_the_original_ones_and_the_claims_suite():
-    from rlhf_lab.entry.suite import SUITE
+    from rlhf_lab_research.suite import SUITE
 
     assert {"ppo_beta_grid", "rm_size_vs_policy_size", "seeds"} <= set(STUDIES)
     assert {"dpo_beta_grid", "rm_source"} <= set(ARCHIVED)  # superseded, still composable
@@ -260,9 +260,10 @@ def test_wheel_ships_the_sweeps(installed_wheel, tmp_path):
     assert "rlhf_lab/sweeps/ppo_kl/fixed_0.yaml" in names and "rlhf_lab/sweeps/__init__.py" in names
     assert "rlhf_lab/conf/hydra/launcher/parallel.yaml" in names and "rlhf_lab/entry/report.py" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "rlhf-lab-report = rlhf_lab.entry.report:main" in entry and "rlhf-lab-suite = rlhf_lab.entry.suite:main" in entry
+    assert "rlhf-lab-report = rlhf_lab.entry.report:main" in entry and "rlhf-lab-suite = rlhf_lab_research.suite:main" in entry
     assert "rlhf_lab/sweeps/kl_est/k3_loss.yaml" in names and "rlhf_lab/sweeps/rm_ens/ens3_tiny_l1.yaml" in names
-    assert "rlhf_lab/sweeps/rm_size/micro.yaml" in names and "rlhf_lab/entry/suite.py" in names
+    assert "rlhf_lab/sweeps/rm_size/micro.yaml" in names and "rlhf_lab_research/suite.py" in names
+    assert "claims = rlhf_lab_research.report:main" in entry and "rlhf_lab_research/studies/gao.py" in names
     assert {f"rlhf_lab/sweeps/archive/sweep/{s}.yaml" for s in ARCHIVED} <= set(names)
     assert {f"rlhf_lab/conf/frontier/{f}.yaml" for f in ("rl", "dpo", "bon")} <= set(names)
     env = dict(os.environ, PYTHONPATH=str(target))
@@ -296,13 +297,13 @@ ARCHIVED = sorted(p.stem for p in (ROOT / "sweeps" / "archive" / "sweep").glob("
 def test_archived_studies_stay_composable_and_nothing_live_runs_them():
     """A superseded design (sweeps/archive/sweep/) composes with the same ``sweep=<study>`` as before (its jobs are
     valid configs), no live study file has its name, and the suite runs none of them (docs/architecture.md)."""
-    from rlhf_lab.entry.suite import SUITE
-    from rlhf_lab.entry.suite_prepare import PREPARE
+    from rlhf_lab_research.suite import SUITE
+    from rlhf_lab_research.suite_prepare import PREPARE
 
     assert len(ARCHIVED) >= 7 and not set(ARCHIVED) & set(STUDIES)
     assert not {s for s, _ in SUITE} & set(ARCHIVED) and not set(PREPARE) & set(ARCHIVED)
-    from rlhf_lab.analysis.designs import SUITE_VERSIONS
-    from rlhf_lab.analysis.registry import CLAIMS
+    from rlhf_lab_research.designs import SUITE_VERSIONS
+    from rlhf_lab_research.claims_registry import CLAIMS
 
     # a claim may name an archived study (the name its runs are kept under), but the design it reads first is live;
     # an archived design is at most a fallback for a store that has only its runs

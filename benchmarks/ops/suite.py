@@ -159,7 +159,7 @@ def suite_projection(ratio: float) -> tuple[list[list], float, float]:
     sample's wall-time ratio (before ÷ today) applied to the studies of ``SAMPLE_ALGOS``."""
     from importlib.resources import files
 
-    from rlhf_lab.entry import suite
+    from rlhf_lab_research import suite
 
     rows, stated, projected = [], 0.0, 0.0
     for study, _ in suite.SUITE:

@@ -12,13 +12,13 @@
 - :mod:`~rlhf_lab.analysis.study`: ``reports/<study>/README.md``;
 - :mod:`~rlhf_lab.analysis.quantities`: per-run quantities for the claims (final gold from the test split or
   the last evaluation, the split-half drop from the peak, changes and per-step summaries);
-- :mod:`~rlhf_lab.analysis.effects`: arms of a study and effects over seeds (paired, one-sample, grouped);
-- :mod:`~rlhf_lab.analysis.registry`: the claims of docs/claims.md as data (studies, effects, margins);
-- :mod:`~rlhf_lab.analysis.claims`: ``reports/claims.md``, a verdict on each claim from its effects' 95%
+- :mod:`~rlhf_lab_research.effects`: arms of a study and effects over seeds (paired, one-sample, grouped);
+- :mod:`~rlhf_lab_research.claims_registry`: the claims of docs/claims.md as data (studies, effects, margins);
+- :mod:`~rlhf_lab_research.claims`: ``reports/claims.md``, a verdict on each claim from its effects' 95%
   intervals;
-- :mod:`~rlhf_lab.analysis.studies.gold_validation`: ``reports/gold_rm_validation/README.md``, gold-RM mode against the
+- :mod:`~rlhf_lab_research.studies.gold_validation`: ``reports/gold_rm_validation/README.md``, gold-RM mode against the
   world's formula (rank agreement, hacking curves, C1 and C4 judged with each gold);
-- :mod:`~rlhf_lab.analysis.studies.gao`: ``reports/gao_rm_scaling/README.md``, Gao et al.'s forms fitted pooled over
+- :mod:`~rlhf_lab_research.studies.gao`: ``reports/gao_rm_scaling/README.md``, Gao et al.'s forms fitted pooled over
   seeds by RM size (PPO at β = 0 and best-of-n), bootstrap intervals over seeds, the trend against RM size;
 - :mod:`~rlhf_lab.entry.report`: the ``rlhf-lab-report`` command.
 

@@ -10,7 +10,7 @@ both by least squares on the reward scale, Σ (rᵢ − R(dᵢ))², which is lin
 columns d and −d log d (RL) or d and −d² (best-of-n), with no intercept (R(0) = 0). (Least squares on r/d, the
 earlier choice, weighs each point by 1/d²: the first evaluations, where d is small and r/d mostly noise, then
 decide the fit; on the gao_rm_scaling runs it gave R² below 0 where the reward-scale fit gives 0.6–0.8.) The
-study reports fit the RL form per run (PPO and DPO), the Gao report (:mod:`rlhf_lab.analysis.studies.gao`) both forms
+study reports fit the RL form per run (PPO and DPO), the Gao report (:mod:`rlhf_lab_research.studies.gao`) both forms
 pooled over seeds. Pure functions of numbers: nothing here reads MLflow. See docs/metrics.md for the metrics.
 
 No fit is made from fewer than :data:`MIN_FIT_POINTS` points with d > 0: two parameters through two or three

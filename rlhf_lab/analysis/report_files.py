@@ -21,8 +21,6 @@ import re
 from pathlib import Path
 
 MARK = "`rlhf-lab-report"
-# reports over the runs of many studies, with no sweep file of their own (rlhf_lab/analysis/studies/hacking_alarm.py)
-CROSS_STUDY_REPORTS = ("hacking_alarm",)
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 RUNS_FILE_START = b'{"format":'  # snapshot.write_snapshot: sorted keys, "format" first
 
@@ -40,10 +38,10 @@ def known_studies() -> list[str]:
 
 
 def check_study(study: str, own_out: bool, known: list[str] | None = None) -> None:
-    """Raise :class:`ReportError` unless `study` is a canned study or a report of :data:`CROSS_STUDY_REPORTS`, or a
-    plain name with `own_out` (``--out`` given)."""
+    """Raise :class:`ReportError` unless `study` is in `known` (default: the canned studies), or a plain name with
+    `own_out` (``--out`` given)."""
     known = known_studies() if known is None else known
-    if study in known or study in CROSS_STUDY_REPORTS:
+    if study in known:
         return
     if not PLAIN_NAME.fullmatch(study) or study in (".", ".."):
         raise ReportError(f"study {study!r} is not a study name (letters, digits, _ - . only; never a path): "

@@ -30,7 +30,6 @@ HISTORY_KEYS = ("eval/gold_reward", "eval/proxy_reward", "eval/kl", "eval/entrop
 # best-of-n logs one point per n (n as the step) under bon/*: read as the eval/* series of the same quantity
 BON_SERIES = {"eval/gold_reward": "bon/gold_reward", "eval/proxy_reward": "bon/proxy_reward", "eval/kl": "bon/kl",
               "eval/length": "bon/length", "eval/formula_gold_reward": "bon/formula_gold_reward"}
-STUDIES = ("ppo_beta_grid", "dpo_beta_grid", "rm_size_vs_policy_size", "rm_source", "gold_rm_validation", "seeds")
 
 
 @dataclass

@@ -279,7 +279,7 @@ def newest_per_job(runs: Sequence[RunData], counts: Callable[[RunData], bool] = 
 
 def portable_command(command: str) -> str:
     """A sweep's command without the machine's folders: an absolute path to an artifact the suite prepares
-    (``.../suite_artifacts/<name>/artifact``, :data:`rlhf_lab.entry.suite_prepare.PREPARE`) written relative to the suite's working
+    (``.../suite_artifacts/<name>/artifact``, :data:`rlhf_lab_research.suite_prepare.PREPARE`) written relative to the suite's working
     folder, where ``rlhf-lab-suite`` prepares it again; a ``tracking.uri=`` or ``cache_dir=`` override (where that
     machine logged the runs or kept its artifacts, not what they compute) left out; the rest as it is."""
     command = re.sub(r"\s+(tracking\.uri|cache_dir)=\S+", "", command)

@@ -23,7 +23,7 @@ four) on the runs started before the previous freeze (2026-12-04 04:29 UTC) only
 weights are positive (more proxy per √KL, faster lengthening: more likely past the gold peak).
 
 The rule (:func:`score`) is a logistic function of the standardised signals,
-σ(b + Σ_k w_k (x_k − μ_k) / s_k), fitted by :mod:`rlhf_lab.analysis.studies.alarm_fit` on the committed runs
+σ(b + Σ_k w_k (x_k − μ_k) / s_k), fitted by :mod:`rlhf_lab_research.studies.alarm_fit` on the committed runs
 files and tested study by study on rules fitted without that study (``reports/hacking_alarm/``); the alarm
 is raised at the first evaluation whose score reaches the threshold and stays raised. :data:`RULE` holds the
 fitted numbers; a test refits them from the committed runs files and compares.
@@ -114,7 +114,7 @@ def first_alarm(evals: Sequence[Evaluation], rule: Rule, threshold: float | None
 
 
 # Fitted on the runs of every study of the committed runs files started up to alarm_fit.FROZEN_AT_MS, rounded to
-# 4 significant digits (rlhf_lab.analysis.studies.alarm_fit.fit_rules); reports/hacking_alarm/README.md scores each
+# 4 significant digits (rlhf_lab_research.studies.alarm_fit.fit_rules); reports/hacking_alarm/README.md scores each
 # study with the rule fitted without it. tests/test_hacking_alarm_report.py refits it from those files and compares.
 RULE = Rule(mean=(2.635, -0.2218, 0.2051, 1.267, 0.61, 0.02512),
             scale=(1.919, 0.349, 0.2379, 0.6287, 0.4821, 0.2788),

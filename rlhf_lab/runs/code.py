@@ -37,28 +37,30 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def package_modules() -> dict[str, Path]:
-    """{dotted module name: source file} for every module of the package."""
-    return {module_name(p): p for p in PKG.rglob("*.py")}
+def package_modules(*packages: Path) -> dict[str, Path]:
+    """{dotted module name: source file} for every module of the packages (folders beside rlhf_lab/; default: the
+    package itself)."""
+    return {module_name(p): p for pkg in packages or (PKG,) for p in pkg.rglob("*.py")}
 
 
 def imports_of(path: Path, modules: dict[str, Path],
                tree: ast.Module | None = None) -> list[tuple[str, list[str], int]]:
-    """(imported rlhf_lab module, names taken from it, line) for every import statement in the file (`tree`: its
-    syntax tree, when already parsed), inside functions too."""
+    """(imported module of the packages `modules` holds, names taken from it, line) for every import statement in the
+    file (`tree`: its syntax tree, when already parsed), inside functions too."""
     here = module_name(path)
     is_pkg = path.name == "__init__.py"
+    tops = {m.split(".")[0] for m in modules}
     out = []
     for node in ast.walk(tree or ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            out += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "rlhf_lab"]
+            out += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] in tops]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative import
                 anchor = here.split(".") if is_pkg else here.split(".")[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            if base.split(".")[0] != "rlhf_lab":
+            if base.split(".")[0] not in tops:
                 continue
             names = [a.name for a in node.names]
             subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]  # `from pkg import module`
@@ -75,9 +77,9 @@ def imported_modules(path: Path, modules: dict[str, Path], tree: ast.Module | No
     return {t for t, _, _ in imports_of(path, modules, tree) if t in modules and t != here}
 
 
-def import_graph() -> dict[str, set[str]]:
-    """{module: the package's modules it imports}."""
-    modules = package_modules()
+def import_graph(*packages: Path) -> dict[str, set[str]]:
+    """{module: the modules of the packages (default: rlhf_lab) it imports}."""
+    modules = package_modules(*packages)
     return {m: imported_modules(p, modules) for m, p in modules.items()}
 
 

@@ -1,5 +1,5 @@
 """The hacking alarm's data, fit and measures (issue 44): the committed runs as the alarm sees them, the logistic
-rule fitted on some studies, and how well a rule does on others (:mod:`rlhf_lab.analysis.studies.hacking_alarm`
+rule fitted on some studies, and how well a rule does on others (:mod:`rlhf_lab_research.studies.hacking_alarm`
 writes the report).
 
 The data are the FINISHED PPO, GRPO and RLOO runs of the runs files that kept, at ≥ :data:`MIN_EVALS`

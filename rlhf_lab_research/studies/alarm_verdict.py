@@ -1,4 +1,4 @@
-"""The hacking alarm report's judgements (``reports/hacking_alarm/``, :mod:`rlhf_lab.analysis.studies.hacking_alarm`):
+"""The hacking alarm report's judgements (``reports/hacking_alarm/``, :mod:`rlhf_lab_research.studies.hacking_alarm`):
 issue 44's bar on the pooled held-out AUCs, the paired comparison with the proxy plateau by KL regime and on the runs
 the choice of signals never saw, and the headline sentences, all written from the numbers."""
 
@@ -8,7 +8,7 @@ import math
 from typing import Sequence
 
 from rlhf_lab.analysis.markdown import fmt
-from rlhf_lab.analysis.studies.alarm_fit import (
+from rlhf_lab_research.studies.alarm_fit import (
     BASELINES, METHODS, REGIMES, SEED, SIGNALS_CHOSEN_AT_MS, Case, Outcome, auc_stat, bootstrap_counts, difference,
     split_new, with_ci)
 
@@ -58,7 +58,7 @@ def ci3(est: tuple[float, float, float]) -> str:
 
 def group_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int, by: str = "regime",
                 order: Sequence[str] = REGIMES) -> tuple[list[list], dict[str, tuple]]:
-    """Per KL regime (:data:`~rlhf_lab.analysis.studies.alarm_fit.REGIMES`, then any other found), or per value of
+    """Per KL regime (:data:`~rlhf_lab_research.studies.alarm_fit.REGIMES`, then any other found), or per value of
     another field `by` of the cases (``algo``, in `order`): its runs, each method's held-out AUC and the paired
     difference AUC(rule) − AUC(proxy plateau), the group's runs resampled on their own; and {group: that
     difference}."""
@@ -77,7 +77,7 @@ def group_rows(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: in
 
 
 def unseen(cases: Sequence[Case], outs: dict[str, list[Outcome]], n_boot: int) -> tuple[list[Case], dict, tuple]:
-    """The runs that the choice of the newest signals never saw (started after :data:`~rlhf_lab.analysis.studies.
+    """The runs that the choice of the newest signals never saw (started after :data:`~rlhf_lab_research.studies.
     alarm_fit.SIGNALS_CHOSEN_AT_MS`, and no rerun of a job started before it): (those cases, {method: held-out
     AUC}, AUC(rule) − AUC(proxy plateau), paired), their runs resampled on their own."""
     new, _ = split_new([c for c in cases if c.start_time > SIGNALS_CHOSEN_AT_MS],

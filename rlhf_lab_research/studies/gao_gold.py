@@ -4,10 +4,10 @@ The study (sweeps/sweep/gao_rm_scaling_gold.yaml) is ``gao_rm_scaling``'s PPO ar
 one proxy size with ``gold=rm_world``: the proxy RM learns from comparisons the gold RM labels, as in Gao et al. 2022,
 and every evaluation scores the same samples with the gold RM (``eval/gold_reward``) and with the world's formula
 (``eval/formula_gold_reward``). Per measure, Gao's RL form R(d) = d(α − β log d) is fitted to the gain over the start
-against d = √KL, pooled over seeds with a bootstrap over seeds (:func:`~rlhf_lab.analysis.studies.gao.fit_group`).
+against d = √KL, pooled over seeds with a bootstrap over seeds (:func:`~rlhf_lab_research.studies.gao.fit_group`).
 The peak's place d* does not depend on a measure's scale and compares across the two; α, β and R(d*) are each in
 their own measure's units. Per run: the rank agreement of the two measures and each one's split-half drop from its
-peak; claim C1 judged with each measure as the gold (:func:`~rlhf_lab.analysis.studies.gold_validation.verdicts`).
+peak; claim C1 judged with each measure as the gold (:func:`~rlhf_lab_research.studies.gold_validation.verdicts`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from rlhf_lab.analysis.quantities import gold_drop
 from rlhf_lab.analysis.report_files import check_folder, not_run_page
 from rlhf_lab.analysis.runs import RunData, label, rm_size
 from rlhf_lab.analysis.stats import t_effect
-from rlhf_lab.analysis.studies.gao import LEVEL, N_BOOT, R2_GOOD, GroupFit, fit_group
-from rlhf_lab.analysis.studies.gold_validation import (FORMULA, FORMULA_EVAL, RM, SHORT, as_measure,
+from rlhf_lab_research.studies.gao import LEVEL, N_BOOT, R2_GOOD, GroupFit, fit_group
+from rlhf_lab_research.studies.gold_validation import (FORMULA, FORMULA_EVAL, RM, SHORT, as_measure,
                                                        ci_cell, fisher_mean, run_rho, verdict_lines, verdicts,
                                                        write_two_gold_study)
 

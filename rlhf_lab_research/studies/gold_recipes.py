@@ -3,7 +3,7 @@
 The study (sweeps/sweep/gold_recipes.yaml, issue 43) runs PPO with ``gold=rm_world`` under several gold recipes
 (sweeps/gold_recipe/: the gold's pairs, their coverage, its members) at fixed β in {0, 0.1, 1}. Every evaluation scores
 the same samples with the gold RM (``eval/gold_reward``) and the world's formula (``eval/formula_gold_reward``), so a
-recipe is judged by what :mod:`~rlhf_lab.analysis.studies.gold_validation` measures, per recipe and β:
+recipe is judged by what :mod:`~rlhf_lab_research.studies.gold_validation` measures, per recipe and β:
 
 1. **rank agreement**, the primary effect stated before the runs: per run, Spearman ρ between the two over its
    evaluations; their mean on Fisher's z with the Student-t interval over seeds; the bar at β = 0: mean ≥ 0.8 with
@@ -24,7 +24,7 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
 from rlhf_lab.analysis.runs import RunData, parse_overrides, run_data, store_exists, store_uri
 from rlhf_lab.analysis.snapshot import read_snapshot
-from rlhf_lab.analysis.studies.gold_validation import (
+from rlhf_lab_research.studies.gold_validation import (
     BAR_LOW,
     BAR_MEAN,
     BAR_RUNS,

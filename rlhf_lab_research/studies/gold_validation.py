@@ -11,7 +11,7 @@ evaluation measures the same samples twice, ``eval/gold_reward`` (the gold RM) a
 2. **hacking curves**: both measures at every evaluation, mean ± standard error over seeds, for β = 0, the fixed
    β = 0.1 and adaptive KL;
 3. **verdicts**: the claims C1 and C4 judged by the claims registry's own effects and verdict rule
-   (:mod:`~rlhf_lab.analysis.registry`, :func:`~rlhf_lab.analysis.verdicts.judge`) on these runs, once with each
+   (:mod:`~rlhf_lab_research.claims_registry`, :func:`~rlhf_lab_research.verdicts.judge`) on these runs, once with each
    measure as the gold (:func:`as_measure`), and whether the two verdicts agree, claim by claim and part by part.
 
 The two measures are in different units (the formula's gold units; the gold RM's normalised score, mean 0 and sd 1
@@ -28,15 +28,15 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.anytime import (ANYTIME, FOOTNOTE, MARK, added_run_ids, added_seeds, anytime_effect,
+from rlhf_lab_research.anytime import (ANYTIME, FOOTNOTE, MARK, added_run_ids, added_seeds, anytime_effect,
                                       includes_added, is_anytime)
-from rlhf_lab.analysis.verdicts import ClaimResult, counts, judge
-from rlhf_lab.analysis.effects import Arm, spearman
+from rlhf_lab_research.verdicts import ClaimResult, counts, judge
+from rlhf_lab_research.effects import Arm, spearman
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
 from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
-from rlhf_lab.analysis.designs import BETA0, fixed
-from rlhf_lab.analysis.registry import BY_ID
+from rlhf_lab_research.designs import BETA0, fixed
+from rlhf_lab_research.claims_registry import BY_ID
 from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
 from rlhf_lab.analysis.runs import RunData, groups, label, natural_key, store_uri
 from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
@@ -123,7 +123,7 @@ class Agreement:
 def fisher_mean(rhos: Sequence[float], level: float = 0.95, anytime: bool = False) -> Effect:
     """The mean of per-run correlations on Fisher's z = atanh(ρ) scale (|ρ| capped at 0.999999), with the Student-t
     interval over runs, mapped back with tanh (n < 2: no interval); `anytime`: runs were added after looking, so the
-    anytime-valid interval of the same z values instead (:func:`~rlhf_lab.analysis.anytime.anytime_effect`)."""
+    anytime-valid interval of the same z values instead (:func:`~rlhf_lab_research.anytime.anytime_effect`)."""
     z = [math.atanh(max(-0.999999, min(0.999999, x))) for x in rhos if math.isfinite(x)]
     e = anytime_effect(t_effect(z, level), level) if anytime else t_effect(z, level)
     back = lambda v: math.tanh(v) if math.isfinite(v) else float("nan")  # noqa: E731
@@ -133,7 +133,7 @@ def fisher_mean(rhos: Sequence[float], level: float = 0.95, anytime: bool = Fals
 
 def rho_mean(runs: Sequence[RunData], late: frozenset[str] = frozenset()) -> Effect:
     """:func:`fisher_mean` of the runs' ρ; anytime-valid when one of them is a seed added after looking (its run id
-    in `late`: :func:`~rlhf_lab.analysis.anytime.includes_added`)."""
+    in `late`: :func:`~rlhf_lab_research.anytime.includes_added`)."""
     return fisher_mean([run_rho(r) for r in runs], anytime=includes_added(runs, late))
 
 

@@ -1,8 +1,8 @@
 """``reports/hacking_alarm/README.md``: the gold-free hacking alarm (:mod:`rlhf_lab.evaluation.alarm`) fitted and
 validated against the world's gold on the committed runs (issue 44); the data, fit and measures are in
-:mod:`rlhf_lab.analysis.studies.alarm_fit`.
+:mod:`rlhf_lab_research.studies.alarm_fit`.
 
-Every study is held out once (:func:`~rlhf_lab.analysis.studies.alarm_fit.leave_one_study_out`): its runs are
+Every study is held out once (:func:`~rlhf_lab_research.studies.alarm_fit.leave_one_study_out`): its runs are
 scored by the rule and baselines fitted on the other studies, and the report pools those out-of-study scores. The
 committed rule (``rlhf_lab.evaluation.alarm.RULE``) is the fit on every study.
 """
@@ -20,12 +20,12 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import pyplot
 from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.studies.alarm_fit import (
+from rlhf_lab_research.studies.alarm_fit import (
     ALGOS, BASELINES, DIGITS, LABELERS, LEVEL, METHODS, MIN_EVALS, N_BOOT, PROXY_KEY, RUNS_FILES, SEED,
     SIGNALS_CHOSEN_AT_MS, Case, FROZEN_AT_MS, Outcome, auc, auc_stat, bootstrap_counts, case_of, design, difference,
     exclusion, fit_rules, frozen, leave_one_study_out, mean_stat, median_stat, outcome, pr_stat, raw_condition,
     read_runs, split_new, store_runs, with_ci, within_auc_stat)
-from rlhf_lab.analysis.studies.alarm_verdict import (
+from rlhf_lab_research.studies.alarm_verdict import (
     BAR_AUC, PLATEAU, ci3, ci_cell, headline, group_rows, unseen, verdict)
 from rlhf_lab.analysis.study import read_from, report_flags
 from rlhf_lab.evaluation.alarm import FEATURES, RULE, Rule
@@ -132,7 +132,7 @@ def prospective(later: Sequence[Case], rules: dict[str, Rule], frozen_at: str, n
                 reruns: Sequence[Case] = ()) -> list[str]:
     """The report's section on the runs started after the rule was frozen that are new evidence, each scored by the
     rule and baselines fitted before them (never refitted on them); `reruns`: the later runs left out because they
-    rerun a job of the fit (:func:`~rlhf_lab.analysis.studies.alarm_fit.split_new`)."""
+    rerun a job of the fit (:func:`~rlhf_lab_research.studies.alarm_fit.split_new`)."""
     lines = ["## Prospective: runs made after the rule was frozen", ""]
     rerun = (f" {len(reruns)} runs started later rerun a job the rule was fitted on (the same study and overrides, "
              "seed included: the same experiment again, not new evidence) and are left out"
