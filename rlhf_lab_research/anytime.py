@@ -24,7 +24,7 @@ from rlhf_lab_research.effects import Measured
 from rlhf_lab_research.provenance import file_seeds, seeds_present
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData
 from rlhf_lab_research.sequential import anytime_t, t_mixture_c, t_mixture_multiplier
-from rlhf_lab.analysis.stats import Effect
+from rlhf_lab_research.stats import Effect
 
 ANYTIME = "anytime"    # the start of an anytime-valid interval's Effect.method ("anytime t", "anytime paired t")
 LEVEL = 0.95           # the sequence shown (two-sided); its p is used as is at the verdicts' one-sided level
@@ -46,11 +46,6 @@ def by_study_tag(studies: Mapping[str, Sequence[RunData]]) -> dict[str, list[Run
         if r.tags.get(STUDY_TAG):
             out.setdefault(r.tags[STUDY_TAG], []).append(r)
     return out
-
-
-def extended_studies(studies: Mapping[str, Sequence[RunData]]) -> frozenset[str]:
-    """The study tags whose runs include seeds added after their study file's own (:func:`added_seeds`)."""
-    return frozenset(s for s, runs in by_study_tag(studies).items() if added_seeds(s, runs))
 
 
 def added_run_ids(studies: Mapping[str, Sequence[RunData]]) -> frozenset[str]:

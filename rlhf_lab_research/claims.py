@@ -28,19 +28,19 @@ from rlhf_lab_research.provenance import (
     redone_text,
     reproduction_runs,
 )
-from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, final_gold_source, half_curves
-from rlhf_lab_research.designs import REDONE, SUITE_VERSIONS
+from rlhf_lab.analysis.quantities import final_gold_source, half_curves
+from rlhf_lab_research.claim_quantities import CLAIM_HISTORY_KEYS
+from rlhf_lab_research.designs import REDONE, SUITE_VERSIONS, one_design
 from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, SHOWN, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
 from rlhf_lab_research.stats_text import statistics_text
 from rlhf_lab.analysis.snapshot import (
     FILE_NAME,
+    Commands,
     commands_of,
     merge,
-    merge_commands,
     newest_per_job,
-    one_design,
     portable_command,
     read_snapshot,
     write_snapshot,
@@ -88,7 +88,7 @@ def load_claim_runs(uri: str | None = None, names: Sequence[str] | None = None
 
 def counted(studies: dict[str, list[RunData]]) -> tuple[dict[str, list[RunData]], dict[str, int]]:
     """({study: the runs that count}, {study: how many runs it has}), of one design per study: its newest rerun
-    (``SUITE_VERSIONS``) with a run that counts, else the study the claim names (:func:`snapshot.one_design`); of a
+    (``SUITE_VERSIONS``) with a run that counts, else the study the claim names (:func:`~rlhf_lab_research.designs.one_design`); of a
     job run twice, the newer run (:func:`snapshot.newest_per_job`)."""
     studies = one_design(studies, SUITE_VERSIONS, counts)
     return ({k: [r for r in newest_per_job(v, counts) if counts(r)] for k, v in studies.items()},
@@ -100,13 +100,6 @@ def design_commands(runs: dict[str, list[RunData]], commands: dict[str, list[str
     of its commands when none names one."""
     return {name: commands_of(cmds, {r.tags.get(STUDY_TAG) for r in runs.get(name, [])})
             for name, cmds in commands.items()}
-
-
-def load_claim_studies(uri: str | None = None, names: Sequence[str] | None = None
-                       ) -> tuple[dict[str, list[RunData]], dict[str, int], dict[str, list[str]]]:
-    """({study: runs that count}, {study: all its runs}, {study: the commands of its sweep parents})."""
-    runs, commands = load_claim_runs(uri, names)
-    return (*counted(runs), commands)
 
 
 def gather_runs(uri: str | None, runs_files: Sequence[Path | str] = (), use_store: bool = True
@@ -124,16 +117,6 @@ def gather_runs(uri: str | None, runs_files: Sequence[Path | str] = (), use_stor
     for name in study_names():
         runs.setdefault(name, [])
     return runs, commands
-
-
-def evaluate_claims(uri: str | None = None, studies: dict[str, list[RunData]] | None = None,
-                    claims: Sequence[Claim] = CLAIMS) -> list[ClaimResult]:
-    """Every claim's verdict, from the store at `uri` or from `studies` ({study: runs}, e.g. built in memory)."""
-    if studies is None:
-        runs, present, commands = load_claim_studies(uri, study_names(claims))
-    else:
-        (runs, present), commands = counted(studies), {}
-    return judge_all(claims, runs, present, commands)
 
 
 # -- the report ----------------------------------------------------------------------------------------------------
@@ -428,3 +411,12 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
         write_snapshot(out / FILE_NAME, all_runs, commands)
     write_atomic(path, text)
     return path
+
+
+def merge_commands(*all_commands: Commands) -> Commands:
+    """The union of several {study: commands}, each study's commands sorted."""
+    out: Commands = {}
+    for commands in all_commands:
+        for name, cmds in commands.items():
+            out[name] = sorted(set(out.get(name, [])) | set(cmds))
+    return out

@@ -72,8 +72,9 @@ from rlhf_lab_research.designs import (
 from rlhf_lab_research.effects import (Arm, Measured, Studies, config_value, grouped, grouped_at_matched_kl,
                                        log_ratio, paired, within)
 from rlhf_lab_research.studies.gao import BON_STUDY as GAO_BON, KL_STUDY as GAO_KL, RL_STUDY as GAO
-from rlhf_lab.analysis.quantities import (above_reference, change, final, final_gold, gold_drop, gold_drop_upto,
-                                          gold_peak, max_jump, rm_metric, rm_seed, step_mean, step_median, step_noise)
+from rlhf_lab.analysis.quantities import final_gold, gold_drop
+from rlhf_lab_research.claim_quantities import (above_reference, change, final, gold_drop_upto, gold_peak, max_jump,
+                                                rm_metric, rm_seed, step_mean, step_median, step_noise)
 from rlhf_lab_research.wording import Words, gold_words
 
 JUDGED, PRECONDITION, SHOWN = "judged", "precondition", "shown"

@@ -2,7 +2,7 @@
 :mod:`~rlhf_lab_research.claims_registry`'s claims are written with.
 
 ``SUITE_VERSIONS`` maps a study a claim names to its newer designs (the claims suite's reruns, newest first); a
-claim reads one design (:func:`rlhf_lab.analysis.snapshot.one_design`)."""
+claim reads one design (:func:`one_design`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Callable
 
 from rlhf_lab_research.effects import Arm, Measured, Studies, config, config_num, same, spearman
 from rlhf_lab.analysis.markdown import fmt
-from rlhf_lab.analysis.runs import policy_size
-from rlhf_lab.analysis.stats import paired_ci, t_effect
+from rlhf_lab.analysis.runs import STUDY_TAG, RunData, policy_size
+from rlhf_lab_research.stats import paired_ci, t_effect
 
 # -- studies and arms -------------------------------------------------------------------------------------------
 
@@ -31,6 +31,27 @@ SUITE_VERSIONS: dict[str, tuple[str, ...]] = {
     RM_SOURCE: ("rm_source_5rms", "rm_source_5seeds"), RM_NORM: ("rm_normalize_5rms",),
     RM_ENS: ("rm_ensemble_5rms",),
 }
+
+
+def one_design(studies: Studies, preferred: dict[str, str | tuple[str, ...]],
+               counts: Callable[[RunData], bool] = lambda r: True) -> Studies:
+    """Where `preferred` names a study's newer designs (their tags, newest first, e.g. ``SUITE_VERSIONS``' reruns),
+    only the runs of the first tag with a run that `counts`; else the runs of none of those tags (the study the claim
+    names): a claim reads one design, never a mix."""
+    out: Studies = {}
+    for name, runs in studies.items():
+        tags = preferred.get(name) or ()
+        tags = (tags,) if isinstance(tags, str) else tuple(tags)
+        for tag in tags:
+            if any(r.tags.get(STUDY_TAG) == tag and counts(r) for r in runs):
+                runs = [r for r in runs if r.tags.get(STUDY_TAG) == tag]
+                break
+        else:
+            runs = [r for r in runs if r.tags.get(STUDY_TAG) not in tags]
+        out[name] = runs
+    return out
+
+
 RM_CLAIM_RMS = 5  # distinct RMs per arm a claim about the RM needs (Claim.min_rms)
 # Designs redone after their results were seen (issue 42, point 7): {the design now judged: (the earlier designs it
 # replaced, what was wrong with them)}; the provenance table's note is written from it (provenance.redone_text).

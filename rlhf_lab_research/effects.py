@@ -27,7 +27,7 @@ import numpy as np
 from rlhf_lab.analysis.markdown import fmt
 from rlhf_lab.analysis.quantities import final_gold, final_gold_source
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.stats import Effect, paired_ci, t_effect
+from rlhf_lab_research.stats import Effect, paired_ci, t_effect
 
 NAN = float("nan")
 Studies = Mapping[str, Sequence[RunData]]
@@ -346,16 +346,4 @@ def config_value(study: str, arm: Arm, key: str) -> Callable[[Studies], Measured
             return Measured(None, missing=f"no {label} run logged {key}")
         eff = Effect(sum(vals) / len(vals), min(vals), max(vals), len(vals), "config value")
         return Measured(eff, f"{key} = {', '.join(sorted({f'{v:g}' for v in vals}))}", "", tuple(rs), n_of="runs")
-    return compute
-
-
-def first_of(*computes: Callable[[Studies], Measured]) -> Callable[[Studies], Measured]:
-    """The first measurement with an interval (n ≥ 2), else the first with a value, else the first's reason."""
-    def compute(studies: Studies) -> Measured:
-        ms = [c(studies) for c in computes]
-        for ok in (lambda m: m.effect is not None and m.effect.n >= 2, lambda m: m.effect is not None):
-            for m in ms:
-                if ok(m):
-                    return m
-        return ms[0]
     return compute

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from rlhf_lab_research.provenance import seeds_present
 from rlhf_lab_research.claims_registry import JUDGED
-from rlhf_lab.analysis.stats import INCONCLUSIVE
+from rlhf_lab_research.stats import INCONCLUSIVE
 from rlhf_lab_research.verdicts import SEED_UNITS
 
 

@@ -8,16 +8,13 @@ P(∀n ≥ 1: μ ∈ CI_n) ≥ 1 − α, so the interval at a data-dependent n (
 stopping time) still covers μ with probability ≥ 1 − α (Howard, Ramdas, McAuliffe & Sekhon 2021, "Time-uniform,
 nonparametric, nonasymptotic confidence sequences", Ann. Statist. 49(2), arXiv:1810.08240, their (1) and Lemma 3).
 
-Two constructions, both by the method of mixtures plus Ville's inequality P(∃n: E_n ≥ 1/α) ≤ α for a
-nonnegative (super)martingale E with E_0 = 1:
+The construction, :func:`anytime_t`, is by the method of mixtures plus Ville's inequality P(∃n: E_n ≥ 1/α) ≤ α for
+a nonnegative (super)martingale E with E_0 = 1, for an **unknown variance** (seed differences do not come with one; a
+normal mixture with a known σ, Howard et al. 2021 eq. (14), would need it). See its docstring.
 
-* :func:`normal_mixture_cs`: known sub-Gaussian variance proxy σ² (Howard et al. 2021 eq. (14), tuned by their
-  Proposition 3, eq. (21)). Needs σ, which seed differences do not come with: kept as the reference construction.
-* :func:`anytime_t`: **unknown variance**, the one to use for seed differences. See its docstring.
-
-Conventions follow :mod:`rlhf_lab.analysis.stats`: NaNs are dropped (a crashed run is not a value), a paired
+Conventions follow :mod:`rlhf_lab_research.stats`: NaNs are dropped (a crashed run is not a value), a paired
 difference is a − b, direction = +1 / −1 means the claim is effect > 0 / < 0. Where a CS is not yet finite the
-bounds are (−inf, +inf), which :func:`rlhf_lab.analysis.stats.verdict` reads as inconclusive.
+bounds are (−inf, +inf), which :func:`rlhf_lab_research.stats.verdict` reads as inconclusive.
 """
 
 from __future__ import annotations
@@ -27,14 +24,13 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import optimize, special
+from scipy import optimize
 
 N_OPT = 10          # the number of seeds at which the boundaries are tightest (see anytime_t)
 ALPHA_OPT = 0.05    # the α for which the mixture width is tuned; fixed, so that p = 1/E is one family for all α
 
 __all__ = [
-    "ALPHA_OPT", "N_OPT", "anytime_t", "normal_mixture_boundary", "normal_mixture_cs", "normal_mixture_log_e",
-    "normal_mixture_rho", "t_mixture_c", "t_mixture_log_e", "t_mixture_multiplier",
+    "ALPHA_OPT", "N_OPT", "anytime_t", "t_mixture_c", "t_mixture_log_e", "t_mixture_multiplier",
 ]
 
 
@@ -60,53 +56,6 @@ def _p(log_e: float, estimate: float, direction: int) -> float:
     if direction and not direction * estimate > 0:
         return 1.0
     return float(min(1.0, math.exp(-log_e)))
-
-
-# ---------------------------------------------------------------- known variance: the normal mixture
-
-def normal_mixture_boundary(v: Any, rho: float, alpha: float) -> Any:
-    """Two-sided normal-mixture uniform boundary u(v) = √((v + ρ)·log((v + ρ)/(α²ρ))), Howard et al. 2021 eq. (14)
-    with l₀ = 1 (Robbins 1970): mixing exp(λS − λ²v/2) over λ ~ N(0, 1/ρ) gives the mixture martingale
-    m(s, v) = √(ρ/(v + ρ))·exp(s²/(2(v + ρ))), and m ≥ 1/α exactly when |s| ≥ u(v). For a σ-sub-Gaussian sum
-    S_n = Σ(Xᵢ − μ) with intrinsic time v = nσ², P(∃n: |S_n| ≥ u(nσ²)) ≤ α."""
-    v = np.asarray(v, dtype=float)
-    return np.sqrt((v + rho) * np.log((v + rho) / (alpha ** 2 * rho)))
-
-
-def normal_mixture_rho(m: float, alpha_opt: float = ALPHA_OPT) -> float:
-    """The ρ that minimises u(m) (equivalently, makes u(v)/√v smallest at v = m): Howard et al. 2021
-    Proposition 3, eq. (21) with l₀ = 1, m/ρ = −W₋₁(−α²/e) − 1 (W₋₁ the lower branch of Lambert's W).
-    For α = 0.05: −W₋₁(−0.0025/e) = 9.212…, so ρ = m/8.212…"""
-    w = special.lambertw(-alpha_opt ** 2 / math.e, k=-1).real
-    return m / (-w - 1.0)
-
-
-def normal_mixture_log_e(s: Any, v: Any, rho: float) -> Any:
-    """log of the normal-mixture martingale m(s, v) = √(ρ/(v + ρ))·exp(s²/(2(v + ρ))) (see the boundary)."""
-    s, v = np.asarray(s, dtype=float), np.asarray(v, dtype=float)
-    return 0.5 * np.log(rho / (v + rho)) + s ** 2 / (2.0 * (v + rho))
-
-
-def normal_mixture_cs(values: Any, sigma: float, alpha: float = 0.05, direction: int = 0,
-                      n_opt: int = N_OPT, alpha_opt: float = ALPHA_OPT) -> tuple[float, float, float, float, int]:
-    """(estimate, lo, hi, p_anytime, n) for the mean of σ-sub-Gaussian values with σ KNOWN.
-
-    CI_n = X̄_n ± u(nσ²)/n with u of :func:`normal_mixture_boundary` and ρ = normal_mixture_rho(n_opt·σ²,
-    alpha_opt) (tightest at n_opt values). p = min(1, 1/m(S_n, nσ²)) with S_n = Σxᵢ (the null mean 0): the
-    smallest α whose CS at n excludes 0 (see :func:`anytime_t` for why at n and not a running maximum).
-    """
-    _check(alpha, direction)
-    if not sigma > 0:
-        raise ValueError(f"sigma must be > 0, got {sigma}")
-    x = _sample(values)
-    n = int(x.size)
-    if n == 0:
-        return math.nan, -math.inf, math.inf, 1.0, 0
-    rho = normal_mixture_rho(n_opt * sigma ** 2, alpha_opt)
-    est = float(x.mean())
-    r = float(normal_mixture_boundary(n * sigma ** 2, rho, alpha)) / n
-    p = _p(float(normal_mixture_log_e(x.sum(), n * sigma ** 2, rho)), est, direction)
-    return est, est - r, est + r, p, n
 
 
 # ---------------------------------------------------------------- unknown variance: the t mixture

@@ -14,6 +14,7 @@ import pytest
 from rlhf_lab_research import claims as C
 from rlhf_lab.analysis import fits, quantities
 from rlhf_lab_research import claims_registry, designs
+from rlhf_lab_research.verdicts import judge_all
 from rlhf_lab_research.provenance import provenance_rows
 from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.analysis.study import fit_cell, peak_cell
@@ -57,7 +58,7 @@ def beta_run(seed: int, beta: float, rng: np.random.Generator, gold: np.ndarray 
 
 
 def verdicts(studies: dict) -> dict[str, C.ClaimResult]:
-    return {r.claim.id: r for r in C.evaluate_claims(studies=studies)}
+    return {r.claim.id: r for r in judge_all(claims_registry.CLAIMS, *C.counted(studies), {})}
 
 
 def parts(res: C.ClaimResult) -> dict[str, C.PartResult]:
@@ -645,7 +646,7 @@ def test_claims_read_the_5_seed_rerun_of_a_study_when_it_has_runs(monkeypatch):
         for r in rs:
             r.tags["rlhf_lab.study"] = name  # as load_study's runs carry it
     monkeypatch.setattr(C, "load_study", lambda name, uri=None, **kw: (stored.get(name, []), []))
-    studies, present, _ = C.load_claim_studies(None, ["ppo_beta_grid", "rm_source"])
+    studies, present = C.counted(C.load_claim_runs(None, ["ppo_beta_grid", "rm_source"])[0])
     assert len(studies["ppo_beta_grid"]) == 5 and present["ppo_beta_grid"] == 5  # the rerun, not a mix
     assert len(studies["rm_source"]) == 2  # no rerun yet: the older study
 

@@ -14,7 +14,8 @@ from rlhf_lab_research.effects import Measured
 from rlhf_lab_research.claims_registry import JUDGED, SHOWN, Claim, Part
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData
 from rlhf_lab_research.sequential import anytime_t
-from rlhf_lab.analysis.stats import holm, t_ci, t_effect, units_for_power
+from rlhf_lab.analysis.stats import t_ci
+from rlhf_lab_research.stats import holm, t_effect, units_for_power
 
 VALUES = [0.5, 0.62, 0.41, 0.7, 0.55, 0.47, 0.66]  # one per seed 0–6
 FILE_SEEDS = {"ext": (0, 1, 2, 3, 4), "plain": (0, 1, 2, 3, 4, 5, 6)}  # ext ran seeds 5 and 6 after looking
@@ -42,14 +43,13 @@ def judge(*parts: Part) -> list[V.PartResult]:
 
 def test_a_study_with_seeds_beyond_its_study_files_is_extended():
     studies = {"ext": list(runs("ext")), "plain": list(runs("plain"))}
-    assert A.extended_studies(studies) == {"ext"}
     added = A.added_run_ids(studies)
     assert added == {"ext-5", "ext-6"}
     # an effect over runs of which one was added takes the anytime interval
     assert A.includes_added(studies["ext"], added) and not A.includes_added(studies["ext"][:5], added)
     # the runs' study tag decides, not the key they are read under (a claim's study read from a rerun's design)
-    assert A.extended_studies({"plain": list(runs("ext"))}) == {"ext"}
-    assert A.extended_studies({"x": list(runs("unknown"))}) == frozenset()  # no study file: no record of a look
+    assert A.added_run_ids({"plain": list(runs("ext"))}) == added
+    assert A.added_run_ids({"x": list(runs("unknown"))}) == frozenset()  # no study file: no record of a look
 
 
 def test_an_extended_studys_effect_uses_the_anytime_interval_and_p_and_another_keeps_the_t_interval():

@@ -15,7 +15,7 @@ from rlhf_lab_research import verdicts as V
 from rlhf_lab_research.effects import Measured
 from rlhf_lab_research.claims_registry import JUDGED, PRECONDITION, Claim, Part, shown
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.stats import Effect, units_for_power
+from rlhf_lab_research.stats import Effect, units_for_power
 from rlhf_lab_research.wording import Words, word_effect
 
 N = 5  # units per synthetic effect

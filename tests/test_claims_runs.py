@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 from rlhf_lab_research import claims as C
+from rlhf_lab_research import designs
+from rlhf_lab_research.claims_registry import CLAIMS
+from rlhf_lab_research.verdicts import judge_all
 from rlhf_lab.entry import report as cli
 from rlhf_lab.analysis import snapshot
 from rlhf_lab.analysis.runs import RunData
@@ -73,26 +76,26 @@ def test_merge_unites_by_run_id_and_keeps_every_design_and_a_claim_reads_one():
     pref = {"ppo_beta_grid": "ppo_beta_grid_5seeds"}
     merged = snapshot.merge({"ppo_beta_grid": old}, {"ppo_beta_grid": rerun})
     assert len(merged["ppo_beta_grid"]) == 8  # the file keeps both designs (the older one's report stays regenerable)
-    read = snapshot.one_design(merged, pref, C.counts)
+    read = designs.one_design(merged, pref, C.counts)
     assert [r.run_id for r in read["ppo_beta_grid"]] == [r.run_id for r in rerun]  # the rerun, not a mix
     assert [r.run_id for r in C.counted(merged)[0]["ppo_beta_grid"]] == [r.run_id for r in rerun]
     for r in rerun:
         r.status = "FAILED"
-    read = snapshot.one_design(merged, pref, C.counts)
+    read = designs.one_design(merged, pref, C.counts)
     assert [r.run_id for r in read["ppo_beta_grid"]] == [r.run_id for r in old]  # no rerun run counts: the older design
 
 
 def test_the_verdicts_from_the_runs_file_alone_are_those_of_the_runs(tmp_path):
     studies = tagged(world())
     expected = {r.claim.id: (r.verdict, [p.measured.effect for p in r.parts])
-                for r in C.evaluate_claims(studies=studies)}
+                for r in judge_all(CLAIMS, *C.counted(studies), {})}
     f = snapshot.write_snapshot(tmp_path / "in" / snapshot.FILE_NAME, studies)
     text = C.write_claims_report(tmp_path / "out", runs_files=[f], use_store=False).read_text()
     assert f"from {C.KEPT_SOURCE}." in text and str(f) not in text and "C18" in text  # the file beside it, not f
     again, _ = snapshot.read_snapshot(tmp_path / "out" / snapshot.FILE_NAME)  # rewritten beside the report
     assert {k: v for k, v in again.items() if v} == studies
     got = {r.claim.id: (r.verdict, [p.measured.effect for p in r.parts])
-           for r in C.evaluate_claims(studies=snapshot.read_snapshot(f)[0])}
+           for r in judge_all(CLAIMS, *C.counted(snapshot.read_snapshot(f)[0]), {})}
     assert got == expected
     rows = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in text.splitlines()
             if line.startswith("| C")}
@@ -118,7 +121,7 @@ def test_only_recomputes_its_claims_and_leaves_every_other_section_as_it_was(tmp
     assert {k for k in old_s if old_s[k] != new_s[k]} == {"C18"}  # the others: the same runs, the same family
     # C18 reads the union of the runs file beside the report and the new file
     updated = dict(studies, rm_ensemble=studies["rm_ensemble"] + ens["rm_ensemble"])
-    ref = {r.claim.id: r for r in C.evaluate_claims(studies=updated)}["C18"]
+    ref = {r.claim.id: r for r in judge_all(CLAIMS, *C.counted(updated), {})}["C18"]
     assert new_s["C18"] == "\n".join(C.claim_section(ref)) + "\n"
     assert text.split("## Verdicts")[1].split("## Effects")[0] == full.split("## Verdicts")[1].split("## Effects")[0]
     assert "**Updates.**" in text and "- C18: recomputed on " in text and C.KEPT_SOURCE in text

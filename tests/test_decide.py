@@ -12,7 +12,7 @@ from rlhf_lab_research import suite, suite_seeds
 from rlhf_lab_research import seed_plan
 from rlhf_lab_research.claims_registry import JUDGED, SHOWN
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.stats import HOLDS, INCONCLUSIVE
+from rlhf_lab_research.stats import HOLDS, INCONCLUSIVE
 
 
 def part(needs, verdict=INCONCLUSIVE, unit="seeds", role=JUDGED, says="x"):

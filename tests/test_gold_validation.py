@@ -13,7 +13,7 @@ import pytest
 
 from rlhf_lab_research.studies import gold_validation as V
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.stats import HOLDS
+from rlhf_lab_research.stats import HOLDS
 
 STEPS = 9
 T = np.linspace(0.0, 1.0, STEPS)

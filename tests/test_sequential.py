@@ -1,4 +1,4 @@
-"""rlhf_lab_research.sequential: the normal-mixture and t-mixture confidence sequences against hand computations,
+"""rlhf_lab_research.sequential: the t-mixture confidence sequence against hand computations,
 their coherence with the anytime p value, and by simulation that they keep the chance of EVER excluding the true
 mean over n = 3..30 seeds at most α, while a fixed-n t test looked at after every seed does not (issue 42)."""
 
@@ -12,61 +12,15 @@ from scipy import stats as st
 
 from rlhf_lab_research.sequential import (
     anytime_t,
-    normal_mixture_boundary,
-    normal_mixture_cs,
-    normal_mixture_log_e,
-    normal_mixture_rho,
     t_mixture_c,
     t_mixture_log_e,
     t_mixture_multiplier,
 )
-from rlhf_lab.analysis.stats import holm, t_ci
+from rlhf_lab.analysis.stats import t_ci
+from rlhf_lab_research.stats import holm
 
 ALPHA = 0.05
 X4 = [1.0, 2.0, 3.0, 4.0]  # S = 10, Q = 30, mean 2.5, s² = 5/3
-
-
-# -- the normal mixture (known variance) ---------------------------------------------------------------------------
-
-def test_normal_mixture_boundary_at_hand_computed_points():
-    # u(v) = √((v + ρ)·ln((v + ρ)/(α²ρ)))
-    # v = 3, ρ = 1, α = 0.5:   √(4·ln(4/0.25)) = √(4·ln 16) = √(16·ln 2) = 4·√0.693147 = 3.330218
-    assert normal_mixture_boundary(3.0, 1.0, 0.5) == pytest.approx(4 * math.sqrt(math.log(2)), rel=1e-12)
-    assert normal_mixture_boundary(3.0, 1.0, 0.5) == pytest.approx(3.330218, rel=1e-6)
-    # v = 6, ρ = 2, α = 0.25:  √(8·ln(8/(0.0625·2))) = √(8·ln 64) = √(48·ln 2) = √33.271065 = 5.768108
-    assert normal_mixture_boundary(6.0, 2.0, 0.25) == pytest.approx(5.768108, rel=1e-6)
-    # v = 0: √(ρ·ln(1/α²)); ρ = 1, α = e^(−1/2): √(1·ln e) = 1
-    assert normal_mixture_boundary(0.0, 1.0, math.exp(-0.5)) == pytest.approx(1.0, rel=1e-12)
-
-
-def test_normal_mixture_e_value_crosses_1_over_alpha_exactly_on_the_boundary():
-    # m(s, v) = √(ρ/(v + ρ))·exp(s²/(2(v + ρ))); at s = u(v): exp(ln((v+ρ)/(α²ρ))/2)·√(ρ/(v+ρ)) = 1/α
-    for v, rho, alpha in [(3.0, 1.0, 0.5), (10.0, 1.2, 0.05), (250.0, 7.0, 0.01)]:
-        u = float(normal_mixture_boundary(v, rho, alpha))
-        assert normal_mixture_log_e(u, v, rho) == pytest.approx(math.log(1 / alpha), rel=1e-10)
-
-
-def test_normal_mixture_rho_is_howard_et_al_proposition_3():
-    # m/ρ = −W₋₁(−α²/e) − 1, i.e. x = m/ρ + 1 solves x·e^(−x) = α²/e with x > 1; for α = 0.05, x ≈ 9.21197
-    rho = normal_mixture_rho(10.0, 0.05)
-    x = 10.0 / rho + 1
-    assert x * math.exp(-x) == pytest.approx(0.05 ** 2 / math.e, rel=1e-9)
-    assert x == pytest.approx(9.21197, abs=1e-4)
-    # …and it minimises u(10) over ρ
-    u = lambda r: float(normal_mixture_boundary(10.0, r, 0.05))  # noqa: E731
-    assert all(u(rho) < u(rho * f) for f in (0.8, 0.95, 1.05, 1.25))
-
-
-def test_normal_mixture_cs_by_hand():
-    # ten values of 1 with σ = 1, tuned for n_opt = 10: v = 10, ρ = 10/8.21197 = 1.217735
-    # u = √(11.217735·ln(11.217735/(0.0025·1.217735))) = √(11.217735·8.212…) ; radius u/10
-    est, lo, hi, p, n = normal_mixture_cs(np.ones(10), sigma=1.0)
-    rho = 10 / 8.211968
-    u = math.sqrt((10 + rho) * math.log((10 + rho) / (0.0025 * rho)))
-    assert (est, n) == (1.0, 10)
-    assert (lo, hi) == pytest.approx((1 - u / 10, 1 + u / 10), rel=1e-6)
-    # p = 1/m(10, 10) = √((10 + ρ)/ρ)·exp(−100/(2(10 + ρ)))
-    assert p == pytest.approx(math.sqrt((10 + rho) / rho) * math.exp(-100 / (2 * (10 + rho))), rel=1e-6)
 
 
 # -- the t mixture (unknown variance) ------------------------------------------------------------------------------
@@ -213,11 +167,3 @@ def test_optional_stopping_error_rate(law):
     t_last = np.abs(x.mean(1)) / (x.std(1, ddof=1) / math.sqrt(N_MAX))
     assert (t_last >= st.t.ppf(1 - ALPHA / 2, N_MAX - 1)).mean() <= ALPHA + 0.015
 
-
-def test_optional_stopping_error_rate_normal_mixture_known_sigma():
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((N_SEQ, N_MAX))
-    ns = np.arange(1, N_MAX + 1)
-    u = normal_mixture_boundary(ns * 1.0, normal_mixture_rho(10.0), ALPHA)
-    ever = (np.abs(np.cumsum(x, axis=1)) >= u)[:, N_MIN - 1:].any(axis=1).mean()
-    assert ever <= ALPHA + 0.01

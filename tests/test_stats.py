@@ -1,5 +1,6 @@
-"""rlhf_lab.analysis.stats: hand computations, every verdict branch, and the split-half drop-from-peak
-estimator on simulated reward-hacking curves (flat: false alarms; rise-then-fall: detection)."""
+"""rlhf_lab.analysis.stats and rlhf_lab_research.stats: hand computations, every verdict branch; and the split-half
+drop from the peak (rlhf_lab.analysis.quantities.split_half_drop) on simulated reward-hacking curves (flat: no drop
+on average, where max − last of one curve finds one; rise-then-fall: the true drop)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from rlhf_lab.analysis.stats import (
-    DOES_NOT_HOLD,
-    HOLDS,
-    INCONCLUSIVE,
-    Effect,
-    PeakDrop,
-    bootstrap_ci,
-    drop_from_peak,
-    hacking_detected,
-    holm,
-    max_minus_last,
-    mean_se,
-    one_sided_p,
-    paired_ci,
-    paired_differences,
-    t_ci,
-    t_effect,
-    t_power,
-    units_for_power,
-    verdict,
-)
+from rlhf_lab.analysis.quantities import split_half_drop
+from rlhf_lab.analysis.stats import mean_se, t_ci
+from rlhf_lab_research.stats import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Effect, bootstrap_ci, holm, one_sided_p,
+                                     paired_ci, paired_differences, t_effect, t_power, units_for_power, verdict)
 
 X4 = [1.0, 2.0, 3.0, 4.0]
 SE4 = math.sqrt(5 / 3) / 2  # s² = (2.25 + 0.25 + 0.25 + 2.25) / 3 = 5/3, se = s / √4
@@ -173,41 +157,20 @@ def test_verdict_rejects_bad_arguments_and_works_on_effects():
 # -- drop from peak: hand examples ------------------------------------------------------------------------------------
 
 
-def test_drop_from_peak_by_hand():
-    a, b = [0.0, 1.0, 0.5], [0.2, 0.9, 0.4]
-    est = drop_from_peak(a, b, se_b=[0.03, 0.04, 0.03])
-    assert isinstance(est, PeakDrop)
-    assert (est.peak_step, est.df) == (1, math.inf)
-    assert est.drop == pytest.approx(0.5) and est.se == pytest.approx(0.05)  # √(0.04² + 0.03²)
-    assert hacking_detected(est)  # 0.5 > 1.645 · 0.05
-    # no SEs: a − b = [−0.2, 0.1, 0.1], var (ddof 1) = 0.03, σ̂² = 0.015, se = √(2 σ̂²) = √0.03, df = 2
-    est = drop_from_peak(a, b)
-    assert est.drop == pytest.approx(0.5) and est.se == pytest.approx(math.sqrt(0.03)) and est.df == 2
-    assert hacking_detected(est) == (0.5 > st.t.ppf(0.95, 2) * math.sqrt(0.03))
-    # symmetric: peak on B is step 1 too, measured on A: 1.0 − 0.5 = 0.5; average 0.5, se = mean of the two
-    est = drop_from_peak(a, b, se_a=[0.03, 0.06, 0.08], se_b=[0.03, 0.04, 0.03], symmetric=True)
-    assert (est.peak_step, est.peak_step_swapped) == (1, 1)
-    assert est.drop == pytest.approx(0.5) and est.se == pytest.approx((0.05 + 0.1) / 2)
-
-
-def test_peak_at_the_last_step_is_no_drop():
-    est = drop_from_peak([0.0, 0.1, 0.3], [0.5, 0.1, 0.2], se_b=[0.01, 0.01, 0.01])
-    assert (est.peak_step, est.drop, est.se) == (2, 0.0, 0.0)
-    assert not hacking_detected(est)
-    with pytest.raises(ValueError):
-        drop_from_peak([0.0, 1.0], [0.0])
-    with pytest.raises(ValueError):
-        drop_from_peak([0.0, float("nan")], [0.0, 1.0])
-    with pytest.raises(ValueError):
-        drop_from_peak([0.0, 1.0], [0.0, 1.0], se_b=[0.1])
+def test_split_half_drop_by_hand():
+    # peak on A at step 1, read on B: 0.9 − 0.4 = 0.5; peak on B at step 1, read on A: 1.0 − 0.5 = 0.5
+    assert split_half_drop([0.0, 1.0, 0.5], [0.2, 0.9, 0.4]) == pytest.approx(0.5)
+    # the halves disagree on the peak: A peaks at 2 (the last: 0), B at 0, read on A: 0.0 − 0.3 = −0.3
+    assert split_half_drop([0.0, 0.1, 0.3], [0.5, 0.1, 0.2]) == pytest.approx(-0.15)
+    assert split_half_drop([0.0, 0.1, 0.3], [0.1, 0.2, 0.4]) == 0.0  # both rise to the end: no drop
+    for a, b in (([0.0, 1.0], [0.0]), ([0.0, float("nan")], [0.0, 1.0]), ([], [])):
+        with pytest.raises(ValueError):
+            split_half_drop(a, b)
 
 
 # -- drop from peak: simulated curves ---------------------------------------------------------------------------------
 
 RUNS, STEPS, SE = 2000, 11, 0.03  # 2000 simulated runs, 11 evaluations, per-point SE 0.03 on each half
-Z95 = st.norm.ppf(0.95)
-# nominal 5% plus two binomial SEs of a rate measured on 2000 runs (√(0.05·0.95/2000) ≈ 0.0049)
-FALSE_ALARM_MAX = 0.05 + 2 * math.sqrt(0.05 * 0.95 / RUNS)
 
 
 def _gold(kind: str) -> np.ndarray:
@@ -224,45 +187,19 @@ def _halves(kind: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return g + rng.normal(0, SE, (RUNS, STEPS)), g + rng.normal(0, SE, (RUNS, STEPS))
 
 
-def _rate(a, b, **kw) -> tuple[float, np.ndarray]:
-    se = np.full(STEPS, SE)
-    ses = {"se_a": se, "se_b": se} if kw.pop("known", True) else {}
-    ests = [drop_from_peak(x, y, **ses, **kw) for x, y in zip(a, b)]
-    return float(np.mean([hacking_detected(e) for e in ests])), np.array([e.drop for e in ests])
-
-
-def test_split_half_false_alarms_on_flat_curves_and_the_old_rule_contrast():
+def test_split_half_finds_no_drop_on_flat_curves_where_max_minus_last_does():
     a, b = _halves("flat", seed=0)
-    rate, drops = _rate(a, b)
-    assert 0.03 <= rate <= FALSE_ALARM_MAX, rate  # calibrated: neither a miscalibrated se nor an over-wide one
+    drops = np.array([split_half_drop(x, y) for x, y in zip(a, b)])
     assert abs(drops.mean()) < 3 * drops.std() / math.sqrt(RUNS)  # unbiased: no drop on average
-    # the old rule, max − last of the curve on all prompts, at the same nominal one-sided 5% threshold
-    full = (a + b) / 2  # per-point SE 0.03/√2; a difference of two points has SE 0.03
-    old = np.array([max_minus_last(c) for c in full])
-    old_rate = float(np.mean(old > Z95 * SE))
-    assert old_rate > 0.10 and old_rate > 3 * rate, old_rate
+    full = (a + b) / 2  # the curve on all prompts: per-point SE 0.03/√2
+    old = full.max(axis=1) - full[:, -1]  # max − last of one noisy curve, which the split-half replaces
     assert old.mean() > 1.2 * SE / math.sqrt(2)  # biased upward by ≈ E[max of 11 normals] ≈ 1.59 σ
 
 
-def test_split_half_detects_rise_then_fall():
+def test_split_half_measures_the_drop_of_a_rise_then_fall():
     a, b = _halves("rise_fall", seed=1)
-    rate, drops = _rate(a, b)
-    assert rate >= 0.90, rate
+    drops = np.array([split_half_drop(x, y) for x, y in zip(a, b)])
     assert drops.mean() == pytest.approx(0.3, abs=0.02)  # true drop from the peak (step 6) to the end is 0.3
-
-
-def test_residual_noise_and_symmetric_variants_on_simulated_curves():
-    flat, rise_fall = _halves("flat", seed=2), _halves("rise_fall", seed=3)
-    # no per-point SEs: the noise comes from the a − b residuals (t with T − 1 df); slightly liberal, measured ≈ 5.5%
-    fa, _ = _rate(*flat, known=False)
-    det, _ = _rate(*rise_fall, known=False)
-    assert fa <= 0.075 and det >= 0.90, (fa, det)
-    # symmetric: conservative test, less noisy estimate
-    fa, drops_sym = _rate(*flat, symmetric=True)
-    det, _ = _rate(*rise_fall, symmetric=True)
-    _, drops_one = _rate(*flat)
-    assert fa <= FALSE_ALARM_MAX and det >= 0.90, (fa, det)
-    assert drops_sym.std() < 0.85 * drops_one.std()
 
 
 # -- one-sided p-values, Holm's correction, power --------------------------------------------------------------------

@@ -141,7 +141,7 @@ def gold_comparison(before: list[dict], after: list[dict]) -> dict:
     per-evaluation difference of the seed-mean eval gold curves."""
     import numpy as np
 
-    from rlhf_lab.analysis.stats import paired_ci
+    from rlhf_lab_research.stats import paired_ci
 
     b = {f["seed"]: f["test_gold"] for f in before}
     a = {f["seed"]: f["test_gold"] for f in after}

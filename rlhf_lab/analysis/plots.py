@@ -1,7 +1,6 @@
-"""The figures (matplotlib, Agg backend) of the study reports: reward gain against √KL with the Gao et al. fits,
-the gold reward–KL frontier, and the gold-RM validation's curves and scatter of the two golds; and of one policy
-run (its MLflow run's ``proxy_vs_gold.png``, :mod:`rlhf_lab.analysis.run_figure`): gold and proxy reward against
-the step and against √KL."""
+"""The figures (matplotlib, Agg backend) of the study reports: reward gain against √KL with the Gao et al. fits, and
+the gold reward–KL frontier; and of one policy run (its MLflow run's ``proxy_vs_gold.png``,
+:mod:`rlhf_lab.analysis.run_figure`): gold and proxy reward against the step and against √KL."""
 
 from __future__ import annotations
 
@@ -75,48 +74,6 @@ def plot_frontier(runs: Sequence[RunData], path: Path) -> None:
     ax.set_ylabel("gold reward")
     ax.set_title("gold reward – KL frontier")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_gold_curves(curves: dict, measures: dict, path: Path) -> None:
-    """The gold-RM validation's hacking curves: one column per arm, one row per measure (the formula, the gold RM);
-    `curves` is {arm: {measure: [(step, mean, se, n)]}}, drawn as mean ± se over seeds against the PPO step;
-    `measures` is {measure: its label}."""
-    plt = pyplot()
-    arms = list(curves)
-    fig, axes = plt.subplots(len(measures), len(arms), figsize=(4.2 * len(arms), 3.4 * len(measures)), squeeze=False,
-                             sharex=True)
-    for j, arm in enumerate(arms):
-        for i, (m, desc) in enumerate(measures.items()):
-            ax = axes[i][j]
-            pts = [(s, mu, se if np.isfinite(se) else 0.0) for s, mu, se, n in curves[arm].get(m, []) if n]
-            if pts:
-                x, y, e = (np.asarray(v, dtype=float) for v in zip(*pts))
-                ax.plot(x, y, "o-", ms=3, color=f"C{i}")
-                ax.fill_between(x, y - e, y + e, color=f"C{i}", alpha=0.25)
-            ax.set_title(f"{arm}: {desc}", fontsize=9)
-            ax.set_xlabel("PPO step")
-            if j == 0:
-                ax.set_ylabel(desc)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def plot_gold_scatter(points: dict, path: Path) -> None:
-    """Every evaluation point as (formula gold, gold RM score), one colour per arm: `points` is {arm: [(f, g)]}."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    for name, pts in points.items():
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=3, alpha=0.6, label=name)
-    ax.set_xlabel("formula gold (eval/formula_gold_reward)")
-    ax.set_ylabel("gold RM (eval/gold_reward)")
-    ax.set_title("the same evaluations, two golds")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,17 +1,14 @@
-"""Per-run quantities for the claims, honest about the data they come from (docs/metrics.md names the metrics).
+"""Per-run quantities of a study report (and of the claims, :mod:`rlhf_lab_research.claim_quantities`), honest
+about the data they come from (docs/metrics.md names the metrics).
 
 - **Final gold** (:func:`final_gold`): ``test/gold_reward`` (the held-out test split, logged once at the end)
   when the run logged it, else the run's last ``eval/gold_reward`` (one evaluation on ``eval.n_prompts`` prompts,
   the same stream the evaluations during training used). :func:`final_gold_source` says which.
-- **Drop from peak** (:func:`gold_drop`): the split-half estimator :func:`stats.drop_from_peak` (symmetric) on
+- **Drop from peak** (:func:`gold_drop`): the split-half estimator :func:`split_half_drop` on
   ``eval/gold_reward_a`` and ``eval/gold_reward_b``, the gold reward on two fixed halves of the evaluation
   prompts: the peak is chosen on one half and measured on the other, so its noise does not inflate the drop.
   A run without the halves has **no** drop (NaN); max − last of one noisy curve is biased upward and is never
   used.
-- **Change over training** (:func:`change`): the last minus the first logged value of a metric (two single
-  evaluations, no running mean).
-- **Per-step summaries** (:func:`step_mean`, :func:`step_median`, :func:`step_noise`, :func:`max_jump`): over
-  every step at which the run logged the metric.
 
 Every function returns NaN when the run lacks what it needs; the claims turn a NaN into "missing", never into 0.
 """
@@ -23,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import HISTORY_KEYS, RunData
-from rlhf_lab.analysis.stats import PeakDrop, drop_from_peak
+from rlhf_lab.analysis.runs import RunData
 
 NAN = float("nan")
 TEST_GOLD = "test/gold_reward"
@@ -32,15 +28,9 @@ EVAL_GOLD = "eval/gold_reward"
 HALF_A, HALF_B = "eval/gold_reward_a", "eval/gold_reward_b"
 MIN_DROP_STEPS = 3  # evaluations (with both halves) a drop from the peak needs: a start, a peak, an end
 
-# the metrics whose per-step histories the claims read (HISTORY_KEYS are the study reports')
-CLAIM_HISTORY_KEYS = tuple(dict.fromkeys(HISTORY_KEYS + (
-    HALF_A, HALF_B, "eval/gold_reward_se", "eval/gold_reward_ood", "eval/unique_rate", "eval/distinct_1",
-    "objective/kl_k1", "objective/kl_k3", "objective/scores", "objective/advantage_var", "policy/approxkl",
-    "policy/clipfrac", "time/step_s", "eval/proxy_gold_agreement",
-    "objective/beta", "objective/kl", "objective/rlhf_reward")))  # β's path and the rollouts' KL: adaptive-KL signals
 
-
-def _finite(x: Any) -> float:
+def finite(x: Any) -> float:
+    """x as a float, NaN when it is not a finite number."""
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -51,100 +41,13 @@ def _finite(x: Any) -> float:
 def final_gold(r: RunData) -> float:
     """``test/gold_reward`` if the run logged it, else its last ``eval/gold_reward``."""
     if TEST_GOLD in r.metrics:
-        return _finite(r.metrics[TEST_GOLD])
-    return _finite(r.last(EVAL_GOLD))
+        return finite(r.metrics[TEST_GOLD])
+    return finite(r.last(EVAL_GOLD))
 
 
 def final_gold_source(r: RunData) -> str:
     """"test" or "last eval": where :func:`final_gold` comes from."""
     return "test" if TEST_GOLD in r.metrics else "last eval"
-
-
-def final(key: str):
-    """The last logged value of `key` (the run's last evaluation for ``eval/*``) as a quantity."""
-    def q(r: RunData) -> float:
-        return _finite(r.last(key))
-    q.__name__ = f"final {key}"
-    return q
-
-
-def change(key: str):
-    """Last minus first logged value of `key` (NaN with fewer than 2 values)."""
-    def q(r: RunData) -> float:
-        s = r.series(key)
-        return _finite(s[-1][1] - s[0][1]) if len(s) >= 2 else NAN
-    q.__name__ = f"change of {key}"
-    return q
-
-
-def above_reference(r: RunData) -> float:
-    """Final gold (:func:`final_gold`) minus the gold of the run's reference, ``reference/gold_reward`` (measured on
-    the same test prompts at step 0, when the reference is another model): how far above it the policy got."""
-    return final_gold(r) - _finite(r.metrics.get("reference/gold_reward"))
-
-
-above_reference.__name__ = "final gold − reference/gold_reward"
-
-
-def first(key: str):
-    def q(r: RunData) -> float:
-        return _finite(r.first(key))
-    q.__name__ = f"first {key}"
-    return q
-
-
-def _values(r: RunData, key: str) -> np.ndarray:
-    v = np.asarray([x for _, x in r.series(key)], dtype=float)
-    if v.size == 0 and key in r.metrics:  # no history loaded: the one (last) value
-        v = np.asarray([r.metrics[key]], dtype=float)
-    return v[np.isfinite(v)]
-
-
-def step_mean(key: str):
-    """Mean of `key` over every logged step."""
-    def q(r: RunData) -> float:
-        v = _values(r, key)
-        return float(v.mean()) if v.size else NAN
-    q.__name__ = f"mean of {key} over steps"
-    return q
-
-
-def step_median(key: str):
-    """Median of `key` over every logged step (robust to a slow first step)."""
-    def q(r: RunData) -> float:
-        v = _values(r, key)
-        return float(np.median(v)) if v.size else NAN
-    q.__name__ = f"median of {key} over steps"
-    return q
-
-
-def step_noise(key: str):
-    """Step-to-step noise of `key`: std of second differences / √6 (σ of white noise; a linear trend cancels).
-    Needs 4 logged steps."""
-    def q(r: RunData) -> float:
-        v = _values(r, key)
-        return float(np.std(np.diff(v, 2)) / math.sqrt(6)) if v.size >= 4 else NAN
-    q.__name__ = f"step-to-step noise of {key}"
-    return q
-
-
-def max_jump(key: str):
-    """Largest |change| of `key` between consecutive logged steps: the size of the worst spike."""
-    def q(r: RunData) -> float:
-        v = _values(r, key)
-        return float(np.abs(np.diff(v)).max()) if v.size >= 2 else NAN
-    q.__name__ = f"largest step-to-step change of {key}"
-    return q
-
-
-def rm_metric(key: str):
-    """A metric of the run's upstream RM (``rlhf_lab.upstream.rm``), or of the run itself for an ``rm`` run."""
-    def q(r: RunData) -> float:
-        if r.stage == "rm":
-            return _finite(r.metrics.get(key, NAN))
-        return _finite(r.rm.get("metrics", {}).get(key, NAN))
-    q.__name__ = f"RM {key}"
-    return q
 
 
 def half_curves(r: RunData) -> tuple[np.ndarray, np.ndarray]:
@@ -154,56 +57,29 @@ def half_curves(r: RunData) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray([a[s] for s in steps], dtype=float), np.asarray([b[s] for s in steps], dtype=float)
 
 
-def gold_drop_estimate(r: RunData) -> PeakDrop | None:
-    """stats.drop_from_peak (symmetric, noise from the halves' residuals) on the run's two halves, or None
-    when it did not log both halves at MIN_DROP_STEPS or more evaluations."""
-    a, b = half_curves(r)
-    if a.size < MIN_DROP_STEPS:
-        return None
-    return drop_from_peak(a, b, symmetric=True)
+def split_half_drop(curve_a: Any, curve_b: Any) -> float:
+    """Drop of the gold from its peak to the last evaluation, the peak picked on one half of the evaluation prompts and
+    measured on the other, both ways, averaged:
+
+        p = argmax_t a[t],  q = argmax_t b[t],   drop = ((b[p] − b[T−1]) + (a[q] − a[T−1])) / 2.
+
+    `curve_a`, `curve_b`: the mean gold at each evaluation on two disjoint, equally sized halves of the prompts
+    (finite, same length). max(curve) − curve[T−1] on one noisy curve is biased upward (the max picks the noise);
+    here the noise of one half is independent of the peak chosen on the other, so E[drop] = gold[peak] − gold[T−1]
+    for the peak chosen (0 when it is the last evaluation)."""
+    a, b = np.asarray(curve_a, dtype=float), np.asarray(curve_b, dtype=float)
+    if a.ndim != 1 or a.size == 0 or a.shape != b.shape or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError(f"two finite curves of the same length over the evaluations, got shapes {a.shape}, {b.shape}")
+    p, q = int(np.argmax(a)), int(np.argmax(b))
+    return (float(b[p] - b[-1]) + float(a[q] - a[-1])) / 2
 
 
 def gold_drop(r: RunData) -> float:
-    """Unbiased drop of gold from its peak to the last evaluation (split-half); NaN without the halves."""
-    est = gold_drop_estimate(r)
-    return est.drop if est is not None else NAN
-
-
-def gold_drop_upto(kl_max: float):
-    """The split-half drop (:func:`gold_drop`) over the evaluations with ``eval/kl`` ≤ `kl_max` only: runs
-    compared at a matched KL (NaN with fewer than MIN_DROP_STEPS such evaluations, or `kl_max` NaN)."""
-    def q(r: RunData) -> float:
-        a, b, kl = dict(r.series(HALF_A)), dict(r.series(HALF_B)), dict(r.series("eval/kl"))
-        steps = [s for s in sorted(a) if s in b and s in kl and kl[s] <= kl_max
-                 and math.isfinite(a[s]) and math.isfinite(b[s])]
-        if len(steps) < MIN_DROP_STEPS:
-            return NAN
-        return drop_from_peak([a[s] for s in steps], [b[s] for s in steps], symmetric=True).drop
-    q.__name__ = f"gold drop from peak up to KL {kl_max:.2f} (split-half)"
-    return q
-
-
-def gold_peak(r: RunData) -> float:
-    """Gold at the peak without selection bias: the peak chosen on one half of the eval prompts and read on the
-    other, both ways, averaged (the split-half of :func:`gold_drop`); NaN without the halves."""
+    """Unbiased drop of gold from its peak to the last evaluation (:func:`split_half_drop`); NaN without the
+    halves at MIN_DROP_STEPS or more evaluations."""
     a, b = half_curves(r)
-    if a.size < MIN_DROP_STEPS:
-        return NAN
-    return float((b[int(np.argmax(a))] + a[int(np.argmax(b))]) / 2)
+    return split_half_drop(a, b) if a.size >= MIN_DROP_STEPS else NAN
 
 
 gold_drop.__name__ = "gold drop from peak (split-half)"
-gold_peak.__name__ = "peak gold (split-half)"
 final_gold.__name__ = "final gold"
-
-
-def rm_seed(r: RunData) -> str:
-    """The seed of the RM a run measures (the RM run's own ``seed`` param): several runs that share one RM are
-    one unit. An RM whose seed is unknown (metadata from the artifact cache) is its own unit, named by its run id."""
-    if r.stage == "rm":
-        return str(r.params.get("seed", r.seed))  # the seed the stage used (an upstream RM keeps its own)
-    seed = r.rm.get("params", {}).get("seed")
-    return str(seed) if seed is not None else f"rm {r.rm.get('run_id', r.run_id)}"
-
-
-rm_seed.n_of = "RM seeds"  # type: ignore[attr-defined]  (what effects.n_of reports)

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key
+from rlhf_lab.analysis.runs import RunData, job_key
 from rlhf_lab.config.keys import computes
 from rlhf_lab.runs.process import write_atomic
 
@@ -234,31 +234,12 @@ def payload_problem(payload: dict) -> str | None:
 def merge(older: Studies, newer: Studies) -> Studies:
     """The union of two {study: runs} by run id (a run in both: `newer`'s copy). Every design's runs are kept (the
     file holds the runs of every committed study report, superseded designs included): a claim picks one design
-    when it is judged (:func:`one_design`)."""
+    when it is judged (:func:`rlhf_lab_research.designs.one_design`)."""
     out: Studies = {}
     for name in list(dict.fromkeys([*older, *newer])):
         by_id = {r.run_id: r for r in older.get(name, [])}
         by_id.update({r.run_id: r for r in newer.get(name, [])})
         out[name] = list(by_id.values())
-    return out
-
-
-def one_design(studies: Studies, preferred: dict[str, str | tuple[str, ...]],
-               counts: Callable[[RunData], bool] = lambda r: True) -> Studies:
-    """Where `preferred` names a study's newer designs (their tags, newest first, e.g. ``SUITE_VERSIONS``' reruns),
-    only the runs of the first tag with a run that `counts`; else the runs of none of those tags (the study the claim
-    names): a claim reads one design, never a mix."""
-    out: Studies = {}
-    for name, runs in studies.items():
-        tags = preferred.get(name) or ()
-        tags = (tags,) if isinstance(tags, str) else tuple(tags)
-        for tag in tags:
-            if any(r.tags.get(STUDY_TAG) == tag and counts(r) for r in runs):
-                runs = [r for r in runs if r.tags.get(STUDY_TAG) == tag]
-                break
-        else:
-            runs = [r for r in runs if r.tags.get(STUDY_TAG) not in tags]
-        out[name] = runs
     return out
 
 
@@ -292,11 +273,3 @@ def commands_of(commands: Sequence[str], tags: Iterable[str]) -> list[str]:
     tags = set(tags)
     mine = [c for c in commands if set(re.findall(r"\bsweep=(\S+)", c)) & tags]
     return mine or list(commands)
-
-
-def merge_commands(*all_commands: Commands) -> Commands:
-    out: Commands = {}
-    for commands in all_commands:
-        for name, cmds in commands.items():
-            out[name] = sorted(set(out.get(name, [])) | set(cmds))
-    return out

@@ -11,7 +11,7 @@ per-prompt means and `<prefix>gold_reward_se` its standard error clustered by pr
 per-prompt means / √#prompts, :func:`rlhf_lab.evaluation.metrics.cluster_mean_se`); the same for the proxy reward.
 ``halves=True`` adds the two fixed halves of the prompts (:func:`rlhf_lab.evaluation.metrics.half_a`) as
 `<prefix>gold_reward_a|_b` with their `_se`, for the split-half drop from the peak
-(:func:`rlhf_lab.analysis.stats.drop_from_peak`). With a gold reward model (``gold=rm``) the gold is its score and
+(:func:`rlhf_lab.analysis.quantities.split_half_drop`). With a gold reward model (``gold=rm``) the gold is its score and
 the world's formula is measured on the same samples as `<prefix>formula_gold_reward` (SE and halves likewise). With
 ``samples_per_prompt`` ≥ 2, a proxy and a gold, `<prefix>proxy_gold_agreement` is the proxy's accuracy against gold
 on pairs of one prompt's responses (:func:`rlhf_lab.evaluation.metrics.pair_agreement`; SE clustered by prompt): how well the

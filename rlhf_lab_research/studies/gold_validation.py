@@ -33,13 +33,15 @@ from rlhf_lab_research.anytime import (ANYTIME, FOOTNOTE, MARK, added_run_ids, a
 from rlhf_lab_research.verdicts import ClaimResult, counts, judge
 from rlhf_lab_research.effects import Arm, spearman
 from rlhf_lab.analysis.markdown import fmt, md_table
-from rlhf_lab.analysis.plots import plot_gold_curves, plot_gold_scatter
-from rlhf_lab.analysis.quantities import CLAIM_HISTORY_KEYS, EVAL_GOLD, final_gold, gold_drop
+from rlhf_lab.analysis.plots import pyplot
+from rlhf_lab.analysis.quantities import EVAL_GOLD, final_gold, gold_drop
+from rlhf_lab_research.claim_quantities import CLAIM_HISTORY_KEYS
 from rlhf_lab_research.designs import BETA0, fixed
 from rlhf_lab_research.claims_registry import BY_ID
 from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
 from rlhf_lab.analysis.runs import RunData, groups, label, natural_key, store_uri
-from rlhf_lab.analysis.stats import Effect, bootstrap_ci, mean_se, t_effect
+from rlhf_lab.analysis.stats import mean_se
+from rlhf_lab_research.stats import Effect, bootstrap_ci, t_effect
 from rlhf_lab.analysis.study import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
 
 STUDY = "gold_rm_validation"
@@ -282,6 +284,48 @@ def verdict_lines(res: dict[str, dict[str, ClaimResult]]) -> list[str]:
         lines += [md_table(["role", "part", "formula: estimate [95% CI]", "formula", "gold RM: estimate [95% CI]",
                             "gold RM", "agree"], rows), ""]
     return lines
+
+
+def plot_gold_curves(curves: dict, measures: dict, path: Path) -> None:
+    """The gold-RM validation's hacking curves: one column per arm, one row per measure (the formula, the gold RM);
+    `curves` is {arm: {measure: [(step, mean, se, n)]}}, drawn as mean ± se over seeds against the PPO step;
+    `measures` is {measure: its label}."""
+    plt = pyplot()
+    arms = list(curves)
+    fig, axes = plt.subplots(len(measures), len(arms), figsize=(4.2 * len(arms), 3.4 * len(measures)), squeeze=False,
+                             sharex=True)
+    for j, arm in enumerate(arms):
+        for i, (m, desc) in enumerate(measures.items()):
+            ax = axes[i][j]
+            pts = [(s, mu, se if np.isfinite(se) else 0.0) for s, mu, se, n in curves[arm].get(m, []) if n]
+            if pts:
+                x, y, e = (np.asarray(v, dtype=float) for v in zip(*pts))
+                ax.plot(x, y, "o-", ms=3, color=f"C{i}")
+                ax.fill_between(x, y - e, y + e, color=f"C{i}", alpha=0.25)
+            ax.set_title(f"{arm}: {desc}", fontsize=9)
+            ax.set_xlabel("PPO step")
+            if j == 0:
+                ax.set_ylabel(desc)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_gold_scatter(points: dict, path: Path) -> None:
+    """Every evaluation point as (formula gold, gold RM score), one colour per arm: `points` is {arm: [(f, g)]}."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    for name, pts in points.items():
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", ms=3, alpha=0.6, label=name)
+    ax.set_xlabel("formula gold (eval/formula_gold_reward)")
+    ax.set_ylabel("gold RM (eval/gold_reward)")
+    ax.set_title("the same evaluations, two golds")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | None = None,
