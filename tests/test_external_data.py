@@ -178,19 +178,23 @@ def test_prompt_only_jsonl_feeds_the_ppo_prompt_stream(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, line", [
-    (["data=jsonl", f"data.path={__file__}", "data.format=chat"], "data.format must be one of auto"),
     (["data=hf", "data.name=/no/such/folder"], "data.name must be an existing save_to_disk folder"),
     (["data=jsonl", f"data.path={__file__}", "policy.name_or_path=/x"], "sft.steps must be 0 with policy.name_or_path"),
     (["data=jsonl", f"data.path={__file__}", "algo.reward=gold"], "algo.reward must be rm with data=jsonl"),
     (["policy.dtype=float8"], "policy.dtype must be one of auto, float32"),
-    (["reward_model.attn_implementation=fast"], "reward_model.attn_implementation must be one of eager"),
 ])
 def test_config_checks_of_the_new_keys(overrides, line):
     from rlhf_lab.config.errors import ConfigError
-    from rlhf_lab.config.checks import validate
+    from rlhf_lab.config.checks import composition_error_line, validate
 
     with pytest.raises(ConfigError) as exc:
         validate(compose_cfg(overrides))
     assert str(exc.value).startswith(line)
+    for bad, words in ((["data=jsonl", f"data.path={__file__}", "data.format=chat"], "data.format must be one of auto"),
+                       (["reward_model.attn_implementation=fast"], "reward_model.attn_implementation must be one of "
+                                                                   "eager")):  # typed keys: refused at composition
+        with pytest.raises(Exception) as exc:
+            compose_cfg(bad)
+        assert composition_error_line(exc.value).startswith(words)
     validate(compose_cfg(["data=jsonl", f"data.path={__file__}", "policy.name_or_path=/x", "sft.steps=0",
                           "policy.dtype=bfloat16", "policy.attn_implementation=eager", "reward_model=minilm"]))

@@ -16,11 +16,19 @@ References
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-PREFERENCE_LOSS_TYPES = ("sigmoid", "ipo", "ipo_sum", "hinge")
+class PreferenceLoss(StrEnum):
+    """``algo.loss_type`` of DPO (:func:`preference_loss`)."""
+
+    sigmoid = "sigmoid"
+    ipo = "ipo"
+    ipo_sum = "ipo_sum"
+    hinge = "hinge"
 
 
 def preference_loss(
@@ -55,8 +63,8 @@ def preference_loss(
     """
     if not beta > 0:
         raise ValueError(f"algo.beta must be > 0, got {beta}")
-    if loss_type not in PREFERENCE_LOSS_TYPES:
-        raise ValueError(f"Unknown loss_type {loss_type!r}; allowed values: {', '.join(PREFERENCE_LOSS_TYPES)}")
+    if loss_type not in tuple(PreferenceLoss):
+        raise ValueError(f"Unknown loss_type {loss_type!r}; allowed values: {', '.join(PreferenceLoss)}")
     if not 0.0 <= label_smoothing < 0.5:
         raise ValueError(f"algo.label_smoothing must be in [0, 0.5), got {label_smoothing}")
     if label_smoothing > 0 and loss_type != "sigmoid":

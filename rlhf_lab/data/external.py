@@ -26,8 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from rlhf_lab.config.choices import DataFormat
+
 FIELDS = ("prompt", "chosen", "rejected")
-FORMATS = ("auto", "standard", "conversational")
 DEFAULT_COLUMNS = {f: f for f in FIELDS}
 ASSISTANT_MARKER = "Assistant:"
 MAX_LISTED_ERRORS = 10
@@ -255,8 +256,8 @@ def read_examples(rows: Iterator[tuple[str, Any]], columns: dict[str, str | None
     """Every row checked and converted; any bad row raises one ValueError that counts them and lists
     ``where: what`` for the first :data:`MAX_LISTED_ERRORS`. ``renderer_fn()`` gives the chat renderer,
     called once, only for conversational data."""
-    if fmt not in FORMATS:
-        raise ValueError(f"data.format={fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt not in tuple(DataFormat):
+        raise ValueError(f"data.format={fmt!r}; choose one of {', '.join(DataFormat)}")
     examples, errors, n_rows, renderer = [], [], 0, None
     for where, row in rows:
         n_rows += 1

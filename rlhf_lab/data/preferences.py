@@ -35,7 +35,6 @@ import json
 import math
 import random
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
@@ -178,13 +177,6 @@ class SecondResponse(Protocol):
 
     def __call__(self, prompts: list[str], responses: list[str], ended: list[bool]) -> tuple[list[str], list[bool]]:
         ...
-
-
-class OnPolicyPairing(StrEnum):
-    """``data.on_policy_pairing``: what an on-policy sample (``data.on_policy_path``) is paired with."""
-
-    self = "self"  # a second sample of the same checkpoint (pairs among its own texts)
-    sft = "sft"  # an SFT sample for the same prompt: places its texts on the SFT samples' scale (a gold's coverage)
 
 
 class Checkpoint:

@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 import lightning as L
 import torch
 
+from rlhf_lab.config.choices import EvalSchedule
 from rlhf_lab.evaluation import alarm as A
 from rlhf_lab.evaluation.schedule import KLSchedule
 from rlhf_lab.models.sharding import gathered, local
@@ -22,9 +23,6 @@ from rlhf_lab.runs import active_run
 from rlhf_lab.runs.active_run import log_samples_table
 from rlhf_lab.runs.progress import write_line
 from rlhf_lab.runs.states import pending_stop, raise_interrupted, stop_now
-
-
-EVAL_SCHEDULES = ("every", "log", "kl")  # eval.schedule (kl: evaluation/schedule.py, decided as training goes)
 
 
 def evaluation_set(at_steps: Iterable[int] | KLSchedule) -> frozenset[int] | KLSchedule:
@@ -41,8 +39,8 @@ def evaluation_steps(schedule: str, total_steps: int, every_n_steps: int = 0, n_
     the one before), so that a run whose KL rises fast early and then slowly (Gao et al. 2022 measure against
     √KL) is seen while it rises, with as many evaluations as the flat schedule would spend on the plateau.
     """
-    if schedule not in EVAL_SCHEDULES:
-        raise ValueError(f"eval.schedule={schedule!r}: one of {', '.join(EVAL_SCHEDULES)}")
+    if schedule not in tuple(EvalSchedule):
+        raise ValueError(f"eval.schedule={schedule!r}: one of {', '.join(EvalSchedule)}")
     if schedule == "kl":
         raise ValueError("eval.schedule=kl has no steps before training: its steps follow the rollouts' KL "
                          "(rlhf_lab.evaluation.schedule.KLSchedule)")

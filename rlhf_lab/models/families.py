@@ -30,6 +30,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from rlhf_lab.config.choices import Dtype
 from rlhf_lab.models.checkpoints import (
     TOKENIZER_FILES,
     CheckpointError,
@@ -44,7 +45,6 @@ from rlhf_lab.models.checkpoints import (
 
 FAMILIES = ("a", "b")
 MAX_POSITIONS = 128
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # `dtype` of a model group (policy, reward_model)
 
 
 def load_options(node) -> dict:
@@ -55,8 +55,8 @@ def load_options(node) -> dict:
     out = {}
     dtype = node.get("dtype")
     if dtype is not None:
-        if str(dtype) not in DTYPES:
-            raise ValueError(f"dtype={dtype!r}; choose one of {', '.join(DTYPES)} or null")
+        if str(dtype) not in tuple(Dtype):
+            raise ValueError(f"dtype={dtype!r}; choose one of {', '.join(Dtype)} or null")
         out["dtype"] = "auto" if str(dtype) == "auto" else getattr(torch, str(dtype))
     if node.get("attn_implementation") is not None:
         out["attn_implementation"] = str(node.get("attn_implementation"))

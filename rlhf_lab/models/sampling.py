@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rlhf_lab.config.choices import Sampler
 from rlhf_lab.models.adapters import unwrap
 
 try:
@@ -31,8 +32,7 @@ except ImportError:  # transformers before cache layers (< 4.56): decode_loop le
 
 log = logging.getLogger(__name__)
 
-SAMPLERS = ("lab", "hf")  # generation.sampler
-DEFAULT_SAMPLER = "lab"
+DEFAULT_SAMPLER = Sampler.lab
 # generation_config keys that do not change the tokens ``generate`` draws for ``sample``'s arguments: token ids,
 # output switches, and the sampling keys ``sample`` passes itself (``use_cache`` must be true: see lab_unsupported)
 NEUTRAL_GENERATION_KEYS = frozenset({
@@ -119,8 +119,8 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
     the same tokens under the same seed. ``temperature`` 0: greedy."""
     if temperature < 0:
         raise ValueError(f"generation.temperature must be >= 0, got {temperature}")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"generation.sampler={sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    if sampler not in tuple(Sampler):
+        raise ValueError(f"generation.sampler={sampler!r}; choose one of {', '.join(Sampler)}")
     q_ids, q_mask = encode_prompts(tokenizer, prompts, max_prompt_len)
     dev = next(model.parameters()).device
     q_ids, q_mask = q_ids.to(dev), q_mask.to(dev)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlhf_lab.config.choices import GoldSource
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.contents import path_digest
 from rlhf_lab.evaluation.policy import Gold
@@ -40,7 +41,6 @@ from rlhf_lab.models.reward import NORM_FILE, RewardScorer
 from rlhf_lab.stages.evaluate import world_gold
 from rlhf_lab.stages.registry import ensure
 
-SOURCES = ("formula", "rm")
 BUILD_JOB = "gold_rm"  # algo.name of the config that builds the gold RM: no stage of it is the job
 FOLDER_HINT = "give the artifact folder of an algo=rm job (or gold=rm_world to build a gold RM on the world)"
 
@@ -49,8 +49,8 @@ def source(cfg: DictConfig) -> str:
     """``gold.source``: formula or rm (a config without the group is the formula)."""
     g = cfg.get("gold")
     s = "formula" if g is None else str(g.source)
-    if s not in SOURCES:
-        raise ValueError(f"gold.source={s!r}; choose one of {', '.join(SOURCES)} (gold=formula|rm|rm_world)")
+    if s not in tuple(GoldSource):
+        raise ValueError(f"gold.source={s!r}; choose one of {', '.join(GoldSource)} (gold=formula|rm|rm_world)")
     return s
 
 

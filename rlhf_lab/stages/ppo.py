@@ -40,9 +40,9 @@ from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.algorithms.steps import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.algorithms.kl import check_kl_in_loss
-from rlhf_lab.algorithms.rl_math import LOSS_AGGREGATIONS
 from rlhf_lab.evaluation.callbacks import HackingAlarm, PeriodicEval, Preemption, RewardHackingMonitor
 from rlhf_lab.evaluation.summary import hacking_line, metric_n, proxy_line
+from rlhf_lab.config.choices import Critic, ReferenceKind
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settings
 from rlhf_lab.data.errors import data_errors
@@ -65,15 +65,12 @@ from rlhf_lab.data.preferences import external_prompts
 
 WHAT = "PPO policy"
 CACHED = False  # a PPO run is the end of the line: its artifact stays in the Hydra output folder
-CRITICS = ("rm", "policy", "shared", "none")
-REFERENCE_KINDS = ("copy", "lora_disabled")
+REFERENCE_KINDS = (ReferenceKind.copy, ReferenceKind.lora_disabled)  # PPO's (precomputed needs fixed pairs: DPO)
 
 
 def check_config(algo: DictConfig) -> None:
     """Fail fast, before any model loads or upstream stage is built, on keys that cannot work together."""
     check_kl_in_loss(algo.kl_in, algo.kl_estimator)
-    if str(algo.loss_agg) not in LOSS_AGGREGATIONS:
-        raise ValueError(f"algo.loss_agg={algo.loss_agg!r}; choose one of {', '.join(LOSS_AGGREGATIONS)}")
 
 
 def check_compile(cfg: DictConfig) -> None:
@@ -164,7 +161,7 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_referenc
     `options`: dtype and attention implementation of the policy and reference (``policy.dtype``, ...)."""
     options = options or {}
     critic_kind = str(algo.critic)
-    if critic_kind not in CRITICS:
+    if critic_kind not in tuple(Critic):
         raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy, shared or none")
     check_reference(algo)
     policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path", **options)

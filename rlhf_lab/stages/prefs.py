@@ -31,9 +31,9 @@ from rlhf_lab.data.degenerate import KINDS as DEGENERATE_KINDS, Variants
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config import data as DS
 from rlhf_lab.config.checks import check_pairs
+from rlhf_lab.config.choices import OnPolicyPairing
 from rlhf_lab.data.preferences import (
     Checkpoint,
-    OnPolicyPairing,
     PreferencePair,
     load_external,
     load_pairs,

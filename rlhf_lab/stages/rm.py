@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.runs.contents import absolute_if_local
 from rlhf_lab.config.checks import check_reward_model
+from rlhf_lab.config.choices import RMInit, RMSource
 from rlhf_lab.data.external import DEFAULT_COLUMNS, columns_of
 from rlhf_lab.algorithms.rm import (
     MEMBER_SEED_STRIDE,
@@ -46,8 +47,6 @@ from rlhf_lab.stages.training import model_size, trainer_kwargs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 
 WHAT = "reward model"
-SOURCES = ("same", "different", "pretrained")
-INITS = ("sft", "pretrain")
 USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")  # keys that act when the RM is used, not trained
 LOADING_KEYS = ("dtype", "attn_implementation", "path")  # in the key only when set (null keeps older keys valid)
 COMPUTE_KEYS = ("packing",)  # how the loss is computed, not what (the same to float noise): not in the key
@@ -61,10 +60,10 @@ def backbone_cfg(cfg: DictConfig) -> DictConfig:
     source, init = str(rc.source), str(rc.init)
     if source == "pretrained":
         raise ValueError("reward_model.source=pretrained has no world backbone to build: see backbone_path")
-    if source not in SOURCES:
-        raise ValueError(f"reward_model.source={source!r}; choose one of {SOURCES}")
-    if init not in INITS:
-        raise ValueError(f"reward_model.init={init!r}; choose one of {INITS}")
+    if source not in tuple(RMSource):
+        raise ValueError(f"reward_model.source={source!r}; choose one of {', '.join(RMSource)}")
+    if init not in tuple(RMInit):
+        raise ValueError(f"reward_model.init={init!r}; choose one of {', '.join(RMInit)}")
     fam, pfam = str(rc.family), str(cfg.policy.family)
     if source == "same" and fam != pfam:
         raise ValueError(f"reward_model.source=same but reward_model.family={fam!r} differs from policy.family={pfam!r}; "
