@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from rlhf_lab.analysis.runs import RunData
 from rlhf_lab.evaluation.ship import Curve
 from rlhf_lab_research import ship_design as D
 
@@ -73,3 +75,37 @@ def test_design_report_regenerates_byte_for_byte(tmp_path):
     assert out.read_bytes() == (ROOT / D.OUT).read_bytes()
     assert rules.read_bytes() == (ROOT / D.RULES_OUT).read_bytes()
     assert set(json.loads(rules.read_text())["rules"]) == set(D.GRIDS)
+
+
+def prospective(run_id: str, seed: str, select, measure, heldout=None) -> RunData:
+    steps = [0, 10, 20, 30]
+    hist = {"eval/kl": [0, 1, 4, 9], "eval/entropy": [2, 2, 2, 2], "eval/length": [5, 5, 5, 5],
+            "eval/gold_reward": select, "test/gold_reward": measure}
+    if heldout is not None:
+        hist["eval/heldout_reward"] = heldout
+    history = {k: list(zip(steps, map(float, v))) for k, v in hist.items()}
+    history["objective/scores"] = [(s, float(s) / 10) for s in range(1, 31)]
+    return RunData(run_id, "ppo", "FINISHED", {"labeler.name": "unbiased"}, {}, {}, history, seed=seed)
+
+
+def test_the_prospective_scoring_measures_on_the_test_prompts():
+    from rlhf_lab_research import ship_test as T
+
+    r = prospective("r1", "1000", select=[0.0, 0.5, 0.4, 0.3], measure=[0.1, 0.6, 0.55, 0.45],
+                    heldout=[0.0, 0.2, 0.5, 0.1])
+    assert T.exclusion(r) is None
+    d = T.prospective_run("ship_labeler", r)
+    assert d.curve.heldout_reward == (0.0, 0.2, 0.5, 0.1) and d.curve.proxy_ensemble_std is None
+    # best by eval gold: index 1; test gold 0.6 there, 0.45 at the end: a drop of 0.15 > 0.05, past its peak
+    assert d.peak == 1 and d.past_peak
+    index, regret = T.scored([d], "heldout_max", {})
+    assert index == [2] and regret.tolist() == pytest.approx([0.6 - 0.55])
+    index, regret = T.scored([d], "ensemble_lcb", {"k": 1.0})
+    assert index == [None] and np.isnan(regret).all()
+    flat_run = T.prospective_run("s", prospective("r2", "1001", [0, 0.5, 0.52, 0.51], [0, 0.5, 0.5, 0.48]))
+    assert not flat_run.past_peak  # a drop of 0.02 from its peak is within the margin
+    assert "no `test/gold_reward`" in T.exclusion(RunData("r3", "ppo", "FINISHED", {}, {}, {}, {
+        k: v for k, v in r.history.items() if k != "test/gold_reward"}))
+    text = T.report([d, flat_run], Counter(), {"last_checkpoint": {}, "clock": {"fraction": 0.6},
+                                                "proxy_minus_sqrt_kl": {"cost": 0.2}, "heldout_max": {}}, ["f"])
+    assert "Primary: `proxy_minus_sqrt_kl`" in text and "| `heldout_max` | none | 1 |" in text
