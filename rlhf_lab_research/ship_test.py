@@ -2,7 +2,12 @@
 (``reports/ship/rules.json``) scored once on the runs of the studies made after the freeze, written before any of
 those runs existed.
 
-    python -m rlhf_lab_research.ship_test --runs reports/ship_labeler/runs.json.gz --runs ... --out reports/ship/test.md
+    python -m rlhf_lab_research.ship_test --store     # the test studies' runs from the tracking store: writes
+                                                      # reports/ship/test_runs.json.gz, then reports/ship/test.md
+    python -m rlhf_lab_research.ship_test --runs reports/ship/test_runs.json.gz    # again, from that file
+
+``--store`` reads the runs of :data:`TEST_STUDIES` with every history the scoring needs (:data:`HISTORY`; a study
+report's runs file keeps fewer: no ``test/gold_reward`` or held-out RM history) and keeps them in a runs file first.
 
 A test run enters when it is a FINISHED PPO, GRPO or RLOO run that logged, at ≥ :data:`MIN_EVALS` evaluations,
 what the rules read (the training proxy ``objective/scores``, ``eval/kl``, ``eval/entropy``, ``eval/length``) and the
@@ -25,15 +30,19 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.runs import RunData, load_study
+from rlhf_lab.analysis.snapshot import write_snapshot
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab_research.ship_design import (
     ALGOS, PROXY_KEY, ci, cluster_weights, fmt, fraction, mean_ci, params_text, read_runs, table)
 from rlhf_lab_research.studies.alarm_fit import interval_means, kl_regime
 
 RULES = Path("reports/ship/rules.json")
+TEST_STUDIES = ("ship_labeler", "ship_critic_free", "ship_ensemble")  # reports/ship/PROTOCOL.md
+RUNS_OUT, OUT = Path("reports/ship/test_runs.json.gz"), Path("reports/ship/test.md")
 KEYS = ("eval/kl", "eval/entropy", "eval/length", "eval/gold_reward", "test/gold_reward")
 OPTIONAL = {"proxy_ensemble_std": "eval/proxy_ensemble_std", "heldout_reward": "eval/heldout_reward"}
+HISTORY = (*KEYS, "objective/scores", *OPTIONAL.values())
 MIN_EVALS = 3
 MARGIN = 0.05  # gold units: "past its peak" only where the test gold fell more than this from the peak
 PRIMARY, BASELINES = "proxy_minus_sqrt_kl", ("clock", "last_checkpoint")
@@ -142,11 +151,23 @@ def report(runs: Sequence[ProspectiveRun], left_out: Counter, rules: dict, files
     return "\n".join(lines) + "\n"
 
 
+def store_runs(path: Path | str, uri: str | None = None, load=load_study) -> Path:
+    """Keeps the policy runs of :data:`TEST_STUDIES` in the store (`uri`: as ``rlhf-lab-report``'s), with the
+    histories of :data:`HISTORY`, in the runs file `path`."""
+    return write_snapshot(path, {study: load(study, uri, stages=ALGOS, history_keys=HISTORY)[0]
+                                 for study in TEST_STUDIES})
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", action="append", required=True, help="a runs file of a test study (repeatable)")
-    parser.add_argument("--out", default="reports/ship/test.md")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--store", action="store_true", help=f"read the test studies from the store into {RUNS_OUT}")
+    source.add_argument("--runs", action="append", help="a runs file of the test studies (repeatable)")
+    parser.add_argument("--uri", default=None, help="the tracking store (default: as rlhf-lab-report's)")
+    parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args(argv)
+    if args.store:
+        args.runs = [str(store_runs(RUNS_OUT, args.uri))]
     rules = json.loads(RULES.read_text(encoding="utf-8"))["rules"]
     runs, left_out = [], Counter()
     for study, r in read_runs(args.runs):

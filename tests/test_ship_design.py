@@ -109,3 +109,18 @@ def test_the_prospective_scoring_measures_on_the_test_prompts():
     text = T.report([d, flat_run], Counter(), {"last_checkpoint": {}, "clock": {"fraction": 0.6},
                                                 "proxy_minus_sqrt_kl": {"cost": 0.2}, "heldout_max": {}}, ["f"])
     assert "Primary: `proxy_minus_sqrt_kl`" in text and "| `heldout_max` | none | 1 |" in text
+
+
+def test_the_prospective_runs_file_keeps_every_history_the_scoring_reads(tmp_path):
+    from rlhf_lab_research import ship_test as T
+
+    asked = []
+
+    def load(study, uri, stages, history_keys):
+        asked.append((study, tuple(stages), tuple(history_keys)))
+        return [prospective(f"{study}-1", "1000", [0, 0.5, 0.4, 0.3], [0, 0.6, 0.5, 0.4], [0, 0.1, 0.2, 0.3])], []
+    path = T.store_runs(tmp_path / "runs.json.gz", None, load)
+    assert [a[0] for a in asked] == list(T.TEST_STUDIES)
+    assert {"test/gold_reward", "eval/heldout_reward", "eval/proxy_ensemble_std", "objective/scores"} <= set(asked[0][2])
+    (study, r), *_ = D.read_runs([str(path)])
+    assert T.exclusion(r) is None and r.series("test/gold_reward")[1] == (10, 0.6)
