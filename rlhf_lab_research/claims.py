@@ -4,7 +4,7 @@ The claims, the studies that test them and the effects they are judged on are da
 (:mod:`~rlhf_lab_research.claims_registry`); their verdicts, with Holm's correction across every judged effect of the
 report, the units an inconclusive effect would need and the RM replication rule, are
 :mod:`~rlhf_lab_research.verdicts`' (:func:`verdicts.judge_all`). Here: reading the runs (the store, runs files),
-and writing the report, whose Statistics paragraph (:func:`rlhf_lab_research.stats_text.statistics_text`) states
+and writing the report, whose Statistics paragraph (:func:`statistics_text`) states
 the rules.
 A claim whose studies have no runs is **not run yet** (with the command), one that is no effect is
 **not testable**. Only FINISHED runs count, and policy runs (PPO, GRPO, RLOO, DPO, best-of-n) need :data:`MIN_EVALS` evaluations.
@@ -30,11 +30,10 @@ from rlhf_lab_research.provenance import (
 )
 from rlhf_lab.analysis.quantities import final_gold_source, half_curves
 from rlhf_lab_research.claim_quantities import CLAIM_HISTORY_KEYS
-from rlhf_lab_research.designs import REDONE, SUITE_VERSIONS, one_design
+from rlhf_lab_research.designs import REDONE, RM_CLAIM_RMS, SUITE_VERSIONS, one_design
 from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, SHOWN, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
-from rlhf_lab_research.stats_text import statistics_text
 from rlhf_lab.analysis.snapshot import (
     FILE_NAME,
     Commands,
@@ -46,9 +45,11 @@ from rlhf_lab.analysis.snapshot import (
     write_snapshot,
 )
 from rlhf_lab_research.verdicts import (
+    ALPHA,
     MIN_EVALS,
     NOT_RUN,
     NOT_TESTABLE,
+    POWER,
     ClaimResult,
     PartResult,
     counts,
@@ -281,6 +282,56 @@ def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
                   md_table(PROVENANCE_HEADER, provenance_rows(runs, reruns)), "",
                   redone_text(REDONE), ""]
     return "\n".join(lines)
+
+
+def statistics_text(m: int) -> str:
+    """The Statistics paragraph: the interval, the p-values, Holm's family (m judged effects), the verdict rules."""
+    return ("**Statistics.** An effect is a mean over units (normally seeds) with its 95% Student-t interval. Paired "
+            "designs run the compared settings with the same seeds and average the per-seed differences (\"paired\" "
+            "after n: the seeds both settings ran); the others take one value per unit (a change over training, a "
+            "drop, one value per distinct RM). Each judged effect has a one-sided p-value from its t statistic "
+            "(df = n − 1), on the side of 0 its estimate lies (\"against\": the side opposite to the claim); p < 0.025 "
+            "exactly when the 95% interval excludes 0 on that side. **Seeds added after looking** "
+            f"(marked {MARK}): a study whose runs include seeds beyond those its study file sweeps (the provenance "
+            "table's \"added\") was extended after its results were seen, and a fixed-n t interval is not valid at an "
+            "n chosen from the data (optional stopping). Every judged effect and precondition that reads the runs of "
+            "such an added seed is judged instead with the anytime-valid t confidence sequence (Wang & Ramdas 2023, "
+            "\"Anytime-valid t-tests and confidence sequences for Gaussian means with unknown variance\"; the "
+            "t-mixture of Lai 1976, tuned to be narrowest at 10 seeds, unbounded below 5), valid at any n however "
+            "the seeds were chosen: its 95% interval, and as p the sequence's own p = 1/E_n, used as is as the "
+            f"one-sided p at {ALPHA:g} (it is the two-sided sequence's p, so it is conservative by up to 2×; here "
+            "p < 0.025 when the 97.5% sequence excludes 0, so a 95% sequence that excludes 0 need not make the effect "
+            "hold), in the same Holm family as the others; every other effect keeps its fixed-n t interval and p "
+            "(an effect whose pairing leaves the added seeds out, with a study that did not run them, is marked all "
+            "the same: conservative). "
+            "**Multiplicity:** every p-value a verdict rests on is in one family (m = "
+            f"{m}): each judged effect's and each precondition's one-sided p, and, for each of them tested for "
+            "superiority with a margin, its equivalence p (TOST: the larger of the one-sided p-values against −margin "
+            "and +margin; for a marked effect the sequence's own p-values). Preconditions are in the family, not "
+            "beside it, because a verdict rests on them as much as on a judged effect: a precondition wrongly shown "
+            "makes a claim testable that is not. Verdicts use Holm's step-down correction at a family-wise level of "
+            f"{ALPHA:g} per side (the 95% intervals' 2.5 % a side; 5 % for any wrong verdict either way), and the "
+            "tables show the unadjusted interval and p beside the Holm-adjusted p and verdict. A judged effect or "
+            f"precondition **holds** when its Holm-adjusted p is below {ALPHA:g} on the claimed side, **does not "
+            f"hold** when it is below {ALPHA:g} on the other side or its Holm-adjusted equivalence p is below "
+            f"{ALPHA:g} (negligible: shown inside ±margin; the Holm p cell then gives it), and is **inconclusive** "
+            "otherwise, including n < 2; an unadjusted 95% interval inside ±margin is not enough. A non-inferiority "
+            "effect (\"at least as well, within the margin\") is tested against −margin instead of 0 and has no "
+            "negligible zone. A claim holds when all its judged effects hold and does not hold when one does not. A "
+            "precondition (what the claim presupposes, e.g. hacking to reduce) that is not shown makes the claim "
+            "inconclusive, **except** that a judged effect shown against the claim makes it \"does not hold\" all "
+            "the same. Shown effects are reported, not judged, and stay outside the family (no verdict rests on "
+            "them; correcting them would only widen intervals nobody decides on): each is worded from its unadjusted "
+            "95% interval alone, a direction when it excludes 0, \"no … detected\" only when it lies inside ±margin, "
+            "inconclusive otherwise, and a direction or a \"no … detected\" says \"(unadjusted)\": a description "
+            "of these runs, not a finding the report stands behind. "
+            f"**Power:** an inconclusive effect states the units that {POWER:.0%} power would need (one-sided t test, "
+            "noncentral t) to detect a true effect the size of its estimate, or of the margin if larger, with its "
+            f"observed spread (for a {MARK} effect: the n at which its sequence at that level, widened by 0.84 standard errors, would exclude 0 for such an effect, the spread taken as known), at level {ALPHA:g}/m (Holm's strictest step: an effect reaching "
+            "it holds after the correction whatever the others). **Replication:** "
+            "each section counts the distinct upstream RMs and SFT policies per arm (`rlhf_lab.upstream.*` tags); "
+            "a factor with one per arm is held fixed, and the verdict is conditional on it. A claim about the RM "
+            f"needs at least {RM_CLAIM_RMS} distinct RMs per arm, else it is inconclusive (\"not replicated\").")
 
 
 # -- updating some claims of a written report (--only) -----------------------------------------------------------

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from rlhf_lab_research.studies import alarm_fit as F
-from rlhf_lab_research.studies import alarm_verdict as V
 from rlhf_lab_research.studies import hacking_alarm as H
 from rlhf_lab.evaluation.alarm import FEATURES, RULE, Evaluation, features, score, scores
 
@@ -147,7 +146,7 @@ def test_the_headline_says_where_the_rule_does_not_beat_the_plateau():
     aucs = {"rule": (0.85, 0.8, 0.9), "KL threshold": (0.6, 0.5, 0.7), "proxy plateau": (0.7, 0.65, 0.75)}
     diffs = {"KL threshold": (0.25, 0.2, 0.3), "proxy plateau": (0.15, 0.1, 0.2)}
     by = {"adaptive KL": (-0.05, -0.08, -0.01), "fixed β > 0": (0.02, -0.01, 0.05), "β = 0": (0.3, 0.25, 0.35)}
-    text = " ".join(V.headline(100, 5, aucs, diffs, by, {"adaptive KL": 40, "fixed β > 0": 40, "β = 0": 20},
+    text = " ".join(H.headline(100, 5, aucs, diffs, by, {"adaptive KL": 40, "fixed β > 0": 40, "β = 0": 20},
                                {m: (0.8, 0.7, 0.9) for m in F.METHODS}))
     assert "the rule's ROC AUC is 0.850 [0.800, 0.900]" in text and "0.700 for the proxy plateau" in text
     assert "adaptive KL (40 runs) -0.050 [-0.080, -0.010]: the rule is **below** it" in text

@@ -9,7 +9,7 @@ out). Per run, :func:`evaluations` builds the alarm's input; an evaluation i ≥
 when its step is after t*, the step of the best ``eval/gold_reward_a`` (:func:`peak_index`), and the gold a
 stopping rule keeps is measured on ``eval/gold_reward_b``, the other half of the evaluation prompts.
 
-A rule is a logistic regression of the label on the standardised signals (:func:`fit_logistic`, Newton's method,
+A rule is a logistic regression of the label on the standardised signals (:func:`fit_logistic`, scikit-learn's,
 no penalty) with the threshold of the best Youden's J (:func:`youden_threshold`); the two baselines (√KL alone,
 the proxy's drop alone) are fitted the same way. :func:`leave_one_study_out` scores every run with the rules
 fitted on the other studies; the measures (ROC AUC, precision and recall, the lead/lag of the first alarm behind
@@ -198,30 +198,24 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def fit_logistic(z: np.ndarray, y: np.ndarray, iters: int = 100, tol: float = 1e-12) -> tuple[float, np.ndarray]:
-    """(bias, weights) of the unpenalised logistic regression of the 0/1 labels `y` on the columns of `z`, by
-    Newton's method (iteratively reweighted least squares) from zero."""
-    z, y = np.asarray(z, dtype=float), np.asarray(y, dtype=float)
-    a = np.column_stack([np.ones(len(z)), z])
-    beta = np.zeros(a.shape[1])
-    for _ in range(iters):
-        p = sigmoid(a @ beta)
-        grad = a.T @ (y - p)
-        hess = a.T @ (a * (p * (1 - p))[:, None])
-        step = np.linalg.solve(hess, grad)
-        beta = beta + step
-        if np.max(np.abs(step)) < tol:
-            break
-    return float(beta[0]), beta[1:]
+def fit_logistic(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """(bias, weights) of the unpenalised logistic regression of the 0/1 labels `y` on the columns of `z`
+    (scikit-learn's Newton–Cholesky solver, to 1e-12: the Newton iterations written here before gave the same
+    rule to 4 significant digits on every committed fit and fold)."""
+    from sklearn.linear_model import LogisticRegression
+
+    m = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-12, max_iter=100)
+    m.fit(np.asarray(z, dtype=float), np.asarray(y, dtype=bool))
+    return float(m.intercept_[0]), m.coef_[0]
 
 
 def youden_threshold(s: np.ndarray, y: np.ndarray) -> float:
-    """The score t maximising Youden's J = TPR − FPR of "score ≥ t" over the rows (the highest such t on a tie)."""
-    s, y = np.asarray(s, dtype=float), np.asarray(y, dtype=bool)
-    values = np.unique(s)[::-1]  # descending
-    tpr = np.asarray([(s[y] >= t).mean() for t in values])
-    fpr = np.asarray([(s[~y] >= t).mean() for t in values])
-    return float(values[int(np.argmax(tpr - fpr))])
+    """The score t maximising Youden's J = TPR − FPR of "score ≥ t" over the rows (the highest such t on a tie), from
+    scikit-learn's ROC curve (every distinct score a threshold)."""
+    from sklearn.metrics import roc_curve
+
+    fpr, tpr, thresholds = roc_curve(np.asarray(y, dtype=bool), np.asarray(s, dtype=float), drop_intermediate=False)
+    return float(thresholds[1:][int(np.argmax((tpr - fpr)[1:]))])  # [0] is +inf, where no row is flagged
 
 
 def sig(x: float, digits: int = DIGITS) -> float:
@@ -297,7 +291,8 @@ def ranks(s: np.ndarray) -> np.ndarray:  # each score's rank among the distinct 
 
 
 def ranked_auc(g: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> float:
-    """:func:`auc` from the scores' ranks `g` (:func:`ranks`)."""
+    """:func:`auc` from the scores' ranks `g` (:func:`ranks`). Not sklearn's roc_auc_score (the same value): ranked
+    once, this is 31× faster on 20,000 weighted rows, and the report's bootstraps call it thousands of times."""
     y, n = np.asarray(y, dtype=bool), int(g.max()) + 1 if len(g) else 0
     w = np.ones(len(g)) if w is None else np.asarray(w, dtype=float)
     pos, neg = np.bincount(g, weights=w * y, minlength=n), np.bincount(g, weights=w * ~y, minlength=n)
@@ -309,7 +304,8 @@ def ranked_auc(g: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> flo
 
 
 def precision_recall(pred: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, float]:
-    """(precision, recall) of the 0/1 predictions `pred` for labels `y`, rows weighted by `w`."""
+    """(precision, recall) of the 0/1 predictions `pred` for labels `y`, rows weighted by `w`. Not sklearn's
+    precision_score/recall_score (the same values): 170× faster on 20,000 rows, called in every bootstrap resample."""
     pred, y = np.asarray(pred, dtype=bool), np.asarray(y, dtype=bool)
     w = np.ones(len(y)) if w is None else np.asarray(w, dtype=float)
     tp, pp, p = (w * (pred & y)).sum(), (w * pred).sum(), (w * y).sum()
