@@ -168,17 +168,17 @@ def make_scorer(cfg, wm: WorldModel, tok):
     return RewardScorer([rm], tok, normalize=True, max_len=int(cfg.reward_model.max_len))
 
 
-def ppo_module(cfg, wm: WorldModel, tok, reference_dir=None, check=None):
-    """``PPOModule`` with the config's algo (``check``: the stage's ``check_config``, default grpo's), as
+def ppo_module(cfg, wm: WorldModel, tok, reference_dir=None):
+    """``PPOModule`` with the config's algo (checked by its rules, rlhf_lab.config.ppo_rules, before any model), as
     ``stages.ppo.build`` makes it (models by ``build_models``), the RM of :func:`make_scorer`."""
     from rlhf_lab.algorithms.ppo import PPOModule
     from rlhf_lab.config import world as W
     from rlhf_lab.models import families as Fm
-    from rlhf_lab.stages import grpo
+    from rlhf_lab.config.ppo_rules import check_ppo_rules
     from rlhf_lab.stages.ppo import build_models
 
     a = cfg.algo
-    (check or grpo.check_config)(a)
+    check_ppo_rules(a)
     scorer = make_scorer(cfg, wm, tok)
     torch.manual_seed(0)
     policy, reference, critic = build_models(a, wm.lm_dir, tok, scorer)

@@ -225,6 +225,42 @@ def test_what_the_machine_lacks_is_one_line_before_anything_runs(monkeypatch, gp
             C.check_machine(compose_cfg(good))
 
 
+def test_ppo_rules_are_one_function_for_the_config_and_its_settings():
+    """config.ppo_rules.check_ppo_rules: what validate, the stage and PPOModule call, on the config's node or the
+    typed settings alike, and with the processes that split the batch (PPOModule's)."""
+    from rlhf_lab.config.ppo_rules import check_ppo_rules
+    from rlhf_lab.config.schema import PPOConfig, settings
+
+    for overrides, key in ((["algo=grpo", "algo.critic=policy"], "algo.critic"),
+                           (["algo=rloo", "algo.samples_per_prompt=1"], "algo.samples_per_prompt"),
+                           (["algo.advantage_scale=group_std"], "algo.advantage_scale"),
+                           (["algo.reference.kind=lora_disabled"], "algo.lora.r")):
+        a = compose_cfg(overrides).algo
+        for node in (a, settings(a, PPOConfig)):
+            with pytest.raises(ConfigError) as exc:
+                check_ppo_rules(node)
+            assert exc.value.key == key, (overrides, str(exc.value))
+    ok = settings(compose_cfg([]).algo, PPOConfig)  # batch 64, 4 minibatches
+    check_ppo_rules(ok, processes=2)
+    with pytest.raises(ConfigError, match=r"^algo.batch_size must be a multiple of algo.num_minibatches=4 times the "
+                                          r"number of processes \(3\), got 64$"):
+        check_ppo_rules(ok, processes=3)
+
+
+def test_more_cpu_processes_than_cores_is_one_line(monkeypatch):
+    """trainer=ddp_cpu trainer.devices=99 started 99 processes on a 2-core machine."""
+    from rlhf_lab.config import devices
+
+    monkeypatch.setattr(devices, "cpu_cores", lambda: 2)
+    cfg = compose_cfg(["trainer=ddp_cpu", "trainer.devices=99"])
+    C.validate(cfg)
+    with pytest.raises(ConfigError) as exc:
+        C.check_machine(cfg)
+    assert str(exc.value) == ("trainer.devices must be <= 2, the CPU cores this machine gives the job (each device is "
+                              "a process with trainer.accelerator=cpu), got 99")
+    C.check_machine(compose_cfg(["trainer=ddp_cpu", "trainer.devices=2"]))
+
+
 @pytest.mark.parametrize("overrides, key", [
     (["algo.resume_from=http://127.0.0.1:8000/evil.ckpt"], "algo.resume_from"),
     (["algo=grpo", "algo.resume_from=https://example.org/x.ckpt"], "algo.resume_from"),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlhf_lab.algorithms.kl import AdaptiveKLController, FixedKLController, check_kl_in_loss, kl_estimators
+from rlhf_lab.algorithms.kl import AdaptiveKLController, FixedKLController, kl_estimators
 from rlhf_lab.algorithms.rl_math import (
     aggregate_loss,
     best_of_n_expectation,
@@ -393,13 +393,6 @@ def test_k1_in_the_loss_has_zero_expected_gradient_k2_has_the_kl_gradient():
     g3, _, _ = _expected_kl_loss_gradient("k3")
     # E[∇k3] = Σ (π − ref) ∇log π = −Σ ref ∇log π = ∇KL(ref‖π): the reverse KL (GRPO's term)
     assert g3.tolist() == pytest.approx(g_rev.tolist(), abs=1e-12)
-
-
-def test_kl_in_loss_needs_k2_or_k3():
-    with pytest.raises(ValueError, match=r"algo\.kl_in=loss with algo\.kl_estimator=k1.*algo\.kl_estimator=k3"):
-        check_kl_in_loss("loss", "k1")
-    for ok in [("loss", "k2"), ("loss", "k3"), ("reward", "k1"), ("reward", "k3")]:
-        check_kl_in_loss(*ok)
 
 
 def test_rlhf_reward_terms_in_both_placements():

@@ -145,12 +145,12 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int,
     from rlhf_lab.algorithms import ppo
     from rlhf_lab.models import reward as R
     from rlhf_lab.models import sampling
-    from rlhf_lab.stages.ppo import check_config, model_bytes
+    from rlhf_lab.stages.ppo import model_bytes
 
     if warmup < 1:
         raise ValueError("run_ours needs at least one warm-up step (the first step's start is the previous one's end)")
     tok = load_tokenizer(wm.lm_dir)
-    module = C.ppo_module(cfg, wm, tok, check=check_config)
+    module = C.ppo_module(cfg, wm, tok)
     scorer, timer, clock, stats = module.scorer, PhaseTimer(), StepClock(warmup), []
 
     class Phases(L.Callback):  # after the clock: the step's end stamp is already taken
@@ -206,11 +206,10 @@ def run_bare(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int) -> dict[s
     from rlhf_lab.algorithms.rl_math import ppo_policy_loss, ppo_value_loss
     from rlhf_lab.models.adapters import unwrap
     from rlhf_lab.models.sampling import encode_prompts, positions, token_logprobs
-    from rlhf_lab.stages.ppo import check_config
 
     a, g = cfg.algo, cfg.generation
     tok = load_tokenizer(wm.lm_dir)
-    m = C.ppo_module(cfg, wm, tok, check=check_config)
+    m = C.ppo_module(cfg, wm, tok)
     policy, critic, reference = m.policy, m.critic, m.reference
     if critic is None or critic.backbone is None:
         raise ValueError("the bare PPO loop is written for a separate critic (algo.critic=policy, algo.reference.kind=copy)")

@@ -56,13 +56,13 @@ def trl_settings(cfg: DictConfig) -> dict:
     )
 
 
-def run_ours(cfg: DictConfig, wm: C.WorldModel, tok, steps: int, warmup: int, names: dict, suppress, keys=None,
-             check=None) -> C.StepClock:
+def run_ours(cfg: DictConfig, wm: C.WorldModel, tok, steps: int, warmup: int, names: dict, suppress,
+             keys=None) -> C.StepClock:
     """Our module for `steps` steps, ``suppress(tok)`` token ids at −inf while sampling; the clock's ``phases``: each
     timed step's seconds per phase, `names` {phase: the module's ``time/*`` statistic}."""
     import lightning as L
 
-    module, clock, stats = C.ppo_module(cfg, wm, tok, check=check), C.StepClock(warmup), []
+    module, clock, stats = C.ppo_module(cfg, wm, tok), C.StepClock(warmup), []
 
     class Phases(L.Callback):
         def on_train_batch_end(self, trainer, pl_module, *args):

@@ -177,12 +177,11 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
     ``PPOTrainer`` on that rollout (``ppo_side``, mode ``check``) with our permutations and scores."""
     from benchmarks.vs_trl.grpo import StepRecorder
     from rlhf_lab.algorithms import ppo
-    from rlhf_lab.stages.ppo import check_config
     from rlhf_lab.models.reward import encode_texts
 
     a = cfg.algo
     B = int(a.batch_size)
-    module = C.ppo_module(cfg, wm, tok, reference_dir=wm.ref_dir, check=check_config)
+    module = C.ppo_module(cfg, wm, tok, reference_dir=wm.ref_dir)
     recorder = StepRecorder(module, B, (module.policy, module.critic))
     rec = recorder.rec
     rec.update(pg=[], vf=[])
@@ -259,7 +258,6 @@ def first_step_agreement(cfg: DictConfig, wm: WorldModel, tok, job: dict, work: 
 
 def run(cfg: DictConfig, wm: WorldModel, work: Path, steps: int, warmup: int, rounds: int) -> Section:
     from benchmarks.vs_trl.grpo import run_ours
-    from rlhf_lab.stages.ppo import check_config
 
     cfg = config()  # the issue's shape: hidden 128, 2 layers, 32 response tokens, fixed β
     sec = Section(f"PPO step time (ours vs TRL {TRL_VERSION} PPOTrainer)", NOTE)
@@ -288,7 +286,7 @@ def run(cfg: DictConfig, wm: WorldModel, work: Path, steps: int, warmup: int, ro
             return clock
         t0 = time.perf_counter()  # the compile is paid in the first compiled run's first step (once per process)
         clock = run_ours(compiled_cfg if side == "ours_compiled" else cfg, wm, tok, steps, warmup, names, suppressed,
-                         PHASE_KEYS, check_config)  # EOS and pad suppressed; phases: the module's time/* statistics
+                         PHASE_KEYS)  # EOS and pad suppressed; phases: the module's time/* statistics
         walls.append((side, time.perf_counter() - t0))
         return clock
 

@@ -52,7 +52,7 @@ def k3(logr: Tensor) -> Tensor:
 ESTIMATORS: dict[KLEstimator, Callable[[Tensor], Tensor]] = {e: globals()[e.value] for e in KLEstimator}
 
 # estimators whose gradient, as a loss term on the policy's own samples, is a KL gradient: k1's is ∇log π, zero in
-# expectation (see :func:`check_kl_in_loss`)
+# expectation (the rule: rlhf_lab.config.ppo_rules.check_ppo_rules)
 KL_GRADIENT_ESTIMATORS = (KLEstimator.k2, KLEstimator.k3)
 
 
@@ -69,17 +69,6 @@ class KLIn(StrEnum):
 
     reward = "reward"  # subtracted from the per-token reward (Ziegler et al. 2019; PPO's default)
     loss = "loss"  # added to the loss (GRPO)
-
-
-def check_kl_in_loss(kl_in: str, kl_estimator: str) -> None:
-    """``kl_in=loss`` needs k2 or k3. As a loss term on samples y ~ π_θ, k1 = log π_θ(y) − log π_ref(y)
-    has the gradient ∇log π_θ(y), whose expectation Σ_y π ∇log π = ∇Σ_y π = 0: the penalty would do
-    nothing. E[∇k2] = ∇KL(π‖π_ref) exactly; E[∇k3] = ∇KL(π_ref‖π) (the reverse KL, GRPO's choice)."""
-    if str(kl_in) == KLIn.loss and str(kl_estimator) not in KL_GRADIENT_ESTIMATORS:
-        raise ValueError(
-            f"algo.kl_in=loss with algo.kl_estimator={kl_estimator}: the k1 term's gradient on the policy's own "
-            "samples is ∇log π, zero in expectation, so the KL penalty would do nothing. Set "
-            "algo.kl_estimator=k3 (GRPO) or k2, or algo.kl_in=reward")
 
 
 # ---------------------------------------------------------------------------

@@ -43,7 +43,8 @@ from torch import nn
 from rlhf_lab.runs import active_run, distributed
 from rlhf_lab.algorithms.guards import check_divergence
 from rlhf_lab.algorithms.steps import Forever, StepTimer, check_finite
-from rlhf_lab.algorithms.kl import KLEstimator, check_kl_in_loss, kl_controller, kl_estimators
+from rlhf_lab.algorithms.kl import KLEstimator, kl_controller, kl_estimators
+from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig
 from rlhf_lab.algorithms.rl_math import (
     aggregate_loss,
@@ -107,26 +108,8 @@ class PPOModule(L.LightningModule):
         self._packing_checked = False
         self._k = algo.samples_per_prompt
         self._world = distributed.world_size()  # algo.batch_size is global: each rank rolls out its share
-        B = algo.batch_size
-        if B % (self._k * self._world):
-            raise ValueError(f"algo.batch_size={B} must be a multiple of algo.samples_per_prompt={self._k}"
-                             + (f" times the number of processes ({self._world})" if self._world > 1 else ""))
-        self._B = B // self._world
-        if self._B % algo.num_minibatches:
-            raise ValueError(f"algo.batch_size={B} must be a multiple of algo.num_minibatches"
-                             + (f" times the number of processes ({self._world})" if self._world > 1 else ""))
-        if str(algo.advantage_scale) not in ("none", "group_std"):
-            raise ValueError(f"algo.advantage_scale={algo.advantage_scale!r}; choose none or group_std (GRPO)")
-        if algo.advantage_scale == "group_std" and (critic is not None or self._k < 2 or algo.baseline != "mean"):
-            raise ValueError("algo.advantage_scale=group_std (GRPO) needs algo.critic=none, algo.baseline=mean and "
-                             "algo.samples_per_prompt >= 2")
-        if critic is None and algo.baseline == "loo" and self._k < 2:
-            raise ValueError("algo.critic=none with algo.baseline=loo (RLOO) needs algo.samples_per_prompt >= 2")
-        if str(algo.kl_in) not in ("reward", "loss"):
-            raise ValueError(f"algo.kl_in={algo.kl_in!r}; choose reward (classic PPO-RLHF) or loss (GRPO style)")
-        check_kl_in_loss(algo.kl_in, algo.kl_estimator)
-        if str(kl.unit) not in ("sequence", "token"):
-            raise ValueError(f"kl.unit={kl.unit!r}; choose sequence (sum over response tokens) or token (mean)")
+        check_ppo_rules(algo, processes=self._world)  # the rules the config checks and the stage apply, once
+        self._B = algo.batch_size // self._world
 
     @property
     def compiled(self) -> bool:

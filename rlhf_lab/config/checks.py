@@ -24,11 +24,12 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLController
-from rlhf_lab.config.choices import AttnImplementation, Dtype, ReferenceKind
+from rlhf_lab.algorithms.kl import KLController
+from rlhf_lab.config.choices import AttnImplementation, Dtype
 from rlhf_lab.config.devices import check_accelerator, check_devices, check_machine
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
 from rlhf_lab.config.paths import check_local_paths, check_resume_from
+from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
     LORA,
@@ -222,40 +223,8 @@ def check_ppo(a: DictConfig) -> None:
         "max_approxkl": (optional(positive), "> 0 or null"),
         "max_entropy_ratio": (optional(lambda v: 0 < v <= 1), "in (0, 1] or null"),
         "clip_eps_high": (optional(positive), "> 0 or null")})
-    if str(a.kl_in) == "loss" and str(a.kl_estimator) not in KL_GRADIENT_ESTIMATORS:
-        raise ConfigError("algo.kl_estimator", str(a.kl_estimator),
-                          "k2 or k3 with algo.kl_in=loss (k1's gradient there is zero in expectation)")
-    if a.batch_size % a.num_minibatches:
-        raise ConfigError("algo.batch_size", a.batch_size, f"a multiple of algo.num_minibatches={a.num_minibatches}")
-    if a.batch_size % a.samples_per_prompt:
-        raise ConfigError("algo.batch_size", a.batch_size,
-                          f"a multiple of algo.samples_per_prompt={a.samples_per_prompt}")
-    if str(a.critic) == "none" and str(a.baseline) == "loo" and a.samples_per_prompt < 2:
-        raise ConfigError("algo.samples_per_prompt", a.samples_per_prompt,
-                          ">= 2 with algo.critic=none algo.baseline=loo (RLOO)")
-    if get(a, "stop_on_alarm") and not (get(a, "alarm.enabled") and str(a.reward) == "rm"):
-        raise ConfigError("algo.stop_on_alarm", True, "false unless algo.alarm.enabled=true and algo.reward=rm (the "
-                          "hacking alarm reads the proxy reward)")
     check_resume_from(get(a, "resume_from"))
-    kind = str(a.reference.kind)
-    if kind == ReferenceKind.precomputed:
-        raise ConfigError("algo.reference.kind", kind, "one of copy, lora_disabled for PPO (precomputed reference "
-                          "log-probs need fixed pairs: DPO)")
-    path, sync = get(a, "reference.path"), get(a, "reference.sync_every") or 0
-    if path and sync:
-        raise ConfigError("algo.reference.sync_every", sync,
-                          "0 when algo.reference.path is set (a re-synced reference is the policy itself)")
-    if (ref_seed := get(a, "reference.seed")) is not None and (int(ref_seed) < 0 or "@" not in str(path or "")):
-        raise ConfigError("algo.reference.seed", ref_seed, ">= 0 with algo.reference.path=<stage>@<preset>, else null")
-    if kind == "lora_disabled":
-        if path:
-            raise ConfigError("algo.reference.path", path, "null with algo.reference.kind=lora_disabled")
-        if sync:
-            raise ConfigError("algo.reference.sync_every", sync, "0 with algo.reference.kind=lora_disabled")
-        if str(a.critic) == "rm":
-            raise ConfigError("algo.critic", "rm", "policy, shared or none with algo.reference.kind=lora_disabled")
-        if get(a, "lora.r") == 0:
-            raise ConfigError("algo.lora.r", 0, "> 0 with algo.reference.kind=lora_disabled (e.g. 16)")
+    check_ppo_rules(a)  # the rules across keys, which the stage and PPOModule call too
 
 
 def check_dpo(a: DictConfig) -> None:

@@ -1,11 +1,13 @@
 """``trainer.accelerator`` and ``trainer.devices``: the values Lightning and rlhf-lab's launcher take
 (:func:`check_accelerator`, :func:`check_devices`, part of :func:`rlhf_lab.config.checks.validate`), and what the job
 asks of the machine it runs on (:func:`check_machine`: a GPU where torch sees none, more GPUs or other ids than it
-has), which the CLI checks after the values, where the job runs. Each raises
+has, more CPU processes than cores), which the CLI checks after the values, where the job runs. Each raises
 :class:`~rlhf_lab.config.errors.ConfigError` (one line; the CLI exits 2): ``abc``, ``[0,0]``, ``99`` on one process
 and ``accelerator=gpu`` without a GPU were tracebacks, ``1.5`` and ``[]`` ran the job."""
 
 from __future__ import annotations
+
+import os
 
 from omegaconf import DictConfig, ListConfig
 
@@ -82,13 +84,25 @@ def check_processes(t: DictConfig, count: int) -> None:
                           "deepspeed, or trainer.strategy=ddp)") from None
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system has one; else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def check_machine(cfg: DictConfig) -> None:
     """What the job asks of this machine, checked where it runs (the CLI, after :func:`validate`): a GPU accelerator
-    on a machine where torch sees none, more GPUs than it has, or a GPU id it does not have."""
+    on a machine where torch sees none, more GPUs than it has, a GPU id it does not have, or more CPU processes
+    (``trainer=ddp_cpu trainer.devices=99``) than it has cores."""
     t = cfg.get("trainer")
     if not isinstance(t, DictConfig):
         return
     accelerator = str(get(t, "accelerator"))
+    if accelerator == "cpu":
+        n, cores = device_ids(get(t, "devices")), cpu_cores()
+        if isinstance(n, int) and n > cores:
+            raise ConfigError("trainer.devices", n, f"<= {cores}, the CPU cores this machine gives the job (each "
+                              "device is a process with trainer.accelerator=cpu)")
+        return
     if accelerator not in ("gpu", "cuda", "mps"):
         return
     import torch

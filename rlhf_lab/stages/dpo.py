@@ -32,7 +32,6 @@ from rlhf_lab.algorithms.dpo import (
     pair_metrics,
     precompute_reference,
 )
-from rlhf_lab.algorithms.dpo_math import preference_loss
 from rlhf_lab.evaluation.callbacks import PeriodicEval
 from rlhf_lab.config.checks import check_dpo
 from rlhf_lab.models import families as F
@@ -54,10 +53,8 @@ WHAT = "DPO policy"
 
 
 def check_config(ac: DictConfig) -> None:
-    """Fail fast, before any upstream stage is built, on keys that cannot work (the CLI has run the same
-    :func:`rlhf_lab.config.checks.check_dpo` already; this covers direct calls of the stage)."""
-    preference_loss(*torch.zeros(4, 1), beta=ac.beta, loss_type=str(ac.loss_type),
-                    label_smoothing=ac.label_smoothing, chosen_lengths=torch.ones(1), rejected_lengths=torch.ones(1))
+    """Fail fast, before any upstream stage is built, on keys that cannot work: DPO's rules are
+    :func:`rlhf_lab.config.checks.check_dpo`'s, which the CLI has run already (this covers direct calls of the stage)."""
     check_dpo(ac)
 
 

@@ -17,15 +17,7 @@ WHAT = "GRPO policy"
 CACHED = False
 
 
-def check_config(algo: DictConfig) -> None:
-    """GRPO's defining settings: a group per prompt and no critic (any advantage_scale, loss_agg, KL)."""
-    if str(algo.critic) != "none" or int(algo.samples_per_prompt) < 2:
-        raise ValueError(f"algo=grpo needs algo.critic=none and algo.samples_per_prompt >= 2 (the group), got "
-                         f"critic={algo.critic}, samples_per_prompt={algo.samples_per_prompt}")
-
-
 def spec(cfg: DictConfig) -> dict:
-    check_config(cfg.algo)
     return ppo.spec(cfg, "grpo")
 
 

@@ -39,10 +39,9 @@ from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.algorithms.steps import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
-from rlhf_lab.algorithms.kl import check_kl_in_loss
 from rlhf_lab.evaluation.callbacks import HackingAlarm, PeriodicEval, Preemption, RewardHackingMonitor
 from rlhf_lab.evaluation.summary import hacking_line, metric_n, proxy_line
-from rlhf_lab.config.choices import Critic, ReferenceKind
+from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settings
 from rlhf_lab.data.errors import data_errors
@@ -65,14 +64,6 @@ from rlhf_lab.data.preferences import external_prompts
 
 WHAT = "PPO policy"
 CACHED = False  # a PPO run is the end of the line: its artifact stays in the Hydra output folder
-REFERENCE_KINDS = (ReferenceKind.copy, ReferenceKind.lora_disabled)  # PPO's (precomputed needs fixed pairs: DPO)
-
-
-def check_config(algo: DictConfig) -> None:
-    """Fail fast, before any model loads or upstream stage is built, on keys that cannot work together."""
-    check_kl_in_loss(algo.kl_in, algo.kl_estimator)
-
-
 def check_compile(cfg: DictConfig) -> None:
     """``algo.compile`` compiles the packed passes (``algo.packing``), and on CPU inductor builds C++ kernels: a
     :class:`~rlhf_lab.config.errors.ConfigError` (one line, exit 2 from the CLI) before any model loads where either
@@ -91,7 +82,7 @@ def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
     """The SFT policy PPO starts from (built first, with every stage above it), and the reference checkpoint
     ``algo.reference.path`` when set (``sft@<preset>`` resolved to that preset's SFT artifact, built if missing).
     ``stage``: the job's name (grpo and rloo are this stage with their own settings)."""
-    check_config(cfg.algo)
+    check_ppo_rules(cfg.algo)  # before any model loads or upstream stage is built
     check_compile(cfg)
     sft = str(ensure("sft", cfg))
     out = {"sft": sft, "seed": stage_seed(cfg, stage), "steps": job_steps(cfg, stage, cfg.algo.steps)}
@@ -134,36 +125,12 @@ def reference_path(cfg: DictConfig, sft_path) -> str:
 # models: policy, reference, critic
 
 
-def check_reference(algo: DictConfig) -> None:
-    ref = algo.reference
-    kind = str(ref.kind)
-    if kind not in REFERENCE_KINDS:
-        raise ValueError(f"algo.reference.kind={kind!r}; PPO takes one of {', '.join(REFERENCE_KINDS)}")
-    sync_every = int(ref.get("sync_every") or 0)
-    if ref.get("path") and sync_every:
-        raise ValueError("algo.reference.path and algo.reference.sync_every exclude each other: a re-synced "
-                         "reference is the policy itself; set one of them")
-    if kind == "lora_disabled":
-        if ref.get("path") or sync_every:
-            raise ValueError("algo.reference.kind=lora_disabled uses the adapter-free base as the reference; it "
-                             "cannot be combined with algo.reference.path or algo.reference.sync_every")
-        if str(algo.critic) == "rm":
-            raise ValueError("algo.reference.kind=lora_disabled puts the critic as a value head on the shared base; "
-                             "use algo.critic=policy, shared or none, not rm")
-        if int(algo.lora.r) <= 0:
-            raise ValueError("algo.reference.kind=lora_disabled needs LoRA adapters on the policy: "
-                             "set algo.lora.r > 0 (e.g. 16)")
-
-
 def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_reference=None, options: dict | None = None):
     """(policy, reference, critic) for the configured mode; the reference is an nn.Module or a callable.
     `resolved_reference`: ``algo.reference.path`` as a folder (:func:`reference_path`); default: the path as given.
     `options`: dtype and attention implementation of the policy and reference (``policy.dtype``, ...)."""
     options = options or {}
     critic_kind = str(algo.critic)
-    if critic_kind not in tuple(Critic):
-        raise ValueError(f"algo.critic={critic_kind!r}; choose rm (InstructGPT), policy, shared or none")
-    check_reference(algo)
     policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path", **options)
     hidden_size = int(policy.config.hidden_size)
     ref_cfg = algo.reference
@@ -317,10 +284,9 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
 def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dict:
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # intentional: no dropout in PPO
     a = cfg.algo
-    check_config(a)
+    check_ppo_rules(a)
     out_dir = Path(out_dir)
     sft_path, steps, seed = spec["sft"], spec["steps"], spec["seed"]
-    check_reference(a)
     gold = G.load_gold(cfg)  # the formula, or a gold RM with the formula beside it
     scorer, rm_run = load_reward(cfg, gold)
     L.seed_everything(seed, verbose=False)

@@ -17,16 +17,7 @@ WHAT = "RLOO policy"
 CACHED = False
 
 
-def check_config(algo: DictConfig) -> None:
-    """RLOO's defining settings: the leave-one-out baseline over k >= 2 samples and no critic."""
-    if str(algo.critic) != "none" or str(algo.baseline) != "loo" or int(algo.samples_per_prompt) < 2:
-        raise ValueError(f"algo=rloo needs algo.critic=none, algo.baseline=loo and algo.samples_per_prompt >= 2, "
-                         f"got critic={algo.critic}, baseline={algo.baseline}, "
-                         f"samples_per_prompt={algo.samples_per_prompt}")
-
-
 def spec(cfg: DictConfig) -> dict:
-    check_config(cfg.algo)
     return ppo.spec(cfg, "rloo")
 
 
