@@ -10,6 +10,7 @@ import torch
 
 from rlhf_lab import stages
 from rlhf_lab.stages import ppo as ppo_stage
+from tests.conftest import compose_cfg
 
 TINY_RL = ["algo.reward=gold", "algo.steps=2", "algo.batch_size=8", "eval.every_n_steps=0",
            "generation.max_new_tokens=12", "eval.n_prompts=8", "trainer.threads=1"]
@@ -54,6 +55,18 @@ def test_bad_config_fails_before_any_model_loads(tiny_cfg, tmp_path, monkeypatch
     monkeypatch.setattr(ppo_stage, "ensure", _no_models)
     with pytest.raises(ValueError, match=match):
         stages.run_job(tiny_cfg(f"algo={algo}", *overrides), tmp_path)
+
+
+def test_grpo_and_rloo_are_the_ppo_stage_under_their_own_name():
+    """Registry aliases (no module of their own): the PPO stage's code, their own name for the run's tag, seed, steps
+    and resume key (what the committed runs of algo=grpo/rloo jobs were made under)."""
+    from rlhf_lab.stages.registry import ALIASES, JOBS, stage_module
+
+    for name in ("grpo", "rloo"):
+        cfg = compose_cfg([f"algo={name}"])
+        assert ALIASES[name] == "ppo" and name in JOBS and stage_module(name) is ppo_stage
+        assert ppo_stage.stage_name(cfg) == name
+    assert ppo_stage.stage_name(compose_cfg([])) == "ppo"
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ from rlhf_lab.config.choices import AttnImplementation, Dtype
 from rlhf_lab.config.devices import check_accelerator, check_devices, check_machine
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
 from rlhf_lab.config.paths import check_local_paths, check_resume_from
-from rlhf_lab.config.ppo_rules import check_ppo_rules
+from rlhf_lab.config.ppo_rules import PPO_FAMILY, check_ppo_rules
 from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
     LORA,
@@ -48,7 +48,6 @@ from rlhf_lab.config.rules import (
     unit_interval,
 )
 
-PPO_FAMILY = ("ppo", "grpo", "rloo")  # the jobs that run the PPO stage with their own settings
 RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
 
 

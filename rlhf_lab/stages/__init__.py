@@ -1,4 +1,5 @@
-"""The stages of an RLHF run, one module each: pretrain -> sft -> prefs -> rm -> ppo | dpo.
+"""The stages of an RLHF run, one module each: pretrain -> sft -> prefs -> rm -> ppo | dpo (``grpo`` and ``rloo`` run
+the ``ppo`` module under their own name: :data:`rlhf_lab.stages.registry.ALIASES`).
 
 Every stage module has the same three parts:
 

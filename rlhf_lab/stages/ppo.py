@@ -6,6 +6,11 @@ roles for the configured mode (:func:`build_models`), the reward (:func:`load_re
 evaluation and reward-hacking callbacks, runs the Lightning trainer as one MLflow run, saves the policy and
 returns the summary.
 
+``algo=grpo`` (GRPO, Shao et al. 2024: G samples per prompt, group-normalised advantages, no critic, k3 KL in the
+loss) and ``algo=rloo`` (RLOO, Ahmadian et al. 2024: the leave-one-out baseline over k samples, no critic) are this
+stage under their own name (the registry's ``ALIASES``; their runs are tagged ``rlhf_lab.stage=grpo`` / ``rloo``), with
+their settings from ``conf/algo/grpo.yaml`` and ``conf/algo/rloo.yaml``.
+
 Reference modes (``algo.reference``): ``kind: copy`` is a frozen copy of the SFT policy, or of the
 checkpoint ``reference.path`` (same tokenizer; ``sft@<policy preset>`` names that preset's SFT artifact, e.g. a
 smaller reference for claim C8), re-synced to the policy every ``sync_every`` steps when
@@ -56,7 +61,7 @@ from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, start_evaluation
 from rlhf_lab.stages.presets import checkpoint_path
-from rlhf_lab.stages.registry import run_settings, ensure, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.registry import ALIASES, run_settings, ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 from rlhf_lab.stages import gold as G
 from rlhf_lab.config import data as DS
@@ -78,10 +83,18 @@ def check_compile(cfg: DictConfig) -> None:
                                                 "which torch.compile needs for its kernels: install one")
 
 
-def spec(cfg: DictConfig, stage: str = "ppo") -> dict:
+def stage_name(cfg: DictConfig) -> str:
+    """The name this stage runs under: the job's when it is an alias of PPO (``grpo``, ``rloo``: the registry's
+    ``ALIASES``), else ``ppo`` (a PPO job, a ``cover``). Its run's tag, seed, steps and resume key use it."""
+    name = job_stage(cfg)
+    return name if ALIASES.get(name) == "ppo" else "ppo"
+
+
+def spec(cfg: DictConfig) -> dict:
     """The SFT policy PPO starts from (built first, with every stage above it), and the reference checkpoint
     ``algo.reference.path`` when set (``sft@<preset>`` resolved to that preset's SFT artifact, built if missing).
-    ``stage``: the job's name (grpo and rloo are this stage with their own settings)."""
+    Under the job's name (:func:`stage_name`)."""
+    stage = stage_name(cfg)
     check_ppo_rules(cfg.algo)  # before any model loads or upstream stage is built
     check_compile(cfg)
     sft = str(ensure("sft", cfg))
@@ -281,7 +294,8 @@ def prompt_stream(cfg: DictConfig, seed: int, n_prompts: int, rank: int = 0, wor
     return prompt_fn
 
 
-def build(cfg: DictConfig, out_dir: Path, spec: dict, stage: str = "ppo") -> dict:
+def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
+    stage = stage_name(cfg)
     warnings.filterwarnings("ignore", message=".*module\\(s\\) in eval mode.*")  # intentional: no dropout in PPO
     a = cfg.algo
     check_ppo_rules(a)

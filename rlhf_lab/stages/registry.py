@@ -22,15 +22,17 @@ from rlhf_lab.runs.cache import ArtifactCache, announce_reuse
 from rlhf_lab.runs.contents import absolute_if_local
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config.keys import configured_uri, experiment_name, to_plain
+from rlhf_lab.config.ppo_rules import PPO_FAMILY
 from rlhf_lab.runs.jobs import RunSettings
 from rlhf_lab.runs.process import launch_path
 from rlhf_lab.runs.tracking_server import tracking_uri
 
 
-STAGES = ("pretrain", "sft", "prefs", "rm", "cover", "ppo", "dpo", "grpo", "rloo", "bon")
-
-
-JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", "grpo", "rloo", "bon")  # the stages `algo` can name
+STAGES = ("pretrain", "sft", "prefs", "rm", "cover", "ppo", "dpo", "bon")  # a module of stages/ each
+# the jobs that run another stage's module under their own name (GRPO and RLOO: the PPO stage with their settings,
+# conf/algo/<name>.yaml; rlhf_lab.config.ppo_rules has what defines them): their runs, seeds and steps are theirs
+ALIASES = {name: "ppo" for name in PPO_FAMILY if name != "ppo"}
+JOBS = ("pretrain", "sft", "rm", "ppo", "dpo", *ALIASES, "bon")  # what `algo` can name
 
 
 def run_settings(cfg: DictConfig) -> RunSettings:
@@ -43,9 +45,10 @@ def run_settings(cfg: DictConfig) -> RunSettings:
 
 
 def stage_module(stage: str):
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
-    return importlib.import_module(f"rlhf_lab.stages.{stage}")
+    """The module that builds `stage` (an alias's: the stage it runs)."""
+    if stage not in STAGES and stage not in ALIASES:
+        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join((*STAGES, *ALIASES))}")
+    return importlib.import_module(f"rlhf_lab.stages.{ALIASES.get(stage, stage)}")
 
 
 def cache_for(cfg: DictConfig) -> ArtifactCache:
@@ -128,7 +131,6 @@ def run_job(cfg: DictConfig, out_dir: Path) -> dict:
     if name not in JOBS:
         raise ValueError(f"algo={name!r} is not a known algorithm; choose one of {', '.join(JOBS)}")
     if cfg.data.source != "world" and name not in ("pretrain", "sft"):
-        from rlhf_lab.config.checks import PPO_FAMILY
         from rlhf_lab.config import data as DS
         from rlhf_lab.data.preferences import load_examples
 
