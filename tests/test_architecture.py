@@ -55,25 +55,26 @@ def test_no_import_cycle_inside_the_package():
     assert not cycles, f"import cycles inside rlhf_lab/ and rlhf_lab_research/: {cycles}"
 
 
-def research_imports(path: Path, tree: ast.Module | None = None) -> list[str]:
-    """`file:line imports module` for every import of rlhf_lab_research in the file (inside functions too)."""
-    return [f"{path.relative_to(ROOT)}:{line} imports {target}"
-            for target, _, line in imports_of(path, package_modules(PKG, RESEARCH), tree)
+def research_imports(path: Path, modules: dict[str, Path], tree: ast.Module | None = None) -> list[str]:
+    """`file:line imports module` for every import of rlhf_lab_research in the file (inside functions too);
+    `modules`: both packages' (package_modules(PKG, RESEARCH))."""
+    return [f"{path.relative_to(ROOT)}:{line} imports {target}" for target, _, line in imports_of(path, modules, tree)
             if target.split(".")[0] == "rlhf_lab_research"]
 
 
 def test_rlhf_lab_never_imports_the_research_package():
     """One direction (docs/architecture.md): the lab's research imports rlhf_lab, never the reverse; rlhf-lab-report
     finds the research reports through an entry-point group, not by the package's name."""
-    offenders = [line for path in sorted(PKG.rglob("*.py")) for line in research_imports(path)]
+    modules = package_modules(PKG, RESEARCH)
+    offenders = [line for path in sorted(PKG.rglob("*.py")) for line in research_imports(path, modules)]
     assert not offenders, "rlhf_lab imports rlhf_lab_research:\n" + "\n".join(offenders)
-    assert research_imports(RESEARCH / "report.py")  # the scan sees the research package's own imports
+    assert research_imports(RESEARCH / "report.py", modules)  # the scan sees the research package's own imports
 
 
 def test_the_direction_check_finds_a_planted_import():
     planted = ast.parse("import rlhf_lab_research\n\ndef f():\n    from rlhf_lab_research.claims import only_claims\n"
                         "    from rlhf_lab.analysis.runs import RunData\n")
-    found = research_imports(PKG / "analysis" / "planted.py", planted)
+    found = research_imports(PKG / "analysis" / "planted.py", package_modules(PKG, RESEARCH), planted)
     assert found == ["rlhf_lab/analysis/planted.py:1 imports rlhf_lab_research",
                      "rlhf_lab/analysis/planted.py:4 imports rlhf_lab_research.claims"]
 

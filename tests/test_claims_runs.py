@@ -221,7 +221,7 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
     from functools import partial
 
     from rlhf_lab_research.report import STUDY_REPORTS
-    from rlhf_lab.analysis.study import write_study_report
+    from rlhf_lab.analysis.study_report import write_study_report
 
     root = Path(__file__).resolve().parents[1] / "reports"
     kept, _ = snapshot.read_snapshot(root / snapshot.FILE_NAME)

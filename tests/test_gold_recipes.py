@@ -91,7 +91,7 @@ def test_report_and_its_runs_file(tmp_path):
 def test_a_runs_file_keeps_each_studys_commands(tmp_path):
     """The report keeps its cover policies' runs beside its own in one file: writing the second study's runs must
     keep the first's reproduce commands (they were lost once)."""
-    from rlhf_lab.analysis.study import write_runs_file
+    from rlhf_lab.analysis.study_report import write_runs_file
 
     rng = np.random.default_rng(2)
     ppo, _ = study(rng)

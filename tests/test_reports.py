@@ -12,7 +12,7 @@ from scipy import stats
 from rlhf_lab.entry import report as cli
 from rlhf_lab.analysis import fits
 from rlhf_lab.analysis.runs import HISTORY_KEYS, rm_from_artifact_cache
-from rlhf_lab.analysis.study import write_study_report
+from rlhf_lab.analysis.study_report import write_study_report
 
 
 @pytest.mark.parametrize("alpha,beta", [(1.0, 0.3), (0.4, 0.1), (2.0, 1.2)])
@@ -219,7 +219,7 @@ def test_each_algorithms_best_setting_is_chosen_on_eval_and_reported_on_test():
     (mean [95% t interval] over its seeds): a setting whose test gold is higher but whose eval gold is lower is not
     chosen, and the figure shown is the test one, not the eval maximum."""
     from rlhf_lab.analysis.runs import RunData
-    from rlhf_lab.analysis.study import best_setting_table
+    from rlhf_lab.analysis.study_report import best_setting_table
 
     def run(algo, beta, eval_gold, test_gold, kl=2.0):
         r = RunData(f"{algo}{beta}{eval_gold}", algo, "FINISHED", {}, {},

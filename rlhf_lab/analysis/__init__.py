@@ -10,7 +10,7 @@
 - :mod:`~rlhf_lab.analysis.stats`: the mean's t interval, a percentile interval of bootstrap values;
 - :mod:`~rlhf_lab.analysis.quantities`: per-run quantities (final gold from the test split or the last evaluation,
   the split-half drop from the peak);
-- :mod:`~rlhf_lab.analysis.study`: ``reports/<study>/README.md``; :mod:`~rlhf_lab.analysis.snapshot` its runs file;
+- :mod:`~rlhf_lab.analysis.study_report`: ``reports/<study>/README.md``; :mod:`~rlhf_lab.analysis.snapshot` its runs file;
   :mod:`~rlhf_lab.analysis.report_files` where a report may write;
 - :mod:`~rlhf_lab.analysis.parent_run`, :mod:`~rlhf_lab.analysis.run_figure`: the study report in a sweep's parent
   run, the figure in each policy run.

@@ -1,7 +1,7 @@
 """The study report inside a sweep's parent MLflow run, so that the MLflow UI shows the study.
 
 Called by the sweep callback (:mod:`rlhf_lab.entry.sweeps`) at the end of a multirun, in the launching process:
-the report of the sweep's own jobs (:func:`rlhf_lab.analysis.study.write_report` on the parent's children:
+the report of the sweep's own jobs (:func:`rlhf_lab.analysis.study_report.write_report` on the parent's children:
 README.md and its PNGs) goes into the parent run's artifacts under ``study_report/``. The best setting is chosen
 on the eval split (mean final ``eval/gold_reward``, the metric ``study/best_eval_gold``) and reported on the test
 split, as the report's "gold final" (mean ``test/gold_reward``, the metric ``study/best_final_gold``); the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlhf_lab.analysis.run_figure import FIGURE as RUN_FIGURE
 from rlhf_lab.analysis.runs import load_study
-from rlhf_lab.analysis.study import STUDY_HISTORY_KEYS, BestSetting, best_setting, setting_table, write_report
+from rlhf_lab.analysis.study_report import STUDY_HISTORY_KEYS, BestSetting, best_setting, setting_table, write_report
 
 ARTIFACT_DIR = "study_report"
 STUDY_FIGURE = f"{ARTIFACT_DIR}/gold_vs_sqrt_kl.png"  # the study report's figure of gold and proxy against √KL
@@ -29,7 +29,7 @@ NOTE_LIMIT = 8000  # the longest tag value MLflow stores (a longer description i
 
 
 def split_gold(split: str) -> str:
-    """How the note names the gold final of :class:`rlhf_lab.analysis.study.BestSetting` (its ``split``)."""
+    """How the note names the gold final of :class:`rlhf_lab.analysis.study_report.BestSetting` (its ``split``)."""
     return {"test": "test-split gold (`test/gold_reward`)",
             "last eval": "last eval-split gold (`eval/gold_reward`; no test split logged)"}.get(
         split, "gold final (`test/gold_reward`, the last `eval/gold_reward` where no test split was logged)")
@@ -51,7 +51,7 @@ def summary_note(study: str | None, best: BestSetting | None, n_finished: int, n
 
 def description(note: str, runs: list, files: list[str]) -> str:
     """The parent run's description: `note` (:func:`summary_note`), then the study report's table of settings
-    (:func:`rlhf_lab.analysis.study.setting_table`, finished runs; the :data:`NOTE_COLUMNS`, narrow enough for the
+    (:func:`rlhf_lab.analysis.study_report.setting_table`, finished runs; the :data:`NOTE_COLUMNS`, narrow enough for the
     run page) and where its figure is, when it has them; a
     table that would make it longer than :data:`NOTE_LIMIT` is left to the report."""
     finished = [r for r in runs if r.status == "FINISHED"]

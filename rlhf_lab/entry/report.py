@@ -26,7 +26,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 from rlhf_lab.analysis.report_files import NoRuns, ReportError, check_study
-from rlhf_lab.analysis.study import write_study_report
+from rlhf_lab.analysis.study_report import write_study_report
 from rlhf_lab.runs.authors import ALL_AUTHORS_ENV
 from rlhf_lab.runs.process import environment
 
@@ -86,7 +86,8 @@ def print_written(path: Path, study: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     others = other_reports()
-    epilog = f"also installed: {', '.join(sorted(others))} (rlhf-lab-report <name> --help)" if others else None
+    epilog = (f"reports of other installed packages, named as a study or a flag --<name> (then --help for theirs): "
+              f"{', '.join(sorted(others))}" if others else None)
     a, rest = parser(add_help=False).parse_known_args(argv)
     named = [f[2:] for f in rest if f.startswith("--") and f[2:] in others] or [a.study]
     if named[0] in others:

@@ -40,7 +40,7 @@ from rlhf_lab_research.studies.gold_validation import (
     verdicts,
 )
 from rlhf_lab.analysis.quantities import final_gold, gold_drop
-from rlhf_lab.analysis.study import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
+from rlhf_lab.analysis.study_report import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
 
 STUDY = "gold_recipes"
 COVER_STUDY = "gold_cover"  # the policies whose samples cover a gold's pairs (sweeps/gold_recipe/covers.yaml)

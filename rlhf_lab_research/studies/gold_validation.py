@@ -42,7 +42,7 @@ from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
 from rlhf_lab.analysis.runs import RunData, groups, label, natural_key, store_uri
 from rlhf_lab.analysis.stats import mean_se
 from rlhf_lab_research.stats import Effect, bootstrap_ci, t_effect
-from rlhf_lab.analysis.study import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
+from rlhf_lab.analysis.study_report import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
 
 STUDY = "gold_rm_validation"
 FORMULA, RM = "formula", "rm"
@@ -334,7 +334,7 @@ def write_gold_validation_report(out_dir: Path | str = "reports", uri: str | Non
     """``<out_dir>/gold_rm_validation/README.md`` and its PNGs from the study's PPO runs in the store and in
     `runs_files` (a run in both: the store's copy), or the files alone when not `use_store` (with `require_runs`,
     none raises :class:`~rlhf_lab.analysis.report_files.ReportError` and nothing is written). Read from a store,
-    the runs it read are kept beside the report in ``runs.json.gz`` (:func:`~rlhf_lab.analysis.study.write_runs_file`),
+    the runs it read are kept beside the report in ``runs.json.gz`` (:func:`~rlhf_lab.analysis.study_report.write_runs_file`),
     so that a clone regenerates it with ``rlhf-lab-report gold_rm_validation --no-store --runs
     reports/gold_rm_validation/runs.json.gz``."""
     return write_two_gold_study(STUDY, write_report, out_dir, uri, runs_files, use_store, require_runs)

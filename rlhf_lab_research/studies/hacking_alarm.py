@@ -26,7 +26,7 @@ from rlhf_lab_research.studies.alarm_fit import (
     SIGNALS_CHOSEN_AT_MS, Case, FROZEN_AT_MS, Outcome, auc, auc_stat, bootstrap_counts, case_of, design, difference,
     exclusion, fit_rules, frozen, leave_one_study_out, mean_stat, median_stat, outcome, pr_stat, raw_condition,
     read_runs, split_new, store_runs, with_ci, within_auc_stat)
-from rlhf_lab.analysis.study import read_from, report_flags
+from rlhf_lab.analysis.study_report import read_from, report_flags
 from rlhf_lab.evaluation.alarm import FEATURES, RULE, Rule
 
 STUDY = "hacking_alarm"
