@@ -66,10 +66,6 @@ def columns_of(dc) -> dict[str, str | None]:
     return cols
 
 
-def is_messages(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(m, dict) for m in v)
-
-
 def messages_error(v: Any, field: str) -> str | None:
     """What is wrong with a list of chat messages (None: fine)."""
     if not isinstance(v, list):
