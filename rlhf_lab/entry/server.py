@@ -59,6 +59,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 from rlhf_lab.server.auth import add_user as add_mlflow_user
 from rlhf_lab.server.guard import APP_NAME as GUARD_APP
 from rlhf_lab.server.guard import app_problem
@@ -119,10 +121,9 @@ def pid_alive(pid: int | None, must_contain: str = "") -> bool:
     if not pid:
         return False
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
+        return must_contain in " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
         return False
-    return must_contain in cmdline
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------------------
@@ -191,13 +192,10 @@ def wait_until_answers(url: str, proc: subprocess.Popen, log: Path, timeout: flo
 def group_alive(pgid: int) -> bool:
     """Whether a process of group ``pgid`` is still running (zombies, awaiting a parent that may never reap
     them, do not count)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:  # fields after the command: state, ppid, pgrp
-            return True
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                return True
     return False
 
 

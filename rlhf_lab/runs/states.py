@@ -42,8 +42,9 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import Any, Iterator
+
+import psutil
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PID_TAG = "rlhf_lab.pid"
@@ -252,40 +253,27 @@ def process_tags() -> dict[str, str]:
 
 
 def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether process `pid` exists (psutil; a zombie counts, as for ``kill -0``)."""
+    return psutil.pid_exists(pid)
 
 
 def pid_running(pid: int) -> bool:
     """Whether process `pid` exists and is not a zombie (a killed job process its launcher has not reaped)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return process_alive(pid)
-    return state != "Z"
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # another user's: it exists
+        return True
 
 
 def descendants(pid: int | None = None) -> list[int]:
-    """The live processes below `pid` (this process), read from /proc (empty where there is no /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [os.getpid() if pid is None else pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
+    """The live (not zombie) processes below `pid` (this process), children first (psutil)."""
+    try:
+        below = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [p.pid for p in below if pid_running(p.pid)]
 
 
 def stop_processes(pids: list[int], signum: int, grace_s: float) -> None:
