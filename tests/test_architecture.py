@@ -1,7 +1,9 @@
 """The layout rules of docs/architecture.md, checked on the source (AST scans with rlhf_lab.runs.code's import
 reader, which the cache uses for its code digests; nothing of the package is run):
 no import cycle inside rlhf_lab/ or rlhf_lab_research/ (imports inside functions count too), rlhf_lab never importing
-rlhf_lab_research, no `_private` name imported from another module, no file over 450 lines, at most 3 modules at the package root, no link to ../shared (which a clone does not have)."""
+rlhf_lab_research, no `_private` name imported from another module, a module with one job (a docstring that
+names it, at most MAX_LINES lines), at most 3 modules at the package root, no link to ../shared (which a clone does not
+have)."""
 
 from __future__ import annotations
 
@@ -116,9 +118,33 @@ def test_no_private_name_is_imported_from_another_module():
     assert not offenders, "private names used across modules:\n" + "\n".join(offenders)
 
 
-def test_no_package_file_over_450_lines():
-    long = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py") if (n := len(p.read_text().splitlines())) > 450}
-    assert not long, f"files over 450 lines: {long}"
+MAX_LINES = 600  # generous: the longest modules with one job here are about 450 lines (runs/tracking, entry/sweeps)
+
+
+def one_job_problems(text: str) -> list[str]:
+    """Why a module's source does not look like one job: code without a docstring that names it first (an empty
+    ``__init__`` needs none), or more than :data:`MAX_LINES` lines."""
+    out = []
+    tree = ast.parse(text)
+    if tree.body and not ast.get_docstring(tree):
+        out.append("no docstring saying what it holds")
+    if (n := len(text.splitlines())) > MAX_LINES:
+        out.append(f"{n} lines (> {MAX_LINES}: a second job? split it by job)")
+    return out
+
+
+def test_a_file_has_one_job():
+    """What the old 450-line cap stood for (docs/architecture.md, Rules): a module has one job, which its docstring
+    names. Every module of rlhf_lab/ and rlhf_lab_research/ with code opens with a docstring, and none is past
+    MAX_LINES, a bound well above the modules that do one thing: a file that long has grown a second job, which is
+    the reason to split it, never a count to fit (the 450 cap forced splits by size, such as the alarm verdict and the
+    claims' sentences out of their studies)."""
+    assert one_job_problems('"""The KL estimators."""\nx = 1\n') == [] and one_job_problems("") == []
+    assert one_job_problems("x = 1\n") == ["no docstring saying what it holds"]
+    assert one_job_problems('"""A."""\n' + "x = 1\n" * MAX_LINES)[0].startswith(f"{MAX_LINES + 1} lines")
+    bad = {str(p.relative_to(ROOT)): why for pkg in (PKG, RESEARCH) for p in sorted(pkg.rglob("*.py"))
+           if (why := one_job_problems(p.read_text()))}
+    assert not bad, f"modules that do not show one job: {bad}"
 
 
 def test_the_package_root_holds_folders_not_modules():
