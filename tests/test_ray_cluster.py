@@ -31,6 +31,10 @@ def cluster():
         # Ray starts its workers at nice 15 (its `worker_niceness`); beside the other test workers on 2 cores that
         # starved these jobs (the node-loss test took 13 min instead of 2.5); the raylets read this at their start
         mp.setenv("RAY_worker_niceness", "0")
+        # the workers run this checkout's code, as the CLI's processes do (test_team_scale.cmd_env), not the installed
+        # package's: with an editable install of another tree, a job's code digest followed that tree's edits, and
+        # a relaunch took the finished jobs for changed ones
+        mp.setenv("PYTHONPATH", cmd_env()["PYTHONPATH"])
 
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         worker = c.add_node(num_cpus=1)
@@ -125,10 +129,13 @@ def test_a_node_lost_mid_sweep_leaves_no_run_running_and_changes_no_result(clust
     # a relaunch with skip_finished=true has nothing left to run
     again = cli_process.run(sweep_args(c.address, "ray_fault", longer, "skip_finished=true", seeds=two), faulty,
                             cmd_env(), timeout=600)
-    assert again.returncode == 0 and "every job has a finished run; nothing ran" in again.stdout, again.stderr[-2000:]
-    # the lost job again, without the fault, in its own folder (store and cache): the same figures
-    ok = cli_process.run(sweep_args(c.address, "ray_fault", longer, seeds=lost.split()[-1]), clean, cmd_env(),
-                         timeout=600)
+    assert again.returncode == 0 and "every job has a finished run; nothing ran" in again.stdout, (
+        again.stdout[-3000:], again.stderr[-2000:])
+    # the lost job again, without the fault, in its own folder (store and cache): the same figures. A one-job sweep
+    # on the local launcher, in the forked process itself: a job's figures depend on its config, not on where it
+    # ran, and a Ray driver would start a Ray worker (a fresh interpreter importing torch: ~10 s of CPU) for it
+    ok = cli_process.run(["-m", "algo=sft", *MICRO, "trainer.threads=1", "study=ray_fault", longer,
+                          lost.split()[-1]], clean, cmd_env(), timeout=600)
     assert ok.returncode == 0, ok.stderr[-3000:]
     reference = [x for x in job_runs(MlflowClient(f"sqlite:///{clean / 'mlflow.db'}"), "ray_fault")
                  if x.data.tags["rlhf_lab.stage"] == "sft"]
