@@ -105,8 +105,13 @@ def ui_on_a_finished_sweep(tmp_path_factory):
     assert f"#/experiments/{exp}/runs/{parent.info.run_id}?workflowType=machine_learning" in r.stdout
     assert (f"the jobs side by side: http://127.0.0.1:5000/#/experiments/{exp}/runs?workflowType=machine_learning"
             f"&viewStateShareKey={tracking.HEADLINE_VIEW}") in r.stdout
-    with screenshots.mlflow_ui(store) as base:
-        yield base, exp, parent, jobs
+    # without MLflow's job runner (GenAI evaluation jobs: 8 more processes, which the UI of a sweep never uses), as
+    # rlhf-lab-server starts its server (rlhf_lab/entry/server.py): they cost 5 s of CPU to start and 0.3 of a core
+    # while they idle, about a third of this file's CPU
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+        with screenshots.mlflow_ui(store) as base:
+            yield base, exp, parent, jobs
 
 
 @pytest.mark.slow
