@@ -31,6 +31,26 @@ NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.prog
                 "eval.reuse_start", "data.max_line_bytes", "data.max_total_bytes")
 
 
+# keys added after runs and artifacts were made, each with the value that does what the code did before it existed:
+# left out of a job's config digest, its pre-emption checkpoint key and the cache keys that hold the whole config
+# (computed_plain) while they hold it, so adding one changed no earlier job's identity or key
+ADDED_OFF = {"eval.test_each_eval": False}
+
+
+def computed_plain(plain: dict, also=()) -> dict:
+    """`plain` (a config as plain containers, changed in place and returned) without :data:`NOT_COMPUTED`, the dotted
+    keys `also`, and the :data:`ADDED_OFF` keys that hold their old value: what a job computes."""
+    drop_keys(plain, (*NOT_COMPUTED, *also))
+    for key, off in ADDED_OFF.items():
+        *parents, last = key.split(".")
+        node = plain
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and last in node and node[last] == off:
+            del node[last]
+    return plain
+
+
 def drop_keys(plain: dict, keys) -> dict:
     """`plain` (a config as plain containers, changed in place and returned) without the dotted `keys`."""
     for key in keys:

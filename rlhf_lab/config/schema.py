@@ -283,6 +283,7 @@ class EvalConfig:
     batch_size: int = MISSING
     reuse_start: bool = MISSING
     probe_path: Optional[str] = MISSING
+    test_each_eval: bool = False  # a default here too (conf/eval/default.yaml): a user's own file need not name it
 
 
 @dataclass

@@ -68,15 +68,23 @@ class PeriodicEval(L.Callback):
     :class:`HackingAlarm`). `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and
     x-axis), e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
     is the held-out evaluation (``test/*`` and the OOD slice): run once at the start (with `at_start`) and
-    once at the end of training, never in between, so no choice made during training can look at it.
+    once at the end of training, so no choice made during training can look at it.
+
+    `test_each_eval` (``eval.test_each_eval``) runs `test()` at every evaluation in between too, logged under the
+    same ``test/*`` names at that step (one quantity, one name: the test gold at step s is the test gold of the
+    policy at step s), for a study that measures afterwards the held-out gold of the checkpoint a rule chose (its
+    gold regret). No choice made during training looks at it still: `after` (the hacking alarm) sees the
+    evaluation's ``eval/*`` metrics only, nothing in training reads ``test/*``, and a ship rule must not either (it
+    is what the rule is measured with).
     """
 
     def __init__(self, evaluate: Callable[[], tuple[dict, list]], at_steps: Iterable[int], at_start: bool = True,
                  step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None,
                  test: Callable[[], tuple[dict, list]] | None = None,
                  start: Callable[[str, Callable[[], tuple[dict, list]]], tuple[dict, list]] | None = None,
-                 after: Callable[[int, dict], None] | None = None):
+                 after: Callable[[int, dict], None] | None = None, test_each_eval: bool = False):
         self.evaluate = evaluate
+        self.test_each_eval = test_each_eval
         self.after = after  # (step, metrics) after each evaluation is logged, before the end's held-out one
         self.start = start  # (split, compute) -> (metrics, rows) for the evaluations at the start (a cache of them)
         self.test = test
@@ -99,6 +107,8 @@ class PeriodicEval(L.Callback):
         with gathered(pl_module):  # every rank: a sharded model is evaluated with its full parameters
             if trainer.global_rank == 0:
                 self._evaluate(step, at_start)
+        if self.test_each_eval and not at_start:  # at the start: on_train_start runs it after this
+            self._run_test(trainer, pl_module, step)
 
     def _evaluate(self, step: int, at_start: bool):
         t0 = time.time()

@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys
+from rlhf_lab.config.keys import computed_plain
 from rlhf_lab.runs.contents import digest_text, local_path, path_digest
 
 CONFIG_TAG = "rlhf_lab.job.config_digest"
@@ -53,8 +53,9 @@ def source_digest() -> str:
 
 def computed_config(config: dict) -> dict:
     """`config` (the composed config as plain, resolved containers: ``config.keys.to_plain(cfg)``) without
-    :data:`rlhf_lab.config.keys.NOT_COMPUTED`; `config` itself is left as it is."""
-    return drop_keys(copy.deepcopy(config), NOT_COMPUTED)
+    :data:`rlhf_lab.config.keys.NOT_COMPUTED` (and the keys added since at their old value,
+    :func:`rlhf_lab.config.keys.computed_plain`); `config` itself is left as it is."""
+    return computed_plain(copy.deepcopy(config))
 
 
 def config_digest(config: dict) -> str:
@@ -185,7 +186,7 @@ def logged_config(uri: str, run_id: str) -> dict | None:
 def changed_keys(old: dict, config: dict, limit: int = 3) -> str:
     """The computed keys whose values differ between an old run's logged config and `config` (both plain), as
     ``kl.beta: 0.1 -> 0.2`` (at most `limit`, then how many more); empty when none differ."""
-    before = leaves(drop_keys(old, NOT_COMPUTED))
+    before = leaves(computed_plain(old))
     after = leaves(computed_config(config))
     keys = sorted(k for k in {*before, *after} if before.get(k, "(none)") != after.get(k, "(none)"))
     text = [f"{k}: {before.get(k, '(none)')} -> {after.get(k, '(none)')}" for k in keys[:limit]]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.config.keys import computed_plain, to_plain
 from rlhf_lab.stages import ppo
 
 WHAT = "cover policy (a policy that hacked a proxy RM, for the gold RM's pairs)"
@@ -23,7 +23,7 @@ WHAT = "cover policy (a policy that hacked a proxy RM, for the gold RM's pairs)"
 
 def spec(cfg: DictConfig) -> dict:
     """PPO's spec (its SFT policy, seed, steps) and the whole config the cover trains with (its proxy, β, gold)."""
-    return {**ppo.spec(cfg), "config": drop_keys(to_plain(cfg), NOT_COMPUTED)}
+    return {**ppo.spec(cfg), "config": computed_plain(to_plain(cfg))}
 
 
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:

@@ -32,7 +32,6 @@ from rlhf_lab.algorithms.dpo import (
     pair_metrics,
     precompute_reference,
 )
-from rlhf_lab.evaluation.callbacks import PeriodicEval
 from rlhf_lab.config.checks import check_dpo
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, with_lora
@@ -45,7 +44,7 @@ from rlhf_lab.config.keys import computes, to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary
+from rlhf_lab.stages.evaluate import gold_summary, held_out_summary, policy_evaluations
 from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 
@@ -167,11 +166,6 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             return AdapterDisabled(module.model)
         return module.reference if module.reference is not None else load_ref()  # precomputed: load for eval only
 
-    def evaluate_dpo():
-        m, rows = evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer, gold=gold)
-        m.update(pair_metrics(module.model, eval_ex, tok.pad_token_id, ac.beta))
-        return m, rows
-
     params = {"stage": "dpo", "algo": to_plain(ac), "data": spec["data"] if cfg.data.source != "world" else to_plain(cfg.data),
               "labeler": to_plain(cfg.labeler), "world": to_plain(cfg.world), "seed": seed, "steps": steps,
               "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex),
@@ -181,9 +175,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         g = torch.Generator().manual_seed(seed)
         loader = distributed.loader(train_ex, ac.batch_size, g, collate_dpo_pairs(tok.pad_token_id),
                                     drop_last=len(train_ex) >= ac.batch_size, key="algo.batch_size")
-        ev = PeriodicEval(evaluate_dpo, at_steps=eval_steps(cfg, steps), at_start=True,
-                          test=lambda: evaluate(cfg, module.model, tok, reference=eval_reference(), scorer=scorer,
-                                                split="test", gold=gold))
+        ev = policy_evaluations(cfg, spec, module.model, tok, out_dir, eval_steps(cfg, steps), reference=eval_reference,
+                                scorer=scorer, gold=gold,
+                                extra=lambda: pair_metrics(module.model, eval_ex, tok.pad_token_id, ac.beta))
         kw = trainer_kwargs(cfg, out_dir, steps, "dpo", callbacks=[ev])
         if ac.get("max_grad_norm") is not None:
             kw["gradient_clip_val"] = ac.max_grad_norm

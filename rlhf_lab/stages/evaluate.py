@@ -4,6 +4,7 @@ gold lines."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from rlhf_lab.runs.cache import announce_reuse, write_json_atomic
 from rlhf_lab.data.errors import data_errors
 from rlhf_lab.runs.code import cpu_capability
 from rlhf_lab.runs.identity import source_digest  # the code's digest, part of the start evaluation's key
-from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.config.keys import computed_plain, to_plain
+from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, settings
 from rlhf_lab.stages.registry import cache_for
 
@@ -64,7 +66,8 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     whose models every gold shares).
 
     ``eval`` (every evaluation during training): ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with
-    the SEs and the halves A/B. ``test`` (the start and the end of a policy job only): ``test/*`` on
+    the SEs and the halves A/B. ``test`` (the start and the end of a policy job; with ``eval.test_each_eval`` every
+    evaluation): ``test/*`` on
     ``eval.n_test_prompts`` test-split prompts, plus the OOD slice (``eval/gold_reward_ood``, ``_se``, and
     the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 and `ood` (rewards only, no forward passes).
     Each prompt list samples with its own fixed seed (common random numbers across evaluations and runs)."""
@@ -116,7 +119,7 @@ def probe_agreement(cfg: DictConfig, policy, kw: dict) -> dict[str, float]:
 # run, and the settings of the rollouts and updates. Every other key (and the code) is part of the start's key.
 START_EVAL_IGNORES = (
     "seed", "kl", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points",
-    "eval.sqrt_kl_spacing", "algo.steps",
+    "eval.sqrt_kl_spacing", "eval.test_each_eval", "algo.steps",
     "algo.batch_size", "algo.samples_per_prompt", "algo.ppo_epochs", "algo.num_minibatches", "algo.lr",
     "algo.critic_lr", "algo.clip_eps", "algo.clip_eps_high", "algo.loss_agg", "algo.value_clip_eps", "algo.vf_coef",
     "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",
@@ -140,7 +143,7 @@ def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
     :class:`rlhf_lab.evaluation.callbacks.PeriodicEval`, or None (``eval.reuse_start=false``: computed by every job)."""
     if not cfg.eval.get("reuse_start", False):
         return None
-    config = drop_keys(to_plain(cfg), (*NOT_COMPUTED, *START_EVAL_IGNORES))
+    config = computed_plain(to_plain(cfg), START_EVAL_IGNORES)
     base = {"job": stage, "sft": str(spec["sft"]), "reference": spec.get("reference"), "config": config,
             "code": source_digest(), "cpu_capability": cpu_capability()}
     cache = cache_for(cfg)
@@ -205,3 +208,29 @@ def held_out_summary(ev) -> dict[str, str]:
                            + (f", {S.spread_note(n, 'prompt')})" if n is not None else ")"))
     return out
 
+
+def policy_evaluations(cfg: DictConfig, spec: dict, policy, tok, out_dir, at_steps, stage: str | None = None,
+                       reference=None, scorer=None, gold=None, extra=None, **kw):
+    """A policy job's evaluations (:class:`rlhf_lab.evaluation.callbacks.PeriodicEval`): ``eval/*`` at `at_steps`, the
+    start and the end (with `stage`, the start's kept in the cache: :func:`start_evaluation`), ``test/*`` at the start
+    and the end, and what a ship study turns on, off by default: ``eval.test_each_eval`` (``test/*`` at every
+    evaluation). `out_dir`: the job's artifact folder. Called inside the job's run.
+    `reference`: a model, or a function that returns it at each evaluation; `extra()`: metrics added to every
+    ``eval/*`` evaluation (DPO's pair metrics); `kw`: PeriodicEval's `step_fn` and `after`."""
+    from rlhf_lab.evaluation.callbacks import PeriodicEval
+
+    e = cfg.eval
+    if e.get("test_each_eval") and cfg.algo.get("stop_on_alarm"):
+        raise ConfigError("eval.test_each_eval", True, "false with algo.stop_on_alarm=true (the stopping step's test "
+                          "would be of the policy the stop puts back); set one of them")
+
+    def run(split: str):
+        ref = reference() if inspect.isfunction(reference) else reference
+        metrics, rows = evaluate(cfg, policy, tok, reference=ref, scorer=scorer, split=split, gold=gold)
+        if extra is not None and split == "eval":
+            metrics.update(extra())
+        return metrics, rows
+
+    return PeriodicEval(lambda: run("eval"), at_steps=at_steps, at_start=True, test=lambda: run("test"),
+                        start=start_evaluation(cfg, stage, spec) if stage else None,
+                        test_each_eval=bool(e.get("test_each_eval")), **kw)

@@ -44,7 +44,7 @@ from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.algorithms.steps import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
-from rlhf_lab.evaluation.callbacks import HackingAlarm, PeriodicEval, Preemption, RewardHackingMonitor
+from rlhf_lab.evaluation.callbacks import HackingAlarm, Preemption, RewardHackingMonitor
 from rlhf_lab.evaluation.summary import hacking_line, metric_n, proxy_line
 from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.errors import ConfigError
@@ -55,11 +55,11 @@ from rlhf_lab.models.adapters import AdapterDisabled, unwrap, with_lora
 from rlhf_lab.models.checkpoints import check_weights_only
 from rlhf_lab.models.sharding import whole
 from rlhf_lab.runs.states import defer_sigterm, lightning_sigterm_as_interrupted
-from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.config.keys import computed_plain, to_plain
 from rlhf_lab.runs.contents import with_contents
 from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, start_evaluation
+from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, policy_evaluations
 from rlhf_lab.stages.presets import checkpoint_path
 from rlhf_lab.stages.registry import ALIASES, run_settings, ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
@@ -113,7 +113,7 @@ def resume_checkpoint(cfg: DictConfig, stage: str, spec: dict) -> Path:
     import hashlib
     import json
 
-    plain = drop_keys(to_plain(cfg), NOT_COMPUTED)
+    plain = computed_plain(to_plain(cfg))
     root = Path(launch_path(cfg.cache_dir)).resolve()
     blob = json.dumps(with_contents({"stage": stage, "spec": spec, "config": plain}, root), sort_keys=True, default=str)
     return root / "resume" / stage / f"{hashlib.sha256(blob.encode()).hexdigest()[:16]}.ckpt"
@@ -348,12 +348,9 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                              step_fn=lambda trainer, m: m.ppo_step, policy=lambda: module.policy,
                              threshold=a.alarm.threshold, stop=a.stop_on_alarm)
         alarm_on = a.alarm.enabled and a.reward == "rm"  # the alarm reads a proxy: none when training on gold
-        ev = PeriodicEval(lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer, gold=gold),
-                          at_steps=at_steps, at_start=True, step_fn=lambda trainer, m: m.ppo_step,
-                          after=alarm.on_evaluation if alarm_on else None,
-                          start=start_evaluation(cfg, stage, spec),
-                          test=lambda: evaluate(cfg, policy, tok, reference=reference, scorer=eval_scorer,
-                                                split="test", gold=gold))
+        ev = policy_evaluations(cfg, spec, policy, tok, out_dir, at_steps, stage, reference=reference,
+                                scorer=eval_scorer, gold=gold, step_fn=lambda trainer, m: m.ppo_step,
+                                after=alarm.on_evaluation if alarm_on else None)  # and what a ship study turns on
         hm = a.hacking_monitor
         monitor = RewardHackingMonitor(
             lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])

@@ -1,0 +1,65 @@
+"""What a ship-rule study logs in every policy run (issue 67): each key off by default, and with it on,
+``eval.test_each_eval`` (test/* at every evaluation)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from rlhf_lab.config.errors import ConfigError
+from rlhf_lab.config.keys import ADDED_OFF, drop_keys, to_plain
+from rlhf_lab.runs import identity as J
+from rlhf_lab.runs.contents import digest_text
+from tests.conftest import compose_cfg
+
+
+def test_the_added_keys_at_their_default_leave_every_job_identity_as_it_was():
+    """A job's config digest (skip_finished; the cover and pre-emption keys hold the same config) with the added keys at
+    their default is the digest of its config without them, as a job made before they existed computed it; a key
+    turned on makes it another job."""
+    for overrides in ([], ["algo=dpo"], ["algo=grpo", "reward_model.ensemble=3"]):
+        plain = to_plain(compose_cfg(overrides))
+        assert all(plain[k.split(".")[0]][k.split(".")[1]] is False for k in ADDED_OFF)  # composed, at their default
+        old = drop_keys(copy.deepcopy(plain), ADDED_OFF)  # the config as composed before the keys existed
+        assert J.config_digest(plain) == digest_text(json.dumps(J.computed_config(old), sort_keys=True, default=str))
+        for key in ADDED_OFF:
+            assert J.config_digest(to_plain(compose_cfg([*overrides, f"{key}=true"]))) != J.config_digest(plain), key
+
+
+def test_the_keys_refuse_what_they_cannot_do_in_one_line(tiny_cfg, tmp_path):
+    from rlhf_lab.stages.evaluate import policy_evaluations
+
+    with pytest.raises(ConfigError, match="eval.test_each_eval must be false with algo.stop_on_alarm"):
+        policy_evaluations(tiny_cfg("algo=ppo", "eval.test_each_eval=true", "algo.stop_on_alarm=true"), {}, None, None,
+                           tmp_path, [])
+
+
+def _periodic(monkeypatch, steps: int, **kw):
+    """A PeriodicEval (evaluations at steps 2 and 4) run over `steps` training steps on a stand-in trainer; returns
+    (the steps whose logged metrics held test/*, the (step, metric names) `after` saw, the callback)."""
+    from types import SimpleNamespace
+
+    from rlhf_lab.evaluation import callbacks as C
+
+    logged, seen = [], []
+    monkeypatch.setattr(C.active_run, "log_metrics", lambda m, step=None, **_: logged.append((step, dict(m))))
+    monkeypatch.setattr(C, "log_samples_table", lambda rows, name: None)
+    ev = C.PeriodicEval(lambda: ({"eval/gold_reward": 1.0}, []), at_steps=[2, 4],
+                        test=lambda: ({"test/gold_reward": 2.0}, []), after=lambda s, m: seen.append((s, set(m))),
+                        step_fn=lambda trainer, module: trainer.step, **kw)
+    trainer = SimpleNamespace(global_rank=0, step=0)
+    ev.on_train_start(trainer, None)
+    for trainer.step in range(1, steps + 1):
+        ev.on_train_batch_end(trainer, None, None, None, None)
+    ev.on_train_end(trainer, None)
+    return [s for s, m in logged if "test/gold_reward" in m], seen, ev
+
+
+def test_the_test_evaluation_runs_at_every_evaluation_once_and_training_never_sees_it(monkeypatch):
+    tests, seen, ev = _periodic(monkeypatch, 4, test_each_eval=True)
+    assert tests == [0, 2, 4]  # the end (step 4, an evaluation) is tested once
+    assert seen == [(0, {"eval/gold_reward"}), (2, {"eval/gold_reward"}), (4, {"eval/gold_reward"})]  # eval/* only
+    tests, _, ev = _periodic(monkeypatch, 5)
+    assert tests == [0, 5]  # off: the start and the end, as before
