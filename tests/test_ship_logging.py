@@ -1,17 +1,23 @@
 """What a ship-rule study logs in every policy run (issue 67): each key off by default, and with it on,
-``eval.test_each_eval`` (test/* at every evaluation)."""
+``eval.test_each_eval`` (test/* at every evaluation) and ``reward_model.heldout`` (eval/heldout_reward from an RM on
+pairs the proxy never saw)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import pytest
 
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.keys import ADDED_OFF, drop_keys, to_plain
+from rlhf_lab.config.world import world_settings
 from rlhf_lab.runs import identity as J
+from rlhf_lab.runs.cache import artifact_key
 from rlhf_lab.runs.contents import digest_text
+from rlhf_lab.world import prompt_space
+from rlhf_lab.world import streams as D
 from tests.conftest import compose_cfg
 
 
@@ -28,12 +34,60 @@ def test_the_added_keys_at_their_default_leave_every_job_identity_as_it_was():
             assert J.config_digest(to_plain(compose_cfg([*overrides, f"{key}=true"]))) != J.config_digest(plain), key
 
 
+def test_the_proxy_rm_and_its_pairs_keep_their_keys_with_a_held_out_rm(tiny_cfg, monkeypatch, tmp_path):
+    """reward_model.heldout trains another RM beside the proxy: the proxy, its pairs and the SFT policy are the same
+    artifacts (the same cache keys) with it on; the held-out RM and its pairs are others."""
+    from rlhf_lab.stages import dpo, ppo, registry  # noqa: F401 (imported first: those that import cache_for)
+    from rlhf_lab.stages.heldout import heldout_config
+
+    recorded: dict = {}
+
+    class Recorder:
+        def get_or_build(self, stage, spec, build):
+            recorded[stage] = artifact_key(stage, spec)
+            return tmp_path / recorded[stage], False
+
+        def path(self, stage, spec):  # the RM's spec names its pairs by their folder
+            recorded[stage] = artifact_key(stage, spec)
+            return tmp_path / recorded[stage]
+
+    def keys(cfg):
+        recorded.clear()
+        for module in [m for name, m in sys.modules.items() if name.startswith("rlhf_lab.stages.")]:
+            if getattr(module, "cache_for", None) is not None:  # every module that took the name
+                monkeypatch.setattr(module, "cache_for", lambda cfg: Recorder())
+        registry.ensure("rm", cfg)
+        return dict(recorded)
+
+    off = keys(tiny_cfg())
+    assert set(off) == {"pretrain", "sft", "prefs", "rm"}
+    assert keys(tiny_cfg("reward_model.heldout=true")) == off
+    other = keys(heldout_config(tiny_cfg("reward_model.heldout=true", "reward_model.ensemble=3")))
+    assert other["sft"] == off["sft"] and other["prefs"] != off["prefs"] and other["rm"] != off["rm"]
+
+
+def test_held_out_prompts_lie_outside_the_excluded_ones_and_are_fixed_by_their_stream():
+    world = world_settings(compose_cfg([]))
+    proxy = D.prompts(world, "prefs", 300)
+    held = D.prompts_outside(world, "prefs_heldout", 300, set(proxy))
+    assert len(held) == 300 and not set(held) & set(proxy)
+    assert held == D.prompts_outside(world, "prefs_heldout", 300, set(proxy))  # the same in every job
+    assert all(world.splits.split_of(p) == "train" for p in held)  # training prompts: never an eval or test one
+    with pytest.raises(ValueError, match="too small"):
+        D.prompts_outside(world, "prefs_heldout", 5, set(prompt_space()))  # every prompt excluded
+
+
 def test_the_keys_refuse_what_they_cannot_do_in_one_line(tiny_cfg, tmp_path):
     from rlhf_lab.stages.evaluate import policy_evaluations
+    from rlhf_lab.stages.heldout import heldout_config
 
     with pytest.raises(ConfigError, match="eval.test_each_eval must be false with algo.stop_on_alarm"):
         policy_evaluations(tiny_cfg("algo=ppo", "eval.test_each_eval=true", "algo.stop_on_alarm=true"), {}, None, None,
                            tmp_path, [])
+    with pytest.raises(ConfigError, match="reward_model.heldout must be false with data=jsonl"):
+        heldout_config(compose_cfg(["data=jsonl", "data.path=x.jsonl", "reward_model.heldout=true"]))
+    with pytest.raises(ConfigError, match="reward_model.heldout must be false with reward_model.path"):
+        heldout_config(tiny_cfg(f"reward_model.path={tmp_path}", "reward_model.heldout=true"))
 
 
 def _periodic(monkeypatch, steps: int, **kw):

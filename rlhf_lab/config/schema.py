@@ -257,6 +257,7 @@ class RewardModelConfig:
     dtype: Optional[Dtype] = MISSING
     attn_implementation: Optional[AttnImplementation] = MISSING
     seed: int = MISSING
+    heldout: bool = False  # a default here too (conf/reward_model/base.yaml): a user's own file need not name it
 
 
 @dataclass

@@ -18,6 +18,10 @@ on pairs of one prompt's responses (:func:`rlhf_lab.evaluation.metrics.pair_agre
 RM ranks the evaluated policy's own samples (at step 0 the SFT policy's). ``seed`` samples with a fixed torch seed inside a forked
 RNG: every evaluation of a run (and of every run) draws the same random numbers, and the training's RNG
 stream does not depend on when or how often it evaluates.
+
+A signal a user without a gold has, for choosing the checkpoint to ship: a held-out RM (``reward_model.heldout``,
+:mod:`rlhf_lab.stages.heldout`) logs `<prefix>heldout_reward` and its SE, the same samples scored by an RM trained on
+pairs the proxy never saw.
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ def seeded_sampling(seed: int | None):
 def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig, gold: GoldWeights | Scorer | None,
                     reference=None, scorer: Scorer | None = None, batch_size: int = 64, n_rows: int = 16,
                     samples_per_prompt: int = 1, prefix: str = "eval/", halves: bool = False, seed: int | None = None,
-                    details: bool = True, formula_gold: Scorer | None = None):
+                    details: bool = True, formula_gold: Scorer | None = None, heldout: Scorer | None = None):
     """Sample `samples_per_prompt` responses per prompt with the ``generation`` settings `gen`; return
     ({metric: value}, rows of a samples table).
 
@@ -90,7 +94,8 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
     scorer (a gold RM; one of several members also logs `<prefix>gold_rm_std`, their mean disagreement, and
     `<prefix>gold_rm_std_ratio`, that over its level on the gold's held-out pairs); None logs no gold metric (external
     data). ``formula_gold``: the world's formula beside a
-    gold RM, logged as `<prefix>formula_gold_reward` (with its SE and halves) on the same samples."""
+    gold RM, logged as `<prefix>formula_gold_reward` (with its SE and halves) on the same samples. ``heldout``: the
+    held-out RM, logged as `<prefix>heldout_reward` (with its SE)."""
     gold_fn = as_gold_scorer(gold)
     k = int(samples_per_prompt)
     if k < 1:
@@ -98,6 +103,7 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
     flat = [p for p in prompts for _ in range(k)]
     groups = [i for i in range(len(prompts)) for _ in range(k)]
     golds, formula, proxy, kls, ents, lengths, texts, ended_all, spread = [], [], [], [], [], [], [], [], []
+    held = []
     ensemble_gold = getattr(gold_fn, "n_members", 1) > 1  # a gold RM of several members: log their disagreement
     with seeded_sampling(seed):
         for i in range(0, len(flat), batch_size):
@@ -115,6 +121,8 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
                     kls += ((logp - ref_logp) * ro.response_mask).sum(-1).tolist()
             if scorer is not None:
                 proxy += scorer(chunk, ro.responses, ro.ended).tolist()
+            if heldout is not None:
+                held += heldout(chunk, ro.responses, ro.ended).tolist()
             if gold_fn is not None:
                 if ensemble_gold:
                     g, sd = gold_fn.scores_and_spread(chunk, ro.responses, ro.ended)
@@ -130,7 +138,8 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
     mean = lambda xs: float(sum(xs) / len(xs)) if xs else float("nan")  # noqa: E731
     metrics: dict[str, float] = {f"{prefix}n_prompts": float(len(prompts))}  # the n of every figure (SEs over prompts)
     gold_measures = {name: vals for name, vals in (("gold_reward", golds), ("formula_gold_reward", formula)) if vals}
-    rewards = {**gold_measures, **({"proxy_reward": proxy} if proxy else {})}
+    rewards = {**gold_measures, **{name: vals for name, vals in (("proxy_reward", proxy), ("heldout_reward", held))
+                                   if vals}}
     for name, vals in rewards.items():
         metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
     if spread:  # the gold's members disagree more off the text they were trained on: out of its depth

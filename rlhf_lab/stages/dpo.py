@@ -42,7 +42,7 @@ from rlhf_lab.data.preferences import label_pairs, validate_pairs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 from rlhf_lab.config.keys import computes, to_plain
 from rlhf_lab.stages import gold as G
-from rlhf_lab.stages import prefs
+from rlhf_lab.stages import heldout, prefs
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import gold_summary, held_out_summary, policy_evaluations
 from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, job_steps, stage_seed, upstream_run
@@ -64,7 +64,7 @@ def spec(cfg: DictConfig) -> dict:
         data = {**data, "world": W.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}
     out = {"sft": str(ensure("sft", cfg)), "data": data, "algo": to_plain(cfg.algo), "labeler": to_plain(cfg.labeler),
            "generation": generation_spec(cfg), "seed": stage_seed(cfg, "dpo", "algo"),
-           "steps": job_steps(cfg, "dpo", cfg.algo.steps)}
+           "steps": job_steps(cfg, "dpo", cfg.algo.steps), **heldout.spec(cfg)}  # reward_model.heldout: its RM
     if G.is_rm(cfg):  # the gold RM labels the pairs (and the online ones); nothing added for the formula
         out["gold_rm"] = G.identity(cfg)
     return out

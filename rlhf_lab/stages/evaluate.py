@@ -21,7 +21,7 @@ from rlhf_lab.runs.identity import source_digest  # the code's digest, part of t
 from rlhf_lab.config.keys import computed_plain, to_plain
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, settings
-from rlhf_lab.stages.registry import cache_for
+from rlhf_lab.stages.registry import cache_for, upstream_run
 
 
 OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_ood_se",
@@ -58,12 +58,14 @@ def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
 
 
 def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None,
-             ood: bool = True):
+             ood: bool = True, heldout=None):
     """Metrics and a samples table of `policy` on fixed evaluation prompts.
 
     `gold` (:class:`rlhf_lab.evaluation.policy.Gold`): the job's gold, :func:`rlhf_lab.stages.gold.load_gold` (with a gold
     RM also the ``formula_gold_reward`` metrics); None is the world's formula (the upstream pretrain and SFT runs,
     whose models every gold shares).
+
+    `heldout`: the held-out RM (``reward_model.heldout``, :mod:`rlhf_lab.stages.heldout`), or None.
 
     ``eval`` (every evaluation during training): ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with
     the SEs and the halves A/B. ``test`` (the start and the end of a policy job; with ``eval.test_each_eval`` every
@@ -76,7 +78,7 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     e = cfg.eval
     g = gold if gold is not None else Gold(world_gold(cfg))
     kw = dict(gen=settings(cfg.generation, GenerationConfig), gold=g.scorer, formula_gold=g.formula, scorer=scorer,
-              batch_size=int(e.batch_size), samples_per_prompt=int(e.samples_per_prompt))
+              batch_size=int(e.batch_size), samples_per_prompt=int(e.samples_per_prompt), heldout=heldout)
     seed = lambda s: D.stream_seed(cfg.world.seed, f"{s}/sampling")  # noqa: E731
     if split == "eval":
         return evaluate_policy(policy, tok, evaluation_prompts(cfg, "eval"), reference=reference,
@@ -90,7 +92,7 @@ def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: s
     ood_prompts = evaluation_prompts(cfg, "ood") if ood and int(e.n_ood_prompts) > 0 else []
     if ood_prompts:
         ood, _ = evaluate_policy(policy, tok, ood_prompts, prefix="", seed=seed("ood"),
-                                 details=False, **kw)
+                                 details=False, **{**kw, "heldout": None})
         metrics.update({f"eval/{OOD_NAMES[k]}": v for k, v in ood.items() if k in OOD_NAMES})
     return metrics, rows
 
@@ -108,7 +110,7 @@ def probe_agreement(cfg: DictConfig, policy, kw: dict) -> dict[str, float]:
     tok = F.load_tokenizer(path, "eval.probe_path")
     probe = F.load_causal_lm(path, tok, "eval.probe_path", **F.load_options(cfg.policy)).eval()
     probe.to(next(policy.parameters()).device)
-    args = {**kw, "samples_per_prompt": max(2, int(kw["samples_per_prompt"])), "formula_gold": None}
+    args = {**kw, "samples_per_prompt": max(2, int(kw["samples_per_prompt"])), "formula_gold": None, "heldout": None}
     m, _ = evaluate_policy(probe, tok, evaluation_prompts(cfg, "eval"), prefix="probe/", details=False,
                            seed=D.stream_seed(cfg.world.seed, "probe/sampling"), **args)
     return {k: v for k, v in m.items() if k.startswith("probe/proxy_gold_agreement")}
@@ -213,20 +215,27 @@ def policy_evaluations(cfg: DictConfig, spec: dict, policy, tok, out_dir, at_ste
                        reference=None, scorer=None, gold=None, extra=None, **kw):
     """A policy job's evaluations (:class:`rlhf_lab.evaluation.callbacks.PeriodicEval`): ``eval/*`` at `at_steps`, the
     start and the end (with `stage`, the start's kept in the cache: :func:`start_evaluation`), ``test/*`` at the start
-    and the end, and what a ship study turns on, off by default: ``eval.test_each_eval`` (``test/*`` at every
-    evaluation). `out_dir`: the job's artifact folder. Called inside the job's run.
+    and the end, and what a ship study turns on, each off by default: ``eval.test_each_eval`` (``test/*`` at every
+    evaluation) and ``reward_model.heldout`` (``eval/heldout_reward``: the held-out RM of `spec`'s ``heldout_rm``,
+    :mod:`rlhf_lab.stages.heldout`). `out_dir`: the job's artifact folder. Called inside the job's run.
     `reference`: a model, or a function that returns it at each evaluation; `extra()`: metrics added to every
     ``eval/*`` evaluation (DPO's pair metrics); `kw`: PeriodicEval's `step_fn` and `after`."""
     from rlhf_lab.evaluation.callbacks import PeriodicEval
+    from rlhf_lab.stages import heldout as H
 
     e = cfg.eval
     if e.get("test_each_eval") and cfg.algo.get("stop_on_alarm"):
         raise ConfigError("eval.test_each_eval", True, "false with algo.stop_on_alarm=true (the stopping step's test "
                           "would be of the policy the stop puts back); set one of them")
+    held = H.load_scorer(cfg, spec["heldout_rm"]) if spec.get("heldout_rm") else None
+    if held is not None:
+        active_run.set_tag("rlhf_lab.upstream.heldout_rm", upstream_run(cfg, spec["heldout_rm"]))
 
     def run(split: str):
+        if held is not None:
+            held.to(next(policy.parameters()).device)  # where the policy samples (the trainer moved it)
         ref = reference() if inspect.isfunction(reference) else reference
-        metrics, rows = evaluate(cfg, policy, tok, reference=ref, scorer=scorer, split=split, gold=gold)
+        metrics, rows = evaluate(cfg, policy, tok, reference=ref, scorer=scorer, split=split, gold=gold, heldout=held)
         if extra is not None and split == "eval":
             metrics.update(extra())
         return metrics, rows

@@ -63,7 +63,7 @@ from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, p
 from rlhf_lab.stages.presets import checkpoint_path
 from rlhf_lab.stages.registry import ALIASES, run_settings, ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
-from rlhf_lab.stages import gold as G
+from rlhf_lab.stages import gold as G, heldout
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import external_prompts
 
@@ -98,7 +98,8 @@ def spec(cfg: DictConfig) -> dict:
     check_ppo_rules(cfg.algo)  # before any model loads or upstream stage is built
     check_compile(cfg)
     sft = str(ensure("sft", cfg))
-    out = {"sft": sft, "seed": stage_seed(cfg, stage), "steps": job_steps(cfg, stage, cfg.algo.steps)}
+    out = {"sft": sft, "seed": stage_seed(cfg, stage), "steps": job_steps(cfg, stage, cfg.algo.steps),
+           **heldout.spec(cfg)}  # reward_model.heldout: the held-out RM, built first
     if cfg.algo.reference.get("path"):
         out["reference"] = reference_path(cfg, sft)
     return out

@@ -11,6 +11,11 @@ the SFT pairs sampled at several temperatures (``data.sft_temperatures``): the c
 artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
 MLflow run, with a progress bar named ``prefs`` that counts the pairs sampled and labelled (one per prompt; a
 tie in text is then dropped). External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
+
+The held-out RM's pairs (``reward_model.heldout``: :mod:`rlhf_lab.stages.heldout` marks its config ``data.heldout``)
+are the same recipe on train-split prompts of a stream of their own (:data:`HELDOUT_STREAM`), none of them a prompt of
+the proxy's pairs, sampled and labelled with seeds offset by :data:`HELDOUT_SEED`; their held-out eval pairs are the
+proxy's.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from rlhf_lab.stages import gold as G
 from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, upstream_run
 
 WHAT = "preference pairs"
+HELDOUT_STREAM = "prefs_heldout"  # the held-out RM's training prompts (none of the "prefs" stream's)
+HELDOUT_SEED = 1000  # added to data.seed for the held-out RM's training pairs (its eval pairs are the proxy's)
 
 
 def spec(cfg: DictConfig) -> dict:
@@ -70,6 +77,8 @@ def spec(cfg: DictConfig) -> dict:
         s["sft_temperatures"] = [float(t) for t in dc.sft_temperatures]
     if G.is_rm(cfg):  # the gold RM labels the pairs (none added for the formula: earlier keys stay valid)
         s["gold_rm"] = G.identity(cfg)
+    if dc.get("heldout"):  # the held-out RM's pairs (stages/heldout.py): in the spec only then
+        s["heldout"] = HELDOUT_STREAM
     check_pairs(dc, "data", cfg.generation.get("temperature"))  # the CLI checked them; a caller of the API may not
     return s
 
@@ -131,6 +140,11 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         n_deg = int(round(spec["n_train"] * spec.get("degenerate_fraction", 0.0)))
         train_prompts = D.prompts(W.world_settings(cfg), "prefs", spec["n_train"], split="train")
         held_prompts = D.prompts(W.world_settings(cfg), "prefs_eval", spec["n_eval"], split="eval")
+        held_seed = spec["seed"] + 2
+        if spec.get("heldout"):  # the held-out RM's: other prompts, other seeds, the same eval pairs
+            train_prompts = D.prompts_outside(W.world_settings(cfg), spec["heldout"], len(train_prompts),
+                                              set(train_prompts))
+            spec = {**spec, "seed": spec["seed"] + HELDOUT_SEED}
         seed = spec["seed"]
         labelling, gen = DS.labelling(cfg), settings(cfg.generation, GenerationConfig)  # typed
         options = F.load_options(cfg.policy)
@@ -151,7 +165,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                 train += sample_pairs(labelling, gen, options, spec["sft"], train_prompts[n_on : n_on + n_deg],
                                       seed + 3, "degenerate", gold=gold, progress=bar, device=dev,
                                       second=Variants(seed, gen.max_new_tokens))
-            held = sample_pairs(labelling, gen, options, spec["sft"], held_prompts, seed + 2, "sft", gold=gold,
+            held = sample_pairs(labelling, gen, options, spec["sft"], held_prompts, held_seed, "sft", gold=gold,
                                 progress=bar, device=dev)
         validate_pairs(train, "data")
         save_pairs(train, Path(out_dir) / "train.jsonl")

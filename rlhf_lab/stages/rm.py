@@ -47,7 +47,8 @@ from rlhf_lab.stages.training import model_size, trainer_kwargs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 
 WHAT = "reward model"
-USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed")  # keys that act when the RM is used, not trained
+# keys that act when the RM is used, not trained (heldout: a policy job also trains another RM, stages/heldout.py)
+USE_TIME_KEYS = ("normalize", "conservative_lambda", "seed", "heldout")
 LOADING_KEYS = ("dtype", "attn_implementation", "path")  # in the key only when set (null keeps older keys valid)
 COMPUTE_KEYS = ("packing",)  # how the loss is computed, not what (the same to float noise): not in the key
 

@@ -62,6 +62,24 @@ def prompts(world: WorldSettings, stream: str, n: int, split: str = "train") -> 
     return [g.prompt(split) for _ in range(n)]
 
 
+def prompts_outside(world: WorldSettings, stream: str, n: int, exclude: set[str], split: str = "train") -> list[str]:
+    """`n` prompts of the seeded `stream` from `split`, none of them in `exclude` (draws that are, are skipped; repeats
+    of one prompt possible, as in :func:`prompts`): pairs on other prompts than another stream's. Raises ValueError
+    when the split has too few prompts outside `exclude` (fewer than `n` found in 100·n + 1000 draws)."""
+    check_split(split)
+    g, out = generator(world, stream), []
+    for _ in range(100 * n + 1000):
+        if len(out) == n:
+            return out
+        p = g.prompt(split)
+        if p not in exclude:
+            out.append(p)
+    if len(out) == n:
+        return out
+    raise ValueError(f"only {len(out)} of {n} {split}-split prompts of stream {stream!r} lie outside the "
+                     f"{len(exclude)} excluded ones; the world's {split} split is too small for them")
+
+
 EVAL_SIZE_KEYS = {"eval": "n_prompts", "test": "n_test_prompts", "ood": "n_ood_prompts"}
 
 
