@@ -1,6 +1,6 @@
 """What a ship-rule study logs in every policy run (issue 67): each key off by default, and with it on,
-``eval.test_each_eval`` (test/* at every evaluation) and ``reward_model.heldout`` (eval/heldout_reward from an RM on
-pairs the proxy never saw)."""
+``eval.test_each_eval`` (test/* at every evaluation), ``reward_model.heldout`` (eval/heldout_reward from an RM on pairs
+the proxy never saw), and ``reward_model.ensemble`` >= 2 (eval/proxy_ensemble_std)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import copy
 import json
 import sys
 
+import mlflow
 import pytest
 
+from rlhf_lab import stages
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.keys import ADDED_OFF, drop_keys, to_plain
 from rlhf_lab.config.world import world_settings
@@ -117,3 +119,38 @@ def test_the_test_evaluation_runs_at_every_evaluation_once_and_training_never_se
     assert seen == [(0, {"eval/gold_reward"}), (2, {"eval/gold_reward"}), (4, {"eval/gold_reward"})]  # eval/* only
     tests, _, ev = _periodic(monkeypatch, 5)
     assert tests == [0, 5]  # off: the start and the end, as before
+
+
+def _history(db, run_id, key):
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    return {m.step: m.value for m in mlflow.tracking.MlflowClient().get_metric_history(run_id, key)}
+
+
+@pytest.mark.slow
+def test_a_ppo_job_with_every_key_on_logs_each_signal_at_every_evaluation(tiny_cfg, tmp_path):
+    """One tiny PPO job with the keys of a ship study on: every evaluation (steps 0, 1, 2) logs the test gold, the
+    held-out RM's reward and the proxy ensemble's disagreement; the held-out RM's training pairs share no prompt with
+    the proxy's."""
+    from rlhf_lab.data.preferences import load_pairs
+    from rlhf_lab.stages.heldout import heldout_config
+
+    db = tmp_path / "mlflow.db"
+    cfg = tiny_cfg("algo=ppo", "algo.steps=2", "algo.batch_size=8", "algo.num_minibatches=2", "algo.ppo_epochs=1",
+                   "eval.every_n_steps=1", "generation.max_new_tokens=12", "eval.n_prompts=8", "eval.n_test_prompts=8",
+                   "eval.n_ood_prompts=4", "reward_model.steps=10", "data.n_train=64", "data.n_eval=32",
+                   "reward_model.norm_samples=64", "reward_model.ensemble=2", "reward_model.heldout=true",
+                   "eval.test_each_eval=true", mlflow_db=db)
+    meta = stages.run_job(cfg, tmp_path / "out")
+    run = meta["run_id"]
+    for key in ("test/gold_reward", "test/heldout_reward", "eval/heldout_reward", "eval/heldout_reward_se",
+                "eval/proxy_ensemble_std", "eval/proxy_reward", "eval/gold_reward"):
+        assert set(_history(db, run, key)) == {0, 1, 2}, key
+    assert min(_history(db, run, "eval/proxy_ensemble_std").values()) > 0  # two members of other seeds disagree
+    assert set(_history(db, run, "eval/gold_reward_ood")) == {0, 1, 2}  # the held-out evaluation, whole
+    assert mlflow.get_run(run).data.tags["rlhf_lab.upstream.heldout_rm"]
+    proxy_pairs = stages.ensure("prefs", cfg)
+    held_pairs = stages.ensure("prefs", heldout_config(cfg))
+    proxy_prompts = {p.prompt for p in load_pairs(proxy_pairs / "train.jsonl")}
+    held_prompts = {p.prompt for p in load_pairs(held_pairs / "train.jsonl")}
+    assert held_prompts and not proxy_prompts & held_prompts
+    assert load_pairs(proxy_pairs / "eval.jsonl") == load_pairs(held_pairs / "eval.jsonl")  # the same eval pairs

@@ -19,9 +19,11 @@ RM ranks the evaluated policy's own samples (at step 0 the SFT policy's). ``seed
 RNG: every evaluation of a run (and of every run) draws the same random numbers, and the training's RNG
 stream does not depend on when or how often it evaluates.
 
-A signal a user without a gold has, for choosing the checkpoint to ship: a held-out RM (``reward_model.heldout``,
-:mod:`rlhf_lab.stages.heldout`) logs `<prefix>heldout_reward` and its SE, the same samples scored by an RM trained on
-pairs the proxy never saw.
+Signals a user without a gold has, for choosing the checkpoint to ship: a proxy of several members
+(``reward_model.ensemble`` ≥ 2) also logs `<prefix>proxy_ensemble_std`, the mean over samples of the population std
+of its members' standardised scores (units of the SFT samples' spread; the measure of ``rm/ensemble_std``); a
+held-out RM (``reward_model.heldout``, :mod:`rlhf_lab.stages.heldout`) logs `<prefix>heldout_reward` and its SE, the
+same samples scored by an RM trained on pairs the proxy never saw.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
     `<prefix>gold_rm_std_ratio`, that over its level on the gold's held-out pairs); None logs no gold metric (external
     data). ``formula_gold``: the world's formula beside a
     gold RM, logged as `<prefix>formula_gold_reward` (with its SE and halves) on the same samples. ``heldout``: the
-    held-out RM, logged as `<prefix>heldout_reward` (with its SE)."""
+    held-out RM, logged as `<prefix>heldout_reward` (with its SE); a proxy `scorer` of several members also logs
+    `<prefix>proxy_ensemble_std` (module docstring)."""
     gold_fn = as_gold_scorer(gold)
     k = int(samples_per_prompt)
     if k < 1:
@@ -103,8 +106,9 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
     flat = [p for p in prompts for _ in range(k)]
     groups = [i for i in range(len(prompts)) for _ in range(k)]
     golds, formula, proxy, kls, ents, lengths, texts, ended_all, spread = [], [], [], [], [], [], [], [], []
-    held = []
+    held, proxy_spread = [], []
     ensemble_gold = getattr(gold_fn, "n_members", 1) > 1  # a gold RM of several members: log their disagreement
+    ensemble_proxy = getattr(scorer, "n_members", 1) > 1  # a proxy of several: their disagreement, a gold-free signal
     with seeded_sampling(seed):
         for i in range(0, len(flat), batch_size):
             chunk = flat[i : i + batch_size]
@@ -119,7 +123,11 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
                     ref_logp = response_logprobs(reference, ro.query_ids, ro.query_mask, ro.response_ids,
                                                  ro.response_mask, gen.temperature or 1.0)
                     kls += ((logp - ref_logp) * ro.response_mask).sum(-1).tolist()
-            if scorer is not None:
+            if ensemble_proxy:
+                p, sd = scorer.scores_and_spread(chunk, ro.responses, ro.ended)
+                proxy += p.tolist()
+                proxy_spread += sd.tolist()
+            elif scorer is not None:
                 proxy += scorer(chunk, ro.responses, ro.ended).tolist()
             if heldout is not None:
                 held += heldout(chunk, ro.responses, ro.ended).tolist()
@@ -142,6 +150,8 @@ def evaluate_policy(policy, tokenizer, prompts: list[str], gen: GenerationConfig
                                    if vals}}
     for name, vals in rewards.items():
         metrics[f"{prefix}{name}"], metrics[f"{prefix}{name}_se"] = cluster_mean_se(vals, groups)
+    if proxy_spread:
+        metrics[f"{prefix}proxy_ensemble_std"] = mean(proxy_spread)
     if spread:  # the gold's members disagree more off the text they were trained on: out of its depth
         metrics[f"{prefix}gold_rm_std"] = mean(spread)
         if gold_fn.heldout_spread:  # an ensemble gold is a RewardScorer
