@@ -1,12 +1,14 @@
 """What a ship-rule study logs in every policy run (issue 67): each key off by default, and with it on,
 ``eval.test_each_eval`` (test/* at every evaluation), ``reward_model.heldout`` (eval/heldout_reward from an RM on pairs
-the proxy never saw), and ``reward_model.ensemble`` >= 2 (eval/proxy_ensemble_std)."""
+the proxy never saw), ``reward_model.ensemble`` >= 2 (eval/proxy_ensemble_std) and ``eval.save_checkpoints`` (a Hugging
+Face folder per evaluation)."""
 
 from __future__ import annotations
 
 import copy
 import json
 import sys
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -86,6 +88,9 @@ def test_the_keys_refuse_what_they_cannot_do_in_one_line(tiny_cfg, tmp_path):
     with pytest.raises(ConfigError, match="eval.test_each_eval must be false with algo.stop_on_alarm"):
         policy_evaluations(tiny_cfg("algo=ppo", "eval.test_each_eval=true", "algo.stop_on_alarm=true"), {}, None, None,
                            tmp_path, [])
+    with pytest.raises(ConfigError, match="eval.save_checkpoints must be false with trainer=fsdp"):
+        policy_evaluations(tiny_cfg("algo=ppo", "eval.save_checkpoints=true", "trainer=fsdp_cpu"), {}, None, None,
+                           tmp_path, [])
     with pytest.raises(ConfigError, match="reward_model.heldout must be false with data=jsonl"):
         heldout_config(compose_cfg(["data=jsonl", "data.path=x.jsonl", "reward_model.heldout=true"]))
     with pytest.raises(ConfigError, match="reward_model.heldout must be false with reward_model.path"):
@@ -114,11 +119,12 @@ def _periodic(monkeypatch, steps: int, **kw):
 
 
 def test_the_test_evaluation_runs_at_every_evaluation_once_and_training_never_sees_it(monkeypatch):
-    tests, seen, ev = _periodic(monkeypatch, 4, test_each_eval=True)
+    tests, seen, ev = _periodic(monkeypatch, 4, test_each_eval=True, save=lambda step: f"checkpoints/{step}")
     assert tests == [0, 2, 4]  # the end (step 4, an evaluation) is tested once
     assert seen == [(0, {"eval/gold_reward"}), (2, {"eval/gold_reward"}), (4, {"eval/gold_reward"})]  # eval/* only
+    assert ev.saved == {0: "checkpoints/0", 2: "checkpoints/2", 4: "checkpoints/4"}
     tests, _, ev = _periodic(monkeypatch, 5)
-    assert tests == [0, 5]  # off: the start and the end, as before
+    assert tests == [0, 5] and ev.saved == {}  # off: the start and the end, as before
 
 
 def _history(db, run_id, key):
@@ -129,8 +135,10 @@ def _history(db, run_id, key):
 @pytest.mark.slow
 def test_a_ppo_job_with_every_key_on_logs_each_signal_at_every_evaluation(tiny_cfg, tmp_path):
     """One tiny PPO job with the keys of a ship study on: every evaluation (steps 0, 1, 2) logs the test gold, the
-    held-out RM's reward and the proxy ensemble's disagreement; the held-out RM's training pairs share no prompt with
-    the proxy's."""
+    held-out RM's reward and the proxy ensemble's disagreement, and saves a checkpoint that from_pretrained loads; the
+    held-out RM's training pairs share no prompt with the proxy's; the summary names the checkpoints."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     from rlhf_lab.data.preferences import load_pairs
     from rlhf_lab.stages.heldout import heldout_config
 
@@ -139,15 +147,22 @@ def test_a_ppo_job_with_every_key_on_logs_each_signal_at_every_evaluation(tiny_c
                    "eval.every_n_steps=1", "generation.max_new_tokens=12", "eval.n_prompts=8", "eval.n_test_prompts=8",
                    "eval.n_ood_prompts=4", "reward_model.steps=10", "data.n_train=64", "data.n_eval=32",
                    "reward_model.norm_samples=64", "reward_model.ensemble=2", "reward_model.heldout=true",
-                   "eval.test_each_eval=true", mlflow_db=db)
+                   "eval.test_each_eval=true", "eval.save_checkpoints=true", mlflow_db=db)
     meta = stages.run_job(cfg, tmp_path / "out")
-    run = meta["run_id"]
+    run, out = meta["run_id"], Path(meta["artifact"])  # <output dir>/artifact
     for key in ("test/gold_reward", "test/heldout_reward", "eval/heldout_reward", "eval/heldout_reward_se",
                 "eval/proxy_ensemble_std", "eval/proxy_reward", "eval/gold_reward"):
         assert set(_history(db, run, key)) == {0, 1, 2}, key
     assert min(_history(db, run, "eval/proxy_ensemble_std").values()) > 0  # two members of other seeds disagree
     assert set(_history(db, run, "eval/gold_reward_ood")) == {0, 1, 2}  # the held-out evaluation, whole
-    assert mlflow.get_run(run).data.tags["rlhf_lab.upstream.heldout_rm"]
+    for step in (0, 1, 2):
+        folder = out / "checkpoints" / f"step_{step:06d}"
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        assert AutoTokenizer.from_pretrained(folder) is not None and model.num_parameters() > 0
+    assert "3 policies" in meta["summary"]["checkpoints"] and str(out.resolve() / "checkpoints") in meta["summary"][
+        "checkpoints"]
+    tags = mlflow.get_run(run).data.tags
+    assert tags["rlhf_lab.checkpoints"] == str(out.resolve() / "checkpoints") and tags["rlhf_lab.upstream.heldout_rm"]
     proxy_pairs = stages.ensure("prefs", cfg)
     held_pairs = stages.ensure("prefs", heldout_config(cfg))
     proxy_prompts = {p.prompt for p in load_pairs(proxy_pairs / "train.jsonl")}

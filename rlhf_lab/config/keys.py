@@ -34,7 +34,7 @@ NOT_COMPUTED = ("tracking", "skip_finished", "study", "cache_dir", "trainer.prog
 # keys added after runs and artifacts were made, each with the value that does what the code did before it existed:
 # left out of a job's config digest, its pre-emption checkpoint key and the cache keys that hold the whole config
 # (computed_plain) while they hold it, so adding one changed no earlier job's identity or key
-ADDED_OFF = {"eval.test_each_eval": False, "reward_model.heldout": False}
+ADDED_OFF = {"eval.test_each_eval": False, "eval.save_checkpoints": False, "reward_model.heldout": False}
 
 
 def computed_plain(plain: dict, also=()) -> dict:

@@ -284,7 +284,9 @@ class EvalConfig:
     batch_size: int = MISSING
     reuse_start: bool = MISSING
     probe_path: Optional[str] = MISSING
-    test_each_eval: bool = False  # a default here too (conf/eval/default.yaml): a user's own file need not name it
+    # defaults here too (conf/eval/default.yaml sets them): a user's own group file need not name them
+    test_each_eval: bool = False
+    save_checkpoints: bool = False
 
 
 @dataclass

@@ -75,16 +75,19 @@ class PeriodicEval(L.Callback):
     policy at step s), for a study that measures afterwards the held-out gold of the checkpoint a rule chose (its
     gold regret). No choice made during training looks at it still: `after` (the hacking alarm) sees the
     evaluation's ``eval/*`` metrics only, nothing in training reads ``test/*``, and a ship rule must not either (it
-    is what the rule is measured with).
+    is what the rule is measured with). `save(step) -> path` (``eval.save_checkpoints``), when given, saves the
+    policy of each evaluation (rank 0, with its full parameters); `saved` maps each step to its folder.
     """
 
     def __init__(self, evaluate: Callable[[], tuple[dict, list]], at_steps: Iterable[int], at_start: bool = True,
                  step_fn: Callable[[L.Trainer, L.LightningModule], int] | None = None,
                  test: Callable[[], tuple[dict, list]] | None = None,
                  start: Callable[[str, Callable[[], tuple[dict, list]]], tuple[dict, list]] | None = None,
-                 after: Callable[[int, dict], None] | None = None, test_each_eval: bool = False):
+                 after: Callable[[int, dict], None] | None = None, test_each_eval: bool = False,
+                 save: Callable[[int], str] | None = None):
         self.evaluate = evaluate
-        self.test_each_eval = test_each_eval
+        self.test_each_eval, self.save = test_each_eval, save
+        self.saved: dict[int, str] = {}  # step -> the policy's folder (with `save`)
         self.after = after  # (step, metrics) after each evaluation is logged, before the end's held-out one
         self.start = start  # (split, compute) -> (metrics, rows) for the evaluations at the start (a cache of them)
         self.test = test
@@ -107,6 +110,8 @@ class PeriodicEval(L.Callback):
         with gathered(pl_module):  # every rank: a sharded model is evaluated with its full parameters
             if trainer.global_rank == 0:
                 self._evaluate(step, at_start)
+                if self.save is not None:
+                    self.saved[step] = self.save(step)
         if self.test_each_eval and not at_start:  # at the start: on_train_start runs it after this
             self._run_test(trainer, pl_module, step)
 
@@ -143,7 +148,7 @@ class PeriodicEval(L.Callback):
         self.test_last = metrics
 
     # the evaluations already made travel with a checkpoint: a resumed run keeps its SFT baseline (first evaluation)
-    STATE = ("first", "last", "curve", "test_first", "test_last", "_done_steps", "_test_steps")
+    STATE = ("first", "last", "curve", "test_first", "test_last", "saved", "_done_steps", "_test_steps")
 
     def state_dict(self) -> dict:
         state = {k: sorted(v) if isinstance(v, set) else v for k, v in ((k, getattr(self, k)) for k in self.STATE)}

@@ -44,7 +44,7 @@ from rlhf_lab.config.keys import computes, to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import heldout, prefs
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.evaluate import gold_summary, held_out_summary, policy_evaluations
+from rlhf_lab.stages.evaluate import checkpoints_summary, gold_summary, held_out_summary, policy_evaluations
 from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 
@@ -200,7 +200,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         active_run.log_metric("time/train_s", train_s)
         start, last = ev.first, ev.last
         summary = gold_summary(ev.test_first, ev.test_last, "SFT", f"DPO step {steps}")
-        summary.update(held_out_summary(ev))
+        summary.update({**held_out_summary(ev), **checkpoints_summary(ev)})
         if "eval/gold_reward" in start and "eval/gold_reward" in last:
             active_run.log_metric("eval/gold_reward_gain", last["eval/gold_reward"] - start["eval/gold_reward"])
         return {"run_id": run.info.run_id, "stage": "dpo", "eval": last, "eval_start": start, "train_s": train_s,

@@ -8,7 +8,7 @@ import inspect
 import json
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
@@ -121,7 +121,7 @@ def probe_agreement(cfg: DictConfig, policy, kw: dict) -> dict[str, float]:
 # run, and the settings of the rollouts and updates. Every other key (and the code) is part of the start's key.
 START_EVAL_IGNORES = (
     "seed", "kl", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points",
-    "eval.sqrt_kl_spacing", "eval.test_each_eval", "algo.steps",
+    "eval.sqrt_kl_spacing", "eval.test_each_eval", "eval.save_checkpoints", "algo.steps",
     "algo.batch_size", "algo.samples_per_prompt", "algo.ppo_epochs", "algo.num_minibatches", "algo.lr",
     "algo.critic_lr", "algo.clip_eps", "algo.clip_eps_high", "algo.loss_agg", "algo.value_clip_eps", "algo.vf_coef",
     "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",
@@ -211,16 +211,23 @@ def held_out_summary(ev) -> dict[str, str]:
     return out
 
 
+CHECKPOINTS = "checkpoints"  # eval.save_checkpoints: <the job's artifact folder>/checkpoints/step_NNNNNN
+
+
 def policy_evaluations(cfg: DictConfig, spec: dict, policy, tok, out_dir, at_steps, stage: str | None = None,
                        reference=None, scorer=None, gold=None, extra=None, **kw):
     """A policy job's evaluations (:class:`rlhf_lab.evaluation.callbacks.PeriodicEval`): ``eval/*`` at `at_steps`, the
     start and the end (with `stage`, the start's kept in the cache: :func:`start_evaluation`), ``test/*`` at the start
     and the end, and what a ship study turns on, each off by default: ``eval.test_each_eval`` (``test/*`` at every
-    evaluation) and ``reward_model.heldout`` (``eval/heldout_reward``: the held-out RM of `spec`'s ``heldout_rm``,
-    :mod:`rlhf_lab.stages.heldout`). `out_dir`: the job's artifact folder. Called inside the job's run.
+    evaluation), ``reward_model.heldout`` (``eval/heldout_reward``: the held-out RM of `spec`'s ``heldout_rm``,
+    :mod:`rlhf_lab.stages.heldout`) and ``eval.save_checkpoints`` (the policy of every evaluation as a Hugging Face
+    folder, ``<out_dir>/checkpoints/step_NNNNNN`` in the job's artifact folder `out_dir`, tagged
+    ``rlhf_lab.checkpoints``). Called inside the job's run.
     `reference`: a model, or a function that returns it at each evaluation; `extra()`: metrics added to every
     ``eval/*`` evaluation (DPO's pair metrics); `kw`: PeriodicEval's `step_fn` and `after`."""
     from rlhf_lab.evaluation.callbacks import PeriodicEval
+    from rlhf_lab.models.saving import save_policy, step_folder
+    from rlhf_lab.models.sharding import shards
     from rlhf_lab.stages import heldout as H
 
     e = cfg.eval
@@ -230,6 +237,14 @@ def policy_evaluations(cfg: DictConfig, spec: dict, policy, tok, out_dir, at_ste
     held = H.load_scorer(cfg, spec["heldout_rm"]) if spec.get("heldout_rm") else None
     if held is not None:
         active_run.set_tag("rlhf_lab.upstream.heldout_rm", upstream_run(cfg, spec["heldout_rm"]))
+    save = None
+    if e.get("save_checkpoints"):
+        if shards(OmegaConf.select(cfg, "trainer.strategy._target_")):
+            raise ConfigError("eval.save_checkpoints", True, "false with trainer=fsdp / fsdp_cpu (a sharded policy "
+                              "is whole only at the end); use trainer=ddp / ddp_cpu")
+        root = Path(out_dir).resolve() / CHECKPOINTS
+        active_run.set_tag("rlhf_lab.checkpoints", str(root))
+        save = lambda step: str(save_policy(policy, tok, step_folder(root, step)))  # noqa: E731
 
     def run(split: str):
         if held is not None:
@@ -242,4 +257,15 @@ def policy_evaluations(cfg: DictConfig, spec: dict, policy, tok, out_dir, at_ste
 
     return PeriodicEval(lambda: run("eval"), at_steps=at_steps, at_start=True, test=lambda: run("test"),
                         start=start_evaluation(cfg, stage, spec) if stage else None,
-                        test_each_eval=bool(e.get("test_each_eval")), **kw)
+                        test_each_eval=bool(e.get("test_each_eval")), save=save, **kw)
+
+
+def checkpoints_summary(ev) -> dict[str, str]:
+    """The job summary's ``checkpoints`` line (``eval.save_checkpoints``): how many policies were saved, where, at which
+    steps; nothing without them."""
+    if not ev.saved:
+        return {}
+    steps = sorted(ev.saved)
+    root = Path(ev.saved[steps[0]]).parent
+    return {"checkpoints": f"{len(steps)} policies, one per evaluation (steps {steps[0]} to {steps[-1]}): "
+                           f"{root}/step_NNNNNN"}

@@ -59,7 +59,7 @@ from rlhf_lab.config.keys import computed_plain, to_plain
 from rlhf_lab.runs.contents import with_contents
 from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.evaluate import evaluate, gold_summary, held_out_summary, policy_evaluations
+from rlhf_lab.stages.evaluate import checkpoints_summary, evaluate, gold_summary, held_out_summary, policy_evaluations
 from rlhf_lab.stages.presets import checkpoint_path
 from rlhf_lab.stages.registry import ALIASES, run_settings, ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
@@ -406,7 +406,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                                                     len(alarm.evaluations))
         elif monitor.enabled:  # no gold-free alarm (disabled): the gold monitor's own line, only where a gold exists
             summary["gold monitor"] = "no alarm" if monitor.fired_at is None else f"alarm at step {monitor.fired_at}"
-        summary.update(held_out_summary(ev))
+        summary.update({**held_out_summary(ev), **checkpoints_summary(ev)})
         t0, t1 = ev.test_first, ev.test_last
         if "test/formula_gold_reward" in t1:
             summary["formula"] = (f"{t0['test/formula_gold_reward']:.3f} -> {t1['test/formula_gold_reward']:.3f} "
