@@ -3,11 +3,12 @@ reader, which the cache uses for its code digests; nothing of the package is run
 no import cycle inside rlhf_lab/ or rlhf_lab_research/ (imports inside functions count too), rlhf_lab never importing
 rlhf_lab_research, no `_private` name imported from another module, a module with one job (a docstring that
 names it, at most MAX_LINES lines), at most 3 modules at the package root, no link to ../shared (which a clone does not
-have)."""
+have), and docs/architecture.md's import arrows drawn as the code imports."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from rlhf_lab.runs.code import PKG, ROOT, import_graph, imports_of, package_modules
@@ -249,3 +250,83 @@ def test_leaves_never_reach_up_to_stages_tracking_or_the_entry_points():
     offenders = [f"{m} imports {t}" for m, targets in sorted(graph.items()) if m.split(".")[1:2] and m.split(".")[1] in LEAVES
                  for t in sorted(targets) if t == up[1] or t.startswith(up[0]) or t.startswith(up[2])]
     assert not offenders, "leaves reaching up:\n" + "\n".join(offenders)
+
+
+ARROWS_MARK = "<!-- the import arrows: checked by tests/test_architecture.py -->"
+
+
+def drawn_arrows(text: str) -> list[tuple[str, list[str]]]:
+    """The boxes of docs/architecture.md's import block, top to bottom, each with the boxes it draws arrows to
+    (lines ``a -> b, c``; a box alone on its line imports no other box)."""
+    block = text.split(ARROWS_MARK, 1)[1].split("```", 2)[1]
+    rows = []
+    for line in block.splitlines()[1:]:  # after the fence's info string
+        if line.strip():
+            src, _, dst = line.partition("->")
+            rows.append((src.strip(), [d.strip() for d in re.split(r",\s*(?![^{]*\})", dst) if d.strip()]))
+    return rows
+
+
+def box_members(box: str) -> list[str]:
+    """``config/{a,b}.py`` -> ``["config/a.py", "config/b.py"]``; a folder or a package name stays as it is."""
+    m = re.fullmatch(r"(.*)\{(.*)\}(\.py)", box)
+    return [m.group(1) + x + m.group(3) for x in m.group(2).split(",")] if m else [box]
+
+
+def box_of(module: str, boxes: list[str]) -> str | None:
+    """The most specific drawn box holding `module` (``rlhf_lab.config.checks``): a module box (``config/checks.py``)
+    before its folder's (``config``); every module of rlhf_lab_research is that one box."""
+    if module.split(".")[0] == "rlhf_lab_research":
+        return "rlhf_lab_research" if "rlhf_lab_research" in boxes else None
+    path, best = "/".join(module.split(".")[1:]), None
+    for box in boxes:
+        for member in box_members(box):
+            hit = path + ".py" == member if member.endswith(".py") else path == member or path.startswith(member + "/")
+            if hit and (best is None or len(member) > len(best[1])):
+                best = (box, member)
+    return best[0] if best else None
+
+
+def arrow_problems(rows: list[tuple[str, list[str]]], graph: dict[str, set[str]]) -> list[str]:
+    """What the drawn arrows get wrong about `graph` (module -> modules it imports): an arrow no import makes, an import
+    between boxes with no arrow, an arrow up (to a box drawn above), a module in no box. ``X -> rlhf_lab`` stands for
+    imports of any module of the package."""
+    boxes = [src for src, _ in rows]
+    layer = {b: i for i, b in enumerate(boxes)}
+    real: dict[str, set[str]] = {}
+    out = []
+    for m, targets in sorted(graph.items()):
+        a = box_of(m, boxes)
+        if a is None:
+            if targets:
+                out.append(f"{m} is in no box")
+            continue
+        for t in targets:
+            b = box_of(t, boxes)
+            b = "rlhf_lab" if b != "rlhf_lab_research" and a == "rlhf_lab_research" else b
+            if b is None:
+                out.append(f"{t} (imported by {m}) is in no box")
+            elif b != a:
+                real.setdefault(a, set()).add(b)
+    for src, dsts in rows:
+        out += [f"{src} -> {d}: no such import" for d in dsts if d not in real.get(src, set())]
+        out += [f"{src} -> {d}: the import is not drawn" for d in sorted(real.get(src, set()) - set(dsts))]
+        out += [f"{src} -> {d}: an arrow up" for d in dsts if d in layer and layer[d] <= layer[src]]
+    return out
+
+
+def test_the_architecture_docs_draw_the_real_imports():
+    """docs/architecture.md's import arrows are the code's (import_graph over both packages, imports inside functions
+    included): each drawn arrow is an import, no import between boxes is missing, every arrow points down."""
+    rows = drawn_arrows((ROOT / "docs" / "architecture.md").read_text())
+    assert arrow_problems(rows, import_graph(PKG, RESEARCH)) == []
+    planted = {"rlhf_lab.runs.jobs": {"rlhf_lab.config.keys", "rlhf_lab.stages.ppo"}, "rlhf_lab.stages.ppo": set()}
+    assert arrow_problems([("stages", []), ("runs", ["config", "world"]), ("config", [])], planted) == [
+        "runs -> world: no such import", "runs -> stages: the import is not drawn"]
+    assert arrow_problems([("config", ["runs"]), ("runs", [])], {"rlhf_lab.config.keys": {"rlhf_lab.runs.jobs"}}) == []
+    assert arrow_problems([("runs", ["config"]), ("config", [])], {"rlhf_lab.config.keys": {"rlhf_lab.runs.jobs"}}) \
+        == ["runs -> config: no such import", "config -> runs: the import is not drawn"]
+    assert arrow_problems([("runs", []), ("config", ["runs"])], {"rlhf_lab.config.keys": {"rlhf_lab.runs.jobs"}}) \
+        == ["config -> runs: an arrow up"]
+    assert box_of("rlhf_lab.config.checks", ["config", "config/{checks,paths}.py"]) == "config/{checks,paths}.py"
+    assert box_of("rlhf_lab.config.keys", ["config", "config/{checks,paths}.py"]) == "config"
