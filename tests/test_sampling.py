@@ -262,3 +262,18 @@ def test_decode_loop_uses_the_preallocated_cache(family_models):
     model, _ = family_models["family_a"]
     cache = S.preallocated_cache(model, 12)
     assert cache is not None and all(isinstance(layer, S.PreallocatedLayer) for layer in cache.layers)
+
+
+def test_a_prompt_over_max_prompt_len_is_a_config_error_naming_the_key():
+    """A user's prompts longer than generation.max_prompt_len: one line naming the key and the length needed (the
+    CLI prints a ConfigError on one line and exits 2), not a traceback from the middle of a job."""
+    from rlhf_lab.config.errors import ConfigError
+
+    texts = [f"{p} {c} {r}" for p, c, r in world_pairs(100, seed=1)]
+    tok = Fm.train_tokenizer(Fm.FAMILIES[0], texts, 320)
+    batch = prompts(3)
+    longest = S.encode_prompts(tok, batch)[0].shape[1]
+    assert S.encode_prompts(tok, batch, max_prompt_len=longest)[0].shape[1] == longest
+    with pytest.raises(ConfigError, match=rf"^generation\.max_prompt_len must be at least {longest} tokens.*or null "
+                                          rf"\(no limit\), got {longest - 1}$"):
+        S.encode_prompts(tok, batch, max_prompt_len=longest - 1)

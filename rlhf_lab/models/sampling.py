@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from rlhf_lab.config.choices import Sampler
+from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.models.adapters import unwrap
 
 try:
@@ -61,10 +62,9 @@ def encode_prompts(tokenizer, prompts: list[str], max_prompt_len: int | None = N
     enc = tokenizer(prompts, return_tensors="pt", padding=True)
     if max_prompt_len is not None and enc.input_ids.shape[1] > max_prompt_len:
         longest = max(prompts, key=len)
-        raise ValueError(
-            f"a prompt is {enc.input_ids.shape[1]} tokens long, over the limit {max_prompt_len} "
-            f"(e.g. {longest[:80]!r}); raise generation.max_prompt_len (null: no limit) or shorten the prompts"
-        )
+        raise ConfigError("generation.max_prompt_len", max_prompt_len,
+                          f"at least {enc.input_ids.shape[1]} tokens, the longest prompt here (e.g. {longest[:60]!r}), "
+                          "or null (no limit)")
     return enc.input_ids, enc.attention_mask
 
 
