@@ -44,8 +44,12 @@ def test_every_study_file_is_a_global_package_with_a_study_name_and_sweeper_para
         assert f"study: {study}" in text and "sweeper:" in text and "params:" in text, study
 
 
+# the studies tuned by Optuna (hydra/sweeper=optuna): their jobs are proposed as they run, not planned (tests/test_tune.py)
+TUNED = [s for s in STUDIES if "override /hydra/sweeper: optuna" in (ROOT / "sweeps" / "sweep" / f"{s}.yaml").read_text()]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("study", STUDIES)
+@pytest.mark.parametrize("study", [s for s in STUDIES if s not in TUNED])
 def test_each_study_expands_into_jobs_that_compose(study):
     jobs = sweeping.plan([f"sweep={study}"])  # composes every job: a bad key or option raises
     assert len(jobs) >= 3

@@ -106,10 +106,11 @@ def summary(cfg: DictConfig, meta: dict, seconds: float, threads: int | None = N
 
 
 def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, float | None]:
-    """With ``skip_finished=true``: ``("skipped", its final gold)`` when a FINISHED run of the job (same study, same
-    overrides: :func:`rlhf_lab.runs.jobs.finished_runs`) computed what the job would: the same config, inputs and
-    code (`identity`, :mod:`rlhf_lab.runs.identity`); ``("rerun", None)`` when the job has such runs but none did,
-    after one line saying what changed since the latest; ``("ran", None)`` when it has none, or without
+    """With ``skip_finished=true``: ``("skipped", its final gold, or its objective as a trial of
+    ``hydra/sweeper=optuna``: :func:`rlhf_lab.entry.tune.trial_result`)`` when a FINISHED run of the job (same
+    study, same overrides: :func:`rlhf_lab.runs.jobs.finished_runs`) computed what the job would: the same config,
+    inputs and code (`identity`, :mod:`rlhf_lab.runs.identity`); ``("rerun", None)`` when the job has such runs but
+    none did, after one line saying what changed since the latest; ``("ran", None)`` when it has none, or without
     ``skip_finished``. The kind is the job's mark for its sweep (:func:`rlhf_lab.entry.sweeps.mark_job`)."""
     if not cfg.get("skip_finished"):
         return "ran", None
@@ -124,7 +125,9 @@ def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, fl
     for run in runs:
         if changed_parts(run.data.tags, identity) == []:
             print(f"[rlhf-lab] {cfg.algo.name} {overrides}: skipped (finished run {run.info.run_id})", flush=True)
-            return "skipped", run.data.metrics.get("eval/gold_reward")
+            from rlhf_lab.entry.tune import trial_result
+
+            return "skipped", trial_result(cfg, run.info.run_id, run.data.metrics.get("eval/gold_reward"), log=False)
     why = rerun_reason(runs[0], identity, to_plain(cfg), tracking_uri(configured_uri(cfg)))
     print(f"[rlhf-lab] {cfg.algo.name} {overrides}: rerun: {why}", flush=True)
     return "rerun", None
@@ -176,7 +179,10 @@ def _app(cfg: DictConfig) -> float | None:
 
             meta["experiment_id"] = tracking.experiment_id(tracking_uri(configured_uri(cfg)), experiment_name(cfg))
         print(summary(cfg, meta, time.time() - t0, threads))
-        return (meta.get("eval") or {}).get("eval/gold_reward")  # for a sweeper: selection on eval, never test
+        from rlhf_lab.entry.tune import trial_result  # a trial of hydra/sweeper=optuna: its objective (tune.objective)
+
+        # else for a sweeper: the eval gold (selection on eval, never test)
+        return trial_result(cfg, meta.get("run_id"), (meta.get("eval") or {}).get("eval/gold_reward"))
     except Exception as err:
         # A single run fails (non-zero exit); in a multirun the failing job is logged and recorded (its
         # MLflow run is already FAILED) and the other jobs go on (rlhf_lab/entry/sweeps.py).
