@@ -1,7 +1,7 @@
 """Tuning without gold (issue 67, item 6): a trial's objective (rlhf_lab/evaluation/objective.py) against hand
 computations, the ``tune`` checks and the launcher's batch (rlhf_lab/entry/tune.py), ``hydra/sweeper=optuna``'s settings
-(rlhf_lab/config/sweeper.py), the study tune_ppo (sweeps/sweep/), and a tiny Optuna sweep end to end as a process
-(slow)."""
+(rlhf_lab/config/sweeper.py), the studies tune_ppo and tune_goodhart_* (sweeps/sweep/), and a tiny Optuna sweep end to
+end as a process (slow)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,31 @@ def test_the_lab_s_optuna_sweeper_maximises_with_a_seeded_tpe_and_tune_ppo_names
     assert cfg.tune.objective == "ship" and cfg.kl.name == "fixed" and cfg.algo.name == "ppo"
     assert OmegaConf.to_container(cfg.tune, resolve=True)["params"] == {"cost": cfg.tune.kl_cost}
     check_tune(OmegaConf.to_container(cfg.tune, resolve=True))
+
+
+GOODHART = ("proxy", "ship", "gold")
+
+
+def leaves(node, prefix=""):
+    if isinstance(node, dict):
+        return {k: v for key, sub in node.items() for k, v in leaves(sub, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def test_the_goodhart_studies_differ_only_in_the_objective():
+    """tune_goodhart_{proxy,ship,gold}: the same jobs, search space, trial budget and sampler seed; only tune.objective
+    (and the study's name) differ, in the composed config and in Hydra's (the sweeper's settings)."""
+    composed = {o: leaves(OmegaConf.to_container(sweep_config([f"sweep=tune_goodhart_{o}"]), resolve=False))
+                for o in GOODHART}
+    for o in GOODHART:
+        c = composed[o]
+        assert c["tune.objective"] == o and c["study"] == f"tune_goodhart_{o}"
+        assert c["hydra.sweeper.sampler.seed"] == 0 and c["hydra.sweeper.n_trials"] >= 20
+    volatile = ("hydra.runtime.", "hydra.job.", "hydra.overrides.")  # the command line and the process
+    differ = {k for k in composed["ship"] if not k.startswith(volatile)
+              and any(composed[o].get(k) != composed["ship"][k] for o in GOODHART)}
+    assert differ == {"tune.objective", "study"}
+    assert set(composed["ship"]) == set(composed["proxy"]) == set(composed["gold"])
 
 
 @pytest.mark.slow
