@@ -74,8 +74,12 @@ def test_the_proxy_objective_is_the_raw_proxy_at_the_end_and_gold_the_eval_gold_
 def test_tune_settings_are_checked_in_one_line_naming_the_key():
     good = {"objective": "ship", "rule": RULE, "params": PARAMS, "kl_cost": 0.2}
     check_tune(good)
+    check_tune({**good, "rule": "clock", "params": {"fraction": 0.6}})
+    check_tune({**good, "rule": "last_checkpoint", "params": None})
+    check_tune({**good, "rule": "alarm", "params": {}})  # its threshold has a default
     for bad, key in (({"objective": "gold_test"}, "tune.objective"), ({"rule": "nope"}, "tune.rule"),
-                     ({"params": [1]}, "tune.params"), ({"kl_cost": -1}, "tune.kl_cost"),
+                     ({"params": [1]}, "tune.params"), ({"rule": "clock"}, "tune.params"),  # clock takes fraction
+                     ({"rule": "clock", "params": {}}, "tune.params"), ({"kl_cost": -1}, "tune.kl_cost"),
                      ({"kl_cost": "x"}, "tune.kl_cost")):
         with pytest.raises(ConfigError, match=re.escape(key)):
             check_tune({**good, **bad})
@@ -109,12 +113,22 @@ def sweep_config(overrides):
         return compose("config", overrides=overrides, return_hydra_config=True)
 
 
+def search_space(params) -> dict[str, str]:
+    """The Optuna distribution of each key of `params` (hydra.sweeper.params), as the plugin makes them."""
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+
+    distributions = create_params_from_overrides([f"{k}={v}" for k, v in params.items()])[0]
+    return {k: type(d).__name__ for k, d in distributions.items()}
+
+
 def test_the_lab_s_optuna_sweeper_maximises_with_a_seeded_tpe_and_tune_ppo_names_its_search_space():
     cfg = sweep_config(["sweep=tune_ppo"])
     s = cfg.hydra.sweeper
     assert s._target_ == "hydra_plugins.rlhf_lab_tune.sweeper.OptunaSweeper" and s.direction == "maximize"
     assert s.sampler._target_ == "optuna.samplers.TPESampler" and s.sampler.seed == 0 and s.n_jobs is None
-    assert set(s.params) == {"kl.beta", "algo.steps", "algo.lr"} and "log" in s.params["algo.lr"]
+    assert set(s.params) == {"kl.beta", "algo.steps", "algo.lr"}
+    assert search_space(s.params) == {"kl.beta": "UniformDistribution", "algo.steps": "IntUniformDistribution",
+                                      "algo.lr": "LogUniformDistribution"}  # algo.steps an int: its schema's type
     assert cfg.tune.objective == "ship" and cfg.kl.name == "fixed" and cfg.algo.name == "ppo"
     assert OmegaConf.to_container(cfg.tune, resolve=True)["params"] == {"cost": cfg.tune.kl_cost}
     check_tune(OmegaConf.to_container(cfg.tune, resolve=True))
@@ -138,6 +152,8 @@ def test_the_goodhart_studies_differ_only_in_the_objective():
         c = composed[o]
         assert c["tune.objective"] == o and c["study"] == f"tune_goodhart_{o}"
         assert c["hydra.sweeper.sampler.seed"] == 0 and c["hydra.sweeper.n_trials"] >= 20
+        params = {k.split(".", 3)[3]: v for k, v in c.items() if k.startswith("hydra.sweeper.params.")}
+        assert search_space(params)["algo.steps"] == "IntUniformDistribution"
     volatile = ("hydra.runtime.", "hydra.job.", "hydra.overrides.")  # the command line and the process
     differ = {k for k in composed["ship"] if not k.startswith(volatile)
               and any(composed[o].get(k) != composed["ship"][k] for o in GOODHART)}

@@ -56,7 +56,7 @@ class OptunaSettings:
     max_failure_rate: float = 0.0  # the plugin's; a failed trial is told to Optuna as failed and the others go on
     search_space: Optional[Dict[str, Any]] = None  # the plugin's deprecated form of params
     custom_search_space: Optional[str] = None
-    params: Optional[Dict[str, str]] = None  # the search space: {key: interval(...) | choice(...) | range(...)}
+    params: Optional[Dict[str, str]] = None  # the search space: {key: interval(a,b) | int(interval(a,b)) | choice(...)}
 
 
 def register() -> None:

@@ -28,6 +28,7 @@ Optuna storage URL) and ``hydra.sweeper.study_name`` the study itself persists i
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import sys
@@ -49,15 +50,20 @@ INSTALL = "pip install 'rlhf-lab[tune]'"  # the extra with hydra-optuna-sweeper
 
 
 def check_tune(tune: dict | None) -> None:
-    """The ``tune`` settings (conf/config.yaml): a known objective and ship rule, parameters as a mapping, a KL cost
-    ≥ 0. Raises :class:`~rlhf_lab.config.errors.ConfigError` naming the key."""
+    """The ``tune`` settings (conf/config.yaml): a known objective and ship rule, the rule's parameters (those of its
+    function but the run), a KL cost ≥ 0. Raises :class:`~rlhf_lab.config.errors.ConfigError` naming the key."""
     tune = tune or {}
     if str(tune.get("objective")) not in Objective.__members__:
         raise ConfigError("tune.objective", tune.get("objective"), f"one of {', '.join(Objective)}")
     if str(tune.get("rule")) not in SHIP_RULES:
         raise ConfigError("tune.rule", tune.get("rule"), f"one of {', '.join(SHIP_RULES)}")
-    if not isinstance(tune.get("params") or {}, dict):
-        raise ConfigError("tune.params", tune.get("params"), "a mapping of the rule's parameters")
+    params = tune.get("params") or {}
+    taken = list(inspect.signature(SHIP_RULES[str(tune["rule"])]).parameters.values())[1:]  # after the run's Curve
+    needed = {p.name for p in taken if p.default is inspect.Parameter.empty}
+    if not isinstance(params, dict) or not needed <= set(params) <= {p.name for p in taken}:
+        names = ", ".join(p.name for p in taken) or "none"
+        raise ConfigError("tune.params", tune.get("params"), f"the parameters of tune.rule={tune['rule']} ({names}; "
+                          f"needed: {', '.join(sorted(needed)) or 'none'})")
     cost = tune.get("kl_cost")
     if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
         raise ConfigError("tune.kl_cost", cost, "a number >= 0")
@@ -148,8 +154,9 @@ class OptunaSweeper(Sweeper):
             return
         results = OmegaConf.load(Path(str(self.config.hydra.sweep.dir)) / "optimization_results.yaml")
         best = " ".join(f"{k}={v}" for k, v in results.best_params.items())
+        n = self.plugin.sweeper.n_trials
         print(f"[rlhf-lab] optuna: best trial {best}: tune/objective {float(results.best_value):.4f} "
-              f"(objective {what}; {self.plugin.sweeper.n_trials} trials)", flush=True)
+              f"(objective {what}; {n} trial{'s' * (n != 1)})", flush=True)
         self._tag_parent(parent, {"rlhf_lab.tune.best": best}, float(results.best_value))
 
     @staticmethod
