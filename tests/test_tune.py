@@ -85,6 +85,17 @@ def test_tune_settings_are_checked_in_one_line_naming_the_key():
             check_tune({**good, **bad})
 
 
+def test_optuna_s_own_storage_is_refused_in_one_line_with_sqlalchemy_2():
+    from importlib.metadata import version
+
+    from rlhf_lab.entry.tune import check_storage
+
+    check_storage(None)
+    if int(version("sqlalchemy").split(".")[0]) >= 2:
+        with pytest.raises(ConfigError, match=r"hydra.sweeper.storage must be null here .*skip_finished=true"):
+            check_storage("sqlite:///optuna.db")
+
+
 def test_a_batch_is_as_many_trials_as_the_launcher_runs_at_once():
     assert launcher_batch({}) == 1  # the basic launcher: one at a time
     assert launcher_batch({"n_jobs": 2}) == 2  # hydra/launcher=parallel

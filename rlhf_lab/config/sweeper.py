@@ -51,7 +51,7 @@ class OptunaSettings:
     direction: Any = "maximize"  # the objective is a reward
     n_trials: int = 20
     n_jobs: Optional[int] = None  # trials per batch asked of Optuna: None = as many as the launcher runs at once
-    storage: Optional[Any] = None  # an Optuna storage URL (sqlite:///optuna.db) to keep the study; None: in memory
+    storage: Optional[Any] = None  # in memory (Optuna 2.10 opens no database with SQLAlchemy 2: entry/tune.py)
     study_name: Optional[str] = None
     max_failure_rate: float = 0.0  # the plugin's; a failed trial is told to Optuna as failed and the others go on
     search_space: Optional[Dict[str, Any]] = None  # the plugin's deprecated form of params

@@ -21,10 +21,8 @@ holds them and logged on it as ``tune/objective`` (and ``tune/step``, the step o
 the number the first launch told Optuna (both are computed from the store). With Optuna's in-memory storage (the
 default) the relaunch replays the study: the same sampler seed and the same values propose the same trials, so the
 finished ones are skipped and the sweep runs on from the first missing, failed or changed one; a trial that reruns
-and gives another value changes every proposal after it, and those run anew. With ``hydra.sweeper.storage`` (an
-Optuna storage URL) and ``hydra.sweeper.study_name`` the study itself persists instead: a relaunch adds
-``n_trials`` new trials to it, whatever ``skip_finished`` says.
-"""
+and gives another value changes every proposal after it, and those run anew. Optuna's own persistent study
+(``hydra.sweeper.storage``) is refused where SQLAlchemy 2 is installed (:func:`check_storage`)."""
 
 from __future__ import annotations
 
@@ -100,6 +98,18 @@ def trial_result(cfg: DictConfig, run_id: str | None, other: float | None, log: 
     return tv.value
 
 
+def check_storage(storage: str | None) -> None:
+    """``hydra.sweeper.storage``: Optuna 2.10 (the plugin pins optuna < 3) opens no database with SQLAlchemy 2 (its
+    schema check fails), so a storage is refused in one line where SQLAlchemy 2 is installed."""
+    if storage is None:
+        return
+    from importlib.metadata import version
+
+    if int(version("sqlalchemy").split(".")[0]) >= 2:
+        raise ConfigError("hydra.sweeper.storage", storage, "null here (Optuna 2.10, which hydra-optuna-sweeper pins, "
+                          "cannot open a database with SQLAlchemy 2): resume with skip_finished=true instead")
+
+
 def launcher_batch(launcher: dict) -> int:
     """How many trials the launcher runs at once: joblib's ``n_jobs`` (≤ 0: one per core), else 1."""
     n = launcher.get("n_jobs")
@@ -129,6 +139,7 @@ class OptunaSweeper(Sweeper):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         try:
             check_tune(to_plain(config.get("tune")))
+            check_storage(config.hydra.sweeper.get("storage"))
         except ConfigError as err:
             print(f"rlhf-lab: config error: {err}", file=sys.stderr)
             raise SystemExit(2) from None
