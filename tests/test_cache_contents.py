@@ -10,7 +10,7 @@ import hashlib
 import json
 import shutil
 
-from rlhf_lab.config.keys import NOT_COMPUTED, drop_keys, to_plain
+from rlhf_lab.config.keys import ADDED_OFF, NOT_COMPUTED, drop_keys, to_plain
 from rlhf_lab.runs import contents
 from rlhf_lab.runs.cache import ArtifactCache, artifact_key
 from tests.conftest import compose_cfg
@@ -100,9 +100,10 @@ def test_the_resume_checkpoint_and_the_rows_memo_follow_the_content(tmp_path):
     assert data_memo_key(src) != before[1]
     (ckpt / "model.safetensors").write_bytes(b"\x03" * 64)
     assert resume_checkpoint(cfg, "ppo", spec) != before[0]
-    # the built-in world names no folder: its resume key is the hash of its spec and config as they are
+    # the built-in world names no folder: its resume key is the hash of its spec and config as they are (the keys added
+    # since, at their default, left out: the key a job made before them had)
     world = compose_cfg(["algo=ppo", f"cache_dir={tmp_path / 'cache'}"])
     cached = {"sft": str(tmp_path / "cache" / "sft" / "0123456789abcdef"), "seed": 0, "steps": 2}
-    blob = json.dumps({"stage": "ppo", "spec": cached, "config": drop_keys(to_plain(world), NOT_COMPUTED)},
-                      sort_keys=True, default=str)
+    config = drop_keys(to_plain(world), (*NOT_COMPUTED, *ADDED_OFF))
+    blob = json.dumps({"stage": "ppo", "spec": cached, "config": config}, sort_keys=True, default=str)
     assert resume_checkpoint(world, "ppo", cached).stem == hashlib.sha256(blob.encode()).hexdigest()[:16]
