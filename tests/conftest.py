@@ -154,8 +154,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # The longest test files first (summed --durations of a full run on 2 cores, longest first): xdist hands out whole
 # files in collection order (`--no-loadscope-reorder` in pyproject's addopts, instead of its default: the files with
 # the most tests first), so these start at once and the many short files fill in around them at the end.
-LONGEST_FIRST = ["test_ray_cluster.py", "test_sweeps.py", "test_team_scale.py", "test_server_faults.py", "test_fsdp.py",
-                 "test_ddp.py", "test_ppo.py", "test_preemption.py", "test_mlflow_ui.py", "test_claims_runs.py", "test_your_model.py",
+LONGEST_FIRST = ["test_ray_cluster.py", "test_readme_commands.py", "test_sweeps.py", "test_team_scale.py", "test_server_faults.py", "test_fsdp.py",
+                 "test_ddp.py", "test_ppo.py", "test_preemption.py", "test_tune.py", "test_ship_logging.py", "test_mlflow_ui.py", "test_claims_runs.py", "test_your_model.py",
                  "test_run_states.py", "test_suite.py", "test_rm_pipeline.py", "test_gold.py", "test_config_checks.py",
                  "test_cli.py", "test_eval_schedule.py", "test_job_identity.py", "test_server_security.py",
                  "test_benchmarks.py", "test_hacking_alarm_report.py", "test_install.py", "test_sweep_interrupt.py"]

@@ -418,7 +418,8 @@ class PPOModule(L.LightningModule):
 
     # -- β, controller state and each rank's sampling RNG travel with the Lightning checkpoint ---------
     def on_save_checkpoint(self, checkpoint):
-        checkpoint["ppo"] = {"kl_controller": self.kl_ctl.state_dict(), "kl": self.kl_settings.name,
+        # plain values only: a resume reads it with torch.load(weights_only=True), which refuses the lab's classes
+        checkpoint["ppo"] = {"kl_controller": self.kl_ctl.state_dict(), "kl": str(self.kl_settings.name),
                              "ppo_step": self.ppo_step, "torch_rng": distributed.gather_objects(torch.get_rng_state())}
 
     def on_load_checkpoint(self, checkpoint):
