@@ -266,6 +266,7 @@ def test_end_open_runs_ends_a_run_whose_ending_was_cut_short(tmp_path):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("cut_short")  # not the experiment id an earlier test of this worker left active
     popped = mlflow.start_run().info.run_id
     tracking.OPEN_RUNS[popped] = uri
     mlflow.tracking.fluent._active_run_stack.get().pop()  # as if end_run was stopped after its pop
