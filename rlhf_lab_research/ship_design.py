@@ -36,10 +36,10 @@ from typing import Sequence
 import numpy as np
 
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.snapshot import read_snapshot
 from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab.evaluation.alarm import RULE
+from rlhf_lab_research.studies import alarm_fit
 from rlhf_lab_research.studies.alarm_fit import interval_means, kl_regime
 
 RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
@@ -87,14 +87,8 @@ class DesignRun:
 
 
 def read_runs(files: Sequence[str] = RUNS_FILES) -> list[tuple[str, RunData]]:
-    """(study, run) of every run in `files`, each run once (by run_id: the first file's copy), in the order kept."""
-    seen: dict[str, tuple[str, RunData]] = {}
-    for f in files:
-        studies, _ = read_snapshot(f)
-        for name, runs in studies.items():
-            for r in runs:
-                seen.setdefault(r.run_id, (name, r))
-    return list(seen.values())
+    """(study, run) of every run in `files` (default: the design's), each run once: the alarm study's reader."""
+    return alarm_fit.read_runs(files)
 
 
 def eval_steps(r: RunData) -> list[int]:
