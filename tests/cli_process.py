@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from rlhf_lab.runs.code import code_digests
-from rlhf_lab.stages.registry import STAGES
+from rlhf_lab.stages.pipeline import STAGES
 from tests import mlflow_template
 
 # what a job imports (not rlhf_lab.entry.run itself, which runpy runs as __main__ as `python -m` does): the libraries,

@@ -60,7 +60,7 @@ def test_bad_config_fails_before_any_model_loads(tiny_cfg, tmp_path, monkeypatch
 def test_grpo_and_rloo_are_the_ppo_stage_under_their_own_name():
     """Registry aliases (no module of their own): the PPO stage's code, their own name for the run's tag, seed, steps
     and resume key (what the committed runs of algo=grpo/rloo jobs were made under)."""
-    from rlhf_lab.stages.registry import ALIASES, JOBS, stage_module
+    from rlhf_lab.stages.pipeline import ALIASES, JOBS, stage_module
 
     for name in ("grpo", "rloo"):
         cfg = compose_cfg([f"algo={name}"])

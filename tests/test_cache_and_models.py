@@ -141,7 +141,7 @@ def test_bad_arch_and_family_are_clear_errors(saved_pair):
 def test_trained_upstream_stages_are_keyed_by_their_precision(tiny_cfg, monkeypatch, tmp_path):
     """A base model, SFT policy or reward model trained in bf16 is another model than the fp32 one: its own cache
     key. fp32, written either way, keeps the key of the artifacts cached before precision was part of it."""
-    from rlhf_lab.stages import registry
+    from rlhf_lab.stages import pipeline
 
     class Recorder:
         def __init__(self):
@@ -156,8 +156,8 @@ def test_trained_upstream_stages_are_keyed_by_their_precision(tiny_cfg, monkeypa
 
     def keys(*overrides):
         rec = Recorder()
-        monkeypatch.setattr(registry, "cache_for", lambda cfg: rec)
-        registry.ensure("rm", tiny_cfg(*overrides))
+        monkeypatch.setattr(pipeline, "cache_for", lambda cfg: rec)
+        pipeline.ensure("rm", tiny_cfg(*overrides))
         return rec.keys
 
     fp32, fp32_short, bf16 = keys(), keys("trainer.precision=32"), keys("trainer.precision=bf16-mixed")

@@ -63,7 +63,7 @@ def test_a_checkpoint_named_by_a_relative_path_keys_the_sft_and_rm_by_its_conten
     and data enter their specs as absolute paths, so that their keys see the content."""
     from rlhf_lab.stages import rm as rm_stage
     from rlhf_lab.stages import sft
-    from rlhf_lab.stages.registry import cache_for
+    from rlhf_lab.stages.pipeline import cache_for
 
     monkeypatch.chdir(tmp_path)
     model_folder(tmp_path / "ckpt")

@@ -12,7 +12,7 @@ import torch
 from omegaconf import open_dict
 
 from rlhf_lab import stages
-from rlhf_lab.stages.registry import cache_for
+from rlhf_lab.stages.pipeline import cache_for
 from rlhf_lab.algorithms import dpo
 from rlhf_lab.models import families as Fm
 from rlhf_lab.models.adapters import with_lora

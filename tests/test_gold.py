@@ -183,7 +183,7 @@ def test_the_gold_rm_is_in_the_cache_keys_and_the_formula_keeps_the_old_ones(tin
                                                                             tmp_path):
     from rlhf_lab.stages import dpo, prefs
     from rlhf_lab.stages import rm as rm_stage
-    from rlhf_lab.stages.registry import cache_for
+    from rlhf_lab.stages.pipeline import cache_for
 
     monkeypatch.setattr(prefs, "ensure", lambda stage, cfg: "/fake/sft")  # no SFT to train for a spec
     monkeypatch.setattr(dpo, "ensure", lambda stage, cfg: "/fake/sft")

@@ -152,14 +152,14 @@ WORLD_BEFORE = {"prefs_key": "aecd283b69de34e7", "rm_key": "4495f3c51e640e49", "
 def test_the_world_is_unchanged(monkeypatch, tmp_path):
     from rlhf_lab.world import streams as D
     from rlhf_lab.config import world as W
-    from rlhf_lab.stages import gold, prefs, presets, registry, rm, sft
+    from rlhf_lab.stages import gold, pipeline, prefs, presets, rm, sft
     from rlhf_lab.runs import cache as cache_mod
-    from rlhf_lab.stages.registry import cache_for, stage_module
+    from rlhf_lab.stages.pipeline import cache_for, stage_module
 
     def key_only(stage, cfg):  # the artifact's cache path, nothing built
         return cache_for(cfg).path(stage, stage_module(stage).spec(cfg))
 
-    for m in (prefs, rm, sft, registry, presets, gold):
+    for m in (prefs, rm, sft, pipeline, presets, gold):
         monkeypatch.setattr(m, "ensure", key_only, raising=False)
     # the keys without the code digest (which cache keys hold since issue 46): the specs, which must not move
     monkeypatch.setattr(cache_mod, "stage_code_digest", lambda stage: None)

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs import contents
 from rlhf_lab.runs import identity as J
-from rlhf_lab.stages.registry import run_settings
+from rlhf_lab.stages.pipeline import run_settings
 from tests import cli_process
 from tests.conftest import TINY, compose_cfg
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlhf_lab import stages
-from rlhf_lab.stages.registry import cache_for
+from rlhf_lab.stages.pipeline import cache_for
 from rlhf_lab.algorithms import ppo
 from rlhf_lab.models.batching import pad_right
 from rlhf_lab.config.world import gold_weights

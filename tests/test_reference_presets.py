@@ -13,7 +13,7 @@ from rlhf_lab import stages
 from rlhf_lab.models import families as F
 from rlhf_lab.stages import ppo as ppo_stage
 from rlhf_lab.stages.presets import checkpoint_path, parse_preset_ref, policy_preset, policy_presets, preset_config
-from rlhf_lab.stages.registry import upstream_run
+from rlhf_lab.stages.pipeline import upstream_run
 from tests.conftest import compose_cfg
 
 KEY = "algo.reference.path"

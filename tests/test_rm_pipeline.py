@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlhf_lab import stages
-from rlhf_lab.stages.registry import cache_for
+from rlhf_lab.stages.pipeline import cache_for
 from rlhf_lab.models.reward import RewardScorer
 from rlhf_lab.stages import prefs
 from tests.conftest import compose_cfg

@@ -68,7 +68,7 @@ def test_skip_finished_takes_only_this_users_finished_runs_unless_asked(store):
 def test_the_config_key_reaches_skip_finished():
     from tests.conftest import compose_cfg
 
-    from rlhf_lab.stages.registry import run_settings
+    from rlhf_lab.stages.pipeline import run_settings
 
     assert not run_settings(compose_cfg(["algo=sft"])).all_authors
     assert run_settings(compose_cfg(["algo=sft", "tracking.all_authors=true"])).all_authors

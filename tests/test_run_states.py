@@ -308,7 +308,7 @@ def test_a_run_is_finished_only_after_the_writes_that_follow_it(tmp_path):
     from omegaconf import OmegaConf
 
     from rlhf_lab.runs import tracking
-    from rlhf_lab.stages.registry import run_settings
+    from rlhf_lab.stages.pipeline import run_settings
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = OmegaConf.create({"tracking": {"uri": uri, "experiment": "rlhf-lab"}})

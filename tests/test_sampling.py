@@ -225,7 +225,7 @@ def test_sampler_is_a_generation_key_left_out_of_artifact_specs():
     """``generation.sampler`` is in the config (default lab) and checked, but not in the specs that key cached
     artifacts (preference pairs, DPO): both samplers draw the same tokens."""
     from rlhf_lab.config import checks as C
-    from rlhf_lab.stages.registry import generation_spec
+    from rlhf_lab.stages.pipeline import generation_spec
     from tests.conftest import compose_cfg
 
     lab, hf = compose_cfg([]), compose_cfg(["generation.sampler=hf"])

@@ -41,7 +41,7 @@ def test_the_added_keys_at_their_default_leave_every_job_identity_as_it_was():
 def test_the_proxy_rm_and_its_pairs_keep_their_keys_with_a_held_out_rm(tiny_cfg, monkeypatch, tmp_path):
     """reward_model.heldout trains another RM beside the proxy: the proxy, its pairs and the SFT policy are the same
     artifacts (the same cache keys) with it on; the held-out RM and its pairs are others."""
-    from rlhf_lab.stages import dpo, ppo, registry  # noqa: F401 (imported first: those that import cache_for)
+    from rlhf_lab.stages import dpo, pipeline, ppo  # noqa: F401 (imported first: those that import cache_for)
     from rlhf_lab.stages.heldout import heldout_config
 
     recorded: dict = {}
@@ -60,7 +60,7 @@ def test_the_proxy_rm_and_its_pairs_keep_their_keys_with_a_held_out_rm(tiny_cfg,
         for module in [m for name, m in sys.modules.items() if name.startswith("rlhf_lab.stages.")]:
             if getattr(module, "cache_for", None) is not None:  # every module that took the name
                 monkeypatch.setattr(module, "cache_for", lambda cfg: Recorder())
-        registry.ensure("rm", cfg)
+        pipeline.ensure("rm", cfg)
         return dict(recorded)
 
     off = keys(tiny_cfg())

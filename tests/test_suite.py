@@ -19,7 +19,7 @@ from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.identity import job_identity
 from rlhf_lab.stages.presets import parse_preset_ref
 from rlhf_lab.runs.jobs import find_finished_run, job_overrides, study_digest, study_names
-from rlhf_lab.stages.registry import run_settings
+from rlhf_lab.stages.pipeline import run_settings
 from tests.conftest import compose_cfg
 
 SUITE = [s for s, _ in suite.SUITE]
@@ -202,7 +202,7 @@ def test_the_rm_claims_studies_train_one_rm_per_seed_and_its_cache_key_changes_w
     from rlhf_lab_research.designs import SUITE_VERSIONS
     from rlhf_lab_research.claims_registry import CLAIMS
     from rlhf_lab.stages import rm as rm_stage
-    from rlhf_lab.stages.registry import cache_for, stage_seed
+    from rlhf_lab.stages.pipeline import cache_for, stage_seed
 
     rm_claims = {c.id for c in CLAIMS if c.min_rms}
     assert rm_claims == {"C10", "C13", "C16", "C17", "C18", "C19", "C20"}

@@ -255,7 +255,7 @@ def test_weights_copied_over_the_policy_folder_are_not_taken_for_the_cached_rm_o
     from pathlib import Path
 
     from rlhf_lab.stages import rm as rm_stage
-    from rlhf_lab.stages.registry import cache_for
+    from rlhf_lab.stages.pipeline import cache_for
     from tests.conftest import compose_cfg
 
     policy = Path(shutil.copytree(arch_checkpoints["gpt2"], tmp_path / "policy"))

@@ -14,7 +14,7 @@ from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLIn
 from rlhf_lab.config.choices import AdvantageScale, Baseline, Critic, ReferenceKind
 from rlhf_lab.config.errors import ConfigError
 
-# the defining settings of the jobs that run the PPO stage under their own name (stages/registry.py's ALIASES:
+# the defining settings of the jobs that run the PPO stage under their own name (stages/pipeline.py's ALIASES:
 # conf/algo/<name>.yaml holds the rest of their settings)
 DEFINING = {"grpo": {"critic": Critic.none}, "rloo": {"critic": Critic.none, "baseline": Baseline.loo}}
 PPO_FAMILY = ("ppo", *DEFINING)  # the jobs that run the PPO stage (stages/ppo.py)

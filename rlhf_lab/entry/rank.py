@@ -1,7 +1,7 @@
 """One rank of a multi-process job started by :func:`rlhf_lab.runs.distributed.launch`:
 ``python -m rlhf_lab.entry.rank CONFIG OUT TARGET THREADS`` with ``LOCAL_RANK``/``RANK``/``WORLD_SIZE``/``MASTER_*``
 in the environment. It loads the job's resolved config (``CONFIG``, YAML: the rank has no Hydra context) and calls
-``TARGET`` (``module:name``, :func:`rlhf_lab.stages.registry.run_rank`) with it and the job's output folder."""
+``TARGET`` (``module:name``, :func:`rlhf_lab.stages.pipeline.run_rank`) with it and the job's output folder."""
 
 from __future__ import annotations
 

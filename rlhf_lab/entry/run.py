@@ -116,7 +116,7 @@ def skip_if_finished(cfg: DictConfig, identity: dict[str, str]) -> tuple[str, fl
         return "ran", None
     from rlhf_lab.runs.identity import changed_parts, rerun_reason
     from rlhf_lab.runs.jobs import finished_runs, hydra_overrides
-    from rlhf_lab.stages.registry import run_settings
+    from rlhf_lab.stages.pipeline import run_settings
 
     runs = list(finished_runs(run_settings(cfg), str(cfg.algo.name), hydra_overrides()))
     if not runs:
@@ -171,7 +171,7 @@ def _app(cfg: DictConfig) -> float | None:
                 stop_job_clock()
             if meta.get("run_id"):  # the policy job's proxy-vs-gold figure in its run, drawn from the store
                 from rlhf_lab.analysis.run_figure import log_job_figure
-                from rlhf_lab.stages.registry import job_stage, run_settings
+                from rlhf_lab.stages.pipeline import job_stage, run_settings
 
                 log_job_figure(job_stage(cfg), run_settings(cfg).uri, meta["run_id"])
         if meta.get("run_id") and "experiment_id" not in meta:

@@ -128,7 +128,7 @@ def study_digest(overrides: list[str], root=None) -> str | None:
 @dataclass(frozen=True)
 class RunSettings:
     """Where a stage's MLflow run goes and what it records of the job, resolved once from the config by the stage
-    (:func:`rlhf_lab.stages.registry.run_settings`): the store (:func:`rlhf_lab.runs.tracking_server.tracking_uri`),
+    (:func:`rlhf_lab.stages.pipeline.run_settings`): the store (:func:`rlhf_lab.runs.tracking_server.tracking_uri`),
     the experiment (``tracking.experiment``), the study (``study``), the job's stage (``algo.name``: its run is the
     job's, tagged with the job's identity), the resolved config as plain containers (``config.yaml``), and whether
     ``skip_finished`` takes other users' runs (``tracking.all_authors``; :mod:`rlhf_lab.runs.authors`)."""

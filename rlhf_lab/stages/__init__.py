@@ -1,5 +1,5 @@
 """The stages of an RLHF run, one module each: pretrain -> sft -> prefs -> rm -> ppo | dpo (``grpo`` and ``rloo`` run
-the ``ppo`` module under their own name: :data:`rlhf_lab.stages.registry.ALIASES`).
+the ``ppo`` module under their own name: :data:`rlhf_lab.stages.pipeline.ALIASES`).
 
 Every stage module has the same three parts:
 
@@ -11,9 +11,9 @@ Every stage module has the same three parts:
 
 :func:`ensure` returns a stage's artifact folder, building it first when it is missing; :func:`run_job`
 runs the stage named by ``algo`` as the job (always built, into the Hydra output folder, then published
-to the cache). The stage modules import the shared ones (:mod:`.registry`, :mod:`.presets`, :mod:`.training`, :mod:`.evaluate`) and nothing above them.
+to the cache). The stage modules import the shared ones (:mod:`.pipeline`, :mod:`.presets`, :mod:`.training`, :mod:`.evaluate`) and nothing above them.
 """
 
-from rlhf_lab.stages.registry import STAGES, ensure, run_job
+from rlhf_lab.stages.pipeline import STAGES, ensure, run_job
 
 __all__ = ["STAGES", "ensure", "run_job"]

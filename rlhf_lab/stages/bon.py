@@ -32,7 +32,7 @@ from rlhf_lab.models.sampling import sample
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.registry import run_settings, ensure, stage_seed, upstream_run
+from rlhf_lab.stages.pipeline import run_settings, ensure, stage_seed, upstream_run
 from rlhf_lab.world import gold_reward
 
 WHAT = "best-of-n samples"

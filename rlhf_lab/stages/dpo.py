@@ -45,7 +45,7 @@ from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import heldout, prefs
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import checkpoints_summary, gold_summary, held_out_summary, policy_evaluations
-from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.pipeline import run_settings, ensure, generation_spec, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 
 WHAT = "DPO policy"

@@ -21,7 +21,7 @@ from rlhf_lab.runs.identity import source_digest  # the code's digest, part of t
 from rlhf_lab.config.keys import computed_plain, to_plain
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, settings
-from rlhf_lab.stages.registry import cache_for, upstream_run
+from rlhf_lab.stages.pipeline import cache_for, upstream_run
 
 
 OOD_NAMES = {"gold_reward": "gold_reward_ood", "gold_reward_se": "gold_reward_ood_se",

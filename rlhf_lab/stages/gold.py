@@ -39,7 +39,7 @@ from rlhf_lab.runs.contents import path_digest
 from rlhf_lab.evaluation.policy import Gold
 from rlhf_lab.models.reward import NORM_FILE, RewardScorer
 from rlhf_lab.stages.evaluate import world_gold
-from rlhf_lab.stages.registry import ensure
+from rlhf_lab.stages.pipeline import ensure
 
 BUILD_JOB = "gold_rm"  # algo.name of the config that builds the gold RM: no stage of it is the job
 FOLDER_HINT = "give the artifact folder of an algo=rm job (or gold=rm_world to build a gold RM on the world)"

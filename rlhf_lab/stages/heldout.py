@@ -25,7 +25,7 @@ from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.models import families as F
 from rlhf_lab.models.reward import RewardScorer
-from rlhf_lab.stages.registry import ensure
+from rlhf_lab.stages.pipeline import ensure
 
 KEY = "reward_model.heldout"
 

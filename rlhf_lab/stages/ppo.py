@@ -8,7 +8,7 @@ returns the summary.
 
 ``algo=grpo`` (GRPO, Shao et al. 2024: G samples per prompt, group-normalised advantages, no critic, k3 KL in the
 loss) and ``algo=rloo`` (RLOO, Ahmadian et al. 2024: the leave-one-out baseline over k samples, no critic) are this
-stage under their own name (the registry's ``ALIASES``; their runs are tagged ``rlhf_lab.stage=grpo`` / ``rloo``), with
+stage under their own name (``pipeline.ALIASES``; their runs are tagged ``rlhf_lab.stage=grpo`` / ``rloo``), with
 their settings from ``conf/algo/grpo.yaml`` and ``conf/algo/rloo.yaml``.
 
 Reference modes (``algo.reference``): ``kind: copy`` is a frozen copy of the SFT policy, or of the
@@ -61,7 +61,7 @@ from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import checkpoints_summary, evaluate, gold_summary, held_out_summary, policy_evaluations
 from rlhf_lab.stages.presets import checkpoint_path
-from rlhf_lab.stages.registry import ALIASES, run_settings, ensure, job_stage, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.pipeline import ALIASES, run_settings, ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 from rlhf_lab.stages import gold as G, heldout
 from rlhf_lab.config import data as DS
@@ -84,7 +84,7 @@ def check_compile(cfg: DictConfig) -> None:
 
 
 def stage_name(cfg: DictConfig) -> str:
-    """The name this stage runs under: the job's when it is an alias of PPO (``grpo``, ``rloo``: the registry's
+    """The name this stage runs under: the job's when it is an alias of PPO (``grpo``, ``rloo``: the pipeline's
     ``ALIASES``), else ``ppo`` (a PPO job, a ``cover``). Its run's tag, seed, steps and resume key use it."""
     name = job_stage(cfg)
     return name if ALIASES.get(name) == "ppo" else "ppo"

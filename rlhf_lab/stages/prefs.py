@@ -50,7 +50,7 @@ from rlhf_lab.data.preferences import (
 from rlhf_lab.runs.progress import work_bar
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages import gold as G
-from rlhf_lab.stages.registry import run_settings, ensure, generation_spec, upstream_run
+from rlhf_lab.stages.pipeline import run_settings, ensure, generation_spec, upstream_run
 
 WHAT = "preference pairs"
 HELDOUT_STREAM = "prefs_heldout"  # the held-out RM's training prompts (none of the "prefs" stream's)

@@ -1,5 +1,5 @@
 """Checkpoints named in config by stage and policy preset (``sft@a_tiny``, ``pretrain@a_medium``): the preset's
-config, its tokenizer check, and its artifact through :func:`rlhf_lab.stages.registry.ensure`."""
+config, its tokenizer check, and its artifact through :func:`rlhf_lab.stages.pipeline.ensure`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlhf_lab.runs.contents import absolute_if_local
-from rlhf_lab.stages.registry import ensure
+from rlhf_lab.stages.pipeline import ensure
 
 
 PRESET_STAGES = ("pretrain", "sft")  # stages whose artifact is a causal LM with its tokenizer

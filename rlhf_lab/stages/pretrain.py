@@ -20,7 +20,7 @@ from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
 from rlhf_lab.models import families as F
 from rlhf_lab.config.keys import to_plain
-from rlhf_lab.stages.registry import job_stage, job_steps, stage_seed
+from rlhf_lab.stages.pipeline import job_stage, job_steps, stage_seed
 from rlhf_lab.stages.training import fit_lm
 from rlhf_lab.stages.gold import load_gold
 

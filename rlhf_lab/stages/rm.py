@@ -42,7 +42,7 @@ from rlhf_lab.config import world as W
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
-from rlhf_lab.stages.registry import run_settings, cache_for, ensure, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.pipeline import run_settings, cache_for, ensure, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import model_size, trainer_kwargs
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 

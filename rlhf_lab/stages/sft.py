@@ -15,7 +15,7 @@ from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
 from rlhf_lab.models import families as F
 from rlhf_lab.config.keys import to_plain
-from rlhf_lab.stages.registry import ensure, job_stage, job_steps, stage_seed, upstream_run
+from rlhf_lab.stages.pipeline import ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import fit_lm
 from rlhf_lab.stages.gold import load_gold
 

@@ -14,7 +14,7 @@ from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 from rlhf_lab.stages.evaluate import evaluate, gold_summary
-from rlhf_lab.stages.registry import run_settings, job_stage, stage_seed
+from rlhf_lab.stages.pipeline import run_settings, job_stage, stage_seed
 
 
 def eval_steps(cfg: DictConfig, total_steps: int, kl: Callable[[], float | None] | None = None):

@@ -1,4 +1,4 @@
-"""The stage registry: which module builds a stage, its seed and steps, the artifact cache, and the two entry
+"""The stage pipeline: which module builds a stage, its seed and steps, the artifact cache, and the two entry
 points :func:`ensure` (an upstream artifact, built first when missing) and :func:`run_job` (the job stage).
 
 Seeds: the job uses the top-level ``seed``; an upstream stage uses its own group's ``seed`` (e.g.
