@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlhf_lab.entry import server
+from rlhf_lab.runs.process import write_atomic
 from rlhf_lab.server import files as server_files, passwords
 
 NOBODY = 65534
@@ -133,7 +134,7 @@ def test_a_symlinked_server_json_is_refused_and_its_target_left_alone(base, caps
     assert victim.read_text() == "root's own\n"
     assert server.main(["status", "--dir", str(team)]) == 2  # nor are pids read from it (stop would kill them)
     # the files it writes replace a symbolic link, never follow it
-    server_files.write_private(team / "server.json", "{}")
+    write_atomic(team / "server.json", "{}")
     assert not (team / "server.json").is_symlink() and victim.read_text() == "root's own\n"
     assert (team / "server.json").stat().st_mode & 0o777 == 0o600
 

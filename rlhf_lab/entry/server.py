@@ -5,43 +5,17 @@
     rlhf-lab-server status --dir team_store
     rlhf-lab-server stop --dir team_store
 
-``start`` initialises (first time only) and starts a PostgreSQL cluster in ``<dir>/postgres`` with the system's
-binaries (on ``PATH`` or under ``/usr/lib/postgresql/*/bin``), listening on 127.0.0.1 only, on a free port, without
-Unix sockets (:mod:`rlhf_lab.server.postgres`); then ``mlflow server --app-name rlhf-lab`` (MLflow's basic auth
-with run-level checks and login limits: :mod:`rlhf_lab.server.guard`) with the database
-``mlflow`` as its backend store and ``<dir>/artifacts`` as its artifact destination (clients upload artifacts
-through the server), and waits until it answers. The export line goes to stdout, everything else to stderr, so
-``eval "$(rlhf-lab-server start --dir team_store)"`` sets the variable.
+``start`` initialises (first time only) and starts a PostgreSQL cluster in ``<dir>/postgres``, on 127.0.0.1 only,
+with passwords (:mod:`rlhf_lab.server.postgres`); then ``mlflow server --app-name rlhf-lab`` (MLflow's basic auth,
+:mod:`rlhf_lab.server.auth`, with run-level checks, :mod:`rlhf_lab.server.guard`, and login limits,
+:mod:`rlhf_lab.server.logins`) with the database ``mlflow`` as its backend store and ``<dir>/artifacts`` as its
+artifact destination, and waits until it answers. The export line goes to stdout, everything else to stderr, so
+``eval "$(rlhf-lab-server start --dir team_store)"`` sets the variable. ``--no-auth`` turns MLflow's logins off (a
+warning says what that opens).
 
-What is protected:
-
-- PostgreSQL: every connection needs a password (scram-sha-256); MLflow's server connects as a role without
-  superuser rights that owns the database ``mlflow`` only (so it cannot run programs or read files as the
-  database's account); the passwords are random secrets in ``<dir>/secrets`` (0700, files 0600), handed over in
-  files and environment variables, never on a command line; a cluster of an older rlhf-lab-server (no passwords)
-  is migrated at its next start;
-- MLflow: users and permissions (MLflow's basic auth, :mod:`rlhf_lab.server.auth`): every request needs a login;
-  ``user add`` creates one; a user reads everything, creates runs in the shared experiment ``rlhf-lab`` (which the
-  admin owns: only the admin renames or deletes it) and changes only the runs they created
-  (:mod:`rlhf_lab.server.guard`), and deletes only the experiments they create; failed logins are limited per user
-  and per address (429, :mod:`rlhf_lab.server.logins`); only the admin lists the users; the admin (``admin``,
-  password in ``secrets/mlflow_admin``) may do anything. ``--no-auth`` turns MLflow's logins off (a warning says what
-  that opens).
-
-Not planted: the server uses no folder, secret, state file or log that another local user owns, may write, or made a
-symbolic link, nor a folder under one that another user could swap (:func:`rlhf_lab.server.files.check_server_folder`,
-one line and exit status 2 naming the path); it creates ``--dir`` itself with mode 0700, writes its files by
-write-then-rename, and its logs are 0600. ``user add --password-file`` takes only a file of the caller's that no one
-else reads, and refuses short or common passwords (:mod:`rlhf_lab.server.passwords`).
-
-Not protected: whoever can read ``<dir>/secrets`` (the user who runs the server, and root) holds every key and
-reads the artifacts on disk (``<dir>/artifacts``, made 0700: clients go through the server); HTTP has no TLS
-(``--host 0.0.0.0`` sends passwords in clear over the network).
-
-PostgreSQL refuses to run as root. Started as root, the PostgreSQL processes run as the user ``postgres``
-(created by ``apt-get install postgresql``), or as ``rlhf-lab-pg``, created with ``useradd`` when there is no
-``postgres`` user; the data folder is owned by that user, and every folder above it must let it in (``--dir``
-itself is made 0701 for that: others pass through it, list nothing).
+The server uses nothing in or above its folder that another local user could have planted
+(:mod:`rlhf_lab.server.files`: one line, exit status 2), and ``user add --password-file`` refuses a weak password or
+a file others can read (:mod:`rlhf_lab.server.passwords`). What is protected and what is not: docs/team.md.
 """
 
 from __future__ import annotations
@@ -61,12 +35,11 @@ from pathlib import Path
 
 import psutil
 
-from rlhf_lab.server.auth import add_user as add_mlflow_user
-from rlhf_lab.server.guard import APP_NAME as GUARD_APP
-from rlhf_lab.server.guard import app_problem
-from rlhf_lab.server.auth import auth_env, ensure_shared_experiment
+from rlhf_lab.runs.process import write_atomic
+from rlhf_lab.server.auth import add_user as add_mlflow_user, auth_env, ensure_shared_experiment
+from rlhf_lab.server.guard import APP_NAME as GUARD_APP, app_problem
 from rlhf_lab.server.files import (Layout, Refused, ServerError, check_server_folder, ensure_secret, make_server_folder,
-                                   open_private_log, private_folder, read_state, say, write_private)
+                                   open_private_log, private_folder, read_state, say)
 from rlhf_lab.server.passwords import check_password, read_password_file
 from rlhf_lab.server.postgres import (
     backend_uri,
@@ -166,7 +139,7 @@ def mlflow_env(layout: Layout, role_password: str, auth: bool) -> dict[str, str]
     """``mlflow server``'s environment: ours, the role's password file (``PGPASSFILE``) and, with ``auth``, MLflow's
     basic-auth settings and secrets. MLflow's job runner (GenAI evaluation and scorer jobs; 7 processes) serves
     nothing of rlhf-lab's: off unless the environment asks for it."""
-    write_private(layout.pgpass, pgpass_line(role_password))
+    write_atomic(layout.pgpass, pgpass_line(role_password))
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ, "PGPASSFILE": str(layout.pgpass)}
     return {**env, **auth_env(layout)} if auth else env
 
@@ -264,7 +237,7 @@ def start(folder: Path, port: int = 5000, host: str = "127.0.0.1", workers: int 
                                     env=mlflow_env(layout, role, auth))
         finally:
             os.close(log)
-        write_private(layout.state, json.dumps({"url": url, "mlflow_pid": proc.pid, "pg_port": pg_port, "port": port,
+        write_atomic(layout.state, json.dumps({"url": url, "mlflow_pid": proc.pid, "pg_port": pg_port, "port": port,
                                                 "host": host, "auth": auth, "backend_store_uri": backend_uri(pg_port)},
                                                indent=1))
         secs = wait_until_answers(url, proc, layout.mlflow_log)

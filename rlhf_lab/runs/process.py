@@ -71,8 +71,9 @@ SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
 
 
 def write_atomic(path: os.PathLike | str, data: bytes | str) -> None:
-    """Write `data` to `path` through a uniquely named temporary file in the same folder, flushed to disk, then
-    renamed over `path`: a reader sees the old file or the new one, and a killed writer leaves no half file."""
+    """Write `data` to `path` through a uniquely named temporary file in the same folder (``mkstemp``: mode 0600,
+    never through a symbolic link), flushed to disk, then renamed over `path` (a symbolic link there is replaced): a
+    reader sees the old file or the new one, and a killed writer leaves no half file."""
     import tempfile
 
     path = os.fspath(path)

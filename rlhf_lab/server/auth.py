@@ -29,8 +29,8 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from rlhf_lab.runs.process import environment
-from rlhf_lab.server.files import Layout, ServerError, ensure_secret, private_folder, read_secret, write_private
+from rlhf_lab.runs.process import environment, write_atomic
+from rlhf_lab.server.files import Layout, ServerError, ensure_secret, private_folder, read_secret
 
 ADMIN = "admin"
 SHARED_EXPERIMENT = "rlhf-lab"  # conf/config.yaml: tracking.experiment
@@ -46,7 +46,7 @@ def write_auth_config(layout: Layout) -> None:
     user store created empty with mode 0600 (sqlite would make it 0644)."""
     if not layout.auth_db.exists():
         os.close(os.open(layout.auth_db, os.O_WRONLY | os.O_CREAT, 0o600))
-    write_private(layout.auth_config, f"""[mlflow]
+    write_atomic(layout.auth_config, f"""[mlflow]
 default_permission = {DEFAULT_PERMISSION}
 database_uri = sqlite:///{layout.auth_db}
 admin_username = {ADMIN}
@@ -148,5 +148,5 @@ def add_user(layout: Layout, url: str, name: str, password: str) -> Path:
     admin_call(layout, f"granting {name} {SHARED_PERMISSION} on {SHARED_EXPERIMENT}",
                lambda: client.grant_user_permission(name, "experiment", exp_id, SHARED_PERMISSION))
     path = private_folder(layout.users) / f"{name}.credentials"
-    write_private(path, credentials_text(url, name, password))
+    write_atomic(path, credentials_text(url, name, password))
     return path

@@ -11,7 +11,8 @@ The server uses nothing another local user could have planted or swapped (:func:
 ``mlflow.log`` must be owned by the user who runs it (``<dir>/postgres`` may be the PostgreSQL user's), none a
 symbolic link, none writable by group or others; every folder above ``<dir>`` (and every symbolic link on the way)
 must be owned by root or that user and writable by no one else, unless sticky (``/tmp``). Files are opened with
-``O_NOFOLLOW`` and written by write-then-rename (:func:`write_private`), so a symbolic link is never followed. A
+``O_NOFOLLOW`` and written by write-then-rename (:func:`rlhf_lab.runs.process.write_atomic`: mode 0600 from the
+creation on), so a symbolic link is never followed. A
 refusal is a :class:`Refused` (exit status 2) naming the path and the fix.
 """
 
@@ -23,8 +24,9 @@ import pwd
 import secrets
 import stat
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+
+from rlhf_lab.runs.process import write_atomic
 
 STATE_FILE = "server.json"
 
@@ -46,70 +48,25 @@ def say(msg: str) -> None:
     print(f"[rlhf-lab-server] {msg}", file=sys.stderr, flush=True)
 
 
-@dataclass(frozen=True)
 class Layout:
     """Where everything lives inside the team folder (made absolute: the PostgreSQL tools run inside it)."""
 
-    root: Path
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root).resolve())
-
-    @property
-    def data(self) -> Path:  # the PostgreSQL cluster, owned by the PostgreSQL user
-        return self.root / "postgres"
-
-    @property
-    def pg_log(self) -> Path:  # inside the data folder: the PostgreSQL user writes it
-        return self.data / "postgres.log"
-
-    @property
-    def artifacts(self) -> Path:
-        return self.root / "artifacts"
-
-    @property
-    def mlflow_log(self) -> Path:
-        return self.root / "mlflow.log"
-
-    @property
-    def state(self) -> Path:
-        return self.root / STATE_FILE
-
-    @property
-    def secrets(self) -> Path:  # 0700: the secrets below, MLflow's user store and its configuration
-        return self.root / "secrets"
-
-    @property
-    def superuser_secret(self) -> Path:  # the password of the cluster's superuser (initdb -U)
-        return self.secrets / "postgres_superuser"
-
-    @property
-    def role_secret(self) -> Path:  # the password of the role MLflow's server connects as
-        return self.secrets / "postgres_mlflow"
-
-    @property
-    def pgpass(self) -> Path:  # libpq's password file for MLflow's server (PGPASSFILE in its environment only)
-        return self.secrets / "pgpass"
-
-    @property
-    def admin_secret(self) -> Path:  # the password of MLflow's user `admin`
-        return self.secrets / "mlflow_admin"
-
-    @property
-    def flask_secret(self) -> Path:  # MLflow's CSRF key (MLFLOW_FLASK_SERVER_SECRET_KEY)
-        return self.secrets / "flask_secret_key"
-
-    @property
-    def auth_config(self) -> Path:  # MLFLOW_AUTH_CONFIG_PATH
-        return self.secrets / "basic_auth.ini"
-
-    @property
-    def auth_db(self) -> Path:  # MLflow's user store (users, password hashes, permissions)
-        return self.secrets / "basic_auth.db"
-
-    @property
-    def users(self) -> Path:  # 0700: one ``<name>.credentials`` file per user that `user add` created
-        return self.root / "users"
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self.data = self.root / "postgres"  # the PostgreSQL cluster, owned by the PostgreSQL user
+        self.pg_log = self.data / "postgres.log"  # inside the data folder: the PostgreSQL user writes it
+        self.artifacts = self.root / "artifacts"
+        self.mlflow_log = self.root / "mlflow.log"
+        self.state = self.root / STATE_FILE
+        self.users = self.root / "users"  # 0700: one ``<name>.credentials`` file per user that `user add` created
+        self.secrets = self.root / "secrets"  # 0700: the secrets below, MLflow's user store and its configuration
+        self.superuser_secret = self.secrets / "postgres_superuser"  # the cluster's superuser's password (initdb -U)
+        self.role_secret = self.secrets / "postgres_mlflow"  # the password of the role MLflow's server connects as
+        self.pgpass = self.secrets / "pgpass"  # libpq's password file for MLflow's server (its PGPASSFILE only)
+        self.admin_secret = self.secrets / "mlflow_admin"  # the password of MLflow's user `admin`
+        self.flask_secret = self.secrets / "flask_secret_key"  # MLflow's CSRF key (MLFLOW_FLASK_SERVER_SECRET_KEY)
+        self.auth_config = self.secrets / "basic_auth.ini"  # MLFLOW_AUTH_CONFIG_PATH
+        self.auth_db = self.secrets / "basic_auth.db"  # MLflow's user store (users, password hashes, permissions)
 
 
 def user_name(uid: int) -> str:
@@ -221,21 +178,6 @@ def private_folder(path: Path) -> Path:
     return path
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 0600 from its creation on: into a new file beside it, renamed over it
-    (a symbolic link at ``path`` is replaced, never followed)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)  # a leftover of a killed process of the same pid
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def open_private_log(path: Path, owners: tuple[int, ...] = ()) -> int:
     """A file descriptor appending to the log ``path``, mode 0600 (created so, or made so), never through a symbolic
     link; a :class:`Refused` when it is a user's other than this one (or ``owners``)."""
@@ -284,5 +226,5 @@ def ensure_secret(path: Path) -> str:
     """The secret in ``path``, generated (a random 43-character token) and written 0600 the first time."""
     if not path.exists():
         private_folder(path.parent)
-        write_private(path, secrets.token_urlsafe(32) + "\n")
+        write_atomic(path, secrets.token_urlsafe(32) + "\n")
     return read_secret(path)

@@ -22,9 +22,9 @@ to the login limits.
 
 from __future__ import annotations
 
-import collections
+import functools
+import os
 import re
-import threading
 
 from rlhf_lab.runs.authors import AUTHOR_TAG
 from rlhf_lab.server.logins import CLIENT_ADDRESS
@@ -57,39 +57,31 @@ def route_kinds() -> dict[tuple[str, str], str]:
     return out
 
 
-class Owners:
-    """Run id -> author (a run's ``user_id`` never changes), read from the server's backend store, kept for the
-    last 10,000 runs asked about."""
+@functools.cache
+def backend_client():
+    """An MLflow client of the server's own backend store (the environment ``mlflow server`` gives its workers)."""
+    from mlflow import MlflowClient
+    from mlflow.server import BACKEND_STORE_URI_ENV_VAR
 
-    def __init__(self, size: int = 10_000):
-        self.size, self.seen, self.lock, self.client = size, collections.OrderedDict(), threading.Lock(), None
-
-    def of(self, run_id: str) -> tuple[str, str] | None:
-        """(author, experiment id) of run `run_id`, None when the store has no such run."""
-        with self.lock:
-            if run_id in self.seen:
-                return self.seen[run_id]
-        if self.client is None:
-            import os
-
-            from mlflow import MlflowClient
-            from mlflow.server import BACKEND_STORE_URI_ENV_VAR
-
-            self.client = MlflowClient(tracking_uri=os.environ[BACKEND_STORE_URI_ENV_VAR])
-        from mlflow.exceptions import MlflowException
-
-        try:
-            info = self.client.get_run(run_id).info
-        except MlflowException:
-            return None
-        with self.lock:
-            self.seen[run_id] = (info.user_id, info.experiment_id)
-            while len(self.seen) > self.size:
-                self.seen.popitem(last=False)
-        return info.user_id, info.experiment_id
+    return MlflowClient(tracking_uri=os.environ[BACKEND_STORE_URI_ENV_VAR])
 
 
-OWNERS = Owners()
+@functools.lru_cache(maxsize=10_000)
+def stored_owner(run_id: str) -> tuple[str, str]:
+    """(author, experiment id) of run `run_id`, kept for the last 10,000 runs asked about (a run's ``user_id`` never
+    changes); MLflow's exception, not kept, when the store has no such run."""
+    info = backend_client().get_run(run_id).info
+    return info.user_id, info.experiment_id
+
+
+def run_owner(run_id: str) -> tuple[str, str] | None:
+    """:func:`stored_owner`, or None when the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return stored_owner(run_id)
+    except MlflowException:
+        return None
 
 
 def is_admin(user: str) -> bool:
@@ -114,7 +106,7 @@ def manages(user: str, experiment_id: str) -> bool:
 
 def run_refusal(user: str, run_id: str | None, experiment_id: str | None = None) -> str | None:
     """Why `user` may not change run `run_id` (in the experiment `experiment_id`, when given), or None."""
-    owner = OWNERS.of(run_id) if run_id else None
+    owner = run_owner(run_id) if run_id else None
     if owner is None:
         return f"no run {run_id!r} on this server"
     if experiment_id is not None and owner[1] != experiment_id:

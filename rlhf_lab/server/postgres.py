@@ -27,7 +27,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rlhf_lab.server.files import Layout, ServerError, open_private_log, write_private
+from rlhf_lab.runs.process import write_atomic
+from rlhf_lab.server.files import Layout, ServerError, open_private_log
 
 DB_NAME = "mlflow"
 DB_USER = "rlhf_lab"  # the cluster's superuser (initdb -U)
@@ -134,7 +135,7 @@ def write_hba(layout: Layout, account: pwd.struct_passwd | None) -> None:
     """Replace the cluster's ``pg_hba.conf`` with :data:`HBA` (read at the next start), mode 0600, by a new file
     renamed over it (a symbolic link there is replaced, not followed)."""
     hba = layout.data / "pg_hba.conf"
-    write_private(hba, HBA)
+    write_atomic(hba, HBA)
     give_to(hba, account)
 
 
