@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from rlhf_lab.evaluation import ship as S
 
 History = Sequence[tuple[int, float]]  # (step, value) as MLflow keeps a metric's history
@@ -57,11 +59,16 @@ class TrialValue:
 
 def interval_means(history: History, steps: Sequence[int]) -> list[float]:
     """p_i per evaluation step t_i: at i = 0 the first value logged after t_0 (the start policy's batch), else the
-    mean of the values logged at steps s with t_{i−1} < s ≤ t_i (nan if none)."""
-    out = [next((v for s, v in sorted(history, key=lambda p: p[0]) if s > steps[0]), math.nan)]
+    mean of the values logged at steps s with t_{i−1} < s ≤ t_i (nan if none). The one definition: the hacking alarm's
+    study and the ship rules' design read the training proxy through it too (``alarm_fit.interval_means``), with
+    numpy's sums, which the frozen rules were fitted with."""
+    s = np.asarray([p[0] for p in history], dtype=float)
+    v = np.asarray([p[1] for p in history], dtype=float)
+    after = np.flatnonzero(s > steps[0]) if len(s) else np.zeros(0, dtype=int)
+    out = [float(v[after[np.argmin(s[after])]]) if len(after) else math.nan]
     for lo, hi in zip(steps[:-1], steps[1:]):
-        vals = [v for s, v in history if lo < s <= hi]
-        out.append(sum(vals) / len(vals) if vals else math.nan)
+        sel = (s > lo) & (s <= hi)
+        out.append(float(v[sel].mean()) if sel.any() else math.nan)
     return out
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key, load_study
 from rlhf_lab.analysis.stats import percentile_ci
+from rlhf_lab.evaluation import objective
 from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, scores
 
 RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
@@ -112,15 +113,9 @@ def exclusion(r: RunData) -> str | None:
 
 def interval_means(history: Sequence[tuple[int, float]], steps: Sequence[int]) -> list[float]:
     """p_i per evaluation step t_i: at i = 0 the first value logged after t_0 (the start policy's batch), else the
-    mean of the values logged at steps s with t_{i−1} < s ≤ t_i (nan if none)."""
-    s = np.asarray([p[0] for p in history], dtype=float)
-    v = np.asarray([p[1] for p in history], dtype=float)
-    after = np.flatnonzero(s > steps[0]) if len(s) else np.zeros(0, dtype=int)
-    out = [float(v[after[np.argmin(s[after])]]) if len(after) else math.nan]
-    for lo, hi in zip(steps[:-1], steps[1:]):
-        sel = (s > lo) & (s <= hi)
-        out.append(float(v[sel].mean()) if sel.any() else math.nan)
-    return out
+    mean of the values logged at steps s with t_{i−1} < s ≤ t_i (nan if none): the tuning objective's definition
+    (:func:`rlhf_lab.evaluation.objective.interval_means`), so the alarm, the ship rules and tuning read one proxy."""
+    return objective.interval_means(history, steps)
 
 
 def evaluations(r: RunData) -> list[Evaluation]:
