@@ -224,10 +224,10 @@ def test_gold_rm_without_a_valid_path_fails_with_one_line_naming_gold_path(tiny_
     with pytest.raises(ConfigError, match=r"gold\.path.*gold=rm_world builds its RM on the world"):
         CC.validate(compose_cfg(["gold=rm_world", "data=jsonl", f"data.path={__file__}"]))
     CC.validate(tiny_cfg("gold=rm_world"))  # builds its own: no folder needed
-    # the stage's own guard (direct calls, no CLI check first)
-    with pytest.raises(FileNotFoundError, match=r"gold\.path=.* is not a reward-model artifact folder"):
+    # a direct call of the stage (no CLI check first) is checked by the same rule, in the same words
+    with pytest.raises(ConfigError, match=r"^gold\.path must be a reward-model artifact folder"):
         G.rm_path(tiny_cfg("gold=rm", f"gold.path={tmp_path}"))
-    with pytest.raises(ValueError, match=r"gold\.path is required with gold=rm"):
+    with pytest.raises(ConfigError, match=r"^gold\.path must be set with gold=rm: a reward-model artifact"):
         G.rm_path(tiny_cfg("gold=rm"))
 
 

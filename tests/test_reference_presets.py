@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from rlhf_lab import stages
 from rlhf_lab.models import families as F
 from rlhf_lab.stages import ppo as ppo_stage
-from rlhf_lab.stages.presets import checkpoint_path, parse_preset_ref, policy_preset, policy_presets, preset_config
+from rlhf_lab.stages.presets import checkpoint_path, parse_preset_ref, preset, preset_config, preset_names
 from rlhf_lab.stages.pipeline import upstream_run
 from tests.conftest import compose_cfg
 
@@ -29,10 +29,10 @@ def test_parse_preset_ref():
 
 @pytest.mark.slow
 def test_preset_is_composed_as_the_policy_group_composes_it():
-    assert set(policy_presets()) >= {"a_tiny", "a_small", "a_medium", "a_large", "b_tiny", "b_small"}
+    assert set(preset_names("policy")) >= {"a_tiny", "a_small", "a_medium", "a_large", "b_tiny", "b_small"}
     for name in ("a_tiny", "b_small"):
         composed = compose_cfg([f"policy={name}"]).policy
-        assert OmegaConf.to_container(policy_preset(name)) == OmegaConf.to_container(composed)
+        assert OmegaConf.to_container(preset("policy", name, "policy")) == OmegaConf.to_container(composed)
     cfg = compose_cfg(["policy=a_small", "sft.steps=7"])
     small = preset_config(cfg, "a_tiny", KEY)
     assert small.policy.arch.hidden == 32 and small.sft.steps == 7 and cfg.policy.arch.hidden == 64  # a copy

@@ -51,14 +51,8 @@ from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
 WHAT = "DPO policy"
 
 
-def check_config(ac: DictConfig) -> None:
-    """Fail fast, before any upstream stage is built, on keys that cannot work: DPO's rules are
-    :func:`rlhf_lab.config.checks.check_dpo`'s, which the CLI has run already (this covers direct calls of the stage)."""
-    check_dpo(ac)
-
-
 def spec(cfg: DictConfig) -> dict:
-    check_config(cfg.algo)
+    check_dpo(cfg.algo)  # DPO's rules, as the CLI checks them, before any upstream stage is built (a direct call)
     data = {k: v for k, v in to_plain(cfg.data).items() if computes(f"data.{k}")}  # not the input's size bounds
     if cfg.data.source == "world":  # what determines the pairs besides the SFT model (stages.prefs.spec)
         data = {**data, "world": W.world_generation_spec(cfg), "gold": to_plain(cfg.world.gold)}

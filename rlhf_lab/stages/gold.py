@@ -2,27 +2,17 @@
 
 - ``gold=formula`` (default): the world's formula g(x, y) (weights ``world.gold``) with ``data=world``; external
   data has no formula and no gold metric.
-- ``gold=rm`` with ``gold.path``: a trained RM artifact folder (the ``artifact`` folder of an ``algo=rm`` job, or a
-  cached RM), loaded as ``reward_model.path`` is (:class:`rlhf_lab.models.reward.RewardScorer`), never trained:
-  Gao et al. 2022's setup, in which a large "gold" RM labels the data of smaller proxy RMs. It works on any data.
-- ``gold=rm_world``: ``gold=rm`` whose RM is built on the world (``gold.build``, :func:`build_config`): a large
-  same-source RM trained on the formula's labels, cached like any stage, so a study needs no folder.
+- ``gold=rm`` with ``gold.path``: a trained RM artifact folder (e.g. an ``algo=rm`` job's ``artifact`` folder),
+  loaded as ``reward_model.path`` is and never trained: Gao et al. 2022's setup, in which a large "gold" RM labels
+  the data of smaller proxy RMs. It works on any data.
+- ``gold=rm_world``: ``gold=rm`` whose RM is built on the world (``gold.build``, :func:`build_config`) and cached.
 
-What the gold is used for (each stage asks here): the labels of the preference pairs (the labeler's biases on top
-of the gold, :func:`rlhf_lab.data.preferences.label_pairs`; external pairs are relabelled) and the gold rewards they
-record (``rm/accuracy_gold``, ``rm/spearman_gold``, ``prefs/label_gold_agreement``); every ``*/gold_reward*``
-metric of the job (``eval/``, ``test/``, ``bon/``), ``objective/gold`` and the reward-hacking monitor; and
-``algo.reward=gold``. With an RM gold on the world, the formula is logged beside it under the ``formula_gold``
-names (:class:`rlhf_lab.evaluation.policy.Gold`), so one run carries both measures.
-
-Scale: with an RM gold, ``eval/gold_reward`` is the gold RM's normalised score, ``gain · raw + bias`` of its
-``rm_norm.json``: mean 0 and standard deviation 1 on the SFT samples it was normalised on (its own training pairs'
-responses); not the formula's units.
-
-Cache: the gold RM's content digest (:func:`identity`) is part of the spec of the preference pairs, hence of every
-RM and DPO policy trained on them, and of the RM and DPO specs of external data; the formula adds nothing, so every
-key computed before this group existed is unchanged. An upstream pretrain or SFT run (its model is the same for any
-gold) is evaluated with the formula; the job is evaluated with the configured gold.
+The gold labels the preference pairs (the labeler's biases on top; external pairs are relabelled) and gives every
+gold metric (``*/gold_reward*``, ``objective/gold``, the RM's ``*_gold``) and ``algo.reward=gold``; with an RM gold on
+the world the formula is logged beside it under the ``formula_gold`` names. An RM gold's unit is its normalised score
+(mean 0, std 1 on the SFT samples of its own pairs), not the formula's. Its content digest (:func:`identity`) enters
+the spec of the pairs and of everything trained on them; the formula adds nothing, so earlier keys stay valid. An
+upstream pretrain or SFT run (the same model for any gold) is evaluated with the formula.
 """
 
 from __future__ import annotations
@@ -33,58 +23,35 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlhf_lab.config.checks import check_gold
 from rlhf_lab.config.choices import GoldSource
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.runs.contents import path_digest
 from rlhf_lab.evaluation.policy import Gold
-from rlhf_lab.models.reward import NORM_FILE, RewardScorer
+from rlhf_lab.models.reward import RewardScorer
 from rlhf_lab.stages.evaluate import world_gold
 from rlhf_lab.stages.pipeline import ensure
+from rlhf_lab.stages.presets import preset
 
 BUILD_JOB = "gold_rm"  # algo.name of the config that builds the gold RM: no stage of it is the job
-FOLDER_HINT = "give the artifact folder of an algo=rm job (or gold=rm_world to build a gold RM on the world)"
-
-
-def source(cfg: DictConfig) -> str:
-    """``gold.source``: formula or rm (a config without the group is the formula)."""
-    g = cfg.get("gold")
-    s = "formula" if g is None else str(g.source)
-    if s not in tuple(GoldSource):
-        raise ValueError(f"gold.source={s!r}; choose one of {', '.join(GoldSource)} (gold=formula|rm|rm_world)")
-    return s
 
 
 def is_rm(cfg: DictConfig) -> bool:
-    return source(cfg) == "rm"
-
-
-def labeler_preset(name: str) -> DictConfig:
-    """A labeler as ``labeler=<name>`` composes it (``conf/labeler/<name>.yaml``)."""
-    from importlib.resources import files
-
-    folder = files("rlhf_lab.conf").joinpath("labeler")
-    f = folder.joinpath(f"{name}.yaml")
-    if not f.is_file():
-        names = sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
-        raise ValueError(f"gold.build.labeler: no labeler preset {name!r}; the presets are {', '.join(names)}")
-    return OmegaConf.create(f.read_text())
+    """Whether the gold is a reward model (``gold.source=rm``); a config without the group has the formula."""
+    g = cfg.get("gold")
+    return g is not None and str(g.source) == GoldSource.rm
 
 
 def build_config(cfg: DictConfig) -> DictConfig:
     """The config whose ``rm`` stage is the gold RM of ``gold.build``: `cfg` with the formula as its gold (its pairs
     are labelled by the formula), the labeler preset ``gold.build.labeler``, ``gold.build.reward_model`` and
     ``gold.build.data`` set over the job's groups, and an ``algo`` that is no stage (every stage is upstream: group
-    seeds and steps)."""
-    b = cfg.gold.get("build")
-    if b is None:
-        raise ValueError(f"gold.path is required with gold=rm: {FOLDER_HINT}")
-    if cfg.data.source != "world":
-        raise ValueError(f"gold.path is required with data={cfg.data.source}: gold=rm_world builds its RM on the "
-                         "world's formula; give gold=rm gold.path=<a reward-model artifact folder>")
+    seeds and steps). The config has passed :func:`rlhf_lab.config.checks.check_gold` (:func:`rm_path`)."""
+    b = cfg.gold.build
     c = copy.deepcopy(cfg)
     with open_dict(c):
         c.gold = {"source": "formula", "path": None, "build": None}
-        c.labeler = labeler_preset(str(b.labeler))
+        c.labeler = preset("labeler", str(b.labeler), "gold.build.labeler")
         c.reward_model = OmegaConf.merge(c.reward_model, b.get("reward_model") or {})
         c.data = OmegaConf.merge(c.data, b.get("data") or {})
         if b.get("covers"):  # the policies that hacked proxies, made first: their samples are the on-policy pairs
@@ -148,18 +115,11 @@ def default_config(overrides: list[str]) -> DictConfig:
 
 def rm_path(cfg: DictConfig) -> Path:
     """The gold RM's artifact folder: ``gold.path`` as it is, else the RM of ``gold.build`` (built first when missing,
-    with its pairs, backbone and SFT, each as its own MLflow run; then cached)."""
-    g = cfg.gold
-    if "path" in g.keys() and OmegaConf.is_missing(g, "path"):
-        raise ValueError(f"gold.path is required with gold=rm: {FOLDER_HINT}")
-    given = g.get("path")
-    if given:
-        p = Path(str(given)).expanduser()
-        if not (p / NORM_FILE).is_file():
-            raise FileNotFoundError(f"gold.path={str(given)!r} is not a reward-model artifact folder (no {NORM_FILE}); "
-                                    f"{FOLDER_HINT}")
-        return p
-    return Path(ensure("rm", build_config(cfg)))
+    with its pairs, backbone and SFT, each as its own MLflow run; then cached). The ``gold`` group is checked first
+    as the CLI checks it (:func:`rlhf_lab.config.checks.check_gold`: one line naming ``gold.path``)."""
+    check_gold(cfg)
+    given = cfg.gold.get("path")
+    return Path(str(given)).expanduser() if given else Path(ensure("rm", build_config(cfg)))
 
 
 def identity(cfg: DictConfig) -> dict | None:

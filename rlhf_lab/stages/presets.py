@@ -1,10 +1,12 @@
 """Checkpoints named in config by stage and policy preset (``sft@a_tiny``, ``pretrain@a_medium``): the preset's
-config, its tokenizer check, and its artifact through :func:`rlhf_lab.stages.pipeline.ensure`."""
+config, its tokenizer check, and its artifact through :func:`rlhf_lab.stages.pipeline.ensure`; and a config group's
+option read as a preset (:func:`preset`: a policy, the gold's labeler)."""
 
 from __future__ import annotations
 
 import copy
 import re
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +19,18 @@ from rlhf_lab.stages.pipeline import ensure
 PRESET_STAGES = ("pretrain", "sft")  # stages whose artifact is a causal LM with its tokenizer
 
 
-def policy_presets() -> list[str]:
-    """The names of the policy presets (``conf/policy/<name>.yaml``)."""
-    from importlib.resources import files
-
-    return sorted(p.name[: -len(".yaml")] for p in files("rlhf_lab.conf").joinpath("policy").iterdir()
+def preset_names(group: str) -> list[str]:
+    """The options of the config group `group` (``conf/<group>/<name>.yaml``)."""
+    return sorted(p.name.removesuffix(".yaml") for p in files("rlhf_lab.conf").joinpath(group).iterdir()
                   if p.name.endswith(".yaml"))
 
 
-def policy_preset(name: str, key: str = "policy") -> DictConfig:
-    """The policy config of a preset, as ``policy=<name>`` composes it (``conf/policy/<name>.yaml``)."""
-    from importlib.resources import files
-
-    f = files("rlhf_lab.conf").joinpath("policy", f"{name}.yaml")
+def preset(group: str, name: str, key: str) -> DictConfig:
+    """Option `name` of `group` as ``<group>=<name>`` composes it (``conf/<group>/<name>.yaml``, without its defaults
+    list); a ValueError naming `key`, the config key that named it, when there is no such option."""
+    f = files("rlhf_lab.conf").joinpath(group, f"{name}.yaml")
     if not f.is_file():
-        raise ValueError(f"{key}: no policy preset {name!r}; the presets are {', '.join(policy_presets())}")
+        raise ValueError(f"{key}: no {group} preset {name!r}; the presets are {', '.join(preset_names(group))}")
     node = OmegaConf.create(f.read_text())
     with open_dict(node):
         node.pop("defaults", None)
@@ -48,21 +47,24 @@ def parse_preset_ref(value: Any) -> tuple[str, str] | None:
     return m.group(1), m.group(2)
 
 
-def preset_config(cfg: DictConfig, preset: str, key: str) -> DictConfig:
-    """`cfg` with ``policy`` replaced by the preset, checked to share the policy's tokenizer.
+def preset_config(cfg: DictConfig, name: str, key: str) -> DictConfig:
+    """`cfg` with ``policy`` replaced by the preset `name`, checked to share the policy's tokenizer.
 
     A family's tokenizer is trained on the family's corpus sample (``pretrain_<family>``: world and
     ``pretrain.n_texts``) with ``vocab_size`` tokens, whatever the size, so two presets of one family with
     the same ``vocab_size`` share it (the family-a presets all do)."""
-    p, pol = policy_preset(preset, key), cfg.policy
+    p, pol = preset("policy", name, key), cfg.policy
+
+    def tokenizer(q: DictConfig) -> tuple[str, int]:
+        return str(q.family), int(q.vocab_size)
+
     if pol.get("name_or_path"):
-        raise ValueError(f"{key}: the preset {preset!r} is trained on the world, with the world's tokenizer, but the "
+        raise ValueError(f"{key}: the preset {name!r} is trained on the world, with the world's tokenizer, but the "
                          f"policy is the checkpoint policy.name_or_path={pol.name_or_path!r}; give {key} a checkpoint "
                          "folder with the policy's tokenizer instead")
-    if (str(p.family), int(p.vocab_size)) != (str(pol.family), int(pol.vocab_size)):
-        same = [n for n in policy_presets() if (str(policy_preset(n).family), int(policy_preset(n).vocab_size))
-                == (str(pol.family), int(pol.vocab_size))]
-        raise ValueError(f"{key}: the preset {preset!r} (family {p.family}, vocab_size {p.vocab_size}) has another "
+    if tokenizer(p) != tokenizer(pol):
+        same = [n for n in preset_names("policy") if tokenizer(preset("policy", n, key)) == tokenizer(pol)]
+        raise ValueError(f"{key}: the preset {name!r} (family {p.family}, vocab_size {p.vocab_size}) has another "
                          f"tokenizer than the policy (family {pol.family}, vocab_size {pol.vocab_size}); the per-token "
                          f"log-ratios need one tokenizer. Presets that share it: {', '.join(same) or 'none'}")
     c = copy.deepcopy(cfg)
@@ -80,8 +82,8 @@ def checkpoint_path(cfg: DictConfig, value: Any, key: str, tokenizer_of=None) ->
     ref = parse_preset_ref(value)
     if ref is None:
         return str(absolute_if_local(str(value)))  # a local folder as its absolute path: a key sees its content
-    stage, preset = ref
-    path = str(ensure(stage, preset_config(cfg, preset, key)))
+    stage, name = ref
+    path = str(ensure(stage, preset_config(cfg, name, key)))
     if tokenizer_of is not None:
         from rlhf_lab.models import families as F
 

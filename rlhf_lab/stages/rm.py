@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.runs.contents import absolute_if_local
 from rlhf_lab.config.checks import check_reward_model
-from rlhf_lab.config.choices import RMInit, RMSource
 from rlhf_lab.data.external import DEFAULT_COLUMNS, columns_of
 from rlhf_lab.algorithms.rm import (
     MEMBER_SEED_STRIDE,
@@ -58,13 +57,9 @@ def backbone_cfg(cfg: DictConfig) -> DictConfig:
     validated: the `policy` of the config that builds its base model and SFT, which the RM group's
     interpolations (``${policy.dtype}``, ...) then read."""
     rc = cfg.reward_model
-    source, init = str(rc.source), str(rc.init)
+    source = str(rc.source)
     if source == "pretrained":
         raise ValueError("reward_model.source=pretrained has no world backbone to build: see backbone_path")
-    if source not in tuple(RMSource):
-        raise ValueError(f"reward_model.source={source!r}; choose one of {', '.join(RMSource)}")
-    if init not in tuple(RMInit):
-        raise ValueError(f"reward_model.init={init!r}; choose one of {', '.join(RMInit)}")
     fam, pfam = str(rc.family), str(cfg.policy.family)
     if source == "same" and fam != pfam:
         raise ValueError(f"reward_model.source=same but reward_model.family={fam!r} differs from policy.family={pfam!r}; "
@@ -93,7 +88,7 @@ def backbone_path(cfg: DictConfig):
     c = copy.deepcopy(cfg)
     with open_dict(c):
         c.policy = backbone_cfg(cfg)
-    return ensure("pretrain" if str(cfg.reward_model.init) == "pretrain" else "sft", c)
+    return ensure("pretrain" if str(rc.init) == "pretrain" else "sft", c)
 
 
 def backbone_key(cfg: DictConfig, backbone) -> str:
@@ -148,15 +143,12 @@ def spec(cfg: DictConfig) -> dict:
 
 def rm_path(cfg: DictConfig):
     """The reward model the other stages use: ``reward_model.path`` (a trained RM artifact folder, e.g. the
-    ``artifact`` folder of an ``algo=rm`` job, used as it is) or the cached RM of this config (built if missing)."""
+    ``artifact`` folder of an ``algo=rm`` job, used as it is; checked as the CLI checks it, :func:`check_reward_model`)
+    or the cached RM of this config (built if missing)."""
+    check_reward_model(cfg.reward_model)
     given = cfg.reward_model.get("path")
-    if given:
-        p = Path(str(given)).expanduser()
-        if not (p / "rm_norm.json").exists():
-            raise FileNotFoundError(f"reward_model.path={str(given)!r} is not a reward-model artifact folder (no "
-                                    "rm_norm.json); give the artifact folder of an algo=rm job")
-        return p.absolute()  # absolute: a spec's key sees its content (runs.contents.local_path)
-    return ensure("rm", cfg)
+    # absolute: a spec's key sees its content (runs.contents.local_path)
+    return Path(str(given)).expanduser().absolute() if given else ensure("rm", cfg)
 
 
 def load_scorer(cfg: DictConfig, path=None) -> RewardScorer:
