@@ -4,8 +4,8 @@ into the part from the proxy's *errors* and the part from the labeler's *bias*; 
     python -m rlhf_lab_research.ship_decomposition    # reads reports/ship/test_runs.json.gz (ship_test --store)
     python -m rlhf_lab_research.ship_decomposition --runs FILE --out PATH
 
-Written before any prospective run existed (``reports/ship/PROTOCOL.md``, "Decomposition"); computing it on the test
-runs is part of their one look. The runs are those the test scores (:func:`rlhf_lab_research.ship_test.exclusion`),
+Written and committed while the prospective runs were being made, before any of them was read or scored (the
+protocol's "Decomposition", ``reports/ship/PROTOCOL.md``); computing it on the test runs is part of their one look. The runs are those the test scores (:func:`rlhf_lab_research.ship_test.exclusion`),
 each rule with its frozen parameters (``reports/ship/rules.json``) and its regret as the test measures it
 (:func:`rlhf_lab_research.ship_test.scored`: the best checkpoint chosen by ``eval/gold_reward``, it and the shipped
 one measured by ``test/gold_reward``, which no signal reads).
