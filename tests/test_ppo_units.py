@@ -12,7 +12,7 @@ import torch
 
 from rlhf_lab.algorithms import ppo
 from rlhf_lab.models.actor_critic import lm_forward
-from rlhf_lab.algorithms.steps import StepTimer
+from rlhf_lab.algorithms.ppo import StepTimer
 from rlhf_lab.config.world import gold_weights
 from rlhf_lab.models import families as F
 from rlhf_lab.models.sampling import trim_padding

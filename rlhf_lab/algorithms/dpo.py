@@ -21,15 +21,13 @@ import random
 import time
 from typing import Callable
 
-import lightning as L
 import torch
 
 from rlhf_lab.runs import distributed
 from rlhf_lab.models.batching import pad_right
 from rlhf_lab.algorithms.dpo_math import preference_loss
-from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
+from rlhf_lab.algorithms.lm import TrainingModule, logging_step
 from rlhf_lab.models.sampling import logprobs_from_logits, positions
-from rlhf_lab.models.sharding import shard_trained
 
 
 
@@ -108,23 +106,33 @@ def disable_dropout(model: torch.nn.Module) -> None:
 
 
 @torch.no_grad()
+def pair_logps(model, examples: list[dict], pad_id: int, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Σ log π of each example's chosen and of its rejected response under `model` ([N] each, on the CPU), in batches
+    of `batch_size` examples."""
+    if not examples:
+        return torch.zeros(0), torch.zeros(0)
+    collate, dev = collate_dpo_pairs(pad_id), next(model.parameters()).device
+    chosen, rejected = [], []
+    for i in range(0, len(examples), batch_size):
+        b = collate(examples[i : i + batch_size])
+        lp = sequence_logps(model, *(b[k].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))).cpu()
+        chosen.append(lp[: lp.shape[0] // 2])
+        rejected.append(lp[lp.shape[0] // 2 :])
+    return torch.cat(chosen), torch.cat(rejected)
+
+
 def precompute_reference(reference, examples: list[dict], pad_id: int, batch_size: int = 64) -> None:
     """Write ``ref_chosen`` / ``ref_rejected`` (reference log-probs) into each example, in place."""
-    collate = collate_dpo_pairs(pad_id)
-    dev = next(reference.parameters()).device
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i : i + batch_size]
-        b = collate([{k: e[k] for k in ("chosen", "rejected", "n_chosen", "n_rejected")} for e in chunk])
-        lp = sequence_logps(reference, *(b[k].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))).cpu()
-        for j, e in enumerate(chunk):
-            e["ref_chosen"], e["ref_rejected"] = float(lp[j]), float(lp[len(chunk) + j])
+    chosen, rejected = pair_logps(reference, examples, pad_id, batch_size)
+    for e, c, r in zip(examples, chosen.tolist(), rejected.tolist()):
+        e["ref_chosen"], e["ref_rejected"] = c, r
 
 
 # ------------------------------------------------------------------------------------------------
 # the LightningModule
 
 
-class DPOModule(L.LightningModule):
+class DPOModule(TrainingModule):
     """DPO-family training of `policy` against a reference.
 
     `reference` is a frozen model (``copy``), ``"lora_disabled"`` (the peft policy with adapters off), or
@@ -136,10 +144,9 @@ class DPOModule(L.LightningModule):
     def __init__(self, policy, reference, beta: float = 0.1, loss_type: str = "sigmoid", label_smoothing: float = 0.0,
                  lr: float = 3e-4, weight_decay: float = 0.0, warmup_steps: int = 20, max_steps: int = 1000,
                  online: tuple[Callable[[], list[dict]], int] | None = None, pad_id: int = 0, batch_size: int = 32):
-        super().__init__()
+        super().__init__(policy, lr, weight_decay, warmup_steps, max_steps)
         preference_loss(*torch.zeros(4, 1), beta=beta, loss_type=loss_type, label_smoothing=label_smoothing,
                         chosen_lengths=torch.ones(1), rejected_lengths=torch.ones(1))  # validate
-        self.model = policy.train()
         disable_dropout(self.model)
         self.lora_disabled = reference == "lora_disabled"
         if self.lora_disabled and not hasattr(policy, "disable_adapter"):
@@ -149,14 +156,12 @@ class DPOModule(L.LightningModule):
             self.reference.eval().requires_grad_(False)
             disable_dropout(self.reference)
         self.beta, self.loss_type, self.label_smoothing = float(beta), loss_type, float(label_smoothing)
-        self.lr, self.weight_decay, self.warmup_steps, self.max_steps = lr, weight_decay, warmup_steps, max_steps
         self.online = online
         self.collate = collate_dpo_pairs(pad_id)
         self.batch_size = int(batch_size)
         self._buffer: list[dict] = []
         self._buffer_step = -1
         self._pos = 0
-        self._t = None
 
     # -- log-probs ------------------------------------------------------------------------------
     def policy_logps(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,21 +233,9 @@ class DPOModule(L.LightningModule):
             sync = dict(sync_dist=distributed.world_size() > 1)  # metrics: mean over ranks
             self.log("loss/dpo", metrics.pop("loss/dpo"), prog_bar=True, **sync)
             self.log_dict(metrics, **sync)
-            if self._t is not None:
-                dt = t0 - self._t
-                self.log("time/step_s", dt, **sync)
-                self.log("time/tokens_per_s", float(batch["attention_mask"].sum()) / max(dt, 1e-9), **sync)
+            self.log_timing(t0, lambda: float(batch["attention_mask"].sum()), **sync)
         self._t = t0
         return loss
-
-    def configure_model(self):
-        shard_trained(self, self.model)  # trainer=fsdp / fsdp_cpu: 1/N of the model per rank
-
-    def configure_optimizers(self):
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_then_linear(opt, self.warmup_steps, self.max_steps),
-                                                   "interval": "step"}}
 
 
 @torch.no_grad()
@@ -252,17 +245,8 @@ def pair_metrics(policy, examples: list[dict], pad_id: int, beta: float) -> dict
         return {}
     was = policy.training
     policy.eval()
-    pcs, prs = [], []
-    collate = collate_dpo_pairs(pad_id)
-    dev = next(policy.parameters()).device
-    for i in range(0, len(examples), 64):
-        b = collate(examples[i : i + 64])
-        lp = sequence_logps(policy, *(b[k].to(dev) for k in ("input_ids", "attention_mask", "loss_mask"))).cpu()
-        B = lp.shape[0] // 2
-        pcs.append(lp[:B])
-        prs.append(lp[B:])
+    pc, pr = pair_logps(policy, examples, pad_id)
     policy.train(was)
-    pc, pr = torch.cat(pcs), torch.cat(prs)
     rc = torch.tensor([e["ref_chosen"] for e in examples])
     rr = torch.tensor([e["ref_rejected"] for e in examples])
     margin = beta * ((pc - rc) - (pr - rr))

@@ -1,5 +1,6 @@
-"""The divergence guard of the policy algorithms (PPO, GRPO, RLOO): stop a run whose policy has left the region
-where its numbers mean anything, on signals that need no gold reward.
+"""The guards of the policy algorithms (PPO, GRPO, RLOO): stop a run at the first non-finite tensor
+(:func:`check_finite`), or whose policy has left the region where its numbers mean anything, on signals that need no
+gold reward (:func:`check_divergence`):
 
 - collapse: the policy's entropy (``objective/entropy``, nats per token) below ``algo.min_entropy``;
 - drift: the KL to the reference (``objective/kl``, nats per response) above ``algo.max_kl``;
@@ -12,12 +13,16 @@ Each bound is off with null. The defaults sit above what the committed studies l
 ``policy/approxkl`` of any step in ``reports/claims_runs.json.gz`` is about 1.8 nats per token, the largest entropy
 about 0.22 × log V; ``tests/test_guards.py`` replays those runs) and below what a destroyed policy shows (the default
 model with ``algo.lr=1e6``: 11.8 at its first step; the tiny model with ``algo.lr=1``: about 3·10⁵). A leaf module
-(no torch).
+(it imports no torch: the tensors' own methods do).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Diverged(RuntimeError):
@@ -26,6 +31,18 @@ class Diverged(RuntimeError):
 
 
 FIX = "lower algo.lr or raise kl.beta"
+
+
+def check_finite(name: str, x: torch.Tensor, step: int, mask: torch.Tensor | None = None) -> None:
+    """Raise FloatingPointError at a non-finite value of the tensor `x` (where `mask` is 1, if given)."""
+    bad = ~x.isfinite()
+    if mask is not None:
+        bad = bad & mask.bool()
+    if bad.any():
+        raise FloatingPointError(
+            f"non-finite {name} at PPO step {step} ({int(bad.sum())} values, e.g. "
+            f"{x[bad].flatten()[0].item()}); the run is stopped. Lower algo.lr, check the reward model's "
+            "scores and the KL coefficient, or enable algo.reward_clip")
 
 
 def divergence(stats: dict[str, float], step: int, *, max_kl: float | None = None, min_entropy: float | None = None,

@@ -7,6 +7,7 @@ prompt being context. Both are this one LightningModule; the stage decides `loss
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import lightning as L
 import torch
@@ -35,13 +36,35 @@ def logging_step(module: L.LightningModule) -> bool:
     return step % max(1, int(t.log_every_n_steps)) == 0 or (t.max_steps > 0 and step >= t.max_steps)
 
 
-class CausalLMModule(L.LightningModule):
+class TrainingModule(L.LightningModule):
+    """What the supervised modules (causal LM, reward model, DPO) share: AdamW with warm-up then linear decay
+    (:func:`warmup_then_linear`), the trained `model` sharded with ``trainer=fsdp*``, and the step's timing metrics."""
+
     def __init__(self, model, lr: float, weight_decay: float = 0.0, warmup_steps: int = 20, max_steps: int = 1000):
         super().__init__()
         self.model = model.train()  # from_pretrained returns eval mode
         self.lr, self.weight_decay, self.warmup_steps, self.max_steps = lr, weight_decay, warmup_steps, max_steps
         self._t = None
 
+    def log_timing(self, t0: float, n_tokens: Callable[[], float], prefix: str = "", **kw) -> None:
+        """``time/step_s`` (since the previous step's start) and ``time/tokens_per_s`` of the step's ``n_tokens()``,
+        from the second step on; `t0` is this step's start."""
+        if self._t is not None:
+            dt = t0 - self._t
+            self.log(f"{prefix}time/step_s", dt, **kw)
+            self.log(f"{prefix}time/tokens_per_s", n_tokens() / max(dt, 1e-9), **kw)
+
+    def configure_model(self):
+        shard_trained(self, self.model)  # trainer=fsdp / fsdp_cpu: 1/N of the model per rank
+
+    def configure_optimizers(self):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        sched = warmup_then_linear(opt, self.warmup_steps, self.max_steps)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class CausalLMModule(TrainingModule):
     def training_step(self, batch, batch_idx):
         t0 = time.perf_counter()
         kw = {}
@@ -54,20 +77,9 @@ class CausalLMModule(L.LightningModule):
         loss = out.loss
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite LM loss ({loss.item()}) at step {self.global_step}; lower the learning rate")
-        n_tok = int((batch["labels"] != -100).sum())
         if logging_step(self):
             sync = dict(sync_dist=world_size() > 1)  # metrics: mean over ranks
             self.log("loss/lm", loss, prog_bar=True, **sync)
-            if self._t is not None:
-                dt = t0 - self._t
-                self.log("time/step_s", dt, **sync)
-                self.log("time/tokens_per_s", n_tok / max(dt, 1e-9), **sync)
+            self.log_timing(t0, lambda: int((batch["labels"] != -100).sum()), **sync)
         self._t = t0
         return loss
-
-    def configure_model(self):
-        shard_trained(self, self.model)  # trainer=fsdp / fsdp_cpu: 1/N of the model per rank
-
-    def configure_optimizers(self):
-        opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": warmup_then_linear(opt, self.warmup_steps, self.max_steps), "interval": "step"}}

@@ -32,7 +32,10 @@ KL estimator, batch mean; ``objective/kl_token`` its per-token mean; ``objective
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -41,8 +44,7 @@ import torch
 from torch import nn
 
 from rlhf_lab.runs import active_run, distributed
-from rlhf_lab.algorithms.guards import check_divergence
-from rlhf_lab.algorithms.steps import Forever, StepTimer, check_finite
+from rlhf_lab.algorithms.guards import check_divergence, check_finite
 from rlhf_lab.algorithms.kl import KLEstimator, kl_controller, kl_estimators
 from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig
@@ -76,6 +78,36 @@ from rlhf_lab.world import GoldWeights
 
 # ------------------------------------------------------------------------------------------------
 # the algorithm
+
+
+class Forever(torch.utils.data.IterableDataset):
+    """The PPO loop draws its own prompts; Lightning only needs a clock."""
+
+    def __iter__(self):
+        return itertools.count()
+
+
+class StepTimer:
+    """Wall-clock seconds of one PPO step's :attr:`PHASES` (each logged as ``time/<phase>_s``): ``with timer("rollout"):
+    ...`` adds the block's time to ``seconds["rollout"]``; ``elapsed()`` is the time since the step's start."""
+
+    PHASES = {"rollout": "generation", "score": "scoring", "forward": "no-grad passes (old, reference, values)",
+              "update": "update"}  # {phase: what the job summary calls it}
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
 
 
 class PPOModule(L.LightningModule):

@@ -19,33 +19,28 @@ from __future__ import annotations
 import random
 import time
 
-import lightning as L
 import torch
 
 from rlhf_lab.runs import distributed
 from rlhf_lab.algorithms.dpo_math import bradley_terry_loss
-from rlhf_lab.algorithms.lm import logging_step, warmup_then_linear
+from rlhf_lab.algorithms.lm import TrainingModule, logging_step
 from rlhf_lab.world import GoldWeights, Labeler
 from rlhf_lab.models.batching import pack_rows, pad_right
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.reward import RewardScorer, encode_texts, packable, rm_forward, rm_forward_packed
-from rlhf_lab.models.sharding import shard_trained
 
 MEMBER_SEED_STRIDE = 7919
 LENGTH_BUCKETS = ((0, 10, "short"), (10, 20, "medium"), (20, 10**9, "long"))  # mean words of the pair
 
 
-class RewardModelModule(L.LightningModule):
+class RewardModelModule(TrainingModule):
     """Trains one RM on batches of [chosen..., rejected...] sequences, all in one forward pass: right-padded, or
     packed into rows without padding (:func:`collate_rm_pairs`)."""
 
     def __init__(self, model, lr: float, weight_decay: float = 0.0, warmup_steps: int = 20, max_steps: int = 1000,
                  use_margin: bool = False, center_coef: float = 0.0, prefix: str = ""):
-        super().__init__()
-        self.model = model.train()
-        self.lr, self.weight_decay, self.warmup_steps, self.max_steps = lr, weight_decay, warmup_steps, max_steps
+        super().__init__(model, lr, weight_decay, warmup_steps, max_steps)
         self.use_margin, self.center_coef, self.prefix = bool(use_margin), float(center_coef), prefix
-        self._t = None
         self._packing_checked = False
 
     def rewards(self, batch) -> torch.Tensor:
@@ -78,21 +73,9 @@ class RewardModelModule(L.LightningModule):
             self.log(f"{p}rewards/rejected", rr.detach().mean(), **kw)
             self.log(f"{p}rewards/margins", (rc - rr).detach().mean(), **kw)
             self.log(f"{p}rewards/accuracies", (rc > rr).float().mean(), **kw)
-            if self._t is not None:
-                dt = t0 - self._t
-                self.log(f"{p}time/step_s", dt, **kw)
-                self.log(f"{p}time/tokens_per_s", float(batch["lengths"].sum()) / max(dt, 1e-9), **kw)
+            self.log_timing(t0, lambda: float(batch["lengths"].sum()), p, **kw)
         self._t = t0
         return loss
-
-    def configure_model(self):
-        shard_trained(self, self.model)  # trainer=fsdp / fsdp_cpu: 1/N of the model per rank
-
-    def configure_optimizers(self):
-        params = [q for q in self.model.parameters() if q.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        sched = warmup_then_linear(opt, self.warmup_steps, self.max_steps)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from rlhf_lab.world import streams as D
 from rlhf_lab.config import world as W
 from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule
-from rlhf_lab.algorithms.steps import StepTimer
+from rlhf_lab.algorithms.ppo import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.evaluation.callbacks import HackingAlarm, Preemption, RewardHackingMonitor
 from rlhf_lab.evaluation.summary import hacking_line, metric_n, proxy_line
