@@ -184,7 +184,8 @@ class ChatRenderer:
         return text.strip()
 
 
-def common_prefix(a: list, b: list) -> list:
+def common_prefix(a: list | str, b: list | str) -> list | str:
+    """The longest beginning `a` and `b` share (messages, or characters)."""
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
@@ -194,10 +195,7 @@ def common_prefix(a: list, b: list) -> list:
 def split_standard(chosen: str, rejected: str) -> tuple[str, str, str]:
     """HH-RLHF style: (prompt, chosen, rejected) from two full dialogues; the prompt ends at the last
     ``Assistant:`` of their common beginning."""
-    n = 0
-    while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
-        n += 1
-    cut = chosen[:n].rfind(ASSISTANT_MARKER)
+    cut = common_prefix(chosen, rejected).rfind(ASSISTANT_MARKER)
     if cut < 0:
         raise BadRow(f"no prompt column, and chosen and rejected share no beginning ending in {ASSISTANT_MARKER!r}; "
                      "set data.columns.prompt to the prompt column")

@@ -10,15 +10,11 @@ Two sources, chosen by the `data` config group:
   score, :func:`label_pairs`).
   The pairs are a cached artifact, built by the stage ``prefs`` (:mod:`rlhf_lab.stages.prefs`).
 - ``data=jsonl`` / ``data=hf``: a JSON-lines file, or a ``save_to_disk`` folder, parquet file or hub dataset,
-  in TRL's standard (strings) or conversational (chat messages, rendered with the chat template) format,
-  columns mapped by ``data.columns`` (:mod:`rlhf_lab.data.external`). Gold metrics are absent there unless
-  the gold is a reward model (``gold=rm``). Every row is checked (:func:`load_examples`): one bad row (not
-  UTF-8, invalid JSON, a lone surrogate, a line over ``data.max_line_bytes``, a field missing, null, of the wrong
-  type or empty, chosen == rejected) fails the job before anything trains, with the place of each bad row
-  (``file:line`` or ``name[split] row i``); so does a file over ``data.max_total_bytes`` (:mod:`rlhf_lab.data.files`).
-  :func:`external_prompts` reads the prompts only (a prompt-only dataset will do) for PPO, GRPO and RLOO. With a
-  gold RM (``gold=rm``) the labeler labels the pairs again on its scores (:func:`relabel_pairs`), and they
-  carry gold.
+  in TRL's standard or conversational format (:mod:`rlhf_lab.data.external`), read within bounds
+  (:mod:`rlhf_lab.data.files`); one bad row fails the job before anything trains, naming the place of each
+  (:func:`load_examples`). :func:`external_prompts` reads the prompts only (a prompt-only dataset will do) for PPO,
+  GRPO and RLOO. Gold metrics are absent unless the gold is a reward model (``gold=rm``), which then labels the
+  pairs again through the labeler (:func:`relabel_pairs`).
 
   **Held out by prompt** (:func:`split_by_prompt`): every distinct prompt (its text as the model sees it,
   after the chat template) goes to ``train``, ``eval`` or ``test`` by a hash of that text, as the world's
@@ -48,7 +44,6 @@ from rlhf_lab.runs.contents import with_contents
 from rlhf_lab.world import GoldWeights, Labeler
 from rlhf_lab.world.splits import hash_bucket, prompt_hash
 
-COLUMNS = ("prompt", "chosen", "rejected")
 HELD_OUT = ("train", "eval", "test")  # the splits of an external dataset's prompts
 
 
@@ -303,9 +298,7 @@ def load_external(src: ExternalData) -> tuple[list[PreferencePair], list[Prefere
     test split's pairs are not used (its prompts are: :func:`external_prompts`)."""
     split = load_examples(src)
     to_pairs = lambda xs: [PreferencePair(e.prompt, e.chosen, e.rejected, source="external") for e in xs]  # noqa: E731
-    pairs = to_pairs(split["train"])
-    validate_pairs(pairs, "data")
-    return pairs, to_pairs(split["eval"])
+    return to_pairs(split["train"]), to_pairs(split["eval"])
 
 
 PROMPTS_MEMO: dict[str, tuple[list[str], list[str], list[str]]] = {}
@@ -323,11 +316,6 @@ def external_prompts(src: ExternalData) -> tuple[list[str], list[str], list[str]
         held = lambda s: sorted(distinct[s], key=prompt_hash)  # noqa: E731
         PROMPTS_MEMO[memo_key] = distinct["train"], held("eval"), held("test")
     return PROMPTS_MEMO[memo_key]
-
-
-def row_error(row) -> str | None:
-    """What is wrong with one decoded JSONL row of prompt/chosen/rejected strings (None: a good row)."""
-    return X.row_error(row, X.DEFAULT_COLUMNS, "standard")
 
 
 def read_jsonl(path: Path, columns: dict | None = None, fmt: str = "auto", renderer_fn=None) -> list[PreferencePair]:
