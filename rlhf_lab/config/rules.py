@@ -1,11 +1,12 @@
-"""The vocabulary of the config checks (:mod:`rlhf_lab.config.checks`): rules on one value (:func:`positive`,
-:func:`at_least`, :func:`optional`, ...), how a group's keys are read and checked against them (:func:`need_all`,
-:func:`choice`, :func:`required`), and the checks on every key (unknown keys added with ``+``, numbers that are not
+"""The vocabulary of the config checks (:mod:`rlhf_lab.config.checks`): rules on one value, each with its words
+(:class:`Rule`: ``positive``, :func:`at_least`, :func:`optional`, ...), how a group's keys are read and checked against
+them (:func:`need_all`, :func:`choice`, :func:`required`), and the checks on every key (unknown keys added with ``+``, numbers that are not
 finite or negative, seeds out of range). Each raises :class:`~rlhf_lab.config.errors.ConfigError` (one line)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
@@ -72,39 +73,32 @@ def check_numbers(node: Any, prefix: str = "") -> None:
 
 # -- rules -----------------------------------------------------------------------------------------------
 
-Rule = Callable[[Any], bool]
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule on one number: whether it `holds`, the words for what it allows (``> 0``), and whether null is
+    allowed too (:func:`optional`)."""
+
+    holds: Callable[[Any], bool]
+    text: str
+    allows_none: bool = False
 
 
-def positive(v: Any) -> bool:
-    return v is not None and v > 0
+positive = Rule(lambda v: v > 0, "> 0")
+non_negative = Rule(lambda v: v >= 0, ">= 0")
+unit_interval = Rule(lambda v: 0 <= v <= 1, "in [0, 1]")
+fraction_below_one = Rule(lambda v: 0 <= v < 1, "in [0, 1)")
+open_unit = Rule(lambda v: 0 < v < 1, "in (0, 1)")
+up_to_one = Rule(lambda v: 0 < v <= 1, "in (0, 1]")
 
 
-def non_negative(v: Any) -> bool:
-    return v is not None and v >= 0
+def at_least(n: int) -> Rule:
+    return Rule(lambda v: v >= n, f">= {n}")
 
 
-def at_least(n: float) -> Rule:
-    return lambda v: v is not None and v >= n
-
-
-def unit_interval(v: Any) -> bool:
-    return v is not None and 0 <= v <= 1
-
-
-def fraction_below_one(v: Any) -> bool:
-    return v is not None and 0 <= v < 1
-
-
-def open_unit(v: Any) -> bool:
-    return v is not None and 0 < v < 1
-
-
-def optional(rule: Rule) -> Rule:
-    return lambda v: v is None or rule(v)
-
-
-RULE_TEXT: dict[Any, str] = {positive: "> 0", non_negative: ">= 0", unit_interval: "in [0, 1]",
-                             fraction_below_one: "in [0, 1)"}
+def optional(rule: Rule, text: str | None = None) -> Rule:
+    """`rule`, or null (the option switched off)."""
+    return Rule(rule.holds, text or f"{rule.text} or null", allows_none=True)
 
 
 def get(node: DictConfig, key: str) -> Any:
@@ -115,20 +109,16 @@ def get(node: DictConfig, key: str) -> Any:
 ABSENT = object()
 
 
-def need(node: DictConfig, prefix: str, key: str, rule: Rule, allowed: str | None = None) -> None:
-    v = get(node, key)
-    number = isinstance(v, (int, float)) and not isinstance(v, bool)
-    if not (rule(v) if v is None else number and rule(v)):
-        raise ConfigError(f"{prefix}.{key}", v, allowed or RULE_TEXT.get(rule, "valid"))
-
-
-def need_all(node: DictConfig, prefix: str, rules: dict[str, Rule | tuple[Rule, str]]) -> None:
-    """Check each key that the node has (a key it lacks belongs to another variant of the group)."""
+def need_all(node: DictConfig, prefix: str, rules: dict[str, Rule]) -> None:
+    """Check each key that the node has (a key it lacks belongs to another variant of the group): a number the rule
+    holds for, or null where the rule allows it."""
     for key, rule in rules.items():
-        if OmegaConf.select(node, key, default=ABSENT, throw_on_missing=False) is ABSENT:
+        v = OmegaConf.select(node, key, default=ABSENT, throw_on_missing=False)
+        if v is ABSENT:
             continue
-        rule, allowed = rule if isinstance(rule, tuple) else (rule, None)
-        need(node, prefix, key, rule, allowed)
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not (rule.allows_none if v is None else number and rule.holds(v)):
+            raise ConfigError(f"{prefix}.{key}", v, rule.text)
 
 
 def choice(node: DictConfig, prefix: str, key: str, options: tuple[str, ...]) -> str:
@@ -144,6 +134,6 @@ def required(node: DictConfig, prefix: str, key: str) -> None:
         raise ConfigError(f"{prefix}.{key}", "???" if missing else get(node, key), "set (it is required)")
 
 
-TRAINING = {"steps": (at_least(1), ">= 1"), "batch_size": (at_least(1), ">= 1"), "lr": positive,
-            "weight_decay": non_negative, "warmup_steps": non_negative, "max_len": (at_least(2), ">= 2")}
-LORA = {"lora.r": non_negative, "lora.dropout": fraction_below_one, "lora.alpha": (optional(positive), "> 0 or null")}
+TRAINING = {"steps": at_least(1), "batch_size": at_least(1), "lr": positive, "weight_decay": non_negative,
+            "warmup_steps": non_negative, "max_len": at_least(2)}
+LORA = {"lora.r": non_negative, "lora.dropout": fraction_below_one, "lora.alpha": optional(positive)}
