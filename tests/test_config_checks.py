@@ -358,9 +358,6 @@ def test_cli_full_error_shows_the_traceback(tmp_path):
     (["algo.kl_in=loss", "algo.kl_estimator=k1"], "algo.kl_estimator", "k1"),
     (["algo.reference.kind=precomputed"], "algo.reference.kind", "precomputed"),
     (["algo=rloo", "algo.clip_eps_high=-0.1"], "algo.clip_eps_high", -0.1),
-    (["algo.alarm.threshold=1"], "algo.alarm.threshold", 1.0),
-    (["algo.stop_on_alarm=true", "algo.reward=gold"], "algo.stop_on_alarm", True),
-    (["algo=grpo", "algo.stop_on_alarm=true", "algo.alarm.enabled=false"], "algo.stop_on_alarm", True),
 ])
 def test_validate_names_key_value_and_what_is_allowed(overrides, key, value):
     with pytest.raises(ConfigError) as exc:

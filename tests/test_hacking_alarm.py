@@ -1,16 +1,13 @@
-"""The gold-free hacking alarm (rlhf_lab/evaluation/alarm.py, the HackingAlarm callback): its signals and score on
-hand-made curves, the callback's raise/stop logic, and a PPO job that stops at the alarm keeping the policy of the
-evaluation before it."""
+"""The gold-free hacking alarm's rule (rlhf_lab/evaluation/alarm.py, which the frozen ship rule ``alarm`` reads): its
+signals and score on hand-made curves."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-import torch
 
 from rlhf_lab.evaluation import alarm as A
-from rlhf_lab.evaluation import callbacks as CB
 
 E = A.Evaluation
 # a run that climbs, then over-optimises: KL grows, the training proxy peaks at the 3rd interval and falls,
@@ -99,118 +96,3 @@ def test_the_fitted_rule_reads_more_risk_from_each_signal():
     w = dict(zip(A.FEATURES, A.RULE.weights))
     assert w["sqrt_kl"] > 0 and w["proxy_drop"] > 0 and w["entropy_drop"] > 0 and 0 < A.RULE.threshold < 1
     assert w["gain_per_sqrt_kl"] > 0 and w["length_rate"] > 0  # more proxy per √KL, faster lengthening
-
-
-class Policy(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(3))
-        self.frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
-
-
-class Trainer:
-    global_rank = 0
-    should_stop = False
-
-    class strategy:  # noqa: N801 - Lightning's attribute name
-        @staticmethod
-        def broadcast(obj, src=0):
-            return obj
-
-
-def test_the_callback_raises_once_tags_the_run_and_stops_with_the_policy_before_the_alarm(monkeypatch):
-    logged, tags = [], {}
-    monkeypatch.setattr(CB.active_run, "log_metrics", lambda m, step=None, **k: logged.append((step, m)))
-    monkeypatch.setattr(CB.active_run, "set_tag", lambda k, v: tags.__setitem__(k, v))
-    monkeypatch.setattr(CB.active_run, "log_dict", lambda obj, name: tags.__setitem__(name, obj))
-    monkeypatch.setattr(CB, "write_line", lambda msg: tags.__setitem__("line", msg))
-    policy, trainer, state = Policy(), Trainer(), {"step": 0, "proxy": None}
-    alarm = CB.HackingAlarm(lambda: state["proxy"], at_steps=[10, 20, 30, 40], step_fn=lambda t, m: state["step"],
-                            policy=lambda: policy, rule=ONE, threshold=0.9, stop=True)
-    alarm.on_train_start(trainer, None)
-    alarm.on_evaluation(0, {"eval/kl": 0.0, "eval/entropy": 2.0, "eval/length": 10.0})
-    fed = []
-    for e in HACKED[1:]:
-        for step in range(e.step - 9, e.step + 1):  # ten training steps, each with the interval's proxy
-            state["step"], state["proxy"] = step, e.proxy + (0.01 if step == 1 else 0.0)  # step 1: the start's
-            fed.append(state["proxy"])
-            with torch.no_grad():
-                policy.w.fill_(step)  # the policy moves at every step
-            if step == e.step:  # PeriodicEval runs first at an evaluation step, then the alarm's batch end
-                alarm.on_evaluation(step, {"eval/kl": e.kl, "eval/entropy": e.entropy, "eval/length": e.length})
-            alarm.on_train_batch_end(trainer, None, None, None, 0)
-            if trainer.should_stop:
-                break
-        if trainer.should_stop:
-            break
-    # what the alarm should have read: p_0 = step 1's proxy, p_i = the mean over the interval's ten steps
-    want = [E(0, 0.0, 2.0, 10.0, fed[0])] + [E(e.step, e.kl, e.entropy, e.length, sum(fed[10 * i:10 * i + 10]) / 10)
-                                             for i, e in enumerate(HACKED[1:len(fed) // 10 + 1])]
-    s = A.scores(want, ONE)
-    raised = next(j for j, v in enumerate(s, start=1) if v >= 0.9)
-    got = alarm.evaluations
-    assert [(e.step, e.kl, e.entropy, e.length) for e in got] == \
-        [(e.step, e.kl, e.entropy, e.length) for e in want[:raised + 1]]
-    assert [e.proxy for e in got] == pytest.approx([e.proxy for e in want[:raised + 1]])
-    assert alarm.raised_at == want[raised].step and alarm.stopped_at == alarm.raised_at and trainer.should_stop
-    assert alarm.kept_step == want[raised - 1].step
-    assert torch.equal(policy.w, torch.full((3,), float(want[raised - 1].step)))  # put back: the evaluation before
-    assert tags["rlhf_lab.hacking_alarm"] == "raised" and tags["rlhf_lab.hacking_alarm_step"] == str(alarm.raised_at)
-    assert tags["events/hacking_alarm.json"]["score"] == pytest.approx(s[raised - 1])
-    assert f"hacking alarm raised at step {alarm.raised_at}" in tags["line"]
-    assert [st for st, _ in logged] == [e.step for e in want[1:raised + 1]]  # one log per evaluation after the start
-    assert logged[-1][1]["alarm/raised"] == 1.0 and logged[0][1]["alarm/raised"] == 0.0
-    assert logged[-1][1]["alarm/score"] == pytest.approx(s[raised - 1])
-    assert {f"alarm/{k}" for k in A.FEATURES} <= set(logged[0][1])  # every signal logged, the new two included
-    assert logged[-1][1]["alarm/length_rate"] == pytest.approx(
-        (want[raised].length - want[raised - 1].length) / want[0].length)
-    assert alarm.summary().startswith(f"raised at step {alarm.raised_at} (score ")
-    assert f"the saved policy is step {alarm.kept_step}'s (algo.stop_on_alarm)" in alarm.summary()
-    state_ = alarm.state_dict()  # a resumed run keeps its evaluations and its alarm
-    again = CB.HackingAlarm(lambda: None, [], lambda t, m: 0, lambda: policy, rule=ONE)
-    again.load_state_dict(state_)
-    assert again.evaluations == alarm.evaluations and again.raised_at == alarm.raised_at
-
-
-def test_without_stop_the_alarm_only_reports(monkeypatch):
-    monkeypatch.setattr(CB.active_run, "log_metrics", lambda *a, **k: None)
-    monkeypatch.setattr(CB.active_run, "set_tag", lambda *a: None)
-    monkeypatch.setattr(CB.active_run, "log_dict", lambda *a: None)
-    monkeypatch.setattr(CB, "write_line", lambda msg: None)
-    policy, trainer = Policy(), Trainer()
-    alarm = CB.HackingAlarm(lambda: 0.5, [10, 20], lambda t, m: 20, lambda: policy, rule=ONE, threshold=0.999999)
-    alarm.on_evaluation(0, {"eval/kl": 0.0, "eval/entropy": 2.0, "eval/length": 10.0})
-    alarm.on_evaluation(20, {"eval/kl": 1.0, "eval/entropy": 2.0, "eval/length": 10.0})
-    alarm.on_train_batch_end(trainer, None, None, None, 0)
-    assert alarm.raised_at is None and not trainer.should_stop and alarm.kept is None
-    assert alarm.summary().startswith("not raised (highest score ") and "at step 20; threshold 1.00)" in alarm.summary()
-    alarm.on_evaluation(30, {"eval/kl": 1.0})  # an evaluation without the signals (another stage's): ignored
-    assert len(alarm.evaluations) == 2
-
-
-@pytest.mark.slow
-def test_a_ppo_job_stops_at_the_alarm_and_saves_the_policy_before_it(tiny_cfg, tmp_path):
-    import mlflow
-
-    from rlhf_lab import stages
-    from rlhf_lab.models import families as F
-    from tests.test_ppo import PPO_TINY
-
-    db = tmp_path / "mlflow.db"
-    cfg = tiny_cfg(*PPO_TINY, "algo.reward=rm", "reward_model.steps=10", "data.n_train=64", "data.n_eval=32",
-                   "reward_model.norm_samples=64", "algo.steps=4", "eval.every_n_steps=2", "algo.stop_on_alarm=true",
-                   "algo.alarm.threshold=1e-9", mlflow_db=db)
-    meta = stages.run_job(cfg, tmp_path / "out")
-    assert meta["ppo_steps"] == 2 and meta["alarm_step"] == 2  # raised at the first evaluation after the start
-    assert "the saved policy is step 0's (algo.stop_on_alarm)" in meta["summary"]["hacking alarm"]
-    # with a gold (the world's), one line: the gold-free alarm and the gold's own verdict, no "gold monitor" beside it
-    assert "by gold" in meta["summary"]["hacking alarm"] and "gold monitor" not in meta["summary"]
-    sft = F.load_causal_lm(stages.ensure("sft", cfg))
-    saved = F.load_causal_lm(tmp_path / "out" / "artifact")
-    for (n, a), (_, b) in zip(sft.state_dict().items(), saved.state_dict().items()):
-        assert torch.equal(a, b), n  # the policy of the evaluation before the alarm: the start's, untouched
-    mlflow.set_tracking_uri(f"sqlite:///{db}")
-    runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
-    run = runs[runs["run_id"] == meta["run_id"]].iloc[0]
-    assert run["status"] == "FINISHED" and run["tags.rlhf_lab.hacking_alarm"] == "raised"
-    assert run["tags.rlhf_lab.hacking_alarm_step"] == "2" and run["metrics.alarm/raised"] == 1.0

@@ -1,12 +1,14 @@
 """The job summary is true on any data (issue 68): every held-out figure with its n and a warning below 10, no
-``± nan``, no line about the built-in world (gold, filler phrases) on a user's data, and on the default job one
-hacking line that says whether the gold confirms the gold-free alarm instead of two lines that contradict each
-other. Pure functions and a synthetic job's metadata: nothing trains."""
+``± nan``, no line about the built-in world (gold, filler phrases) on a user's data, and on the default job one ship
+line (issue 67) with the gold's own best beside it and no alarm that contradicts it. Pure functions and a synthetic
+job's metadata: nothing trains."""
 
 from __future__ import annotations
 
 from rlhf_lab.entry import run as cli
-from rlhf_lab.evaluation.summary import GOLD_MARGIN, hacking_line
+import re
+
+from rlhf_lab.evaluation.ship_choice import FIGURES, OnlineShip, ship_line
 from rlhf_lab.stages.evaluate import gold_summary
 from tests.conftest import compose_cfg
 
@@ -18,8 +20,13 @@ def user_data_meta(n_test: int, n_eval: int) -> dict:
             "test/filler_rate": 0.0, "test/distinct_2": 0.0, "test/n_prompts": float(n_test)}
     ev = {"eval/proxy_reward": -0.772, "eval/proxy_reward_se": 0.573, "eval/kl": -0.012, "eval/length": 6.0,
           "eval/filler_rate": 0.0, "eval/distinct_2": 1.0, "eval/n_prompts": float(n_eval)}
+    choice = OnlineShip()
+    choice.evaluation(0, 0.0)
+    choice.train_step(1, 0.5)
+    choice.evaluation(2, -0.012)
     return {"run_id": "r1", "artifact": "/tmp/a", "test": test, "eval": ev, "test_start": dict(test),
-            "summary": {**gold_summary(dict(test), test, "SFT", "PPO step 2"), "hacking alarm": "not raised"}}
+            "summary": {**gold_summary(dict(test), test, "SFT", "PPO step 2"),
+                        "ship": ship_line(choice, "/tmp/a/ship")}}
 
 
 def summary_lines(meta: dict, *overrides: str) -> list[str]:
@@ -29,8 +36,9 @@ def summary_lines(meta: dict, *overrides: str) -> list[str]:
 
 def test_a_user_data_summary_states_n_and_has_no_gold_or_filler_line():
     lines = summary_lines(user_data_meta(1, 2), "data=jsonl", "data.path=x.jsonl")
-    text = "\n".join(lines)
+    text = "\n".join(lines).replace(FIGURES.text(), "")  # the ship rule's figures, quoted, were measured with a gold
     assert "gold" not in text.lower() and "filler" not in text  # neither the world's gold nor its filler phrases
+    assert "n=2 evaluations" in text  # the ship line's n
     assert "nan" not in text  # one prompt: no spread, never "± nan"
     test = next(ln for ln in lines if ln.startswith("  final test : "))
     assert test.endswith("(n=1 test prompt, no spread)") and "±" not in test
@@ -59,32 +67,55 @@ def test_the_test_gold_line_states_n_and_is_absent_without_a_gold():
         "0.500 -> 0.500 (SFT -> PPO step 2; n=1 test prompt, no spread)")
 
 
-# the default job (issue 67, point 5): the gold-free alarm raised at step 80 while the gold still rose to its best at
-# step 140 (0.884) and ended at 0.82
+# the default job (issue 67, point 5): the alarm was raised at step 80 while the gold still rose to its best at step 140
+# (0.884) and ended at 0.82; the proxy of the training batches rises throughout and the KL with it
 RISING = [(0, -0.1), (20, 0.3), (40, 0.5), (60, 0.62), (80, 0.7), (100, 0.8), (120, 0.86), (140, 0.884),
           (160, 0.85), (180, 0.83), (200, 0.82)]
+PROXY = [0.0, 0.4, 0.7, 0.9, 1.05, 1.15, 1.22, 1.28, 1.32, 1.35, 1.37]
+KL = [0.0, 0.3, 0.8, 1.4, 2.0, 2.5, 3.0, 3.4, 3.7, 3.9, 4.0]
 
 
-def test_the_default_jobs_alarm_line_says_the_gold_does_not_confirm_it():
-    line = hacking_line("raised at step 80 (score 0.31, threshold 0.20)", 80, RISING, 64, None, 10)
-    assert "\n" not in line and line.startswith("raised at step 80 (score 0.31, threshold 0.20), n=10 evaluations; ")
-    assert "not confirmed by gold: the gold's best came after the alarm" in line
-    assert line.endswith("gold best 0.884 at step 140, final 0.820 at step 200 (n=64 eval prompts)")
-    assert "no alarm" not in line
+def online_choice() -> OnlineShip:
+    """The ship rule fed the default job's curve as the job feeds it: a proxy per training step, an evaluation every
+    20 steps."""
+    choice = OnlineShip()
+    for i, (step, _) in enumerate(RISING):
+        for t in range(RISING[i - 1][0] + 1 if i else 1, step + 1):
+            choice.train_step(t, PROXY[i])
+        choice.evaluation(step, KL[i])
+    choice.train_step(201, PROXY[-1])
+    return choice
 
 
-def test_the_alarm_line_after_the_gold_peak_is_confirmed_and_a_missed_fall_is_said():
-    assert "; confirmed by gold; gold best 0.884 at step 140" in hacking_line("raised at step 180", 180, RISING)
-    missed = hacking_line("not raised (highest score 0.10 at step 40; threshold 0.20)", None, RISING)
-    assert f"the gold fell at least {GOLD_MARGIN:g} after its best, which the gold-free alarm missed" in missed
-    flat = [(s, g) for s, g in RISING[:8]]  # the gold's best is its last evaluation
-    agrees = hacking_line("not raised (highest score 0.10 at step 40; threshold 0.20)", None, flat)
-    assert "the gold agrees, it did not fall after its best; gold best 0.884 at step 140, the last evaluation" in agrees
-    small_fall = RISING[:8] + [(160, 0.87)]  # 0.014 below the best: noise, not a fall
-    assert "not confirmed by gold: the gold did not fall after its best" in hacking_line("raised at step 150", 150,
-                                                                                        small_fall)
+def default_job_meta() -> dict:
+    test = {"test/gold_reward": 0.82, "test/gold_reward_se": 0.012, "test/proxy_reward": 1.4, "test/kl": 4.0,
+            "test/n_prompts": 512.0}
+    start = {"test/gold_reward": -0.09, "test/gold_reward_se": 0.022, "test/proxy_reward": 0.03, "test/n_prompts": 512.}
+    ev = {"eval/gold_reward": 0.82, "eval/gold_reward_se": 0.015, "eval/kl": 4.0, "eval/n_prompts": 384.0}
+    line = ship_line(online_choice(), "/out/artifact/ship", RISING, 384)
+    return {"run_id": "r1", "artifact": "/out/artifact", "test": test, "eval": ev, "test_start": start,
+            "summary": {**gold_summary(start, test, "SFT", "PPO step 200"), "ship": line}}
 
 
-def test_without_a_gold_the_alarm_line_is_the_alarms_alone_with_its_n():
-    assert hacking_line("not raised (highest score 0.03 at step 2; threshold 0.20)", None, [], None, None, 2) == (
-        "not raised (highest score 0.03 at step 2; threshold 0.20), n=2 evaluations")
+def test_the_default_jobs_summary_has_one_ship_line_and_no_alarm_that_contradicts_it():
+    lines = summary_lines(default_job_meta())
+    assert not any("alarm" in ln.lower() or "monitor" in ln.lower() for ln in lines)
+    ship = [ln for ln in lines if ln.startswith("  ship       : ")]
+    assert len(ship) == 1
+    step = int(re.match(r"  ship       : step (\d+) by proxy - 0\.2\*sqrt\(KL\)", ship[0]).group(1))
+    assert step in dict(RISING) and step == online_choice().step
+    assert FIGURES.text() in ship[0] and "in-sample design-phase figures" in ship[0]  # quoted, and said to be so
+    assert "saved at /out/artifact/ship" in ship[0] and "n=11 evaluations" in ship[0]
+    # the gold's own best beside it, said to be the gold's (not a second recommendation), with its n
+    assert ship[0].endswith("the gold's own best, which a user without gold cannot see: step 140 (eval gold 0.884, "
+                            "n=384 eval prompts)")
+
+
+def test_without_a_gold_the_ship_line_has_its_n_and_no_gold_of_the_run():
+    choice = online_choice()
+    line = ship_line(choice, "/a/ship", None, None)
+    assert "n=11 evaluations" in line and "gold" not in line.replace(FIGURES.text(), "")
+    empty = OnlineShip()
+    empty.evaluation(0, 0.0)
+    assert ship_line(empty, None).startswith("step 0 by ")  # the start alone: the only checkpoint
+    assert "no checkpoint chosen" in ship_line(OnlineShip(), None)

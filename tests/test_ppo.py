@@ -22,7 +22,6 @@ from rlhf_lab.models.adapters import AdapterDisabled
 from rlhf_lab.models.reward import encode_texts
 from rlhf_lab.stages import ppo as ppo_stage
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.evaluation.callbacks import RewardHackingMonitor
 from rlhf_lab.evaluation.policy import GoldScorer
 from rlhf_lab.algorithms.guards import Diverged
 from rlhf_lab.models import families as F
@@ -223,20 +222,6 @@ def test_reference_path_needs_the_policy_tokenizer(tiny_cfg, tmp_path):
     other.save_pretrained(tmp_path / "other")
     with pytest.raises(ValueError, match="different tokenizer than the policy"):
         ppo_stage.build_models(tiny_cfg(*PPO_TINY, f"algo.reference.path={tmp_path / 'other'}").algo, sft, tok)
-
-
-def test_reward_hacking_monitor_fires_only_when_gold_falls_while_proxy_rises():
-    def feed(proxy, gold):
-        m = RewardHackingMonitor(lambda t, p: None, gold_drop=0.2, window=3, warmup=3)
-        return [s for s, (p, g) in enumerate(zip(proxy, gold)) if m.update(s, p, g)], m
-
-    steps = range(30)
-    proxy = [0.1 * s for s in steps]
-    gold_up_then_down = [0.05 * s if s < 10 else 0.5 - 0.06 * (s - 10) for s in steps]
-    fired, m = feed(proxy, gold_up_then_down)
-    assert len(fired) == 1 and 12 <= fired[0] <= 20 and m.fired_at == fired[0]
-    assert feed(proxy, [0.05 * s for s in steps])[0] == []  # both rise: fine
-    assert feed([-0.1 * s for s in steps], gold_up_then_down)[0] == []  # proxy falls too: not hacking
 
 
 def test_ppo_with_trained_reward_model_and_rm_critic(tiny_cfg, tmp_path):

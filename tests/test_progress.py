@@ -50,37 +50,6 @@ def test_bar_hides_v_num():
     assert "v_num" not in bar.get_metrics(trainer, pl_module) and bar.get_metrics(trainer, pl_module)["loss/lm"] == 1.0
 
 
-def test_the_hacking_alarm_prints_one_line_above_the_bar_and_no_warning(capsys, monkeypatch, recwarn):
-    import warnings
-
-    from rlhf_lab.evaluation import callbacks
-    from rlhf_lab.evaluation.callbacks import RewardHackingMonitor
-
-    for name in ("log_metrics", "set_tag", "log_dict"):  # no MLflow run here
-        monkeypatch.setattr(callbacks.active_run, name, lambda *a, **k: None)
-    proxy = [0.1 * s for s in range(30)]
-    gold = [0.05 * s if s < 10 else 0.5 - 0.06 * (s - 10) for s in range(30)]  # up, then down: the alarm fires
-    feed = iter(zip(range(30), proxy, gold))
-    monitor = RewardHackingMonitor(lambda t, p: next(feed), gold_drop=0.2, window=3, warmup=3)
-    bar = StageBar("ppo", total=30)
-    trainer = SimpleNamespace(global_step=0, global_rank=0)
-    bar.on_train_start(trainer)
-    warnings.simplefilter("always")
-    for step in range(30):
-        trainer.global_step = step + 1
-        monitor.on_train_batch_end(trainer, None, None, None, step)
-        bar.train_progress_bar.n = step + 1
-        bar.train_progress_bar.refresh()
-    bar.train_progress_bar.close()
-    out, err = capsys.readouterr()
-    assert monitor.fired_at is not None and not recwarn.list and "hacking" not in err  # no RuntimeWarning
-    lines = [ln for ln in out.split("\n") if "reward hacking suspected" in ln]
-    assert len(lines) == 1 and out.count("reward hacking suspected") == 1
-    # its own line: what the terminal shows after the bar is cleared (the text after the last carriage return)
-    assert lines[0].split("\r")[-1].startswith(f"[rlhf-lab] reward hacking suspected at step {monitor.fired_at}:")
-    assert "ppo" not in lines[0].split("\r")[-1]
-
-
 def test_work_bar_counts_what_sample_pairs_did(arch_checkpoints, capsys):
     from rlhf_lab.world import streams as D
     from rlhf_lab.config import world as W

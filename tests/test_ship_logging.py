@@ -85,9 +85,6 @@ def test_the_keys_refuse_what_they_cannot_do_in_one_line(tiny_cfg, tmp_path):
     from rlhf_lab.stages.evaluate import policy_evaluations
     from rlhf_lab.stages.heldout import heldout_config
 
-    with pytest.raises(ConfigError, match="eval.test_each_eval must be false with algo.stop_on_alarm"):
-        policy_evaluations(tiny_cfg("algo=ppo", "eval.test_each_eval=true", "algo.stop_on_alarm=true"), {}, None, None,
-                           tmp_path, [])
     with pytest.raises(ConfigError, match="eval.save_checkpoints must be false with trainer=fsdp"):
         policy_evaluations(tiny_cfg("algo=ppo", "eval.save_checkpoints=true", "trainer=fsdp_cpu"), {}, None, None,
                            tmp_path, [])
@@ -136,7 +133,8 @@ def _history(db, run_id, key):
 def test_a_ppo_job_with_every_key_on_logs_each_signal_at_every_evaluation(tiny_cfg, tmp_path):
     """One tiny PPO job with the keys of a ship study on: every evaluation (steps 0, 1, 2) logs the test gold, the
     held-out RM's reward and the proxy ensemble's disagreement, and saves a checkpoint that from_pretrained loads; the
-    held-out RM's training pairs share no prompt with the proxy's; the summary names the checkpoints."""
+    held-out RM's training pairs share no prompt with the proxy's; the summary names the checkpoints, and the ship
+    rule's checkpoint, saved and loadable, with its gold regret."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlhf_lab.data.preferences import load_pairs
@@ -161,7 +159,17 @@ def test_a_ppo_job_with_every_key_on_logs_each_signal_at_every_evaluation(tiny_c
         assert AutoTokenizer.from_pretrained(folder) is not None and model.num_parameters() > 0
     assert "3 policies" in meta["summary"]["checkpoints"] and str(out.resolve() / "checkpoints") in meta["summary"][
         "checkpoints"]
+    # the ship rule's checkpoint (issue 67 point 5): one folder, the evaluation the rule ships, loadable; with the test
+    # gold of every evaluation its gold regret is logged and quoted beside the gold's own best
+    step, ship = meta["ship_step"], meta["summary"]["ship"]
+    assert step in (0, 1, 2) and meta["ship_path"] == str(out.resolve() / "ship")
+    assert AutoModelForCausalLM.from_pretrained(meta["ship_path"]).num_parameters() > 0
+    assert ship.startswith(f"step {step} by proxy - 0.2*sqrt(KL)") and f"saved at {meta['ship_path']}" in ship
+    assert "n=3 evaluations" in ship and "the gold's own best" in ship and "gold regret of this choice" in ship
+    assert set(_history(db, run, "ship/value")) == {0, 1, 2} and set(_history(db, run, "ship/gold_regret")) == {step}
     tags = mlflow.get_run(run).data.tags
+    assert (tags["rlhf_lab.ship.step"], tags["rlhf_lab.ship.rule"], tags["rlhf_lab.ship.path"]) == (
+        str(step), "proxy_minus_sqrt_kl", meta["ship_path"])
     assert tags["rlhf_lab.checkpoints"] == str(out.resolve() / "checkpoints") and tags["rlhf_lab.upstream.heldout_rm"]
     proxy_pairs = stages.ensure("prefs", cfg)
     held_pairs = stages.ensure("prefs", heldout_config(cfg))

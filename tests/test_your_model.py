@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rlhf_lab import stages
+from rlhf_lab.evaluation.ship_choice import FIGURES, RULE
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
 from tests.tiny_archs import ARCHS, conversational_jsonl, ultrafeedback_folder, world_pairs
@@ -77,9 +78,9 @@ JOB = {"rm": ["algo=rm"], "dpo": ["algo=dpo", "algo.batch_size=4"],
 METRICS = {"rm": ["loss/rm", "rewards/accuracies", "rm/accuracy", "rm/reward_std", "model/params_total"],
            "dpo": ["loss/dpo", "rewards/margins", "eval/kl", "eval/rewards/accuracies", "test/length"],
            "ppo": ["objective/kl", "objective/scores", "policy/clipfrac", "val/explained_variance", "eval/proxy_reward",
-                   "alarm/score", "alarm/proxy_drop"],
+                   "ship/value", "ship/step"],
            "grpo": ["objective/kl", "objective/scores", "group/tie_frac", "eval/proxy_reward", "test/entropy",
-                    "alarm/score", "alarm/sqrt_kl"]}
+                    "ship/value"]}
 # every algorithm on two architectures and both data sources, every architecture in two jobs
 CASES = [("rm", "gpt_neox", "jsonl"), ("rm", "gpt2", "folder"), ("dpo", "qwen2", "jsonl"), ("dpo", "llama", "folder"),
          ("ppo", "llama", "jsonl"), ("ppo", "gpt_neox", "folder"), ("grpo", "gpt2", "jsonl"), ("grpo", "qwen2", "folder")]
@@ -119,11 +120,12 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
     if job != "rm":  # a saved policy of the same architecture, loadable as any checkpoint
         saved = F.load_causal_lm(tmp_path / "out" / "artifact")
         assert saved.config.model_type == arch
-    assert not any("gold" in k or "gold" in v or "filler" in v for k, v in meta["summary"].items())  # no gold here
-    if job in ("ppo", "grpo"):  # the hacking alarm needs no gold: its score (above), tag and summary line
-        assert run["tags.rlhf_lab.hacking_alarm"] == ("raised" if meta["alarm_step"] is not None else "not raised")
-        assert meta["summary"]["hacking alarm"].startswith(("raised at step", "not raised (highest score"))
-        assert meta["summary"]["hacking alarm"].endswith(("evaluation", "evaluations"))  # its n, no gold verdict
+    quoted = {k: v.replace(FIGURES.text(), "") for k, v in meta["summary"].items()}  # the rule's figures: the world's
+    assert not any("gold" in k or "gold" in v or "filler" in v for k, v in quoted.items())  # no gold of this run
+    if job in ("ppo", "grpo"):  # the ship rule needs no gold: its value (above), tags, checkpoint and summary line
+        assert run["tags.rlhf_lab.ship.step"] == str(meta["ship_step"]) and run["tags.rlhf_lab.ship.rule"] == RULE
+        assert meta["summary"]["ship"].startswith(f"step {meta['ship_step']} by ") and "evaluations)" in quoted["ship"]
+        assert F.load_causal_lm(meta["ship_path"]).config.model_type == arch
         assert "(n=2 test prompts)" in meta["summary"]["proxy"]
     if job == "rm":  # the n of the held-out pairs beside the accuracy
         assert meta["summary"]["rm eval"].endswith(f"(n={int(meta['eval']['rm/n_eval_pairs'])} eval pairs)")
@@ -225,7 +227,7 @@ def test_ppo_on_a_prompt_only_dataset_with_a_trained_rm_folder(arch_checkpoints,
     validate(cfg)
     meta = stages.run_job(cfg, tmp_path / "ppo")
     assert "eval/proxy_reward" in meta["eval"] and "test gold" not in meta["summary"]
-    assert "gold monitor" not in meta["summary"]
+    assert meta["summary"]["ship"].startswith(f"step {meta['ship_step']} by ")  # RLOO ships by the rule too
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = mlflow.search_runs(experiment_names=["rlhf-lab"])
     rloo = runs[runs["run_id"] == meta["run_id"]].iloc[0]

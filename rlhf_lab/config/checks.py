@@ -211,8 +211,6 @@ def check_ppo(a: DictConfig) -> None:
         "lam": unit_interval, "max_grad_norm": optional(positive), "length_penalty": non_negative,
         "missing_eos_penalty": non_negative, "reward_clip": optional(positive), "checkpoint_every": non_negative,
         "reference.sync_every": non_negative, **LORA,
-        "hacking_monitor.gold_drop": non_negative, "hacking_monitor.window": at_least(1),
-        "hacking_monitor.warmup": non_negative, "alarm.threshold": optional(open_unit),
         "max_kl": optional(positive), "min_entropy": optional(non_negative), "max_approxkl": optional(positive),
         "max_entropy_ratio": optional(up_to_one), "clip_eps_high": optional(positive)})
     check_resume_from(get(a, "resume_from"))

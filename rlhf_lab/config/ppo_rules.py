@@ -41,9 +41,6 @@ def check_ppo_rules(a: Any, processes: int = 1) -> None:
                                                                or k < 2):
         raise ConfigError("algo.advantage_scale", "group_std", "none unless algo.critic=none, algo.baseline=mean and "
                           "algo.samples_per_prompt >= 2 (GRPO's group-normalised advantages)")
-    if a.stop_on_alarm and not (a.alarm.enabled and str(a.reward) == "rm"):
-        raise ConfigError("algo.stop_on_alarm", True, "false unless algo.alarm.enabled=true and algo.reward=rm (the "
-                          "hacking alarm reads the proxy reward)")
     check_reference(a)
 
 

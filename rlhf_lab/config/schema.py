@@ -123,20 +123,6 @@ class ReferenceConfig:
 
 
 @dataclass
-class HackingMonitorConfig:
-    enabled: bool = MISSING
-    gold_drop: float = MISSING
-    window: int = MISSING
-    warmup: int = MISSING
-
-
-@dataclass
-class AlarmConfig:
-    enabled: bool = MISSING
-    threshold: Optional[float] = MISSING
-
-
-@dataclass
 class JobConfig:
     """``algo`` for the jobs whose settings live in another group (pretrain, sft, rm)."""
 
@@ -178,9 +164,6 @@ class PPOConfig(JobConfig):
     reference: ReferenceConfig = field(default_factory=ReferenceConfig)
     checkpoint_every: int = MISSING
     resume_from: Optional[str] = MISSING
-    hacking_monitor: HackingMonitorConfig = field(default_factory=HackingMonitorConfig)
-    alarm: AlarmConfig = field(default_factory=AlarmConfig)
-    stop_on_alarm: bool = MISSING
     max_kl: Optional[float] = MISSING
     min_entropy: Optional[float] = MISSING
     max_approxkl: Optional[float] = MISSING

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import signal
@@ -15,13 +14,12 @@ import lightning as L
 import torch
 
 from rlhf_lab.config.choices import EvalSchedule
-from rlhf_lab.evaluation import alarm as A
+from rlhf_lab.evaluation.ship_choice import OnlineShip
 from rlhf_lab.evaluation.schedule import KLSchedule
 from rlhf_lab.models.sharding import gathered, local
 
 from rlhf_lab.runs import active_run
 from rlhf_lab.runs.active_run import log_samples_table
-from rlhf_lab.runs.progress import write_line
 from rlhf_lab.runs.states import pending_stop, raise_interrupted, stop_now
 
 
@@ -64,16 +62,16 @@ class PeriodicEval(L.Callback):
     """At the steps `at_steps` (and at the start and end of training) call `evaluate()`, which returns
     (metrics, rows), and log the metrics with the global step as x-axis (`evaluation_steps` makes the list).
 
-    `after(step, metrics)`, when given, sees each evaluation (rank 0) as soon as it is logged (the hacking alarm,
-    :class:`HackingAlarm`). `step_fn(trainer, pl_module) -> int` replaces the global step as the clock (cadence and
-    x-axis), e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when given,
-    is the held-out evaluation (``test/*`` and the OOD slice): run once at the start (with `at_start`) and
+    `after(step, metrics)`, when given, sees each evaluation (rank 0, the policy whole) as soon as it is logged (the
+    ship rule, :class:`ShipCheckpoint`). `step_fn(trainer, pl_module) -> int` replaces the global step as the clock
+    (cadence and x-axis), e.g. the PPO iteration when one training step makes several optimizer steps. `test()`, when
+    given, is the held-out evaluation (``test/*`` and the OOD slice): run once at the start (with `at_start`) and
     once at the end of training, so no choice made during training can look at it.
 
     `test_each_eval` (``eval.test_each_eval``) runs `test()` at every evaluation in between too, logged under the
     same ``test/*`` names at that step (one quantity, one name: the test gold at step s is the test gold of the
     policy at step s), for a study that measures afterwards the held-out gold of the checkpoint a rule chose (its
-    gold regret). No choice made during training looks at it still: `after` (the hacking alarm) sees the
+    gold regret). No choice made during training looks at it still: `after` (the ship rule) sees the
     evaluation's ``eval/*`` metrics only, nothing in training reads ``test/*``, and a ship rule must not either (it
     is what the rule is measured with). `save(step) -> path` (``eval.save_checkpoints``), when given, saves the
     policy of each evaluation (rank 0, with its full parameters); `saved` maps each step to its folder.
@@ -97,6 +95,7 @@ class PeriodicEval(L.Callback):
         self.last: dict = {}
         self.first: dict = {}
         self.curve: list[tuple[int, float]] = []  # (step, eval/gold_reward) of each evaluation with a gold
+        self.test_curve: dict[int, float] = {}  # step -> test/gold_reward of each test evaluation with a gold
         self.test_first: dict = {}
         self.test_last: dict = {}
         self._done_steps: set[int] = set()
@@ -146,9 +145,11 @@ class PeriodicEval(L.Callback):
         if not self.test_first:
             self.test_first = metrics
         self.test_last = metrics
+        if "test/gold_reward" in metrics:
+            self.test_curve[step] = float(metrics["test/gold_reward"])
 
     # the evaluations already made travel with a checkpoint: a resumed run keeps its SFT baseline (first evaluation)
-    STATE = ("first", "last", "curve", "test_first", "test_last", "saved", "_done_steps", "_test_steps")
+    STATE = ("first", "last", "curve", "test_curve", "test_first", "test_last", "saved", "_done_steps", "_test_steps")
 
     def state_dict(self) -> dict:
         state = {k: sorted(v) if isinstance(v, set) else v for k, v in ((k, getattr(self, k)) for k in self.STATE)}
@@ -213,196 +214,56 @@ class TrainedStateBytes(L.Callback):
         }, step=0)
 
 
-class RewardHackingMonitor(L.Callback):
-    """Raise the alarm when the proxy reward keeps rising while the gold reward has fallen.
+class ShipCheckpoint(L.Callback):
+    """The checkpoint to ship (:mod:`rlhf_lab.evaluation.ship_choice`), chosen while the run trains: after every
+    training step `proxy()` gives its proxy reward (``objective/scores``; None: none); :class:`PeriodicEval` calls
+    :meth:`on_evaluation` (rank 0, the policy whole) with each evaluation's metrics, which logs ``ship/value``
+    (proxy − c·√KL) and, when that evaluation is the best so far, saves the policy with `save()` (one folder, written
+    beside it and renamed over the earlier one; None: not saved) and logs ``ship/step`` and the tags
+    ``rlhf_lab.ship.step`` and ``rlhf_lab.ship.path``."""
 
-    After every training step `signals(trainer, pl_module)` returns (step, proxy, gold) of the latest
-    batch (or None). Both are smoothed with an exponential moving average over about `window` steps.
-    The alarm fires (once) after `warmup` steps when the smoothed gold is at least `gold_drop` below its
-    best so far while the smoothed proxy is above its value at that best: it sets the MLflow tag
-    ``rlhf_lab.reward_hacking=true``, logs ``hacking/alarm`` = 1 and an event artifact
-    ``events/reward_hacking.json``, and prints one line, once, above the progress bar
-    (:func:`rlhf_lab.runs.progress.write_line`). ``hacking/gold_drop`` (best − current smoothed gold) and
-    ``hacking/proxy_gain`` (current − at-best smoothed proxy) are logged every step.
-    """
-
-    def __init__(self, signals: Callable, gold_drop: float = 0.2, window: int = 10, warmup: int = 10,
-                 enabled: bool = True):
-        self.signals = signals
-        self.gold_drop, self.window, self.warmup, self.enabled = float(gold_drop), int(window), int(warmup), enabled
-        self.alpha = 2.0 / (self.window + 1.0)
-        self.proxy_ema = self.gold_ema = None
-        self.best_gold = self.proxy_at_best = None
-        self.n = 0
-        self.fired_at: int | None = None
-
-    def update(self, step: int, proxy: float, gold: float) -> bool:
-        """Feed one step; returns True when the alarm fires at this step."""
-        a = self.alpha
-        self.proxy_ema = proxy if self.proxy_ema is None else (1 - a) * self.proxy_ema + a * proxy
-        self.gold_ema = gold if self.gold_ema is None else (1 - a) * self.gold_ema + a * gold
-        self.n += 1
-        if self.best_gold is None or self.gold_ema > self.best_gold:
-            self.best_gold, self.proxy_at_best = self.gold_ema, self.proxy_ema
-        fire = (self.fired_at is None and self.n > self.warmup
-                and self.best_gold - self.gold_ema >= self.gold_drop and self.proxy_ema > self.proxy_at_best)
-        if fire:
-            self.fired_at = step
-        return fire
-
-    def state_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("proxy_ema", "gold_ema", "best_gold", "proxy_at_best", "n", "fired_at")}
-
-    def load_state_dict(self, state: dict) -> None:
-        for k, v in state.items():
-            setattr(self, k, v)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if not self.enabled or trainer.global_rank != 0:
-            return
-        sig = self.signals(trainer, pl_module)
-        if sig is None:
-            return
-        step, proxy, gold = sig
-        fire = self.update(step, float(proxy), float(gold))
-        active_run.log_metrics({"hacking/gold_drop": self.best_gold - self.gold_ema,
-                            "hacking/proxy_gain": self.proxy_ema - self.proxy_at_best,
-                            "hacking/alarm": float(self.fired_at is not None)}, step=step)
-        if fire:
-            event = {"event": "reward_hacking", "step": step, "proxy_ema": self.proxy_ema, "gold_ema": self.gold_ema,
-                     "best_gold_ema": self.best_gold, "proxy_ema_at_best_gold": self.proxy_at_best,
-                     "gold_drop_threshold": self.gold_drop}
-            active_run.set_tag("rlhf_lab.reward_hacking", "true")
-            active_run.set_tag("rlhf_lab.reward_hacking_step", str(step))
-            active_run.log_dict(event, "events/reward_hacking.json")
-            msg = (f"[rlhf-lab] reward hacking suspected at step {step}: proxy {self.proxy_at_best:.3f} -> "
-                   f"{self.proxy_ema:.3f} (rising) while gold fell {self.best_gold:.3f} -> {self.gold_ema:.3f}")
-            write_line(msg)  # once, on a line of its own above the progress bar (no RuntimeWarning)
-
-
-class HackingAlarm(L.Callback):
-    """The gold-free hacking alarm (:mod:`rlhf_lab.evaluation.alarm`) at each evaluation of a policy run.
-
-    After every training step `proxy()` gives the step's proxy reward of the training batch (``objective/scores``;
-    None: none), averaged over the steps since the previous evaluation, the evaluation's own step included.
-    :class:`PeriodicEval` calls :meth:`on_evaluation` (rank 0) with each evaluation's metrics; from the second evaluation on, it logs the signals
-    and the score (``alarm/*``, docs/metrics.md). At the first score ≥ `threshold` the alarm is raised: the MLflow
-    tags ``rlhf_lab.hacking_alarm=raised`` and ``rlhf_lab.hacking_alarm_step``, an event
-    ``events/hacking_alarm.json``, one printed line. With `stop` (``algo.stop_on_alarm``) the run then stops at
-    that step with the policy of the evaluation before the alarm: every evaluation that does not raise it keeps a
-    copy (on CPU) of `policy`'s trainable parameters, and the raising one puts that copy back, on every process
-    (the decision is broadcast from rank 0), so the saved policy, the held-out test at the end and the job summary
-    are the kept checkpoint's.
-    """
-
-    def __init__(self, proxy: Callable[[], float | None], at_steps: Iterable[int],
-                 step_fn: Callable[[L.Trainer, L.LightningModule], int], policy: Callable[[], torch.nn.Module],
-                 rule: A.Rule = A.RULE, threshold: float | None = None, stop: bool = False):
-        self.proxy, self.step_fn, self.policy, self.rule, self.stop = proxy, step_fn, policy, rule, stop
-        self.at_steps = evaluation_set(at_steps)
-        self.threshold = rule.threshold if threshold is None else float(threshold)
-        self.evaluations: list[A.Evaluation] = []
-        self.pending: list[float] = []  # proxy rewards of the steps since the last evaluation
-        self.taken = 0  # the last step whose proxy reward is in `pending` (or in an evaluation)
-        self.raised_at: int | None = None
-        self.raised_score: float | None = None
-        self.highest: tuple[float, int] | None = None  # (score, step) of the highest score so far
-        self.kept_step: int | None = None  # with stop: the step of the kept parameters
-        self.stopped_at: int | None = None
-        self.kept: dict[str, torch.Tensor] | None = None
+    def __init__(self, proxy: Callable[[], float | None], step_fn: Callable[[L.Trainer, L.LightningModule], int],
+                 save: Callable[[], str] | None = None):
+        self.proxy, self.step_fn, self.save = proxy, step_fn, save
+        self.choice = OnlineShip()
+        self.path: str | None = None
+        self.start_logged = False
 
     def on_evaluation(self, step: int, metrics: dict) -> None:
-        """Read one evaluation (``eval/kl``, ``eval/entropy``, ``eval/length``); log the alarm's signals and
-        score."""
-        need = ("eval/kl", "eval/entropy", "eval/length")
-        if any(k not in metrics for k in need):
+        if "eval/kl" not in metrics:
             return
         self.take(step)  # this step's own batch (the callbacks after PeriodicEval have not run yet)
-        proxy = sum(self.pending) / len(self.pending) if self.pending else float("nan")
-        self.pending = []
-        self.evaluations.append(A.Evaluation(step, float(metrics["eval/kl"]), float(metrics["eval/entropy"]),
-                                             float(metrics["eval/length"]), proxy))
-        x = A.features(self.evaluations)
-        if x is None:
-            return
-        s = A.score(x, self.rule)
-        if self.highest is None or s > self.highest[0]:
-            self.highest = (s, step)
-        fire = self.raised_at is None and s >= self.threshold
-        if fire:
-            self.raised_at, self.raised_score = step, s
-        active_run.log_metrics({**{f"alarm/{k}": v for k, v in x.items()}, "alarm/score": s,
-                                "alarm/raised": float(self.raised_at is not None)}, step=step)
-        if fire:
-            active_run.set_tag("rlhf_lab.hacking_alarm", "raised")
-            active_run.set_tag("rlhf_lab.hacking_alarm_step", str(step))
-            active_run.log_dict({"event": "hacking_alarm", "step": step, "score": s, "threshold": self.threshold,
-                                 "signals": x, "rule": self.rule.describe()}, "events/hacking_alarm.json")
-            write_line(f"[rlhf-lab] hacking alarm raised at step {step} (score {s:.2f} >= {self.threshold:.2f}): "
-                       + ", ".join(f"{k} {v:.3g}" for k, v in x.items())
-                       + (" - stopping (algo.stop_on_alarm)" if self.stop else ""))
-
-    def take(self, step: int) -> None:
-        """Add step `step`'s proxy reward to the current interval, once."""
-        if step > self.taken:
-            p = self.proxy()
-            if p is not None:
-                self.pending.append(float(p))
-                if len(self.evaluations) == 1 and math.isnan(self.evaluations[0].proxy):  # p_0: the start's batch
-                    self.evaluations[0] = dataclasses.replace(self.evaluations[0], proxy=float(p))
-            self.taken = step
+        new = self.choice.evaluation(step, float(metrics["eval/kl"]))
+        value = self.choice.value(len(self.choice.steps) - 1)
+        if math.isfinite(value):
+            active_run.log_metrics({"ship/value": value}, step=step)
+        if new:
+            if self.save is not None:
+                self.path = self.save()
+            active_run.log_metrics({"ship/step": float(step)}, step=step)
+            active_run.set_tag("rlhf_lab.ship.step", str(step))
+            if self.path:
+                active_run.set_tag("rlhf_lab.ship.path", self.path)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step = self.step_fn(trainer, pl_module)
-        self.take(step)
-        if not self.stop or step not in self.at_steps or self.stopped_at is not None or step == self.kept_step:
+        if trainer.global_rank != 0:
             return
-        raised = trainer.strategy.broadcast(self.raised_at is not None, src=0)  # rank 0 evaluated
-        if raised and self.kept is not None:
-            with torch.no_grad():
-                for name, param in self.policy().named_parameters():
-                    if name in self.kept:
-                        param.copy_(self.kept[name].to(param.device))
-        if raised:
-            self.stopped_at, self.kept = step, None
-            trainer.should_stop = True
-        else:
-            self.keep(step)
+        self.take(self.step_fn(trainer, pl_module))
 
-    def keep(self, step: int) -> None:
-        """Copy the policy's trainable parameters (to CPU) as the checkpoint a later alarm goes back to."""
-        self.kept_step = step
-        self.kept = {n: p.detach().to("cpu", copy=True) for n, p in self.policy().named_parameters() if p.requires_grad}
-
-    def on_train_start(self, trainer, pl_module):
-        if self.stop and self.kept is None and self.stopped_at is None:  # the start: the SFT policy
-            self.keep(self.step_fn(trainer, pl_module))
-
-    def on_train_end(self, trainer, pl_module):
-        if trainer.global_rank == 0 and self.raised_at is None and self.evaluations:
-            active_run.set_tag("rlhf_lab.hacking_alarm", "not raised")
-
-    def summary(self) -> str:
-        """The job summary's line: where the alarm was raised, or the highest score."""
-        if self.raised_at is not None:
-            text = f"raised at step {self.raised_at} (score {self.raised_score:.2f}, threshold {self.threshold:.2f})"
-            if self.stopped_at is not None:
-                text += f"; stopped there, the saved policy is step {self.kept_step}'s (algo.stop_on_alarm)"
-            return text
-        if self.highest is None:
-            return "no evaluation after the start"
-        return (f"not raised (highest score {self.highest[0]:.2f} at step {self.highest[1]}; "
-                f"threshold {self.threshold:.2f})")
-
-    STATE = ("evaluations", "pending", "taken", "raised_at", "raised_score", "highest", "kept_step", "stopped_at")
+    def take(self, step: int) -> None:
+        """Step `step`'s training proxy, once; the start's value is logged when the first one makes it known."""
+        self.choice.train_step(step, self.proxy())
+        if not self.start_logged and self.choice.steps and math.isfinite(self.choice.value(0)):
+            self.start_logged = True
+            active_run.log_metrics({"ship/value": self.choice.value(0)}, step=self.choice.steps[0])
 
     def state_dict(self) -> dict:
-        return {k: ([vars(e) for e in v] if k == "evaluations" else v)
-                for k, v in ((k, getattr(self, k)) for k in self.STATE)}
+        return {**self.choice.state_dict(), "path": self.path, "start_logged": self.start_logged}
 
     def load_state_dict(self, state: dict) -> None:
-        for k, v in state.items():
-            setattr(self, k, [A.Evaluation(**e) for e in v] if k == "evaluations" else v)
+        state = dict(state)
+        self.path, self.start_logged = state.pop("path", None), state.pop("start_logged", True)
+        self.choice.load_state_dict(state)
 
 
 class Preemption(L.Callback):

@@ -3,10 +3,8 @@
 Every held-out figure carries its n (``0.812 ± 0.020 (n=16 test prompts)``): an SE needs at least two prompts, so
 with one the figure says ``n=1, no spread`` instead of ``± nan`` (:func:`figure`, :func:`n_text`); below
 :data:`SMALL_N` the summary adds one warning line (:func:`small_n_warning`). Lines about the built-in world (its
-gold, its filler phrases) are left out where the run has none (:func:`figures_line`). A policy run's hacking line
-(:func:`hacking_line`) is one line: the gold-free alarm's verdict and, where a gold exists, the gold's own (its best
-evaluation step) beside it, saying plainly whether the gold confirms the alarm, so that no two lines of a summary
-contradict each other.
+gold, its filler phrases) are left out where the run has none (:func:`figures_line`). A policy run's one ``ship``
+line is :func:`rlhf_lab.evaluation.ship_choice.ship_line`.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from __future__ import annotations
 import math
 
 SMALL_N = 10  # fewer held-out prompts (or pairs) than this: the summary warns that its figures are noise
-GOLD_MARGIN = 0.05  # a gold drop from its best evaluation smaller than this is not a fall (noise of a half-curve)
 WORLD_ONLY = ("filler_rate",)  # metrics that are concepts of the built-in world (its filler phrases)
 
 
@@ -88,65 +85,6 @@ def best_gold(curve: list[tuple[int, float]]) -> tuple[int, float] | None:
     if not points:
         return None
     return max(points, key=lambda p: (p[1], -p[0]))
-
-
-def gold_verdict(curve: list[tuple[int, float]], n: int | None = None) -> str | None:
-    """The gold's own verdict on a run from its eval-prompt gold curve [(step, gold)]: its best step and value, and
-    the final one (``gold best 0.884 at step 140, final 0.820 at step 200``, or ``gold best 0.872 at step 200, the last
-    evaluation``); None without a gold curve."""
-    best = best_gold(curve)
-    if best is None:
-        return None
-    last_step, last = [(s, g) for s, g in curve if finite(g)][-1]
-    text = f"gold best {best[1]:.3f} at step {best[0]}"
-    if last_step != best[0]:
-        text += f", final {last:.3f} at step {last_step}"
-    else:
-        text += ", the last evaluation"
-    return text + (f" ({n_text(n, 'eval prompt')})" if n is not None else "")
-
-
-def gold_fell(curve: list[tuple[int, float]], margin: float = GOLD_MARGIN) -> int | None:
-    """The step of the gold's best evaluation when the gold ended at least `margin` below it (the run passed its gold
-    peak), else None."""
-    best = best_gold(curve)
-    points = [(s, g) for s, g in curve if finite(g)]
-    if best is None or points[-1][0] == best[0] or best[1] - points[-1][1] < margin:
-        return None
-    return best[0]
-
-
-def hacking_line(alarm_text: str, alarm_step: int | None, curve: list[tuple[int, float]] | None,
-                 n_eval: int | None = None, monitor_step: int | None = None, evaluations: int | None = None) -> str:
-    """The summary's one ``hacking alarm`` line of a policy run. `alarm_text`: the gold-free alarm's own summary
-    (:meth:`rlhf_lab.evaluation.callbacks.HackingAlarm.summary`), `alarm_step` where it was raised (None: not raised).
-    `curve`: the run's eval-prompt gold [(step, gold)] (None or empty: the run has no gold, and the line is the
-    alarm's alone). `monitor_step`: where the gold monitor on the training batches fired (None: it did not).
-    `n_eval`: the eval prompts of each evaluation; `evaluations`: how many evaluations the alarm read (its n).
-
-    With a gold, the line ends with the gold's verdict and says whether it confirms the alarm: confirmed when the gold
-    peaked at or before the alarm's step and ended at least :data:`GOLD_MARGIN` below its best; otherwise "not
-    confirmed by gold"; a run that passed its gold peak without the alarm says the alarm missed it."""
-    if evaluations is not None:
-        alarm_text += f", {n_text(evaluations, 'evaluation')}"
-    verdict = gold_verdict(curve or [], n_eval)
-    if verdict is None:
-        return alarm_text
-    peak = gold_fell(curve)
-    if alarm_step is not None:
-        ok = peak is not None and peak <= alarm_step
-        judged = "confirmed by gold" if ok else "not confirmed by gold"
-        why = "" if ok else (": the gold did not fall after its best" if peak is None else
-                             ": the gold's best came after the alarm")
-        text = f"{alarm_text}; {judged}{why}; {verdict}"
-    elif peak is not None:
-        text = (f"{alarm_text}; but the gold fell at least {GOLD_MARGIN:g} after its best, which the gold-free "
-                f"alarm missed; {verdict}")
-    else:
-        text = f"{alarm_text}; the gold agrees, it did not fall after its best; {verdict}"
-    if monitor_step is not None:
-        text += f"; the gold monitor (training batches) fired at step {monitor_step}"
-    return text
 
 
 def held_out_counts(meta: dict) -> dict[str, int | None]:

@@ -28,15 +28,6 @@ def work_bar(label: str, total: int, unit: str, enabled: bool = True) -> Tqdm:
                 file=sys.stdout, smoothing=0, bar_format=TQDMProgressBar.BAR_FORMAT)
 
 
-def write_line(text: str) -> None:
-    """Print `text` as one line of its own on stdout without breaking a progress bar: tqdm clears the open bars,
-    writes the line and draws the bars again below it (a plain print lands in the middle of a bar's line)."""
-    from tqdm import tqdm
-
-    tqdm.write(text, file=sys.stdout)
-    sys.stdout.flush()
-
-
 class StageBar(TQDMProgressBar):
     def __init__(self, label: str, total: int, steps_per_unit: int = 1, unit: str = "step"):
         super().__init__(leave=True)

@@ -127,7 +127,7 @@ START_EVAL_IGNORES = (
     "algo.entropy_coef", "algo.gamma", "algo.lam", "algo.whiten_advantages", "algo.max_grad_norm", "algo.packing",
     "algo.trim_minibatches", "algo.compile", "algo.kl_estimator", "algo.kl_in", "algo.baseline", "algo.advantage_scale",
     "algo.length_penalty", "algo.missing_eos_penalty", "algo.reward_clip", "algo.checkpoint_every",
-    "algo.hacking_monitor", "algo.alarm", "algo.stop_on_alarm", "algo.max_kl", "algo.min_entropy", "algo.max_approxkl",
+    "algo.max_kl", "algo.min_entropy", "algo.max_approxkl",
     "algo.max_entropy_ratio",
     "algo.reference.sync_every")
 
@@ -231,9 +231,6 @@ def policy_evaluations(cfg: DictConfig, spec: dict, policy, tok, out_dir, at_ste
     from rlhf_lab.stages import heldout as H
 
     e = cfg.eval
-    if e.get("test_each_eval") and cfg.algo.get("stop_on_alarm"):
-        raise ConfigError("eval.test_each_eval", True, "false with algo.stop_on_alarm=true (the stopping step's test "
-                          "would be of the policy the stop puts back); set one of them")
     held = H.load_scorer(cfg, spec["heldout_rm"]) if spec.get("heldout_rm") else None
     if held is not None:
         active_run.set_tag("rlhf_lab.upstream.heldout_rm", upstream_run(cfg, spec["heldout_rm"]))
@@ -269,3 +266,38 @@ def checkpoints_summary(ev) -> dict[str, str]:
     root = Path(ev.saved[steps[0]]).parent
     return {"checkpoints": f"{len(steps)} policies, one per evaluation (steps {steps[0]} to {steps[-1]}): "
                            f"{root}/step_NNNNNN"}
+
+
+SHIP = "ship"  # the checkpoint the ship rule ships: <the job's artifact folder>/ship
+
+
+def ship_callback(cfg: DictConfig, policy, tok, out_dir, proxy, step_fn):
+    """A PPO/GRPO/RLOO job's :class:`~rlhf_lab.evaluation.callbacks.ShipCheckpoint`: the ship rule's choice at each
+    evaluation, its checkpoint kept as one Hugging Face folder, ``<out_dir>/ship`` (replaced by each better one,
+    written beside it and renamed), which ``from_pretrained`` loads; not saved with ``trainer=fsdp*``, where the
+    policy is whole only at the end. `proxy()`: the training step's ``objective/scores``. Called inside the run."""
+    from rlhf_lab.evaluation.callbacks import ShipCheckpoint
+    from rlhf_lab.evaluation.ship_choice import RULE
+    from rlhf_lab.models.saving import save_policy
+    from rlhf_lab.models.sharding import shards
+
+    active_run.set_tag("rlhf_lab.ship.rule", RULE)
+    save = None
+    if not shards(OmegaConf.select(cfg, "trainer.strategy._target_")):
+        folder = Path(out_dir).resolve() / SHIP
+        save = lambda: str(save_policy(policy, tok, folder))  # noqa: E731
+    return ShipCheckpoint(proxy, step_fn, save)
+
+
+def ship_summary(ship, ev) -> dict[str, str]:
+    """The job summary's ``ship`` line (:func:`rlhf_lab.evaluation.ship_choice.ship_line`) of `ship`, a
+    :class:`~rlhf_lab.evaluation.callbacks.ShipCheckpoint`, beside `ev`'s gold (a :class:`PeriodicEval`); where every
+    evaluation was also tested (``eval.test_each_eval``) with a gold, logs ``ship/gold_regret`` on the test prompts."""
+    from rlhf_lab.evaluation.ship_choice import gold_regret, ship_line
+
+    step = ship.choice.step
+    regret = gold_regret(dict(ev.curve), ev.test_curve, step) if step is not None else None
+    if regret is not None:
+        active_run.log_metrics({"ship/gold_regret": regret}, step=step)
+    return {"ship": ship_line(ship.choice, ship.path, ev.curve, S.metric_n(ev.last, "eval/"), regret,
+                              S.metric_n(ev.test_last, "test/"))}

@@ -3,7 +3,7 @@
 Wiring only; the algorithm is :class:`rlhf_lab.algorithms.ppo.PPOModule`. This module builds the four
 roles for the configured mode (:func:`build_models`), the reward (:func:`load_reward`), the prompt stream
 (:func:`prompt_stream`: train-split prompts, a fresh seeded draw per PPO step, each rank its share), the
-evaluation and reward-hacking callbacks, runs the Lightning trainer as one MLflow run, saves the policy and
+evaluation and ship-rule callbacks, runs the Lightning trainer as one MLflow run, saves the policy and
 returns the summary.
 
 ``algo=grpo`` (GRPO, Shao et al. 2024: G samples per prompt, group-normalised advantages, no critic, k3 KL in the
@@ -44,8 +44,8 @@ from rlhf_lab.runs import active_run, distributed, tracking
 from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.algorithms.ppo import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
-from rlhf_lab.evaluation.callbacks import HackingAlarm, Preemption, RewardHackingMonitor
-from rlhf_lab.evaluation.summary import hacking_line, metric_n, proxy_line
+from rlhf_lab.evaluation.callbacks import Preemption
+from rlhf_lab.evaluation.summary import proxy_line
 from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settings
@@ -59,7 +59,8 @@ from rlhf_lab.config.keys import computed_plain, to_plain
 from rlhf_lab.runs.contents import with_contents
 from rlhf_lab.runs.process import job_phases, launch_path, write_atomic
 from rlhf_lab.stages import rm as rm_stage
-from rlhf_lab.stages.evaluate import checkpoints_summary, evaluate, gold_summary, held_out_summary, policy_evaluations
+from rlhf_lab.stages.evaluate import (checkpoints_summary, evaluate, gold_summary, held_out_summary, policy_evaluations,
+                                      ship_callback, ship_summary)
 from rlhf_lab.stages.presets import checkpoint_path
 from rlhf_lab.stages.pipeline import ALIASES, run_settings, ensure, job_stage, job_steps, stage_seed, upstream_run
 from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
@@ -345,25 +346,18 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             write_atomic(run_file, run.info.run_id)
         eval_scorer = scorer if a.reward == "rm" else None
         at_steps = eval_steps(cfg, steps, kl=lambda: module.last_stats.get("objective/kl"))  # a list, or KL-led
-        alarm = HackingAlarm(lambda: module.last_stats.get("objective/scores"), at_steps,
-                             step_fn=lambda trainer, m: m.ppo_step, policy=lambda: module.policy,
-                             threshold=a.alarm.threshold, stop=a.stop_on_alarm)
-        alarm_on = a.alarm.enabled and a.reward == "rm"  # the alarm reads a proxy: none when training on gold
+        # the checkpoint to ship, chosen by the ship rule at each evaluation from the proxy (none training on gold)
+        ship = ship_callback(cfg, policy, tok, out_dir, lambda: module.last_stats.get("objective/scores"),
+                             step_fn=lambda trainer, m: m.ppo_step) if a.reward == "rm" else None
         ev = policy_evaluations(cfg, spec, policy, tok, out_dir, at_steps, stage, reference=reference,
                                 scorer=eval_scorer, gold=gold, step_fn=lambda trainer, m: m.ppo_step,
-                                after=alarm.on_evaluation if alarm_on else None)  # and what a ship study turns on
-        hm = a.hacking_monitor
-        monitor = RewardHackingMonitor(
-            lambda trainer, m: (m.ppo_step, m.last_stats["objective/scores"], m.last_stats["objective/gold"])
-            if "objective/gold" in m.last_stats else None,
-            gold_drop=hm.gold_drop, window=hm.window, warmup=hm.warmup,
-            enabled=hm.enabled and a.reward == "rm" and gold.scorer is not None)
+                                after=ship.on_evaluation if ship else None)  # and what a ship study turns on
         ckpt = str(given) if given is not None else (str(resume) if resume.is_file() else None)
         if ckpt and ckpt == str(resume):
             print(f"[rlhf-lab] {stage}: resuming from {resume} (this job was pre-empted before)", flush=True)
             active_run.set_tag("rlhf_lab.resumed_from", str(resume))
         preempt = Preemption(resume, step_fn=lambda trainer, m: m.ppo_step)  # last: saves what the others did
-        callbacks = [ev, *([alarm] if alarm_on else []), monitor, preempt]  # the alarm reads ev's evaluation
+        callbacks = [ev, *([ship] if ship else []), preempt]  # the ship rule reads ev's evaluations
         trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=callbacks,
                                              steps_per_unit=module.updates_per_step),
                             logger=tracking.lightning_logger(run_settings(cfg)))
@@ -400,12 +394,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
             "time": time_summary(phases, train_s, ev.seconds, stage, module.phase_totals),
         }
-        if alarm_on:  # one line: the gold-free alarm, and the gold's own verdict beside it where a gold exists
-            summary["hacking alarm"] = hacking_line(alarm.summary(), alarm.raised_at, ev.curve, metric_n(last, "eval/"),
-                                                    monitor.fired_at if monitor.enabled else None,
-                                                    len(alarm.evaluations))
-        elif monitor.enabled:  # no gold-free alarm (disabled): the gold monitor's own line, only where a gold exists
-            summary["gold monitor"] = "no alarm" if monitor.fired_at is None else f"alarm at step {monitor.fired_at}"
+        if ship:  # one line: the checkpoint to ship, and the gold's own best beside it where a gold exists
+            summary.update(ship_summary(ship, ev))
         summary.update({**held_out_summary(ev), **checkpoints_summary(ev)})
         t0, t1 = ev.test_first, ev.test_last
         if "test/formula_gold_reward" in t1:
@@ -421,5 +411,5 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         return {"run_id": run.info.run_id, "stage": stage, "eval": last, "eval_start": first, "summary": summary,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
-                "train_s": train_s, **mem, **size, "memory/peak_rss_mb": peak, "hacking_step": monitor.fired_at,
-                "alarm_step": alarm.raised_at if alarm_on else None}
+                "train_s": train_s, **mem, **size, "memory/peak_rss_mb": peak,
+                "ship_step": ship.choice.step if ship else None, "ship_path": ship.path if ship else None}
