@@ -1,20 +1,12 @@
-"""Value checks on the composed config (ranges, choices, rules across keys), run first thing by the CLI.
+"""Value checks on the composed config (ranges, rules across keys), run first thing by the CLI.
 
-The types are Hydra's job (the dataclasses of :mod:`rlhf_lab.config.schema`, checked at composition);
-the values are checked here, before any model, data or MLflow store is touched. :func:`validate` raises
-:class:`ConfigError` on the first bad key, with a message of one line: the key, the value given and what
-is allowed (``algo.clip_eps must be > 0, got -1.0``). :func:`exit_on_bad_config` (the CLI) prints that
-line to stderr and exits with status 2; ``HYDRA_FULL_ERROR=1`` raises instead (traceback). In a
-multirun the job is recorded as failed and the other jobs go on (:mod:`rlhf_lab.entry.sweeps`).
-
-Each group has a ``check_<group>(node)`` function; ``stages.rm`` calls :func:`check_reward_model`. A key that takes
-one of a few names is typed with their StrEnum in the schema, so Hydra refuses any other name when it composes the
-config, and :func:`composition_error_line` words that as the checks word theirs (``algo.critic must be one of rm,
-policy, shared, none, got 'nope'``); the one key without a schema (``policy.dtype``, ``policy.attn_implementation``)
-is checked here against the same StrEnum.
-
-The trainer's devices, and what the job asks of this machine (CLI only), are :mod:`rlhf_lab.config.devices`'s; the
-keys that name a checkpoint or data file are local paths, never URLs (:mod:`rlhf_lab.config.paths`).
+Hydra checks the types and the choices when it composes the config (:mod:`rlhf_lab.config.schema`; a choice is typed
+with its StrEnum, and :func:`composition_error_line` words Hydra's refusal as these checks word theirs); the values
+are checked here, before any model, data or MLflow store is touched. :func:`validate` raises :class:`ConfigError` on
+the first bad key, one line (``algo.clip_eps must be > 0, got -1.0``); :func:`exit_on_bad_config` (the CLI) prints
+it and exits 2 (``HYDRA_FULL_ERROR=1``: raises; in a multirun the job fails and the others go on). Each group has a
+``check_<group>(node)``, which a stage calls too for a config that did not pass the CLI. ``policy`` has no schema:
+its ``dtype`` and ``attn_implementation`` are checked here against the same StrEnums.
 """
 
 from __future__ import annotations

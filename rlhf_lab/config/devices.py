@@ -1,9 +1,8 @@
 """``trainer.accelerator`` and ``trainer.devices``: the values Lightning and rlhf-lab's launcher take
 (:func:`check_accelerator`, :func:`check_devices`, part of :func:`rlhf_lab.config.checks.validate`), and what the job
 asks of the machine it runs on (:func:`check_machine`: a GPU where torch sees none, more GPUs or other ids than it
-has, more CPU processes than cores), which the CLI checks after the values, where the job runs. Each raises
-:class:`~rlhf_lab.config.errors.ConfigError` (one line; the CLI exits 2): ``abc``, ``[0,0]``, ``99`` on one process
-and ``accelerator=gpu`` without a GPU were tracebacks, ``1.5`` and ``[]`` ran the job."""
+has, more CPU processes than cores), which the CLI checks where the job runs. Each raises a one-line
+:class:`~rlhf_lab.config.errors.ConfigError`."""
 
 from __future__ import annotations
 

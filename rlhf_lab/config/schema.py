@@ -1,14 +1,11 @@
-"""Structured-config schemas: dataclasses registered in Hydra's ConfigStore, so Hydra checks the types of
-the ``world``, ``gold``, ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when it
-composes the config (``algo.lr=abc`` fails before anything runs). A key that takes one of a few names is typed
-with the StrEnum of its choices (:mod:`rlhf_lab.config.choices`, or beside the code of a light module: the KL
-estimators), so a name outside them (``algo.critic=nope``) fails at composition too.
-
-The values and their comments live in the YAML files under ``conf/``; these classes only type them
-(every field is MISSING here). A group's YAML file takes its schema through its defaults list, as in
-Hydra's schema pattern, stored out of the user-facing groups under ``schema/<group>`` (``defaults: [/schema/algo@_here_: ppo, _self_]``). :func:`register` is idempotent; it runs when
-``rlhf_lab.conf`` is imported (every composition of this config imports it) and from the CLI.
-Value checks (ranges, choices, rules across keys) are :mod:`rlhf_lab.config.checks`, run first by the CLI.
+"""Structured-config schemas: dataclasses registered in Hydra's ConfigStore, so Hydra checks the types of the
+``world``, ``gold``, ``algo``, ``kl``, ``reward_model``, ``generation``, ``eval``, ``trainer`` and ``data`` groups when
+it composes the config (``algo.lr=abc`` fails before anything runs); a choice is typed with its StrEnum
+(:mod:`rlhf_lab.config.choices`, or beside a light module's code: the KL estimators), so ``algo.critic=nope`` fails
+there too. The values and their comments live in ``conf/``'s YAML files, which take their schema through their
+defaults list (``defaults: [/schema/algo@_here_: ppo, _self_]``, out of the user-facing groups): every field is
+MISSING here. :func:`register` runs when ``rlhf_lab.conf`` is imported. The values' ranges are
+:mod:`rlhf_lab.config.checks`'s.
 """
 
 from __future__ import annotations
