@@ -1,14 +1,10 @@
 """Stage ``bon``: best-of-n sampling from the SFT policy against the proxy reward model, for
 n = 1, 2, 4, …, ``algo.n_max`` in one job (no training).
 
-For each evaluation prompt (``rlhf_lab.world.streams.eval_prompts``) N = ``algo.n_max`` responses are sampled from
-the SFT policy (``generation.*``) and scored by the RM (the proxy) and by the gold reward (the world's formula, or
-a gold RM with ``gold=rm``: then the formula is ``bon/formula_gold_reward`` beside it). For each n,
-the gold and proxy reward of the response best-of-n picks by proxy are estimated without bias from those N
-samples (:func:`rlhf_lab.algorithms.rl_math.best_of_n_expectation`: the average over all n-subsets, not one
-draw), and the KL to the SFT policy is the analytic bound log n − (n − 1)/n. One MLflow run, with n as the
-step: ``bon/gold_reward`` (and its SE over prompts, ``bon/gold_reward_se``), ``bon/proxy_reward``, ``bon/kl``,
-``bon/length`` (docs/metrics.md).
+For each eval prompt N = ``algo.n_max`` responses are sampled and scored by the proxy and the gold. For each n, the
+gold and proxy reward of the response best-of-n picks by proxy are estimated without bias from those N samples
+(:func:`rlhf_lab.algorithms.rl_math.best_of_n_expectation`: the average over all n-subsets, not one draw); the KL to
+the SFT policy is the analytic bound log n − (n − 1)/n. One MLflow run, n as the step (``bon/*``, docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Stage ``cover``: a policy that hacked a proxy RM, whose samples a gold RM learns from (``gold.build.covers``).
 
-A gold RM trained on SFT samples alone rates the text a hacked policy writes as it rates nothing it has seen: at β = 0
-its rank agreement with the world's formula was 0.24 [-0.26, 0.63] per run (reports/gold_recipes). The recipe that
-met the bar pairs the samples of policies that hacked *other* proxies with SFT samples, in two rounds: six against
-proxies labelled by the formula, three against proxies labelled by the first round's gold. A cover is PPO with the
-settings of :func:`rlhf_lab.stages.gold.cover_config`, built once when a gold needs it, cached like every artifact
-(its key: that whole config), its run in study ``gold_cover``; the folder holds the policy (tokenizer and weights)
-that ``data.on_policy_path`` reads, without PPO's training checkpoint.
+A gold RM trained on SFT samples alone rates the text a hacked policy writes as it rates nothing it has seen (at β = 0
+its rank agreement with the formula was 0.24 [-0.26, 0.63] per run, reports/gold_recipes); the recipe that met the bar
+adds the samples of policies that hacked *other* proxies. A cover is PPO with the settings of
+:func:`rlhf_lab.stages.gold.cover_config` (its key: that whole config), its run in study ``gold_cover``; the folder
+holds the policy that ``data.on_policy_path`` reads, without PPO's training checkpoint.
 """
 
 from __future__ import annotations

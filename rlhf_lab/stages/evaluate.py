@@ -59,20 +59,14 @@ def evaluation_prompts(cfg: DictConfig, split: str) -> list[str]:
 
 def evaluate(cfg: DictConfig, policy, tok, reference=None, scorer=None, split: str = "eval", gold=None,
              ood: bool = True, heldout=None):
-    """Metrics and a samples table of `policy` on fixed evaluation prompts.
+    """Metrics and a samples table of `policy` on fixed evaluation prompts, each list sampled under its own fixed
+    seed (common random numbers across evaluations and runs). `gold`: the job's
+    (:func:`rlhf_lab.stages.gold.load_gold`); None, the world's formula (upstream pretrain and SFT runs). `heldout`:
+    the held-out RM (:mod:`rlhf_lab.stages.heldout`) or None.
 
-    `gold` (:class:`rlhf_lab.evaluation.policy.Gold`): the job's gold, :func:`rlhf_lab.stages.gold.load_gold` (with a gold
-    RM also the ``formula_gold_reward`` metrics); None is the world's formula (the upstream pretrain and SFT runs,
-    whose models every gold shares).
-
-    `heldout`: the held-out RM (``reward_model.heldout``, :mod:`rlhf_lab.stages.heldout`), or None.
-
-    ``eval`` (every evaluation during training): ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with
-    the SEs and the halves A/B. ``test`` (the start and the end of a policy job; with ``eval.test_each_eval`` every
-    evaluation): ``test/*`` on
-    ``eval.n_test_prompts`` test-split prompts, plus the OOD slice (``eval/gold_reward_ood``, ``_se``, and
-    the proxy's) on ``eval.n_ood_prompts`` prompts when that is > 0 and `ood` (rewards only, no forward passes).
-    Each prompt list samples with its own fixed seed (common random numbers across evaluations and runs)."""
+    ``split="eval"``: ``eval/*`` on ``eval.n_prompts`` eval-split prompts, with the SEs and the halves A/B.
+    ``split="test"``: ``test/*`` on ``eval.n_test_prompts`` test-split prompts, plus, with `ood`, the OOD slice
+    (``eval/gold_reward_ood`` and the proxy's, rewards only) on ``eval.n_ood_prompts`` prompts."""
     from rlhf_lab.evaluation.policy import Gold, evaluate_policy
 
     e = cfg.eval
@@ -136,13 +130,11 @@ START_EVAL_FILE = "start_evaluation.json"
 
 
 def start_evaluation(cfg: DictConfig, stage: str, spec: dict):
-    """For ``eval.reuse_start`` (default true): the policy job's evaluations at its start (``eval/*`` and ``test/*``
-    of the SFT policy, before any update), kept in the artifact cache (``start_eval/``) and reused by every job that
-    would compute the same ones: the same SFT policy, reference, reward, gold and evaluation settings, and the same
-    code, whatever its seed, β or update settings (:data:`START_EVAL_IGNORES`). Reused, the metrics and sample rows
-    are the computed ones to the last digit (the evaluations sample under their own seeds, outside the training's
-    random stream, so skipping them changes nothing else). Returns `(split, compute) -> (metrics, rows)` for
-    :class:`rlhf_lab.evaluation.callbacks.PeriodicEval`, or None (``eval.reuse_start=false``: computed by every job)."""
+    """For ``eval.reuse_start``: the policy job's evaluations at its start (of the SFT policy), kept in the artifact
+    cache (``start_eval/``) and reused by every job that would compute the same ones, whatever its seed, β or update
+    settings (:data:`START_EVAL_IGNORES`). Reused, they are the computed ones to the last digit: the evaluations
+    sample under their own seeds, outside the training's random stream. Returns `(split, compute) -> (metrics, rows)`
+    for :class:`rlhf_lab.evaluation.callbacks.PeriodicEval`, or None (``eval.reuse_start=false``)."""
     if not cfg.eval.get("reuse_start", False):
         return None
     config = computed_plain(to_plain(cfg), START_EVAL_IGNORES)

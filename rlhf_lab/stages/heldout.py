@@ -1,17 +1,11 @@
 """The held-out reward model of ``reward_model.heldout``: what a careful practitioner trains beside the proxy, on
 preference pairs the proxy never saw, to read the policy's samples with an RM that was not optimised against.
 
-With ``reward_model.heldout: true`` a policy job (ppo, grpo, rloo, dpo) also has the ``rm`` stage train a second reward
-model, cached by content like every stage: the proxy's recipe (``reward_model.*``: backbone, steps, learning rate,
-seed) with one member whatever ``reward_model.ensemble`` is, on pairs of its own (:data:`rlhf_lab.stages.prefs.HELDOUT_STREAM`:
-train-split prompts none of which is a prompt of the proxy's pairs, sampled and labelled with other seeds; the same
-held-out eval pairs). Every evaluation then logs ``eval/heldout_reward`` (and ``_se``): the mean score of the same
-samples under it, normalised as the proxy is (mean 0, standard deviation 1 on SFT samples of its own pairs). World data
-only: a dataset's training pairs are all the proxy's (with ``data=jsonl|hf`` train the other RM on pairs of your own
-with ``algo=rm`` and compare; the key is refused there).
-
-What it can see is the proxy's *errors*, where RMs of other data disagree; a bias of the labeler both RMs learned from
-(length, filler) it shares and cannot see.
+A policy job (ppo, grpo, rloo, dpo) with it also has the ``rm`` stage train a second RM: the proxy's recipe with one
+member, on pairs of its own (:data:`rlhf_lab.stages.prefs.HELDOUT_STREAM`: none of the proxy's prompts, other seeds;
+the same eval pairs). Every evaluation then logs ``eval/heldout_reward`` (and ``_se``), normalised as the proxy is.
+World data only: a dataset's training pairs are all the proxy's. It can see the proxy's *errors*, where RMs of other
+data disagree, but not a bias of the labeler both RMs learned from (length, filler).
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """Stage ``prefs``: preference pairs sampled from the SFT policy and labelled by the world's labeler.
 
-Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` held-out eval-split ones;
-:mod:`rlhf_lab.world.splits`), optionally a fraction of the training pairs from another policy checkpoint
-(``data.on_policy_path``: one folder or a list of them, ``data.on_policy_fraction``; each sample against another of the
-same checkpoint or, ``data.on_policy_pairing=sft``, against an SFT sample for the same prompt), a fraction that pairs an
-SFT response with a degenerate variant of itself (``data.degenerate_fraction``, :mod:`rlhf_lab.data.degenerate`), and
-the SFT pairs sampled at several temperatures (``data.sft_temperatures``): the coverage a gold RM needs
-(``gold=rm_world``). Each pair records both responses' gold rewards: the formula's, or a gold RM's (``gold=rm``,
-:mod:`rlhf_lab.stages.gold`), on which the labeler then adds its biases. The pairs are one cached
-artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs them, built as its own
-MLflow run, with a progress bar named ``prefs`` that counts the pairs sampled and labelled (one per prompt; a
-tie in text is then dropped). External pairs (``data=jsonl|hf``) are not a stage: :func:`load` reads them directly.
+Two responses per prompt (``data.n_train`` train-split prompts, ``data.n_eval`` eval-split ones), optionally with a
+fraction of the training pairs from other checkpoints (``data.on_policy_path``, ``data.on_policy_fraction``,
+``data.on_policy_pairing``), a fraction pairing an SFT response with a degenerate variant of itself
+(``data.degenerate_fraction``) and SFT pairs at several temperatures (``data.sft_temperatures``): the coverage a gold
+RM needs. Each pair records both responses' gold rewards (the formula's or a gold RM's), on which the labeler adds its
+biases. One cached artifact (``train.jsonl``, ``eval.jsonl``) shared by every RM and DPO job that needs it. External
+pairs (``data=jsonl|hf``) are no stage: :func:`load` reads them.
 
-The held-out RM's pairs (``reward_model.heldout``: :mod:`rlhf_lab.stages.heldout` marks its config ``data.heldout``)
-are the same recipe on train-split prompts of a stream of their own (:data:`HELDOUT_STREAM`), none of them a prompt of
-the proxy's pairs, sampled and labelled with seeds offset by :data:`HELDOUT_SEED`; their held-out eval pairs are the
-proxy's.
+The held-out RM's pairs (:mod:`rlhf_lab.stages.heldout` marks its config ``data.heldout``) are the same recipe on
+train-split prompts of a stream of their own (:data:`HELDOUT_STREAM`), none a prompt of the proxy's pairs, with seeds
+offset by :data:`HELDOUT_SEED`; their eval pairs are the proxy's.
 """
 
 from __future__ import annotations
