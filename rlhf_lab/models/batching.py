@@ -74,18 +74,12 @@ def pack_rows(seqs: Sequence[Sequence[int]], pad_id: int,
 
 
 def collate_right(tokenizer):
-    pad = tokenizer.pad_token_id
+    """The collate function of :func:`encode_lm_examples`' examples: right-padded ``input_ids`` and
+    ``attention_mask`` (:func:`pad_right`), and ``labels`` padded with −100 (no loss)."""
 
     def collate(batch: list[dict]) -> dict[str, torch.Tensor]:
-        T = max(len(b["input_ids"]) for b in batch)
-        ids = torch.full((len(batch), T), pad, dtype=torch.long)
-        labels = torch.full((len(batch), T), -100, dtype=torch.long)
-        mask = torch.zeros((len(batch), T), dtype=torch.long)
-        for i, b in enumerate(batch):
-            n = len(b["input_ids"])
-            ids[i, :n] = torch.tensor(b["input_ids"])
-            labels[i, :n] = torch.tensor(b["labels"])
-            mask[i, :n] = 1
+        ids, mask = pad_right([b["input_ids"] for b in batch], tokenizer.pad_token_id)
+        labels, _ = pad_right([b["labels"] for b in batch], -100)
         return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
     return collate
