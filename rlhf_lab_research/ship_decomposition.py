@@ -63,7 +63,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from rlhf_lab.analysis.snapshot import SnapshotError
-from rlhf_lab.analysis.stats import percentile_ci
+from rlhf_lab_research.stats import percentile_ci
 from rlhf_lab_research.ship_design import LEVEL, N_BOOT, SEED, cluster_weights, fmt, read_runs, table
 from rlhf_lab_research.ship_test import RULES, RUNS_OUT, ProspectiveRun, exclusion, prospective_run, scored
 

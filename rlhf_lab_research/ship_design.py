@@ -36,9 +36,9 @@ from typing import Sequence
 import numpy as np
 
 from rlhf_lab.analysis.runs import RunData
-from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab.evaluation.alarm import RULE
+from rlhf_lab_research.stats import percentile_ci
 from rlhf_lab_research.studies import alarm_fit
 from rlhf_lab_research.studies.alarm_fit import interval_means, kl_regime
 

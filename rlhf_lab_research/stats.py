@@ -1,5 +1,6 @@
 """The statistics of the claims' verdicts (numpy and scipy only): effects with their intervals, paired
-differences, the three-way verdict, one-sided p-values, Holm's adjustment, the power of a t test.
+differences, the three-way verdict, one-sided p-values, Holm's adjustment, the power of a t test; and the
+percentile interval of bootstrap values the studies' reports give (:func:`percentile_ci`).
 
 The conventions of :mod:`rlhf_lab.analysis.stats` hold here (NaNs dropped, NaN bounds for too little data,
 two-sided intervals at `level`), and:
@@ -20,6 +21,17 @@ import numpy as np
 from scipy import stats as _st
 
 from rlhf_lab.analysis.stats import check_level, sample, t_ci
+
+def percentile_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the bootstrap values; ±inf kept (a resample without a peak has d* = inf), NaN
+    (no fit) dropped; (nan, nan) when fewer than half the resamples have a value."""
+    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
+    if v.size < max(1, len(values) // 2):
+        return float("nan"), float("nan")
+    tail = (1 - level) / 2 * 100
+    # order statistics, not interpolation (which turns an infinite neighbour into NaN); outward at each end
+    return float(np.percentile(v, tail, method="lower")), float(np.percentile(v, 100 - tail, method="higher"))
+
 
 HOLDS = "holds"
 DOES_NOT_HOLD = "does not hold"

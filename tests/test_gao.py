@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from rlhf_lab.analysis.stats import percentile_ci
+from rlhf_lab_research.stats import percentile_ci
 from rlhf_lab_research.studies import gao
 from rlhf_lab.analysis.fits import gao_bon, gao_rl
 from rlhf_lab.analysis.runs import RunData

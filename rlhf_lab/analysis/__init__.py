@@ -7,7 +7,7 @@
   fewer than 5 points; R² and where the peak lies), and the reward–KL frontier (pure functions);
 - :mod:`~rlhf_lab.analysis.markdown`: mean ± spread, number formatting, markdown tables;
 - :mod:`~rlhf_lab.analysis.plots`: the study report's figures and a policy run's (matplotlib);
-- :mod:`~rlhf_lab.analysis.stats`: the mean's t interval, a percentile interval of bootstrap values;
+- :mod:`~rlhf_lab.analysis.stats`: the mean's t interval;
 - :mod:`~rlhf_lab.analysis.quantities`: per-run quantities (final gold from the test split or the last evaluation,
   the split-half drop from the peak);
 - :mod:`~rlhf_lab.analysis.study_report`: ``reports/<study>/README.md``; :mod:`~rlhf_lab.analysis.snapshot` its runs file;

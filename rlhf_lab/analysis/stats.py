@@ -1,5 +1,4 @@
-"""Small, pure statistics for the study reports (numpy and scipy only): the mean with its t interval, a percentile
-interval of bootstrap values.
+"""Small, pure statistics for the study reports (numpy and scipy only): the mean with its t interval.
 
 Conventions, shared by every function here and by :mod:`rlhf_lab_research.stats`, which builds the claims' effects on
 them:
@@ -13,7 +12,6 @@ them:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -61,14 +59,3 @@ def t_ci(x: Any, level: float = 0.95) -> tuple[float, float, float, int]:
         return m, math.nan, math.nan, n
     h = float(_st.t.ppf((1 + level) / 2, n - 1)) * se
     return m, m - h, m + h, n
-
-
-def percentile_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the bootstrap values; ±inf kept (a resample without a peak has d* = inf), NaN
-    (no fit) dropped; (nan, nan) when fewer than half the resamples have a value."""
-    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
-    if v.size < max(1, len(values) // 2):
-        return float("nan"), float("nan")
-    tail = (1 - level) / 2 * 100
-    # order statistics, not interpolation (which turns an infinite neighbour into NaN); outward at each end
-    return float(np.percentile(v, tail, method="lower")), float(np.percentile(v, 100 - tail, method="higher"))

@@ -30,9 +30,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key, load_study
-from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.evaluation import objective
 from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, scores
+from rlhf_lab_research.stats import percentile_ci
 
 RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz",
               "reports/hacking_alarm/gold_rm_validation_sft_gold.json.gz", "reports/rm_source_5rms/runs.json.gz",

@@ -29,8 +29,8 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import pyplot
 from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.runs import RunData, label, load_study, rm_size, store_uri
-from rlhf_lab.analysis.stats import percentile_ci
 from rlhf_lab.analysis.study_report import reproduce_commands, study_runs_from_files
+from rlhf_lab_research.stats import percentile_ci
 
 RL_STUDY, BON_STUDY = "gao_rm_scaling", "gao_rm_scaling_bon"
 KL_STUDY = "gao_rm_scaling_kl"  # RL_STUDY's unbiased arm, evaluated where KL moves (eval.schedule=kl): C13's judged parts
