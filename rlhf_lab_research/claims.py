@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from rlhf_lab_research.anytime import FOOTNOTE, MARK, is_anytime
+from rlhf_lab_research.anytime import BET_MARK, EARLIER, FOOTNOTE, MARK, is_anytime, is_refused, mark
 from rlhf_lab_research.effects import Measured, count
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab_research.provenance import (
@@ -129,10 +129,12 @@ def effect_cell(m: Measured, unit: str) -> str:
         return "–"
     if e.method == "config value":
         return f"{fmt(e.estimate)} {unit}"
-    mark = f" {MARK}" if is_anytime(e) else ""
+    sign = f" {mark(e)}" if is_anytime(e) else ""
+    if is_refused(e):
+        return f"{fmt(e.estimate)} {unit}, refused: skewed values (n = {e.n}){sign}"
     if not (math.isfinite(e.lo) and math.isfinite(e.hi)):
-        return f"{fmt(e.estimate)} {unit}, {'unbounded' if mark else 'no CI'} (n = {e.n}){mark}"
-    return f"{fmt(e.estimate)} [{fmt(e.lo)}, {fmt(e.hi)}] {unit}{mark}"
+        return f"{fmt(e.estimate)} {unit}, {'unbounded' if sign else 'no CI'} (n = {e.n}){sign}"
+    return f"{fmt(e.estimate)} [{fmt(e.lo)}, {fmt(e.hi)}] {unit}{sign}"
 
 
 def n_cell(m: Measured) -> str:
@@ -236,7 +238,7 @@ UPDATES = "**Updates.**"
 
 def holm_summary(r: ClaimResult) -> str:
     """The Holm-adjusted p of each judged effect with one, in registry order ('against' on the other side)."""
-    cells = [fmt_p(p.p_adj) + (" against" if p.side == -p.part.direction else "") + (MARK if anytime(p) else "")
+    cells = [fmt_p(p.p_adj) + (" against" if p.side == -p.part.direction else "") + mark(p.measured.effect)
              for p in r.parts if p.part.role == JUDGED and p.p_adj == p.p_adj]
     return ", ".join(cells) or "–"
 
@@ -251,9 +253,41 @@ def footnote(results: Sequence[PartResult]) -> list[str]:
     return [FOOTNOTE, ""] if any(map(anytime, results)) else []
 
 
-def verdict_rows(results: Sequence[ClaimResult]) -> list[list[Any]]:
+def verdict_rows(results: Sequence[ClaimResult], earlier: Sequence[ClaimResult] = ()) -> list[list[Any]]:
+    """The verdict table's rows; a verdict that the earlier rule gave otherwise (`earlier`, the same claims judged
+    under :data:`anytime.EARLIER`) says what it was."""
+    before = {r.claim.id: r.verdict for r in earlier}
     return [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–", holm_summary(r),
-             f"**{r.verdict}**"] for r in results]
+             f"**{r.verdict}**" + (f" (earlier: {before[r.claim.id]})" if before.get(r.claim.id, r.verdict) != r.verdict
+                                   else "")] for r in results]
+
+
+CHANGED = "## Changed by the sequences from the first look (issue 69)"
+CHANGED_HEADER = ["claim: tests", "role", "earlier: estimate [95% CI]", "earlier Holm p", "earlier verdict",
+                  "now: estimate [95% CI]", "now Holm p", "now verdict"]
+
+
+def changed_section(results: Sequence[ClaimResult], earlier: Sequence[ClaimResult]) -> list[str]:
+    """Every judged effect or precondition whose interval, Holm p or verdict the rule of issue 69 changed, with its
+    earlier result (issue 42's rule, :data:`anytime.EARLIER`) beside the new one; nothing when `earlier` is empty."""
+    if not earlier:
+        return []
+    old = {(r.claim.id, p.part.says): p for r in earlier for p in r.parts}
+    rows = []
+    for r in results:
+        for p in r.parts:
+            q = old.get((r.claim.id, p.part.says))
+            if p.part.role == SHOWN or q is None:
+                continue
+            now = (effect_cell(p.measured, p.part.unit), holm_cell(p), verdict_cell(p))
+            then = (effect_cell(q.measured, q.part.unit), holm_cell(q), verdict_cell(q))
+            if now != then:
+                rows.append([f"{r.claim.id}: {p.label}", p.part.role, *then, *now])
+    text = ("Every judged effect and precondition with per-unit values is now judged with an anytime-valid sequence "
+            "from its first look; earlier (issue 42's rule) a fixed-n t interval was used unless the effect read a seed "
+            f"added after looking (then the t-mixture sequence, {MARK}). Each effect whose interval, Holm p or "
+            "verdict changed, the earlier result first (both computed from the same runs files):")
+    return [CHANGED, "", text, "", md_table(CHANGED_HEADER, rows) if rows else "None changed.", ""]
 
 
 def family_size(results: Sequence[ClaimResult]) -> int:
@@ -262,9 +296,10 @@ def family_size(results: Sequence[ClaimResult]) -> int:
 
 
 def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
-           reruns: dict[str, list[RunData]] | None = None) -> str:
+           reruns: dict[str, list[RunData]] | None = None, earlier: Sequence[ClaimResult] = ()) -> str:
     """The whole report; `source` names where the runs were read (markdown); `reruns`: {study tag: the reruns of its
-    stored seed-0 run} (:func:`rlhf_lab_research.provenance.reproduction_runs`)."""
+    stored seed-0 run} (:func:`rlhf_lab_research.provenance.reproduction_runs`); `earlier`: the same claims judged
+    under issue 42's rule, shown beside every result the rule of issue 69 changed (:func:`changed_section`)."""
     lines = ["# Claims of docs/claims.md put to the canned studies", "",
              f"Computed by `rlhf-lab-report --claims` from {source}. Verdicts hold for this world and these small "
              "models only.", "",
@@ -272,10 +307,11 @@ def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
              + data_text(runs), "",
              statistics_text(family_size(results)),
              "", f"**Margins** (equivalence, or non-inferiority where the table says so, per unit): {margins_text([r.claim for r in results])}.", "",
-             "## Verdicts", "", md_table(VERDICT_HEADER, verdict_rows(results)), "",
+             "## Verdicts", "", md_table(VERDICT_HEADER, verdict_rows(results, earlier)), "",
              *footnote([p for r in results for p in r.parts if p.part.role == JUDGED]), "## Effects", ""]
     for r in results:
         lines += claim_section(r)
+    lines += changed_section(results, earlier)
     runs = list(runs)
     if runs:
         lines += [PROVENANCE, "", provenance_text(FILE_NAME), "",
@@ -291,23 +327,31 @@ def statistics_text(m: int) -> str:
             "after n: the seeds both settings ran); the others take one value per unit (a change over training, a "
             "drop, one value per distinct RM). Each judged effect has a one-sided p-value from its t statistic "
             "(df = n − 1), on the side of 0 its estimate lies (\"against\": the side opposite to the claim); p < 0.025 "
-            "exactly when the 95% interval excludes 0 on that side. **Seeds added after looking** "
-            f"(marked {MARK}): a study whose runs include seeds beyond those its study file sweeps (the provenance "
-            "table's \"added\") was extended after its results were seen, and a fixed-n t interval is not valid at an "
-            "n chosen from the data (optional stopping). Every judged effect and precondition that reads the runs of "
-            "such an added seed is judged instead with the anytime-valid t confidence sequence (Wang & Ramdas 2023, "
-            "\"Anytime-valid t-tests and confidence sequences for Gaussian means with unknown variance\"; the "
-            "t-mixture of Lai 1976, tuned to be narrowest at 10 seeds, unbounded below 5), valid at any n however "
-            "the seeds were chosen: its 95% interval, and as p the sequence's own p = 1/E_n, used as is as the "
-            f"one-sided p at {ALPHA:g} (it is the two-sided sequence's p, so it is conservative by up to 2×; here "
-            "p < 0.025 when the 97.5% sequence excludes 0, so a 95% sequence that excludes 0 need not make the effect "
-            "hold), in the same Holm family as the others; every other effect keeps its fixed-n t interval and p "
-            "(an effect whose pairing leaves the added seeds out, with a study that did not run them, is marked all "
-            "the same: conservative). "
+            "exactly when the 95% interval excludes 0 on that side. **Sequences from the first look** (issue 69): since "
+            "`rlhf-lab-suite --decide` may give any study more seeds after its intervals were seen, a fixed-n t "
+            "interval is not valid at its n, nor at the first look of a study that may be extended (a t test at the "
+            "first look and a sequence at the later ones runs above its level). Every judged effect and precondition "
+            "with per-unit values is therefore judged with an anytime-valid confidence sequence from its first look, "
+            "valid at any n however the seeds were chosen: where each value has hard bounds from its definition (a "
+            "difference of two fractions, accuracies or |ρ|: [−1, 1]; C10's RM length preference, itself a "
+            f"difference: [−2, 2]), the betting sequence of Waudby-Smith & Ramdas 2023 ({BET_MARK}; hedged capital, "
+            "predictable plug-in bets, values in seed order), valid for any law on those bounds; for the others "
+            "(gold, which its formula bounds only loosely, [−15.6, 1] at 48 new tokens; tokens, 0 to 48; RM scores, KL, "
+            f"log ratios, %), the t-mixture sequence ({MARK}; Wang & Ramdas 2023, \"Anytime-valid t-tests and "
+            "confidence sequences for Gaussian means with unknown variance\"; tuned to be narrowest at 10 seeds, "
+            "unbounded below 5), which assumes symmetric values and is **refused** (no interval, inconclusive, and "
+            "the reason given) when the adjusted sample skewness |G1| exceeds what 5 % of normal samples of its n "
+            "exceed (1.79 at 5 values, 1.36 at 10); the check cannot "
+            "detect skew that has not shown in the sample, so these verdicts rest on roughly symmetric per-seed "
+            "values. Each sequence's p is its own (1/K_n or 1/E_n), used as is as the one-sided p at "
+            f"{ALPHA:g} (it is the two-sided sequence's p, so it is conservative by up to 2×), in the same Holm "
+            "family as the others; an exact config value keeps its exact interval. The section after the effects "
+            "gives each result this changed beside its earlier one (issue 42's rule: a fixed-n t interval "
+            "unless the effect read a seed added after looking). "
             "**Multiplicity:** every p-value a verdict rests on is in one family (m = "
             f"{m}): each judged effect's and each precondition's one-sided p, and, for each of them tested for "
             "superiority with a margin, its equivalence p (TOST: the larger of the one-sided p-values against −margin "
-            "and +margin; for a marked effect the sequence's own p-values). Preconditions are in the family, not "
+            "and +margin; for a sequence, its own p-values). Preconditions are in the family, not "
             "beside it, because a verdict rests on them as much as on a judged effect: a precondition wrongly shown "
             "makes a claim testable that is not. Verdicts use Holm's step-down correction at a family-wise level of "
             f"{ALPHA:g} per side (the 95% intervals' 2.5 % a side; 5 % for any wrong verdict either way), and the "
@@ -327,7 +371,7 @@ def statistics_text(m: int) -> str:
             "of these runs, not a finding the report stands behind. "
             f"**Power:** an inconclusive effect states the units that {POWER:.0%} power would need (one-sided t test, "
             "noncentral t) to detect a true effect the size of its estimate, or of the margin if larger, with its "
-            f"observed spread (for a {MARK} effect: the n at which its sequence at that level, widened by 0.84 standard errors, would exclude 0 for such an effect, the spread taken as known), at level {ALPHA:g}/m (Holm's strictest step: an effect reaching "
+            f"observed spread (for a {MARK} effect: the n at which its sequence at that level, widened by 0.84 standard errors, would exclude 0 for such an effect, the spread taken as known; a {BET_MARK} or refused effect states none), at level {ALPHA:g}/m (Holm's strictest step: an effect reaching "
             "it holds after the correction whatever the others). **Replication:** "
             "each section counts the distinct upstream RMs and SFT policies per arm (`rlhf_lab.upstream.*` tags); "
             "a factor with one per arm is held fixed, and the verdict is conditional on it. A claim about the RM "
@@ -447,8 +491,9 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
         all_runs, commands, source = studies, {}, f"`{store_uri(uri)}`"
     runs, present = counted(all_runs)
     results = judge_all(CLAIMS, runs, present, design_commands(runs, commands))
+    earlier = judge_all(CLAIMS, runs, present, design_commands(runs, commands), rule=EARLIER)
     seen = list({r.run_id: r for name in study_names() for r in runs.get(name, [])}.values())
-    text = render(results, source, seen, reproduction_runs(all_runs)) + "\n"
+    text = render(results, source, seen, reproduction_runs(all_runs), earlier) + "\n"
     if only:
         old = path.read_text()
         lost = kept_without_runs(old, results, [c.id for c in claims])

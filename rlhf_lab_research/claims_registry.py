@@ -97,6 +97,13 @@ class Part:
     role: str = JUDGED
     noninferiority: bool = False  # tested against −margin on the claimed side ("at least as well, within margin")
     words: Words | None = None    # a shown part's reading on each side of 0 (None: a level, not a comparison)
+    bounds: tuple[float, float] | None = None  # hard bounds of its per-unit values; None: UNIT_BOUNDS of its unit
+
+    @property
+    def value_bounds(self) -> tuple[float, float] | None:
+        """The hard bounds of one per-unit value, which let a betting sequence judge it (anytime.py): `bounds`, else
+        :data:`UNIT_BOUNDS` of its unit; None: unbounded, or bounded too loosely to help (gold, tokens)."""
+        return self.bounds if self.bounds is not None else UNIT_BOUNDS.get(self.unit)
 
     def label(self, m: Measured | None = None, ran: bool = True) -> str:
         """`says`, its {a} and {b} filled with the labels of the arms the measurement compared as the runs gave
@@ -128,6 +135,14 @@ def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measur
                 words=words)
 
 
+# The hard bounds of one per-unit value, by unit, from the code that computes it. Every judged effect in these units is
+# a difference of two values in [0, 1] (a fraction of samples or of pairs: eval/distinct_2, rm/accuracy,
+# probe/proxy_gold_agreement; an absolute Spearman |ρ|), so in [−1, 1]; a part whose values differ otherwise says
+# its own (C10's rm/length_preference is itself a difference of two probabilities: [−2, 2]). Not here, with why:
+# gold (rlhf_lab/world/reviews.py: g ≤ 1, and g ≥ −3.5 − 0.25·fillers − 0.5·(words − 40)/40, −15.6 at the default 48
+# new tokens: bounds ten times the effects' spread, which a betting sequence would pay for in width), tokens (0 to
+# generation.max_new_tokens, 48: likewise), RM scores, KL (nats), ln ratios and % (unbounded).
+UNIT_BOUNDS: dict[str, tuple[float, float]] = {"fraction": (-1.0, 1.0), "|ρ| (absolute Spearman)": (-1.0, 1.0)}
 KL_ZERO = 0.01              # nats: a KL read as ≡ 0 (mean objective/kl with the policy as its own reference)
 SHOWN_MARGINS = {GOLD: GOLD_MARGIN, LN_RATIO: LN_10PCT, TOKENS: 1.0}  # a shown part's margin by unit, unless given
 PENALTY_GOLD = Words("more gold with the penalty", "costs gold", "no gold cost detected")
@@ -264,7 +279,7 @@ CLAIMS: tuple[Claim, ...] = (
         Part("the RM learns the length bias", "rm/length_preference (P(RM prefers the longer response) − P(gold "
              "does), held-out pairs) of the RMs PPO used: length-biased − unbiased labels, per seed (mean over the "
              "four RM sizes)", FRACTION, +1, 0.02,
-             paired(GAO, GAO_BIASED, GAO_UNBIASED, rm_metric("rm/length_preference"))),
+             paired(GAO, GAO_BIASED, GAO_UNBIASED, rm_metric("rm/length_preference")), bounds=(-2.0, 2.0)),
         Part("PPO exploits it", "last − first eval/length at β = 0: length-biased − unbiased labels (the control), "
              "per seed (mean over the four RM sizes)", TOKENS, +1, 1.0, paired(GAO, GAO_BIASED, GAO_UNBIASED, change("eval/length"))),
     ), note="Tested on length only (empathy phrases need a phrase-biased labeler, not built), in gao_rm_scaling's two "

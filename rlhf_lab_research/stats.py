@@ -50,6 +50,7 @@ class Effect:
     method: str
     level: float = 0.95
     values: tuple[float, ...] = field(default=(), compare=False, repr=False)  # the per-unit values (t intervals)
+    bounds: tuple[float, float] | None = None  # hard bounds of each value: a betting sequence's (anytime.py)
 
     def verdict(self, direction: int, margin: float | None = None) -> str:
         """verdict(self.lo, self.hi, direction, margin)."""

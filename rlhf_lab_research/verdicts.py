@@ -2,8 +2,9 @@
 of a report, the units an inconclusive effect would need, and the upstream factors (RM, SFT policy) replicated per
 arm. :mod:`~rlhf_lab_research.claims` reads the runs and writes the report.
 
-A part's p-value is one-sided, from its effect's t statistic (or, for a judged part or precondition whose runs
-include seeds added to their study after looking, its anytime-valid p, :mod:`~rlhf_lab_research.anytime`), on the
+A part's p-value is one-sided: for a judged part or precondition with per-unit values, its anytime-valid sequence's p
+from the first look (:mod:`~rlhf_lab_research.anytime`; under the earlier rule, ``rule=EARLIER``, only when its runs
+include seeds added after looking, else its t statistic's), on the
 side of the null value (0, or −margin for a non-inferiority part) its estimate lies (:func:`side_p`); a superiority
 part with a margin also has an equivalence (TOST) p against ±margin (:func:`equivalence_p`). The judged parts and
 the preconditions of all the claims judged together are one family, with their equivalence p-values: :func:`correct`
@@ -22,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from rlhf_lab_research.anytime import added_run_ids, anytime_needs, anytime_p, from_extended, is_anytime, with_anytime
+from rlhf_lab_research.anytime import (EARLIER, FIRST_LOOK, added_run_ids, anytime_needs, anytime_p, is_anytime,
+                                      is_refused, judged_anytime, refusal_text, with_anytime)
 from rlhf_lab_research.effects import Measured, count
 from rlhf_lab.analysis.quantities import EVAL_GOLD
 from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
@@ -139,13 +141,14 @@ def decide(part: Part, e: Effect | None, side: int, p: float, alpha: float = ALP
     return INCONCLUSIVE
 
 
-def part_result(part: Part, m: Measured, extended: Iterable[str] = ()) -> PartResult:
+def part_result(part: Part, m: Measured, extended: Iterable[str] = (), rule: str = FIRST_LOOK) -> PartResult:
     """A part's result before the correction: its p-values and its verdict at the unadjusted level (its adjusted p
-    are its own until :func:`correct` adjusts them in a family). A judged part or precondition whose runs
-    include one of the run ids `extended` (seeds added after looking, :func:`anytime.added_run_ids`) gets the
-    anytime-valid interval and p."""
-    if part.role != SHOWN and from_extended(m, extended):
-        m = with_anytime(m)
+    are its own until :func:`correct` adjusts them in a family). A judged part or precondition gets the anytime-valid
+    interval and p (:func:`anytime.judged_anytime`: under `rule` FIRST_LOOK every one with per-unit values, the betting
+    sequence within its :attr:`Part.value_bounds`; under EARLIER one whose runs include one of the run ids `extended`,
+    seeds added after looking, with the t sequence unchecked, as issue 42 judged it)."""
+    if part.role != SHOWN and judged_anytime(m, extended, rule):
+        m = with_anytime(m, None if rule == EARLIER else part.value_bounds, check_skew=rule != EARLIER)
     side, p = side_p(part, m.effect)
     p_eq = equivalence_p(part, m.effect)
     return PartResult(part, m, decide(part, m.effect, side, p, ALPHA, p_eq), side, p, p, p_eq, p_eq)
@@ -167,6 +170,8 @@ def needs(part: Part, e: Effect | None, alpha: float, power: float = POWER) -> i
     if e is None or e.n < 2 or e.method == "config value":
         return None
     delta = max(abs(e.estimate - null_value(part)), part.margin or 0.0)
+    if is_refused(e) or (is_anytime(e) and e.bounds is not None):  # no power formula for these: no figure
+        return None
     if is_anytime(e):  # the seeds its anytime-valid sequence would need (rlhf_lab_research.anytime)
         return anytime_needs(delta, e.sd, alpha, power)
     return units_for_power(delta, e.sd, alpha, power)
@@ -189,6 +194,8 @@ def why_open(r: PartResult) -> str:
         return m.missing
     if m.effect is not None and m.effect.n < 2:
         return f"{count(m.effect.n, m.n_of)}: no interval"
+    if is_refused(m.effect):
+        return refusal_text(m.effect)
     text = f"Holm-adjusted p = {fmt_p(r.p_adj)}, not below {ALPHA:g}"
     return text + (f"; {needs_text(r)}" if r.needs is not None else "")
 
@@ -310,11 +317,12 @@ def default_command(study: str) -> str:
 
 
 def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, int],
-          commands: dict[str, list[str]] | None = None, extended: frozenset[str] | None = None) -> ClaimResult:
+          commands: dict[str, list[str]] | None = None, extended: frozenset[str] | None = None,
+          rule: str = FIRST_LOOK) -> ClaimResult:
     """One claim's effects and its verdict at the unadjusted level (each judged effect on its own): `studies` holds
     the runs that count, `present` how many runs each study has. :func:`judge_all` corrects across claims.
     `extended`: the run ids of seeds added after looking (:func:`anytime.added_run_ids` of `studies`, read here
-    when not given)."""
+    when not given); `rule`: which effects take a sequence (:func:`part_result`)."""
     commands = commands or {}
     cmds = [c for s in claim.studies + claim.also for c in (commands.get(s) or [default_command(s)])]
     if claim.untestable:
@@ -330,7 +338,7 @@ def judge(claim: Claim, studies: dict[str, list[RunData]], present: dict[str, in
             m = part.compute(studies)
         except Exception as err:  # an effect that cannot be computed is no evidence either way
             m = Measured(None, missing=f"could not compute: {type(err).__name__}: {err}")
-        results.append(part_result(part, m, extended))
+        results.append(part_result(part, m, extended, rule))
     return conclude(ClaimResult(claim, "", "", results, cmds), studies, present)
 
 
@@ -398,10 +406,11 @@ def seeds_to_decide(results: Sequence[ClaimResult], cap: int) -> dict[str, int]:
 
 
 def judge_all(claims: Sequence[Claim], studies: dict[str, list[RunData]], present: dict[str, int],
-              commands: dict[str, list[str]] | None = None) -> list[ClaimResult]:
-    """Every claim's verdict, with Holm's correction across all judged effects of these claims (:func:`correct`)."""
+              commands: dict[str, list[str]] | None = None, rule: str = FIRST_LOOK) -> list[ClaimResult]:
+    """Every claim's verdict, with Holm's correction across all judged effects of these claims (:func:`correct`);
+    `rule`: which effects take a sequence (:func:`part_result`; EARLIER gives the results of issue 42's rule)."""
     extended = added_run_ids(studies)  # once for every claim: it reads each study's file
-    results = [judge(c, studies, present, commands, extended) for c in claims]
+    results = [judge(c, studies, present, commands, extended, rule) for c in claims]
     correct(results)
     for r in results:
         if r.parts:

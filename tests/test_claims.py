@@ -14,6 +14,7 @@ import pytest
 from rlhf_lab_research import claims as C
 from rlhf_lab.analysis import fits, quantities
 from rlhf_lab_research import claims_registry, designs
+from rlhf_lab_research.anytime import EARLIER
 from rlhf_lab_research.verdicts import judge_all
 from rlhf_lab_research.provenance import provenance_rows
 from rlhf_lab.analysis.runs import RunData
@@ -58,7 +59,10 @@ def beta_run(seed: int, beta: float, rng: np.random.Generator, gold: np.ndarray 
 
 
 def verdicts(studies: dict) -> dict[str, C.ClaimResult]:
-    return {r.claim.id: r for r in judge_all(claims_registry.CLAIMS, *C.counted(studies), {})}
+    """Each claim's result under the fixed-n t rule (anytime.EARLIER): these worlds of 5 seeds test what each claim
+    computes and how its verdict is ruled; the sequences from the first look, which need more seeds, are tested in
+    test_claims_anytime.py and test_betting.py."""
+    return {r.claim.id: r for r in judge_all(claims_registry.CLAIMS, *C.counted(studies), {}, rule=EARLIER)}
 
 
 def parts(res: C.ClaimResult) -> dict[str, C.PartResult]:
