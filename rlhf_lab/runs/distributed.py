@@ -1,22 +1,14 @@
 """Multi-process training: launching the ranks of one job, and what each rank may do.
 
-A job with ``trainer.devices > 1`` (``trainer=ddp_cpu``, ``trainer=ddp``, ...) runs as one process per
-device. Who starts them:
+A job with ``trainer.devices > 1`` runs as one process per device: on one machine :func:`launch` starts ranks
+1..N-1 (``python -m rlhf_lab.entry.rank``, the job's resolved config) and runs rank 0 itself; under ``torchrun`` or
+SLURM every process runs ``rlhf-lab`` itself and :func:`launch` starts nothing. Lightning's DDP strategy joins them.
+The rules every stage follows:
 
-- ``rlhf-lab trainer=ddp_cpu ...`` on one machine: :func:`launch` starts ranks 1..N-1 as child processes
-  (``python -m rlhf_lab.entry.rank``) with the job's resolved config, and runs rank 0 itself, all in the job's one
-  Hydra output folder;
-- ``torchrun`` or SLURM (``srun``): they set ``LOCAL_RANK``/``RANK``/``WORLD_SIZE`` (or ``SLURM_*``) and
-  every process runs ``rlhf-lab`` itself; :func:`launch` then starts nothing.
-
-Lightning's DDP strategy then joins the processes (gloo on CPU, NCCL on GPUs). The rules every stage follows:
-
-- only the job stage is distributed; upstream stages (base model, SFT, preference pairs, an upstream RM)
-  are built by rank 0 alone, single-process, while the other ranks wait for the artifact to appear in the
-  cache (``ArtifactCache.get_or_build``);
-- only rank 0 talks to MLflow (``tracking``), evaluates, saves the artifact and publishes it to the cache;
-  the other ranks write their throw-away outputs into ``<output>/.rank<r>``, removed at the end;
-- ``batch_size`` keys are global: each of N ranks trains on its 1/N slice of each global batch
+- only the job stage is distributed: rank 0 alone builds the upstream stages (:func:`single_process`) while the
+  other ranks wait for the artifact in the cache;
+- only rank 0 talks to MLflow, evaluates and publishes the artifact; the others write into ``<output>/.rank<r>``;
+- ``batch_size`` keys are global: each of N ranks trains on its 1/N slice of each batch
   (:class:`GlobalBatchSampler`), so a run on N processes sees the same batches as a run on one.
 """
 
@@ -35,6 +27,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
+
+from rlhf_lab.runs.process import environment
 
 _ENV = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
 
@@ -151,7 +145,6 @@ def launch(trainer: dict, out_dir: Path, target: Callable[[Path], dict], rank_ta
     # plain subprocesses, not multiprocessing: they start the same from a joblib (loky) worker of a sweep
     cmd = [sys.executable, "-m", "rlhf_lab.entry.rank", str(cfg_file), str(out_dir), rank_target,
            str(torch.get_num_threads())]
-    saved = {k: os.environ.get(k) for k in _ENV}
     children: list[subprocess.Popen] = []
     watchdog = _Watchdog(children)
     sigint = signal.getsignal(signal.SIGINT)
@@ -162,17 +155,16 @@ def launch(trainer: dict, out_dir: Path, target: Callable[[Path], dict], rank_ta
     try:
         for r in range(1, n):
             children.append(subprocess.Popen(cmd, env={**os.environ, **env, "LOCAL_RANK": str(r), "RANK": str(r)}))
-        os.environ.update(env)
-        os.environ["LOCAL_RANK"] = os.environ["RANK"] = "0"
-        watchdog.start()
-        try:
-            result = target(out_dir)
-            codes = [c.wait() for c in children]
-        except KeyboardInterrupt:
-            if watchdog.fired:  # a failure of this job (a sweep goes on), not a user's Ctrl-C
-                raise RuntimeError(f"rank(s) {watchdog.fired} of the job exited with an error (rank, exit code); "
-                                   "see their output above") from None
-            raise
+        with environment({**env, "LOCAL_RANK": "0", "RANK": "0"}):
+            watchdog.start()
+            try:
+                result = target(out_dir)
+                codes = [c.wait() for c in children]
+            except KeyboardInterrupt:
+                if watchdog.fired:  # a failure of this job (a sweep goes on), not a user's Ctrl-C
+                    raise RuntimeError(f"rank(s) {watchdog.fired} of the job exited with an error (rank, exit code); "
+                                       "see their output above") from None
+                raise
         failed = [(r, code) for r, code in enumerate(codes, 1) if code != 0]
         if failed:
             raise RuntimeError(f"rank(s) {failed} of the job exited with an error (rank, exit code); see their output above")
@@ -187,11 +179,6 @@ def launch(trainer: dict, out_dir: Path, target: Callable[[Path], dict], rank_ta
         if torch.distributed.is_initialized():  # the next job of a sweep may start its own group
             torch.distributed.destroy_process_group()
         cfg_file.unlink(missing_ok=True)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -199,11 +186,8 @@ def single_process() -> Iterator[None]:
     """Inside, this process is a job of its own (rank 0 of 1): the upstream stages that rank 0 builds alone for a
     multi-process job train on whole batches, as a one-process job builds them (the same cache key, the same
     artifact). Before the job's process group starts only: the distributed variables are hidden meanwhile."""
-    hidden = {k: os.environ.pop(k) for k in (*_ENV, "SLURM_PROCID", "SLURM_NTASKS") if k in os.environ}
-    try:
+    with environment(dict.fromkeys((*_ENV, "SLURM_PROCID", "SLURM_NTASKS"))):
         yield
-    finally:
-        os.environ.update(hidden)
 
 
 def rank_out_dir(out_dir: Path) -> Path:
