@@ -1,23 +1,16 @@
-"""MLflow's users on the team server (:mod:`rlhf_lab.entry.server`): ``mlflow server --app-name rlhf-lab``.
+"""MLflow's users on the team server (:mod:`rlhf_lab.entry.server`): MLflow's own basic auth (``mlflow.server.auth``),
+configured here, with the run-level checks of :mod:`rlhf_lab.server.guard` and the login limits of
+:mod:`rlhf_lab.server.logins`.
 
-MLflow's own authentication and permissions (``mlflow.server.auth``), with the run-level checks of
-:mod:`rlhf_lab.server.guard` and the login limits of :mod:`rlhf_lab.server.logins`, configured here:
-
-- its configuration ``<dir>/secrets/basic_auth.ini`` (``MLFLOW_AUTH_CONFIG_PATH``): the user store
-  ``secrets/basic_auth.db`` (sqlite: users, password hashes, permissions), the admin user ``admin``,
-  ``default_permission = READ`` (a user reads what others made, changes or deletes nothing of it; MLflow gives
-  whoever creates an experiment MANAGE on it), and a 60-second cache of verified logins (MLflow's
-  ``auth_cache_ttl_seconds``; each check of a password hash costs about 0.2 s of the server's CPU, a metric
-  point about 0.01 s: a password change or a deleted user may still work on another worker for 60 s), checked by
-  :func:`rlhf_lab.server.logins.authenticate` (MLflow's ``authorization_function``: failed logins limited);
-- the admin's password (secret ``mlflow_admin``) and MLflow's CSRF key (secret ``flask_secret_key``) reach the
-  server through its environment only (``MLFLOW_AUTH_ADMIN_PASSWORD``, ``MLFLOW_FLASK_SERVER_SECRET_KEY``);
-- the shared experiment :data:`SHARED_EXPERIMENT` (the config's default ``tracking.experiment``) is created by
-  the admin, who alone holds MANAGE on it (rename it, change its tags, delete it or its runs), and :func:`add_user`
-  grants every user MLflow's EDIT on it, the right MLflow asks for creating runs there; the server's guard
-  (:mod:`rlhf_lab.server.guard`) narrows it: a user changes only the runs they created, and reads the rest;
+- its configuration ``secrets/basic_auth.ini`` (:func:`write_auth_config`): the user store ``secrets/basic_auth.db``,
+  the admin ``admin``, ``default_permission = READ`` (a user reads what others made and changes none of it), and a
+  60-second cache of verified logins (each check of a password hash costs about 0.1 s of the server's CPU: a
+  password change or a deleted user may still work on another worker for 60 s);
+- the admin's password and MLflow's CSRF key reach the server through its environment only (:func:`auth_env`);
+- the shared experiment :data:`SHARED_EXPERIMENT` is the admin's, who alone may rename or delete it; :func:`add_user`
+  grants every user EDIT on it, which MLflow asks for creating runs there (the guard keeps each run its author's);
 - clients log in the MLflow way: ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, or
-  ``~/.mlflow/credentials`` (the file :func:`add_user` writes has that format).
+  ``~/.mlflow/credentials`` (the format of the file :func:`add_user` writes).
 """
 
 from __future__ import annotations
@@ -89,18 +82,10 @@ def admin_call(layout: Layout, what: str, call):
 
 def ensure_shared_experiment(layout: Layout, url: str) -> str:
     """The id of :data:`SHARED_EXPERIMENT`, created by the admin (tagged as rlhf-lab's jobs tag it) if missing."""
-    from mlflow import MlflowClient
+    from rlhf_lab.runs.tracking import experiment_id
 
-    def get_or_create() -> str:
-        client = MlflowClient(url)
-        exp = client.get_experiment_by_name(SHARED_EXPERIMENT)
-        if exp is not None:
-            return exp.experiment_id
-        from rlhf_lab.runs.tracking import EXPERIMENT_TAGS
-
-        return client.create_experiment(SHARED_EXPERIMENT, tags=EXPERIMENT_TAGS)
-
-    return admin_call(layout, f"creating the shared experiment {SHARED_EXPERIMENT}", get_or_create)
+    return admin_call(layout, f"creating the shared experiment {SHARED_EXPERIMENT}",
+                      lambda: experiment_id(url, SHARED_EXPERIMENT))
 
 
 def credentials_text(url: str, name: str, password: str) -> str:

@@ -1,19 +1,15 @@
 """The team server's folder (:mod:`rlhf_lab.entry.server`): where everything lives, its secrets, and who may have
 put them there.
 
-Secrets are random tokens kept in ``<dir>/secrets`` (mode 0700), one file each, mode 0600, owned by the user who
-runs ``rlhf-lab-server``; they reach the processes that need them through files or environment variables, never
-through command lines (which every local user can read in ``/proc/<pid>/cmdline``) nor the logs. A secret file
-that other users can read is refused, not used.
+Secrets are random tokens in ``<dir>/secrets`` (0700), one file each (0600), handed to the processes that need them
+through files or environment variables, never command lines (every local user reads ``/proc/<pid>/cmdline``) nor
+logs; a secret file others can read is refused.
 
-The server uses nothing another local user could have planted or swapped (:func:`check_server_folder`): the folder,
-``secrets/``, ``users/``, ``artifacts/``, every file in ``secrets/`` and ``users/``, ``server.json`` and
-``mlflow.log`` must be owned by the user who runs it (``<dir>/postgres`` may be the PostgreSQL user's), none a
-symbolic link, none writable by group or others; every folder above ``<dir>`` (and every symbolic link on the way)
-must be owned by root or that user and writable by no one else, unless sticky (``/tmp``). Files are opened with
-``O_NOFOLLOW`` and written by write-then-rename (:func:`rlhf_lab.runs.process.write_atomic`: mode 0600 from the
-creation on), so a symbolic link is never followed. A
-refusal is a :class:`Refused` (exit status 2) naming the path and the fix.
+The server uses nothing another local user could have planted or swapped (:func:`check_server_folder`): what it keeps
+in the folder must be this user's (``<dir>/postgres`` may be the PostgreSQL user's), no symbolic link, writable by no
+one else, and every folder above it root's or this user's and writable by no one else unless sticky (``/tmp``).
+Files are opened with ``O_NOFOLLOW`` and written by write-then-rename (:func:`rlhf_lab.runs.process.write_atomic`),
+so a symbolic link is never followed. A refusal is a :class:`Refused` (exit status 2) naming the path and the fix.
 """
 
 from __future__ import annotations

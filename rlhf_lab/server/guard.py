@@ -1,23 +1,20 @@
 """The team server's MLflow app ``rlhf-lab`` (``mlflow server --app-name rlhf-lab``, entry point group ``mlflow.app``):
 MLflow's basic auth (logins, experiment permissions, :mod:`rlhf_lab.server.logins`' limits) with run-level checks.
 
-MLflow's permissions stop at the experiment: whoever may edit the shared experiment (every user: they must create
-runs in it) may also rename it and change every run in it. :func:`create_app` adds, after MLflow's own checks
-(so it only ever refuses more), for every user but the admin:
+MLflow's permissions stop at the experiment: whoever may edit the shared experiment (every user: they create runs in
+it) may also rename it and change every run in it. :func:`create_app` adds, after MLflow's own checks (so it only
+ever refuses more), for every user but the admin:
 
 - a run is created under the login's name: the server writes the login as the run's ``user_id`` and ``mlflow.user``
-  tag (whatever the client sent), so a run's author is the user who created it (:mod:`rlhf_lab.runs.authors`);
-- a request that changes a run (metrics, params, tags, status, name, inputs/outputs, models, traces linked to it,
-  delete/restore, its artifacts through the server's proxy, including the UI's upload) is refused (403) unless the
-  run's author is the login; nobody but the admin sets or deletes a run's ``mlflow.user`` tag;
+  tag, so a run's author is the user who created it (:mod:`rlhf_lab.runs.authors`);
+- a request that changes a run (any of :data:`RUN_WRITES`, its artifacts through the server's proxy, the UI's upload)
+  is refused (403) unless the run's author is the login; nobody but the admin sets or deletes ``mlflow.user``;
 - renaming an experiment or changing its tags, and writing artifacts of an experiment outside its runs, needs
-  MANAGE on it (MLflow's EDIT is enough for that otherwise; the creator of an experiment holds MANAGE on it, the
-  admin owns the shared one);
-- listing users (``users/list``, ``roles/users/list``) is the admin's.
+  MANAGE on it (its creator holds it; the admin owns the shared one);
+- listing users is the admin's.
 
-MLflow (3.x) serves artifact uploads (PUT) through a FastAPI route of its own, outside Flask's request hooks:
-:class:`UploadGuard`, around the whole ASGI app, checks those with the same rule; it also hands the client's address
-to the login limits.
+MLflow (3.x) serves artifact uploads (PUT) through a FastAPI route outside Flask's request hooks: :class:`UploadGuard`,
+around the whole ASGI app, checks those with the same rule and hands the client's address to the login limits.
 """
 
 from __future__ import annotations

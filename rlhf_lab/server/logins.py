@@ -1,18 +1,14 @@
 """Failed logins limited per user name and per client address, on the team server (MLflow's ``authorization_function``).
 
-MLflow's basic auth checks every password it is sent (about 0.2 s of the server's CPU for a wrong one: its hash),
-so a guesser costs the server, and every logged-in user, as much as it sends. :func:`authenticate` is the
-``authorization_function`` of the server's basic-auth configuration (:func:`rlhf_lab.server.auth.write_auth_config`):
-MLflow calls it for every request (Flask's routes and, through MLflow's bridge, FastAPI's). It delegates to MLflow's
-own ``authenticate_request_basic_auth`` and counts the refused logins (HTTP 401 with credentials) of each user name
-and of each client address. After :data:`MAX_USER_FAILURES` refused logins of a name, or :data:`MAX_ADDRESS_FAILURES`
-from an address, within :data:`WINDOW_S` seconds, further logins of that name or from that address are answered 429
-with ``Retry-After`` (seconds until the oldest of those failures leaves the window) without checking the password.
+MLflow's basic auth checks every password it is sent (about 0.1 s of the server's CPU: its scrypt hash), so a guesser
+costs the server, and every logged-in user, as much as it sends. :func:`authenticate` (configured by
+:func:`rlhf_lab.server.auth.write_auth_config`) delegates to MLflow's check and counts the refused logins of each
+user name and client address: past :data:`MAX_USER_FAILURES` of a name, or :data:`MAX_ADDRESS_FAILURES` from an
+address, within :data:`WINDOW_S` seconds, it answers 429 with ``Retry-After`` without checking the password.
 
-A login this process has verified before (the same name and password; kept as an HMAC under a per-process key for
-:data:`KNOWN_TTL_S`) is never held back: a logged-in user goes on working while someone guesses her password or
-sends wrong ones from her address. The counts live in each server worker process (``--workers``): with 2 workers a
-guesser gets at most twice the limits. The client address is the TCP peer's (``--host`` behind no proxy).
+A login this process verified before (kept as an HMAC under a per-process key) is never held back, so a logged-in
+user goes on working while someone guesses her password. The counts live in each server worker process: with 2
+workers a guesser gets at most twice the limits. The client address is the TCP peer's (no proxy in front).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """A password that the admin chose for a user of the team server (``rlhf-lab-server user add --password-file``): read
-from a file only its owner reads, and refused when it is short or common.
-
-- the file must belong to the user who runs ``rlhf-lab-server`` and be readable and writable by no one else (mode
-  0600 or 0400: another user could have read the password, or set it);
-- the password must have at least :data:`MIN_LENGTH` characters, and must not be one of the passwords every guesser
-  tries first: a word of :data:`COMMON_WORDS` (``password``, ``qwerty``, ``admin``, ``mlflow``, ...) or the user's
-  name, wrapped in digits and punctuation or not (``password1234``, ``!admin2024``), nor digits and punctuation alone.
-  This is a short built-in list, not a breached-password database: a generated password (the default of ``user
-  add``, 32 random characters) is the safe choice.
-
-Every refusal is a :class:`rlhf_lab.server.files.Refused` (one line, exit status 2).
+from a file only its owner reads and writes (another user could have read the password, or set it), and refused when
+it is shorter than :data:`MIN_LENGTH` or one of the passwords every guesser tries first (:func:`weakness`). The list is
+short and built in, not a breached-password database: a generated password (``user add``'s default) is the safe
+choice. Every refusal is a :class:`rlhf_lab.server.files.Refused` (one line, exit status 2).
 """
 
 from __future__ import annotations
@@ -59,7 +52,9 @@ def read_password_file(path: Path) -> str:
 
 
 def weakness(password: str, name: str = "") -> str | None:
-    """Why ``password`` (of the user ``name``) is too easy to guess, or None."""
+    """Why ``password`` (of the user ``name``) is too easy to guess, or None: short, a word of :data:`COMMON_WORDS` or
+    the user's name with digits and punctuation around it or not (``password1234``, ``!admin2024``), or nothing but
+    digits and punctuation."""
     if len(password) < MIN_LENGTH:
         return f"it has {len(password)} characters, fewer than {MIN_LENGTH}"
     lowered = password.lower()

@@ -1,17 +1,13 @@
 """The team server's PostgreSQL cluster (:mod:`rlhf_lab.entry.server`): created, secured, started and stopped.
 
-- ``initdb --auth=scram-sha-256 -U rlhf_lab --pwfile=<a 0600 file, removed after>``: every connection needs a
-  password; the superuser's is the secret ``<dir>/secrets/postgres_superuser``;
-- ``pg_hba.conf`` (:func:`write_hba`): TCP on 127.0.0.1 only, scram-sha-256; the superuser may reach every
-  database, MLflow's role :data:`MLFLOW_ROLE` only the database ``mlflow``;
-- MLflow's role: ``LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS``, owner of the database
-  ``mlflow`` and nothing else, so it cannot run ``COPY ... TO PROGRAM`` (a superuser's right) nor read files of the
-  server; its password (secret ``postgres_mlflow``) reaches MLflow's server through a libpq password file
-  (``PGPASSFILE``), never a command line. Passwords are sent to PostgreSQL as SCRAM verifiers computed here
-  (libpq's ``PQencryptPasswordConn``), so no statement or log line holds one;
-- a cluster made by an older ``rlhf-lab-server`` (``initdb --auth=trust``: every local user was its superuser) is
-  migrated at the next start (:func:`migrate_trust_cluster`): started on a private Unix socket only, passwords
-  set, the ``mlflow`` database and its tables handed to MLflow's role, ``pg_hba.conf`` rewritten.
+- ``initdb --auth=scram-sha-256``: every connection needs a password, the superuser's handed over in a 0600 file;
+  ``pg_hba.conf`` (:data:`HBA`) admits TCP on 127.0.0.1 only, MLflow's role :data:`MLFLOW_ROLE` to ``mlflow`` only;
+- MLflow's role has no superuser rights (:data:`ROLE_RIGHTS`) and owns the database ``mlflow`` and nothing else,
+  so it cannot run ``COPY ... TO PROGRAM`` nor read the server's files; its password reaches MLflow's server through
+  a libpq password file (``PGPASSFILE``). Passwords are sent as SCRAM verifiers computed here
+  (:func:`set_password`), so no statement or log line holds one;
+- a cluster of an older ``rlhf-lab-server`` (``--auth=trust``) is migrated at the next start
+  (:func:`migrate_trust_cluster`).
 
 PostgreSQL refuses to run as root: started as root, its processes run as ``postgres`` or ``rlhf-lab-pg``
 (:func:`pg_account`).
@@ -171,8 +167,8 @@ def init_cluster(layout: Layout, account: pwd.struct_passwd | None, password: st
 
 
 def start_postgres(layout: Layout, account: pwd.struct_passwd | None, port: int, socket_dir: str = "") -> None:
-    """``pg_ctl start`` on 127.0.0.1:``port`` without Unix sockets; or, given ``socket_dir``, on that Unix socket
-    folder only (no TCP: :func:`migrate_trust_cluster`). Its log is made 0600 (the PostgreSQL user's) first."""
+    """``pg_ctl start`` on 127.0.0.1:``port`` without Unix sockets, or, given ``socket_dir``, on that Unix socket
+    folder only; its log made 0600 (the PostgreSQL user's) first."""
     private_log(layout, account)
     listen = f"-c listen_addresses='' -c unix_socket_directories='{socket_dir}'" if socket_dir else \
         "-c listen_addresses=127.0.0.1 -c unix_socket_directories=''"
@@ -273,10 +269,9 @@ END $$"""
 
 def migrate_trust_cluster(layout: Layout, account: pwd.struct_passwd | None, port: int, superuser_password: str,
                           role_password: str) -> None:
-    """Secure a cluster an older rlhf-lab-server made with ``--auth=trust``: started on a private Unix socket (a
-    0700 folder of the PostgreSQL user; no TCP), it gets the superuser's password, MLflow's role and database
-    (:func:`prepare_database`), the database's tables handed to that role (they were the superuser's), then
-    :func:`write_hba`; stopped again."""
+    """Secure a cluster an older rlhf-lab-server made with ``--auth=trust``: started on a private Unix socket only,
+    it gets the superuser's password, MLflow's role and database (:func:`prepare_database`), the database's tables
+    handed to that role (they were the superuser's), then :func:`write_hba`; stopped again."""
     sock = Path(tempfile.mkdtemp(prefix="rlhf-lab-pg-"))  # short: a socket's path has at most 107 characters
     give_to(sock, account)
     start_postgres(layout, account, port, socket_dir=str(sock))
