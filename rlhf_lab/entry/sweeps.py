@@ -1,33 +1,18 @@
-"""Sweeps as MLflow run groups: a Hydra callback that makes each multirun a parent run.
+"""Sweeps as MLflow run groups: a Hydra callback (``hydra.callbacks`` in conf/config.yaml) that makes each multirun
+a parent run.
 
-``conf/config.yaml`` registers :class:`MlflowSweepCallback` under ``hydra.callbacks``. In MULTIRUN mode:
-
-* ``on_multirun_start`` (in the launching process) creates the parent run (tag ``rlhf_lab.stage=sweep``,
-  ``rlhf_lab.study``, the command that reproduces the sweep as ``rlhf_lab.command``, the swept keys as
-  params) and hands its id to the jobs as the environment variable ``RLHF_LAB_PARENT_RUN_ID``, both in this
-  process (basic launcher, joblib workers started afterwards) and through ``hydra.job.env_set`` (which every
-  launcher applies around the job, also on a remote worker). :func:`rlhf_lab.runs.tracking.start_run` then tags
-  each run of the job ``mlflow.parentRunId`` and logs the job's values of the swept keys as ``sweep.<key>``
-  params.
-* the task function (``rlhf_lab.entry.run``) catches a job's exception in MULTIRUN mode, logs it and records it
-  (:func:`record_failure`), so one failing job does not stop the others; its MLflow run is already marked
-  FAILED with the error by ``tracking.start_run``.
-* ``on_multirun_end`` attaches the study report of the sweep's jobs to the parent run (artifacts
-  ``study_report/``: README.md and its PNGs; metrics ``study/best_final_gold`` (test split) and
-  ``study/best_eval_gold`` (the eval split it is chosen on), tag ``rlhf_lab.best_setting``;
-  :mod:`rlhf_lab.analysis.parent_run`; ``hydra.callbacks.mlflow_sweep.report=false`` turns it off), then ends
-  the parent run FINISHED, or FAILED when a job failed (its failure record, or a FAILED child run), prints which,
-  and exits with status 1 in that case.
-* a sweep that ends any other way than through ``on_multirun_end`` (a job's ``SystemExit``, such as the start-up
-  check that finds the tracking server gone; an error a launcher raises for a job it lost), or whose
-  ``on_multirun_end`` cannot reach the store, exits non-zero (Hydra would turn a callback's exception into a warning
-  and exit 0): :func:`end_failed_sweep` marks the parent run FAILED, or says in one line that it cannot (the tracking
-  server is gone: the next start in the experiment marks it KILLED, its process being gone).
-* a job whose error came with the tracking server gone says so in one line naming the server
-  (``MLFLOW_TRACKING_URI`` / ``tracking.uri``), without a traceback (:func:`record_failure`).
-
-The jobs may run in other processes or on other machines (joblib, Ray, submitit, SLURM): they reach the parent
-run through the environment (``hydra.job.env_set``) and the tracking store through ``MLFLOW_TRACKING_URI``.
+* ``on_multirun_start`` (the launching process) creates the parent run (tags ``rlhf_lab.stage=sweep``,
+  ``rlhf_lab.study``, ``rlhf_lab.command``; the swept keys as params) and hands its id and the swept keys to the jobs
+  through the environment, in this process and through ``hydra.job.env_set``, which every launcher applies around
+  the job, also on a remote worker (Ray, submitit, SLURM). :func:`rlhf_lab.runs.tracking.start_run` then makes each
+  job run a child and logs the job's swept values as ``sweep.<key>`` params.
+* A failing job (the task function catches it in MULTIRUN mode) is logged and recorded (:func:`record_failure`), so
+  the others go on; with the tracking server gone its error is one line naming the server.
+* ``on_multirun_end`` attaches the study report to the parent run (:func:`attach_study_report`; off with
+  ``hydra.callbacks.mlflow_sweep.report=false``), ends it FINISHED, or FAILED when a job failed (exit status 1), and
+  prints a table of the jobs.
+* A sweep that ends any other way (a job's ``SystemExit``, an error of a launcher), or whose end cannot reach the
+  store, exits non-zero (Hydra would make a callback's exception a warning and exit 0): :func:`end_failed_sweep`.
 """
 
 from __future__ import annotations
@@ -76,9 +61,8 @@ def sweep_command(overrides: list[str]) -> str:
 
 def server_failure_line(err: BaseException, uri: str) -> str | None:
     """One line for a job's error when it comes with the tracking server at `uri` gone, else None:
-    :class:`~rlhf_lab.runs.tracking.TrackingServerLost`'s own message, or, for any other error (MLflow's
-    ``MlflowException`` after its retries, raised outside a run), why the server cannot be reached now and which
-    setting names it (:func:`~rlhf_lab.runs.tracking_server.tracking_server_problem`; an ``http(s)://`` URI only)."""
+    :class:`~rlhf_lab.runs.tracking.TrackingServerLost`'s message, or for any other error (MLflow's, after its
+    retries) :func:`~rlhf_lab.runs.tracking_server.tracking_server_problem`'s."""
     if not uri.startswith(("http://", "https://")):  # a store without a server (a sqlite file): the error itself
         return None
     from rlhf_lab.runs.tracking import TrackingServerLost
@@ -91,8 +75,8 @@ def server_failure_line(err: BaseException, uri: str) -> str | None:
 
 def record_failure(cfg: DictConfig, err: BaseException) -> None:
     """Log a job's exception (MULTIRUN) and leave a record for on_multirun_end; the sweep goes on (the next job's
-    start-up check stops it when the tracking server is gone). With the server gone the job's error is one line
-    (:func:`server_failure_line`) and no traceback: nothing in MLflow's retries' traceback helps."""
+    start-up check stops it when the tracking server is gone). With the server gone: one line, no traceback
+    (:func:`server_failure_line`)."""
     line = server_failure_line(err, tracking_uri(configured_uri(cfg)))
     tb = line or "".join(traceback.format_exception(type(err), err, err.__traceback__))
     try:
@@ -114,10 +98,8 @@ def record_failure(cfg: DictConfig, err: BaseException) -> None:
 
 
 def mark_job(kind: str) -> None:
-    """In a sweep's job: leave ``<kind>_<job number>.txt`` in the sweep's state folder (kind ``skipped``: a finished
-    run computed the same; ``rerun``: its finished runs are of another config, inputs or code; ``ran``: no finished
-    run, or no ``skip_finished``), so the launching process knows whether any job ran and says how many of each
-    (:func:`resume_counts`; outside a sweep: nothing)."""
+    """In a sweep's job: leave ``<kind>_<job number>.txt`` (a kind of :func:`resume_counts`) in the sweep's state
+    folder, so the launching process knows whether any job ran and says how many of each; outside a sweep nothing."""
     state = os.environ.get(STATE_ENV)
     if not state:
         return
@@ -129,12 +111,6 @@ def mark_job(kind: str) -> None:
         (Path(state) / f"{kind}_{num}.txt").write_text("")
     except Exception:  # no Hydra context or an unwritable folder: the parent run is then kept, as before
         pass
-
-
-def _client(cfg: DictConfig):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri(configured_uri(cfg)))
 
 
 class MlflowSweepCallback(Callback):
@@ -168,31 +144,32 @@ class MlflowSweepCallback(Callback):
 
     def open_parent_run(self, config: DictConfig) -> None:
         """The sweep's parent run, and the environment that makes every job its child."""
+        from mlflow.tracking import MlflowClient
+
         from rlhf_lab.runs.authors import AUTHOR_TAG, current_author
         from rlhf_lab.runs.tracking import experiment_id, git_commit  # here: Hydra loads this callback in every run
 
-        exit_on_unreachable_server(tracking_uri(configured_uri(config)))  # before any job: in seconds, not minutes of retries per job
-        exit_on_broken_store(tracking_uri(configured_uri(config)))  # a new sqlite store: created once, under a lock
+        uri = tracking_uri(configured_uri(config))
+        exit_on_unreachable_server(uri)  # before any job: in seconds, not minutes of retries per job
+        exit_on_broken_store(uri)  # a new sqlite store: created once, under a lock
         overrides = list(config.hydra.overrides.task)
         node = OmegaConf.select(config, "hydra.sweeper.params")
         params = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig) else {}
         keys = swept_keys(params, overrides)
         study = config.get("study")
         command = sweep_command(overrides)
-        client = _client(config)
-        exp_id = experiment_id(tracking_uri(configured_uri(config)), experiment_name(config))
-        tags = {**process_tags(), "rlhf_lab.stage": "sweep", "rlhf_lab.command": command, "rlhf_lab.overrides": " ".join(overrides),
-                "rlhf_lab.git_commit": git_commit(), "rlhf_lab.swept_keys": ",".join(keys)}
-        if study:
-            tags["rlhf_lab.study"] = str(study)
-        tags[AUTHOR_TAG] = current_author()  # its author, as the jobs' runs record theirs (rlhf_lab.runs.authors)
+        client = MlflowClient(tracking_uri=uri)
+        exp_id = experiment_id(uri, experiment_name(config))
+        tags = {**process_tags(), "rlhf_lab.stage": "sweep", "rlhf_lab.command": command,
+                "rlhf_lab.overrides": " ".join(overrides), "rlhf_lab.git_commit": git_commit(),
+                "rlhf_lab.swept_keys": ",".join(keys), **({"rlhf_lab.study": str(study)} if study else {}),
+                AUTHOR_TAG: current_author()}  # its author, as the jobs' runs record theirs (rlhf_lab.runs.authors)
         run = client.create_run(exp_id, run_name=f"sweep:{study or 'multirun'}", tags=tags)
         self.run_id = run.info.run_id
         self._client = client
         self.state_dir = Path(str(config.hydra.sweep.dir)).resolve() / ".rlhf_lab" / self.run_id
         # until on_multirun_end ends it: a stop signal ends it KILLED, a sweep stopped otherwise FAILED (the CLI)
-        OPEN_SWEEP.update(uri=tracking_uri(configured_uri(config)), run_id=self.run_id, experiment_id=exp_id,
-                          state_dir=str(self.state_dir))
+        OPEN_SWEEP.update(uri=uri, run_id=self.run_id, experiment_id=exp_id, state_dir=str(self.state_dir))
         flat = {"sweep.study": str(study), "sweep.command": command[:6000],
                 **{f"sweep.values.{override_key(k)}": str(v)[:6000] for k, v in (params or {}).items()}}
         for o in overrides:
@@ -232,7 +209,7 @@ class MlflowSweepCallback(Callback):
 
     def end_parent_run(self, config: DictConfig) -> None:
         """The sweep's end (the module's doc): the report, the parent run FINISHED or FAILED, its table of jobs."""
-        client = self._client
+        client, uri = self._client, tracking_uri(configured_uri(config))
         failed = failed_jobs(self.state_dir)
         exp_id = client.get_run(self.run_id).info.experiment_id
         mark_dead_runs(client, exp_id)  # a job whose process or Ray node died mid-run: KILLED, not left RUNNING
@@ -254,7 +231,7 @@ class MlflowSweepCallback(Callback):
         client.log_batch(self.run_id, metrics=[_metric("sweep/n_child_runs", len(children)),
                                                _metric("sweep/n_failed", n_failed_jobs)])
         if self.report:
-            attach_study_report(client, self.run_id, config.get("study"), tracking_uri(configured_uri(config)), children)
+            attach_study_report(client, self.run_id, config.get("study"), uri, children)
         status = "FAILED" if failed else "FINISHED"
         if failed:
             client.set_tag(self.run_id, "rlhf_lab.error", "; ".join(f"{k}: {v}" for k, v in failed.items())[:5000])
@@ -268,11 +245,11 @@ class MlflowSweepCallback(Callback):
             print(f"[rlhf-lab] sweep {config.get('study') or ''}: skip_finished: {resumed}")
         from rlhf_lab.runs.tracking import HEADLINE_VIEW, HEADLINE_VIEW_TAG, ui_base, ui_hint, ui_link
 
-        hint = ui_hint(tracking_uri(configured_uri(config)), exp_id, self.run_id)
+        hint = ui_hint(uri, exp_id, self.run_id)
         if hint:  # and the runs list, with the headline metrics as columns where the experiment has that view
             view = HEADLINE_VIEW if HEADLINE_VIEW_TAG in client.get_experiment(exp_id).tags else None
             print(f"[rlhf-lab] in the UI: {hint}\n[rlhf-lab] the jobs side by side: "
-                  f"{ui_link(ui_base(tracking_uri(configured_uri(config))), exp_id, view=view)}")
+                  f"{ui_link(ui_base(uri), exp_id, view=view)}")
         if failed and self.exit_nonzero_on_failure:
             sys.stdout.flush()
             raise SystemExit(1)
@@ -290,12 +267,10 @@ def failed_jobs(state_dir: Path | None) -> dict[str, str]:
 
 
 def end_failed_sweep(error: str) -> str | None:
-    """In the launching process of a sweep whose parent run is still open (:data:`OPEN_SWEEP`: the sweep stopped
-    before ``on_multirun_end`` ended it, or that failed): the parent run ended FAILED with ``rlhf_lab.error`` =
-    the failed jobs' records and `error`, and the job runs of dead processes KILLED, saying so in one line; when
-    the tracking server cannot be reached, one line saying that the parent stays RUNNING until the next start in the
-    experiment on this host marks it KILLED (its process gone). Returns why the server cannot be reached, or None
-    (also outside a sweep, or once the parent is ended: then it does nothing)."""
+    """In the launching process of a sweep whose parent run is still open (:data:`OPEN_SWEEP`): the parent ended
+    FAILED with ``rlhf_lab.error`` = the failed jobs' records and `error`, the job runs of dead processes KILLED, in
+    one line; with the tracking server unreachable, one line saying the parent stays RUNNING until the next start
+    marks it KILLED. Returns why the server cannot be reached, or None (also when there is no open parent)."""
     if not OPEN_SWEEP:
         return None
     sweep = dict(OPEN_SWEEP)
@@ -327,9 +302,8 @@ def end_failed_sweep(error: str) -> str | None:
 
 
 def resume_counts(marks: list[str]) -> str:
-    """What a relaunch with ``skip_finished=true`` did with its jobs, from their marks (:func:`mark_job`), the kinds
-    with none left out: ``2 jobs skipped (a finished run computed the same), 1 rerun (its config, inputs or code
-    changed since its finished run), 1 run (no finished run)``."""
+    """What a relaunch with ``skip_finished=true`` did with its jobs, from their marks (:func:`mark_job`): ``2 jobs
+    skipped (a finished run computed the same), 1 job run (no finished run)``."""
     words = {"skipped": "skipped (a finished run computed the same)",
              "rerun": "rerun (its config, inputs or code changed since its finished run)",
              "ran": "run (no finished run)"}
@@ -361,9 +335,8 @@ def attach_study_report(client, run_id: str, study: str | None, uri: str, childr
 
 
 def jobs_table(children: list, failed: dict[str, str]) -> str:
-    """One table of the sweep's jobs: run name, status, the gold reward on the test split (``test/gold_reward``,
-    the reports' gold final) and at the last evaluation on the eval split (``eval/gold_reward``), the last eval
-    KL, wall time; then the jobs that failed before opening a run."""
+    """One table of the sweep's jobs: run name, status, test and eval gold reward, eval KL, wall time; then the jobs
+    that failed before opening a run."""
     from rlhf_lab.runs.tracking import JOB_TAG
 
     jobs = sorted((r for r in children if r.data.tags.get(JOB_TAG) == "true"), key=lambda r: r.info.start_time or 0)
@@ -403,9 +376,9 @@ def _metric(k: str, v: float):
 
 
 def plan(overrides: list[str], validate: bool = True) -> list[list[str]]:
-    """The jobs (override lists) that ``rlhf-lab -m <overrides>`` launches with the basic sweeper, checked when
-    ``validate``: a bad key or option raises here, before any training. Jobs that differ only in ``seed`` compose
-    alike, so one of them is composed and the others' seeds are checked to be integers (the schema's type)."""
+    """The jobs (override lists) that ``rlhf-lab -m <overrides>`` launches with the basic sweeper, each composed when
+    ``validate`` (a bad key or option raises here; of jobs that differ only in ``seed`` one, the others' seeds checked
+    to be integers)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser

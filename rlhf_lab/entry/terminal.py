@@ -1,11 +1,7 @@
-"""A job's ``run.log`` holds what its terminal showed.
-
-Hydra creates ``<output dir>/<job name>.log`` (``run.log`` for ``rlhf-lab``) for Python's logging only, while a job
-reports through ``print`` and its progress bars (the stage lines, the hacking alarm, the summary): the file stayed
-empty. :class:`TerminalLog`, a Hydra callback (``hydra.callbacks.terminal_log`` in conf/config.yaml), copies the
-job's stdout and stderr into that file from the job's start to its end, in every launcher's job process. The copy
-keeps what the terminal finally shows of each line: a progress bar redrawn in place (carriage returns) is written
-once, as it stood when its line ended.
+"""A job's ``run.log`` holds what its terminal showed: :class:`TerminalLog`, a Hydra callback
+(``hydra.callbacks.terminal_log`` in conf/config.yaml), copies the job's stdout and stderr into the file Hydra made for
+Python's logging only (a job reports through ``print`` and progress bars), from the job's start to its end. A
+progress bar redrawn in place (carriage returns) is written once, as it stood when its line ended.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """Tuning with Hydra's Optuna sweeper: ``rlhf-lab -m hydra/sweeper=optuna <search space>`` (its settings:
 :mod:`rlhf_lab.config.sweeper`).
 
-:class:`OptunaSweeper` is the sweeper of ``hydra/sweeper=optuna``: the ``hydra-optuna-sweeper`` plugin's (the
-``tune`` extra), which asks Optuna's sampler for a batch of trials, launches them with the configured launcher and
-tells Optuna each one's return value, with what this lab adds around it:
+:class:`OptunaSweeper` wraps the ``hydra-optuna-sweeper`` plugin's sweeper (the ``tune`` extra) with: the ``tune``
+settings checked before any trial (:func:`check_tune`); ``hydra.sweeper.n_jobs: null``, a batch of as many trials as
+the launcher runs at once; and the best trial printed and recorded on the sweep's parent run (metric
+``tune/best_objective``, tags ``rlhf_lab.tune.objective`` and ``rlhf_lab.tune.best``). Each trial is one job of the
+task function, which returns :func:`trial_result`: the objective computed from the run's histories in the store
+(:mod:`rlhf_lab.evaluation.objective`), logged as ``tune/objective`` and ``tune/step``.
 
-- the ``tune`` settings checked before any trial (one line, exit 2; :func:`check_tune`);
-- ``hydra.sweeper.n_jobs: null``: a batch of as many trials as the launcher runs at once (``hydra/launcher=parallel``:
-  its ``n_jobs``; else one trial at a time, so that every trial's proposal sees every result before it);
-- at the end, the best trial printed and recorded on the sweep's parent run (metric ``tune/best_objective``, tags
-  ``rlhf_lab.tune.objective`` and ``rlhf_lab.tune.best``), or one line saying that no trial completed.
-
-The parent run and its children are the sweep callback's as for every sweep (:mod:`rlhf_lab.entry.sweeps`). Each
-trial is one job of the task function (:mod:`rlhf_lab.entry.run`), which returns :func:`trial_result`: the trial's
-objective (:mod:`rlhf_lab.evaluation.objective`), computed from the metric histories of the job's run as the store
-holds them and logged on it as ``tune/objective`` (and ``tune/step``, the step of the checkpoint valued).
-
-``skip_finished=true`` on a relaunched Optuna sweep: a trial whose job has a finished run that computed the same
-(same study, overrides, config, inputs and code) is skipped, and its objective is read back from that run's metrics,
-the number the first launch told Optuna (both are computed from the store). With Optuna's in-memory storage (the
-default) the relaunch replays the study: the same sampler seed and the same values propose the same trials, so the
-finished ones are skipped and the sweep runs on from the first missing, failed or changed one; a trial that reruns
-and gives another value changes every proposal after it, and those run anew. Optuna's own persistent study
-(``hydra.sweeper.storage``) is refused where SQLAlchemy 2 is installed (:func:`check_storage`)."""
+``skip_finished=true`` on a relaunch: a trial whose job has a finished run that computed the same is skipped and its
+objective read back from the store, the number the first launch told Optuna; with Optuna's in-memory storage the
+same sampler seed and values then propose the same trials, so the sweep runs on from the first missing, failed or
+changed one. Optuna's own persistent study (``hydra.sweeper.storage``) is refused where SQLAlchemy 2 is installed
+(:func:`check_storage`)."""
 
 from __future__ import annotations
 
