@@ -1,24 +1,15 @@
 """A content-addressed artifact cache for stage outputs (tokenizers, base models, SFT policies, RMs).
 
-An artifact lives in ``<root>/<stage>/<key>/`` where ``key`` hashes the config that determines it (and the keys of
-its upstream artifacts, which are part of that config) and the code that builds it
-(:func:`rlhf_lab.runs.code.stage_code_digest`: the stage's module and what it imports, the libraries' versions), so
-an artifact built by other code is never reused: changed code builds its artifacts under new keys, and through the
-upstream keys in their specs the artifacts downstream of it too. A local file or folder the spec names outside
-the cache (a checkpoint, a backbone, data) enters the key as its content digest (:meth:`ArtifactCache.keyed`), so
-weights copied over a folder in place are never taken for the old ones. Writers build into a
-temporary folder beside it and rename it into place, so a reader never sees a half-written artifact;
-a file lock per key makes two processes of a parallel sweep that need the same artifact build it once.
+An artifact lives in ``<root>/<stage>/<key>/``, its key a hash of the spec that determines it (with its upstream
+artifacts' paths, and any other local file or folder by its content: :meth:`ArtifactCache.keyed`) and of the code
+that builds it (:func:`rlhf_lab.runs.code.stage_code_digest`), so an artifact built by other code is never reused.
+Writers build into a temporary folder beside it and rename it into place, under a file lock per key (two processes
+of a parallel sweep build it once); a reader never sees a half-written artifact.
 
-Integrity: every artifact carries a manifest (``rlhf_lab_manifest.json``: size and SHA-256 of each file),
-written before the spec file that marks it complete. The first look-up of an artifact in a process checks
-it against the manifest; an artifact that fails (a truncated or overwritten weight file, a missing file) is
-never used: it is moved to ``<root>/<stage>/.quarantine/`` with a one-line message naming it and the file,
-and built again. A missing manifest is such a fault too: every artifact of this cache version is written with
-one, and nothing tells an artifact from before manifests apart from one whose manifest was deleted (and whose
-files may since have changed), so either is built again. Build folders
-(``.tmp-<key>-*``) left by a killed build are removed by the next build of any key in that stage whose lock
-is free.
+Integrity: every artifact carries a manifest (size and SHA-256 of each file), written before the spec file that
+marks it complete. The first look-up of an artifact in a process checks it; one that fails, or has no manifest
+(nothing tells it from one whose manifest was deleted), is moved to ``<root>/<stage>/.quarantine/`` with a one-line
+message and built again.
 """
 
 from __future__ import annotations
@@ -119,11 +110,9 @@ class ArtifactCache:
         return self.root / stage / artifact_key(stage, self.keyed(spec))
 
     def keyed(self, spec: Any) -> Any:
-        """`spec` as its key sees it. Upstream artifacts appear in a spec as paths under this root: relative to it
-        (:meth:`portable`), so a cache folder that is moved or copied keeps its keys. Any other local file or folder
-        (a checkpoint ``policy.name_or_path``, a backbone, a reference, a gold RM, ``data.path``) is its content
-        digest (:func:`rlhf_lab.runs.contents.with_contents`), so weights copied over a folder build anew and a copy
-        of it elsewhere is the same input; a spec that names none keys as it did before."""
+        """`spec` as its key sees it: paths under this root relative to it (:meth:`portable`: a moved cache keeps its
+        keys), any other local file or folder as its content digest (:func:`rlhf_lab.runs.contents.with_contents`:
+        weights copied over a folder build anew, a copy elsewhere is the same input)."""
         return with_contents(self.portable(spec), skip_under=self.root)
 
     def portable(self, spec: Any) -> Any:
@@ -189,11 +178,9 @@ class ArtifactCache:
     def get_or_build(
         self, stage: str, spec: dict[str, Any], build: Callable[[Path], dict[str, Any] | None]
     ) -> tuple[Path, bool]:
-        """Return (path, built). `build(tmp_dir)` writes the artifact into tmp_dir and may return metadata.
-
-        Holds the key's lock while building; a second process waits, then finds the artifact. In a
-        multi-process job only rank 0 builds; the other ranks wait until the artifact is there.
-        """
+        """Return (path, built). `build(tmp_dir)` writes the artifact into tmp_dir and may return metadata. Holds the
+        key's lock while building (a second process waits, then finds it); in a multi-process job only rank 0 builds.
+        Afterwards removes the stage's build folders of killed builds (:meth:`remove_stale_builds`)."""
         final = self.path(stage, spec)
         if self._usable(final, stage):
             return final, False

@@ -1,18 +1,11 @@
 """What code builds an artifact: the package's import graph read from the sources, and the digest of the code a
-stage's artifact depends on.
-
-A cached artifact's key hashes the config that determines it (:mod:`rlhf_lab.runs.cache`), not the code that
-built it, so an artifact built by older code would be reused silently by newer code that builds something
-else from the same config (a stale SFT policy or preference set under a study's later seeds). The cache therefore
-puts :func:`stage_code_digest` into each stage's artifact keys (and records it in the spec file): other code looks
-up other keys and builds its own artifacts.
+stage's artifact depends on (:func:`stage_code_digest`), part of its cache key (:mod:`rlhf_lab.runs.cache`), so
+newer code never silently reuses an artifact older code built from the same config.
 
 The digest covers the stage's module and every module of the package it imports, at module level or inside a
-function (:func:`import_closure`), read as syntax trees without docstrings (a reworded docstring, a comment or
-a reformatted line builds nothing new), the versions of the libraries that compute (torch, transformers,
-tokenizers, peft, lightning) and the CPU kernels torch computes with (:func:`cpu_capability`). A change to PPO's
-training step therefore leaves the SFT policy and the reward model in the cache, and a change to the sampling code
-rebuilds the preference pairs.
+function (:func:`import_closure`), read as syntax trees without docstrings (a reworded docstring, a comment or a
+reformatted line builds nothing new), the versions of the libraries that compute and the CPU kernels torch computes
+with (:func:`cpu_capability`). A change to PPO's training step thus leaves the SFT policy and the RM in the cache.
 """
 
 from __future__ import annotations

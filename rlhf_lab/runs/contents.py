@@ -1,13 +1,7 @@
 """The content digest of a local file or folder, and which values of a config or spec name one: the one rule by
-which a job's identity (:mod:`rlhf_lab.runs.identity`, ``skip_finished``), the artifact cache's keys
-(:mod:`rlhf_lab.runs.cache`) and the in-process memo of external rows (:mod:`rlhf_lab.data.preferences`) see a
-model, tokenizer or data folder: by what it holds, never by its name, so a folder whose files were replaced in
-place is another input, and a copy of it elsewhere the same one.
-
-A file's digest is read once per process while its (real path, size, modification time, inode) stay the same
-(:func:`file_digest`); a folder's digest is each file's relative path and digest (:func:`path_digest`), without
-the artifact cache's bookkeeping files (:data:`BOOKKEEPING`, which it writes into each artifact folder). Which
-values name a local input: :func:`local_path`. It imports nothing from ``rlhf_lab``.
+which a job's identity (:mod:`rlhf_lab.runs.identity`), the artifact cache's keys (:mod:`rlhf_lab.runs.cache`) and
+the in-process memo of external rows (:mod:`rlhf_lab.data.preferences`) see a model, tokenizer or data folder: by
+what it holds, never by its name. It imports nothing from ``rlhf_lab``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """What a job computes, as three digests recorded on its run and compared by ``skip_finished=true``.
 
-A job's overrides and study (``rlhf_lab.overrides``, ``rlhf_lab.study``) do not say what it computes: the files
-its config names can change in place, a study file or a config default can change the composed config, and the
-code can change. :func:`job_identity` digests each of them, and :mod:`rlhf_lab.runs.tracking` records them as tags on
-the job's run:
-
-- ``rlhf_lab.job.config_digest`` (:func:`config_digest`): the composed, resolved config without the keys that do
-  not change results (:data:`rlhf_lab.config.keys.NOT_COMPUTED`);
-- ``rlhf_lab.job.inputs_digest`` (:func:`input_digests`): the content of every local file or folder the config
-  names as an input (``data.path``, ``policy.name_or_path``, ``gold.path``, ...; :func:`local_inputs`), with
-  ``rlhf_lab.job.inputs`` holding each one's digest by key (JSON) so that a rerun can name the one that changed;
-  a hub name is no local file and counts as its text (in the config digest);
-- ``rlhf_lab.job.code_digest`` (:func:`source_digest`): the package's Python sources.
-
-The CLI computes the identity once per job, before any work (:func:`running`), so the digests it compares
-under ``skip_finished=true`` are the ones the job's run then records; :func:`changed_parts` and
-:func:`rerun_reason` say which part of the identity differs from a finished run's. It imports nothing from
-``rlhf_lab`` but ``config.keys`` (the keys that compute nothing) and ``runs.contents`` (the content digest of a local
-file or folder and which values name one: the rule the artifact cache's keys follow too).
+A job's overrides and study do not say what it computes: the files its config names can change in place, a study
+file or a config default can change the composed config, and the code can change. :func:`job_identity` digests each
+(the composed config without :data:`rlhf_lab.config.keys.NOT_COMPUTED`, the content of every local input, the
+package's sources); the CLI computes it once per job before any work (:func:`running`) and
+:mod:`rlhf_lab.runs.tracking` records it as tags on the job's run. :func:`rerun_reason` says which part differs from
+a finished run's.
 """
 
 from __future__ import annotations
@@ -75,11 +63,8 @@ def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def local_inputs(config: dict) -> dict[str, str]:
-    """``{config key: path}`` of the local files and folders the config names (its computed keys,
-    :func:`computed_config`), by :func:`rlhf_lab.runs.contents.local_path`'s rule: every key that ends with ``path``
-    (``data.path``, ``policy.name_or_path``, ``algo.reference.path``, ``data.on_policy_path``, ...) or ``data.name``,
-    and any other value with a ``/`` or a leading ``~``, when it names an existing file or folder. Other values
-    (a hub name) are text."""
+    """``{config key: path}`` of the local files and folders the config's computed keys name
+    (:func:`rlhf_lab.runs.contents.local_path`'s rule; a hub name is text, in the config digest)."""
     out = {}
     for key, value in leaves(computed_config(config)).items():
         path = local_path(key, value)
@@ -153,8 +138,7 @@ def changed_parts(tags: dict[str, str], identity: dict[str, str]) -> list[str] |
 
 def rerun_reason(run, identity: dict[str, str], config: dict, uri: str) -> str:
     """Why a job whose latest FINISHED run (same study, same overrides) is `run` runs again, in one line: the parts
-    of its identity that changed (:func:`changed_parts`; a changed config with its keys when the run's logged
-    ``config.yaml`` can be read, :func:`changed_keys`), or that the run has no job digest."""
+    of its identity that changed (:func:`changed_parts`, a changed config with its keys: :func:`changed_keys`)."""
     run_id = run.info.run_id
     parts = changed_parts(run.data.tags, identity)
     if parts is None:

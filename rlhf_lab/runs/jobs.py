@@ -94,12 +94,10 @@ def study_names(archived: bool = False) -> list[str]:
 
 
 def study_digest(overrides: list[str], root=None) -> str | None:
-    """A digest of what a job's study files fix: the parsed ``sweeps/sweep/<study>.yaml`` of its ``sweep=``
-    override without its ``hydra`` node (launcher settings and the swept values, which the overrides carry), and
-    the parsed option files of ``sweeps/<group>/`` its overrides select (``+rm_src=different_mix``). Comments do
-    not count. None for a job without ``sweep=``. Editing what a study fixes (say ``kl.beta``) changes it, so
-    ``skip_finished`` does not take the runs of the old design for the new one. `root`: the folder of study
-    groups (default: the package's, :func:`study_file`)."""
+    """A digest of what a job's study files fix (parsed, so comments do not count): its ``sweep=<study>`` file
+    without its ``hydra`` node (the overrides carry the swept values) and the option files of ``sweeps/<group>/`` its
+    overrides select; None without ``sweep=``. ``skip_finished`` thus never takes the runs of an old design for a new
+    one. `root`: the folder of study groups (default: the package's, :func:`study_file`)."""
     import hashlib
 
     import yaml
@@ -142,12 +140,9 @@ class RunSettings:
 
 
 def finished_runs(settings: RunSettings, stage: str, overrides: list[str]) -> Iterator:
-    """The FINISHED runs of `stage` in the settings' tracking store and experiment, newest first, with the same study
-    (tag ``rlhf_lab.study``, none when ``study`` is null), the same overrides (tag ``rlhf_lab.overrides``,
-    compared by :func:`job_overrides`) and, where both have one, the same study design (tag
-    ``rlhf_lab.study_digest``, :func:`study_digest`), made by this user unless ``settings.all_authors``
-    (:func:`rlhf_lab.runs.authors.authored_by`). Upstream stages of a job carry its tags too: `stage` tells the
-    job's own run from them. Whether such a run computed what the job would is :mod:`rlhf_lab.runs.identity`'s."""
+    """The FINISHED runs of `stage` (upstream stages carry the job's tags too) in the settings' store and experiment,
+    newest first, with the same study, the same overrides (:func:`job_overrides`) and, where both have one, the same
+    study design (:func:`study_digest`), made by this user unless ``settings.all_authors``."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=settings.uri)

@@ -1,13 +1,9 @@
 """The training progress bar of a stage: labelled with the stage, counting the stage's own steps.
 
-Lightning's default bar reads ``Epoch 3/-2`` (an iterable loader has no epoch count), shows the logger's
-``v_num`` and counts batches against ``max_steps``, which for PPO is optimizer steps: ``200/3200`` and a
-40-minute ETA for a job that ends after 200 PPO steps. :class:`StageBar` counts what the user configured
-(``algo.steps`` PPO steps, ``sft.steps`` optimizer steps, ...), from ``trainer.global_step`` divided by the
-optimizer steps one unit makes, so it also tells the truth after a resume; its label is the stage
-(``sft``, ``rm member 2/3``, ``ppo``), so a first run that builds its upstream stages shows one named bar per
-stage. ``prefs``, which trains nothing, counts the pairs it samples and labels on a bar of the same look
-(:func:`work_bar`).
+Lightning's default bar reads ``Epoch 3/-2`` and counts batches against ``max_steps`` (PPO's optimizer steps:
+``200/3200``, a 40-minute ETA for 200 PPO steps). :class:`StageBar` counts what the user configured (``algo.steps``,
+``sft.steps``, ...) from ``trainer.global_step``, so it is also right after a resume, and is labelled with the
+stage (``sft``, ``rm member 2/3``, ``ppo``); :func:`work_bar` is a bar of the same look for ``prefs``.
 """
 
 from __future__ import annotations

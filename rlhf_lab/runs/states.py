@@ -1,37 +1,19 @@
 """How a run ends when its process is stopped: signals, exit codes, runs left RUNNING by a dead process.
 
-- SIGTERM and SIGINT (the CLI installs :func:`install_signal_handlers`) raise :class:`Interrupted` in the
-  main thread, wherever it is; :func:`rlhf_lab.runs.tracking.start_run` ends every open run as KILLED with
-  ``rlhf_lab.error = "Interrupted: SIGTERM"`` and the CLI exits with ``128 + signal`` (143, 130).
-  :class:`Interrupted` is not an ``Exception`` (nor a ``KeyboardInterrupt``, which Lightning turns into
-  exit status 1), so nothing on the way swallows it.
-- Only the first stop signal raises; later ones (a second Ctrl-C, a scheduler's TERM after an INT) are
-  recorded in :data:`RECEIVED` and do nothing else, so they never cut short the cleanup that ends the runs
-  KILLED. The handler itself keeps that state (not a ``SIG_IGN`` it would install): Lightning's teardown
-  re-installs the handlers it found when ``fit`` began, which would undo a ``SIG_IGN``.
-- A signal that arrives in the middle of a database write (the MLflow store's) raises a moment later, once the
-  write is done (:func:`in_critical_code`): cut there, the write would leave the SQLite store locked.
-- Pre-emption: inside :func:`defer_sigterm` (a policy job's training loop) a SIGTERM is acted on at the next
-  step boundary, where the loop first saves a checkpoint to resume from (:class:`rlhf_lab.evaluation.callbacks.Preemption`);
-  more SIGTERMs before then (a scheduler that repeats its TERM) change nothing, a SIGINT stops at once.
-- Lightning installs its own SIGTERM handler in front of ours (``fit`` composes the two) and its loops raise their
-  own ``SIGTERMException`` (a ``SystemExit`` without code: exit status 0) at the next epoch's end when it saw one. A
-  SIGTERM that ours deferred (out of a database write) could thus end the job FAILED with status 0: every ``fit``
-  runs inside :func:`lightning_sigterm_as_interrupted`, which turns that exception into :class:`Interrupted`.
-- ``kill -9`` leaves no chance to end a run: every run carries the tags ``rlhf_lab.pid`` and
-  ``rlhf_lab.host`` (:func:`process_tags`), and at the next start of a run in the same experiment
-  :func:`mark_dead_runs` ends as KILLED the RUNNING runs of this host whose process no longer exists.
-- A lost Ray node (``hydra/launcher=ray_cluster``): a job that runs in a Ray worker also carries the tag
-  ``rlhf_lab.node`` (its Ray node id, :func:`ray_node_id`); Ray retries the task on a live node, and when a
-  run starts there, :func:`mark_dead_runs` also ends as KILLED the RUNNING runs whose node the cluster reports dead
-  (on any host), with the cause in ``rlhf_lab.error``.
-- A sweep stopped by a signal (Ctrl-C of ``rlhf-lab -m ...``, whatever the launcher): its launching process
-  (:func:`end_interrupted_sweep`, from the CLI) passes the signal on to its job processes, waits for them to
-  end (SIGKILL after a grace period), ends as KILLED every RUNNING run of the sweep whose process is gone, and
-  then the parent run; a job run it cannot end (on another Ray node, still alive) is named at once, and the
-  next start in the experiment marks it (:func:`mark_dead_runs`).
+- SIGTERM and SIGINT (:func:`install_signal_handlers`, by the CLI) raise :class:`Interrupted` in the main thread:
+  :func:`rlhf_lab.runs.tracking.start_run` ends the open runs KILLED (``rlhf_lab.error = "Interrupted: SIGTERM"``)
+  and the CLI exits ``128 + signal``. It is a ``BaseException`` but no ``KeyboardInterrupt`` (which Lightning turns
+  into exit status 1), so nothing on the way swallows it. Only the first signal raises (:func:`raise_interrupted`);
+  one that arrives inside a database write raises once the write is done (:func:`in_critical_code`).
+- Pre-emption: inside :func:`defer_sigterm` a SIGTERM waits for the training loop's next step boundary, where it
+  saves a checkpoint; Lightning's own ``SIGTERMException`` becomes :class:`Interrupted`
+  (:func:`lightning_sigterm_as_interrupted`).
+- ``kill -9`` or a lost Ray node: every run carries its pid, host and Ray node (:func:`process_tags`), and the next
+  start of a run in the experiment ends KILLED those whose process or node is gone (:func:`mark_dead_runs`).
+- A sweep stopped by a signal: its launching process passes the signal on to its job processes and ends their runs
+  and the parent KILLED (:func:`end_interrupted_sweep`).
 
-A leaf module (nothing from rlhf_lab, no MLflow or Lightning at import).
+A leaf module (nothing from rlhf_lab at import, no MLflow or Lightning).
 """
 
 from __future__ import annotations
@@ -83,17 +65,15 @@ NESTED: list[int] = []  # stop signals whose handler ran inside another one's: h
 
 
 def raise_interrupted(signum: int, frame: Any) -> None:
-    """The first stop signal raises :class:`Interrupted` (naming it); any later one is only recorded (see the
-    module's doc). Inside :func:`defer_sigterm` a SIGTERM is only recorded too, also a repeated one (schedulers send
-    several, a fraction of a second apart): the training loop stops at its next step boundary once it has saved its
-    checkpoint (:func:`pending_stop`, :func:`stop_now`); a SIGINT (Ctrl-C) then stops it at once, without a
-    checkpoint. A signal that arrives inside a database write (:data:`CRITICAL_MODULES`) raises a moment later, once
-    the write is done.
+    """The signal handler: the first stop signal raises :class:`Interrupted` (naming it), later ones are only
+    recorded, so that a second Ctrl-C or a scheduler's repeated TERM never cuts short the cleanup that ends the runs
+    KILLED (the handler keeps that state itself: Lightning's teardown re-installs the handlers it found, which would
+    undo a ``SIG_IGN``). Inside :func:`defer_sigterm` SIGTERMs are only recorded: the training loop stops at its next
+    step boundary after its checkpoint; a SIGINT stops it at once.
 
-    Python runs a handler wherever the main thread checks for signals, also inside another handler, even before its
-    first line: signals sent at the same instant (INT, INT, TERM) could then name the later one. So a handler called
-    inside this one's frames only queues its signal (:data:`NESTED`), and this one handles the queue when it ends
-    (also when it raises): the signal whose handler started first stays the first."""
+    Python may run a handler inside another one, even before its first line, so signals sent at the same instant
+    could name the later one: a handler called inside this one's frames only queues its signal (:data:`NESTED`),
+    handled when this one ends."""
     if in_handler(frame):
         NESTED.append(int(signum))
         return
@@ -158,17 +138,15 @@ def pending_stop() -> int | None:
 
 
 def stop_now() -> None:
-    """Raise :class:`Interrupted` for the first stop signal received (SIGTERM on a rank that received none itself and
-    stops with the rank that did)."""
+    """Raise :class:`Interrupted` for the first stop signal received (SIGTERM on a rank that received none itself)."""
     RAISED[0] = True
     raise Interrupted(RECEIVED[0] if RECEIVED else signal.SIGTERM)
 
 
 @contextlib.contextmanager
 def defer_sigterm() -> Iterator[None]:
-    """A training loop that checkpoints on pre-emption: a SIGTERM (a scheduler's, once or repeated) received inside
-    waits for the loop's next step boundary, where the loop saves a checkpoint and calls :func:`stop_now`. One still
-    pending when the block ends stops the process there."""
+    """A SIGTERM received inside waits for the training loop's next step boundary, where the loop saves a checkpoint
+    and calls :func:`stop_now`; one still pending when the block ends stops the process there."""
     DEFER_SIGTERM[0] = True
     try:
         yield
@@ -180,8 +158,9 @@ def defer_sigterm() -> Iterator[None]:
 
 @contextlib.contextmanager
 def lightning_sigterm_as_interrupted() -> Iterator[None]:
-    """Lightning's ``SIGTERMException`` raised inside the block (its handler saw a SIGTERM that ours had deferred)
-    is raised as :class:`Interrupted` (SIGTERM), the same stop: the run ends KILLED and the CLI exits 143."""
+    """Lightning's ``SIGTERMException`` (its handler, which ``fit`` composes in front of ours, saw a SIGTERM ours
+    deferred; a ``SystemExit`` without code: exit status 0) raised as :class:`Interrupted`: the run ends KILLED, exit
+    143."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
@@ -225,8 +204,7 @@ def restore_signal_handlers(previous: dict) -> None:
 
 
 def ray_node_id() -> str | None:
-    """The id of the Ray node this process runs on when it is a Ray worker (a job of ``hydra/launcher=ray`` or
-    ``ray_cluster``), else None. Ray is never imported here: only looked up if the process already has it."""
+    """The id of the Ray node this process runs on when it is a Ray worker, else None (Ray is never imported)."""
     ray = sys.modules.get("ray")
     try:
         return ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None
@@ -235,8 +213,7 @@ def ray_node_id() -> str | None:
 
 
 def dead_ray_nodes() -> dict[str, str]:
-    """{node id: its address} of the nodes the Ray cluster this process is connected to reports dead ({} when it is
-    not connected to one)."""
+    """{node id: its address} of the nodes the Ray cluster this process is connected to reports dead, else {}."""
     ray = sys.modules.get("ray")
     try:
         if ray is None or not ray.is_initialized():
@@ -293,10 +270,9 @@ def stop_processes(pids: list[int], signum: int, grace_s: float) -> None:
 
 def end_interrupted_sweep(error: str, signum: int, grace_s: float = 30.0) -> tuple[list[str], list[str]]:
     """In the launching process of a sweep (:data:`OPEN_SWEEP`) that a stop signal interrupted: the signal passed on
-    to the processes below this one that hold a RUNNING run of the sweep (SIGKILL after `grace_s` seconds), every
-    RUNNING run of the sweep whose process is then gone ended KILLED with ``rlhf_lab.error`` = `error`, then the
-    parent run. Returns (the job runs it ended, those left open: a process on another host, which
-    :func:`mark_dead_runs` ends at the next start there). Outside a sweep: nothing."""
+    to the processes below this one that hold a RUNNING run of the sweep (:func:`stop_processes`), those runs whose
+    process is then gone and the parent ended KILLED with ``rlhf_lab.error`` = `error`. Returns (the job runs it
+    ended, those left open: on another host, ended by the next start there). Outside a sweep: nothing."""
     if not OPEN_SWEEP:
         return [], []
     from mlflow.tracking import MlflowClient

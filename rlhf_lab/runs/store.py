@@ -1,15 +1,11 @@
 """Opening a sqlite MLflow store: created once, under a file lock, and refused in one line when it cannot be opened.
 
-MLflow creates a sqlite store's tables when a process first opens it (its ``SqlAlchemyStore``: some 60 schema
-migrations, about a second), without a lock of its own: two processes that open a new store at the same moment
-(two sweeps, the jobs of a parallel sweep) both migrate it, and one of them fails (``_alembic_tmp_model_versions``
-already exists, a duplicate column), or leaves the store half-migrated for every later process. :func:`open_store`
-opens it under :func:`store_lock` (``mlflow.db.lock`` beside it), so that one process creates it and the others wait,
-then find it complete; MLflow keeps the opened store for the process's later clients of the same URI. A store that
-cannot be opened because its tables or schema revision are not what MLflow expects (a process killed while it was
-created, another MLflow version's migration) is :class:`StoreError`: one line with the store, MLflow's reason and the
-fix (:func:`broken_store_line`), which :func:`exit_on_broken_store` prints with exit status 2, where MLflow's
-traceback came before. A tracking server (``http(s)://``) migrates its own store: nothing is done here for it.
+MLflow creates a sqlite store's tables when a process first opens it (some 60 schema migrations) without a lock of
+its own: two processes that open a new store at the same moment both migrate it, and one fails or leaves it
+half-migrated. :func:`open_store` opens it under :func:`store_lock` (``mlflow.db.lock`` beside it): one process
+creates it, the others wait. A store whose tables or schema revision are not what MLflow expects is
+:class:`StoreError`, one line with MLflow's reason and the fix (:func:`broken_store_line`). A tracking server
+migrates its own store: nothing is done here for it.
 """
 
 from __future__ import annotations

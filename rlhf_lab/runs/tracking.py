@@ -1,19 +1,13 @@
-"""MLflow tracking: one run per stage, embedded SQLite store by default.
+"""MLflow tracking: one run per stage (:func:`start_run`), embedded SQLite store by default.
 
-The tracking URI is, in order: the ``MLFLOW_TRACKING_URI`` environment variable, ``tracking.uri`` in the
-config, ``sqlite:///mlflow.db`` in the working directory. Lightning's MLFlowLogger is pointed at the
-run that :func:`start_run` opened (otherwise it would fall back to a ``./mlruns`` file store, which
-MLflow >= 3.13 refuses), and leaves the run's status to us: a run that raises is marked FAILED with
-its error as the tag ``rlhf_lab.error``; a run stopped by SIGTERM/SIGINT is marked KILLED, and a run
-left RUNNING by a dead process is marked KILLED at the next start (:mod:`rlhf_lab.runs.states`). A stage's
-run is FINISHED only after the writes that follow its body (its artifact into the cache, the job's summary):
-:func:`status_after_writes`; a failed save ends it FAILED with the cause.
+The store is :func:`rlhf_lab.runs.tracking_server.tracking_uri`'s. Lightning's MLFlowLogger is pointed at the run
+:func:`start_run` opened and leaves its status to us: a run that raises ends FAILED with its error as the tag
+``rlhf_lab.error``, one stopped by a signal KILLED (:mod:`rlhf_lab.runs.states`). A stage's run is FINISHED only after
+the writes that follow its body (its artifact, the job's summary): :func:`status_after_writes`.
 
-A tracking server that stops answering in the middle of a run: MLflow retries each request
-(``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, default 7, with exponential backoff: about 4 minutes in all), so a
-server restarted within that window costs the job a pause and nothing else. Past it the job fails with
-:class:`TrackingServerLost`, one line naming the server; its run stays RUNNING on the server (nothing can
-reach it) until the next start marks it KILLED, and ``skip_finished=true`` reruns it.
+A tracking server that stops answering mid-run: MLflow retries each request (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+about 4 minutes in all), so a server restarted within that window costs a pause; past it the job fails with
+:class:`TrackingServerLost` (one line), its run RUNNING on the server until the next start marks it KILLED.
 """
 
 from __future__ import annotations
@@ -119,12 +113,9 @@ UI_WORKFLOW = "workflowType=machine_learning"  # MLflow 3's UI opens in its GenA
 
 
 def ui_link(base: str, experiment_id: str, run_id: str | None = None, view: str | None = None) -> str:
-    """The MLflow UI page of an experiment's runs (or of one run), in the UI's model-training view; the runs list
-    with the saved `view` applied (:data:`HEADLINE_VIEW`: an experiment created with :data:`EXPERIMENT_TAGS`).
-
-    MLflow 3.x chooses between its GenAI view (traces, evaluations) and its model-training view (runs) from the
-    ``workflowType`` query parameter, else the browser's last choice, else GenAI; the experiment tag
-    ``mlflow.experimentKind`` does not override it, so a first visit shows no runs without the parameter."""
+    """The MLflow UI page of an experiment's runs (or of one run), with the saved `view` applied
+    (:data:`HEADLINE_VIEW`), in the model-training view: MLflow 3.x opens its GenAI view unless the
+    ``workflowType`` query parameter (or the browser's last choice) says otherwise, whatever the experiment's tags."""
     page = f"runs/{run_id}" if run_id else "runs"
     shared = f"&viewStateShareKey={view}" if view and not run_id else ""
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_WORKFLOW}{shared}"
@@ -148,10 +139,9 @@ def ui_hint(uri: str, experiment_id: str | None, run_id: str | None = None) -> s
 
 
 def experiment_id(uri: str, name: str) -> str:
-    """The id of the experiment `name` in the store at `uri`. The store (a sqlite file: its tables, its schema migrations) and
-    the experiment (tagged :data:`EXPERIMENT_TAGS`) are created once, under :func:`~rlhf_lab.runs.store.store_lock`, so any
-    number of processes may start at the same moment in a fresh folder; on a tracking server (no lock) the
-    process that loses the race to create the experiment uses the one the winner created."""
+    """The id of the experiment `name` in the store at `uri`, created (tagged :data:`EXPERIMENT_TAGS`) if missing,
+    under :func:`~rlhf_lab.runs.store.store_lock` (so are a new sqlite store's tables): processes may start at the same
+    moment in a fresh folder; on a tracking server (no lock) the loser of the race takes the winner's."""
     with store_lock(uri):
         client = mlflow.MlflowClient(uri)
         exp = client.get_experiment_by_name(name)
@@ -185,9 +175,8 @@ def number_like(text: str) -> bool:
 
 
 def config_yaml(config: dict) -> str:
-    """The resolved config as YAML, byte for byte as OmegaConf writes it (``OmegaConf.to_yaml(cfg, resolve=True)``:
-    block style, keys in their order, unicode kept, a string that reads as a number or boolean in quotes), so that
-    ``OmegaConf.load`` of the logged ``config.yaml`` gives the config back."""
+    """The resolved config as YAML, byte for byte as ``OmegaConf.to_yaml(cfg, resolve=True)`` writes it (this
+    package takes no omegaconf below the stages), so that ``OmegaConf.load`` of ``config.yaml`` gives it back."""
     import yaml
 
     class Dumper(yaml.Dumper):
@@ -215,12 +204,9 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
               tags: dict[str, str] | None = None, resume_run_id: str | None = None) -> Iterator[mlflow.ActiveRun]:
     """Open an MLflow run for a stage with the shared params and tags (docs/metrics.md).
 
-    `resume_run_id`: the run of this job that a pre-emption ended (KILLED), when the job resumes from its checkpoint:
-    that run is reopened and goes on (its params stand; its tags are set again, its error tag removed), so the
-    job's history is one run from step 0 to the end. Any other run (another experiment, not KILLED, gone) is left
-    alone and a new run opened.
-    On a rank other than 0 of a multi-process job nothing is opened: it yields a stand-in whose
-    ``info.run_id`` is None, and the ``log_*`` functions below do nothing there."""
+    `resume_run_id`: the KILLED run of a pre-empted job that resumes from its checkpoint, reopened (its tags set
+    again, its error tag removed), so the job's history is one run; any other run is left alone and a new one opened.
+    On a rank other than 0 nothing is opened: it yields a stand-in whose ``info.run_id`` is None."""
     if not is_rank_zero():
         yield _NoRun()
         return
@@ -306,8 +292,7 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
 
 @contextlib.contextmanager
 def run_refused_in_one_line(uri: str, experiment: str) -> Iterator[None]:
-    """The tracking server's refusal (HTTP 403) to create the experiment or a run in it, as a one-line
-    :class:`~rlhf_lab.config.errors.ConfigError` naming ``tracking.experiment`` and the fix."""
+    """The tracking server's refusal (HTTP 403) to create the experiment or a run in it, as a one-line ConfigError."""
     try:
         yield
     except mlflow.exceptions.MlflowException as err:
@@ -360,9 +345,8 @@ PENDING: list[list[str]] = []  # one list per open status_after_writes block: th
 @contextlib.contextmanager
 def status_after_writes() -> Iterator[None]:
     """A run that :func:`start_run` ends without error inside this block stays RUNNING until the block ends:
-    FINISHED if it ends normally, FAILED (KILLED for a stop signal) with ``rlhf_lab.error`` if it raises. The
-    writes that follow a stage's run (the artifact published to the cache, the job's summary) thus decide its
-    status too: a run is never FINISHED when its artifact could not be saved."""
+    FINISHED if it ends normally, FAILED (KILLED for a stop signal) with ``rlhf_lab.error`` if it raises, so a run is
+    never FINISHED when its artifact could not be saved."""
     pending: list[str] = []
     PENDING.append(pending)
     try:
@@ -403,9 +387,9 @@ OPEN_RUNS: dict[str, str] = {}  # run id -> tracking URI: the runs start_run ope
 
 
 def end_open_runs(error: str, status: str = "KILLED") -> list[str]:
-    """End with `status` and the tag ``rlhf_lab.error`` = `error` every run :func:`start_run` opened and did not
-    get to end (a stop signal cut its ending short), and empty MLflow's stack of active runs, so that MLflow's
-    exit hook, which ends what it finds there FINISHED, ends nothing. Returns the ids it ended."""
+    """End with `status` and ``rlhf_lab.error`` = `error` every run :func:`start_run` opened and did not get to end
+    (a stop signal cut it short), and empty MLflow's stack of active runs (its exit hook would end them FINISHED).
+    Returns the ids it ended."""
     while mlflow.active_run() is not None:
         run_id = mlflow.active_run().info.run_id
         OPEN_RUNS.setdefault(run_id, mlflow.get_tracking_uri())
@@ -424,9 +408,8 @@ def end_open_runs(error: str, status: str = "KILLED") -> list[str]:
 
 def lightning_logger(settings: RunSettings):
     """Lightning's MLflow logger bound to the open run, whose status stays ours to set (its ``finalize`` does
-    nothing); False on ranks other than 0: they log nothing. Lightning is imported here, not with this module: a
-    sweep's launching process imports this module to open the parent run and never trains (Lightning's import
-    is about 2.7 s of that process's start on 2 cores)."""
+    nothing); False on ranks other than 0. Lightning is imported here: a sweep's launching process imports this
+    module and never trains (the import is about 2.7 s on 2 cores)."""
     from lightning.pytorch.loggers import MLFlowLogger
 
     class RunLogger(MLFlowLogger):
