@@ -17,6 +17,13 @@ evaluation measures the same samples twice, ``eval/gold_reward`` (the gold RM) a
 The two measures are in different units (the formula's gold units; the gold RM's normalised score, mean 0 and sd 1
 on SFT samples), so levels and the registry's margins (set for the formula) are not comparable; ranks and verdict
 signs are. Only FINISHED PPO runs enter; nothing is filled in for a study without runs.
+
+This report keeps the analysis its runs were made under (issue 42's rule, :data:`~rlhf_lab_research.anytime.EARLIER`:
+a fixed-n t interval, the unchecked t sequence where seeds were added after looking), so the committed report
+regenerates as it was. Under the claims report's rule of issue 69 the Fisher z values of its β = 0 runs are refused
+as skewed (no interval, so the bar is not met) and C1's effects here likewise; the replicated design
+(sweeps/sweep/gold_rm_replication.yaml, reports/PREREGISTERED.md) is to be scored with the sequences from the first
+look on ρ itself, which is bounded.
 """
 
 from __future__ import annotations
@@ -28,8 +35,8 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab_research.anytime import (ANYTIME, FOOTNOTE, MARK, added_run_ids, added_seeds, anytime_effect,
-                                      includes_added, is_anytime)
+from rlhf_lab_research.anytime import (ANYTIME, EARLIER, EARLIER_FOOTNOTE as FOOTNOTE, MARK, added_run_ids,
+                                      added_seeds, anytime_effect, includes_added, is_anytime)
 from rlhf_lab_research.verdicts import ClaimResult, counts, judge
 from rlhf_lab_research.effects import Arm, spearman
 from rlhf_lab.analysis.markdown import fmt, md_table
@@ -127,7 +134,7 @@ def fisher_mean(rhos: Sequence[float], level: float = 0.95, anytime: bool = Fals
     interval over runs, mapped back with tanh (n < 2: no interval); `anytime`: runs were added after looking, so the
     anytime-valid interval of the same z values instead (:func:`~rlhf_lab_research.anytime.anytime_effect`)."""
     z = [math.atanh(max(-0.999999, min(0.999999, x))) for x in rhos if math.isfinite(x)]
-    e = anytime_effect(t_effect(z, level), level) if anytime else t_effect(z, level)
+    e = anytime_effect(t_effect(z, level), level, check_skew=False) if anytime else t_effect(z, level)
     back = lambda v: math.tanh(v) if math.isfinite(v) else float("nan")  # noqa: E731
     return Effect(back(e.estimate), back(e.lo), back(e.hi), e.n,
                   f"{ANYTIME} Fisher z, t over runs" if anytime else "Fisher z, t over runs", level)
@@ -220,7 +227,7 @@ def verdicts(runs: Sequence[RunData], claim_ids: Sequence[str] = CLAIMS) -> dict
             view = [as_measure(r, m) for r in runs]
             studies = {s: [r for r in view if counts(r)] for s in claim.studies + claim.also}
             present = {s: len(view) for s in claim.studies + claim.also}
-            out[cid][m] = judge(claim, studies, present)
+            out[cid][m] = judge(claim, studies, present, rule=EARLIER)
     return out
 
 
