@@ -36,17 +36,15 @@ from rlhf_lab.config.checks import check_dpo
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import AdapterDisabled, with_lora
 from rlhf_lab.models.sampling import sample
-from rlhf_lab.models.sharding import whole
 from rlhf_lab.config import data as DS
 from rlhf_lab.data.preferences import label_pairs, validate_pairs
-from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
 from rlhf_lab.config.keys import computes, to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import heldout, prefs
 from rlhf_lab.stages import rm as rm_stage
 from rlhf_lab.stages.evaluate import checkpoints_summary, gold_summary, held_out_summary, policy_evaluations
 from rlhf_lab.stages.pipeline import run_settings, ensure, generation_spec, job_steps, stage_seed, upstream_run
-from rlhf_lab.stages.training import eval_steps, model_size, trainer_kwargs
+from rlhf_lab.stages.training import eval_steps, fit, model_size
 
 WHAT = "DPO policy"
 
@@ -172,18 +170,10 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         ev = policy_evaluations(cfg, spec, module.model, tok, out_dir, eval_steps(cfg, steps), reference=eval_reference,
                                 scorer=scorer, gold=gold,
                                 extra=lambda: pair_metrics(module.model, eval_ex, tok.pad_token_id, ac.beta))
-        kw = trainer_kwargs(cfg, out_dir, steps, "dpo", callbacks=[ev])
-        if ac.get("max_grad_norm") is not None:
-            kw["gradient_clip_val"] = ac.max_grad_norm
-        trainer = L.Trainer(**kw, logger=tracking.lightning_logger(run_settings(cfg)))
         size = model_size(policy)
         active_run.log_metrics({**size, "time/reference_precompute_s": t_pre}, step=0)
-        t0 = time.time()
-        with lightning_sigterm_as_interrupted():
-            trainer.fit(module, loader)
-        train_s = time.time() - t0
-        distributed.check_in_sync(module.model, "DPO policy")
-        model = whole(module.model)  # trainer=fsdp / fsdp_cpu: the whole policy on rank 0, None on the others
+        model, train_s = fit(cfg, "dpo", module, loader, module.model, out_dir, steps, "DPO policy", callbacks=[ev],
+                             gradient_clip_val=ac.get("max_grad_norm"))
         if not distributed.is_rank_zero():  # rank 0 saves and logs
             return {"stage": "dpo", "train_s": train_s}
         if hasattr(model, "merge_and_unload"):  # save a plain causal LM: downstream stages load it as any policy

@@ -35,15 +35,13 @@ from rlhf_lab.evaluation.summary import n_text
 from rlhf_lab.models import families as F
 from rlhf_lab.models.adapters import with_lora
 from rlhf_lab.models.reward import HELDOUT_SPREAD, RewardScorer, packable
-from rlhf_lab.models.sharding import whole
 from rlhf_lab.data.preferences import validate_pairs
 from rlhf_lab.config import world as W
 from rlhf_lab.config.keys import to_plain
 from rlhf_lab.stages import gold as G
 from rlhf_lab.stages import prefs
 from rlhf_lab.stages.pipeline import run_settings, cache_for, ensure, job_steps, stage_seed, upstream_run
-from rlhf_lab.stages.training import model_size, trainer_kwargs
-from rlhf_lab.runs.states import lightning_sigterm_as_interrupted
+from rlhf_lab.stages.training import fit, model_size
 
 WHAT = "reward model"
 # keys that act when the RM is used, not trained (heldout: a policy job also trains another RM, stages/heldout.py)
@@ -214,13 +212,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                                        warmup_steps=rc.warmup_steps, max_steps=steps, use_margin=rc.margin,
                                        center_coef=rc.center_coef, prefix="" if i == 0 else f"member_{i}/")
             label = "rm" if k == 1 else f"rm member {i + 1}/{k}"
-            trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, "rm", label=label),
-                                logger=tracking.lightning_logger(run_settings(cfg)))
-            with lightning_sigterm_as_interrupted():
-                trainer.fit(module, loader)
-            distributed.check_in_sync(model, f"reward model member {i}")
-            model = whole(model)  # trainer=fsdp / fsdp_cpu: the whole model on rank 0, None on the others
-            if model is None:
+            model, _ = fit(cfg, "rm", module, loader, model, out_dir, steps, f"reward model member {i}", label=label)
+            if model is None:  # trainer=fsdp / fsdp_cpu: whole on rank 0 only
                 continue
             if int(rc.lora.r) > 0:
                 model = model.merge_and_unload()

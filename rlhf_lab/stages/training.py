@@ -1,8 +1,9 @@
-"""What the trained stages share: the Lightning trainer's arguments, the evaluation steps, model sizes, and the
-causal-LM training run of ``pretrain`` and ``sft`` (:func:`fit_lm`)."""
+"""What the trained stages share: the Lightning trainer's arguments and its fit (:func:`fit`), the evaluation steps,
+model sizes, and the causal-LM training run of ``pretrain`` and ``sft`` (:func:`fit_lm`)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -73,6 +74,23 @@ def strategy(t: DictConfig):
     return str(s)
 
 
+def fit(cfg: DictConfig, stage: str, module, loader, model, out_dir: Path, steps: int, what: str,
+        callbacks: list | tuple = (), label: str | None = None, gradient_clip_val: float | None = None):
+    """Train `module` on `loader` with `stage`'s Lightning trainer (:func:`trainer_kwargs`), logging to the open run;
+    SIGTERM interrupts it. Returns its `model`, checked in sync across ranks (`what` names it in the error) and whole
+    on rank 0 (None on the others with trainer=fsdp / fsdp_cpu), and the seconds the fit took."""
+    import lightning as L
+
+    trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=callbacks, label=label),
+                        gradient_clip_val=gradient_clip_val, logger=tracking.lightning_logger(run_settings(cfg)))
+    t0 = time.time()
+    with lightning_sigterm_as_interrupted():
+        trainer.fit(module, loader)
+    seconds = time.time() - t0
+    distributed.check_in_sync(model, what)
+    return whole(model), seconds
+
+
 def model_size(model, *also_trained) -> dict[str, float]:
     """``model/params_total``: the parameters of the model the stage produces (LoRA adapters included);
     ``model/params_trainable``: those the optimiser updates, in it and in `also_trained` (e.g. PPO's critic)."""
@@ -87,9 +105,6 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
            out_dir: Path, params: dict, upstream: dict[str, str] | None = None, gold=None) -> dict:
     """Train a causal LM with next-token cross-entropy (pretrain and sft) as one MLflow run; save it. `gold`: the
     job's gold for its evaluations (:func:`evaluate`; None: the formula, as for an upstream stage)."""
-    import time
-
-    import lightning as L
     import torch
 
     from rlhf_lab.algorithms.lm import CausalLMModule
@@ -107,22 +122,16 @@ def fit_lm(cfg: DictConfig, stage: str, model, tok, examples: list[dict], sc: Di
         ev = PeriodicEval(lambda: evaluate(cfg, model, tok, gold=gold),
                           at_steps=eval_steps(cfg, steps) if is_job else (), at_start=is_job,
                           test=(lambda: evaluate(cfg, model, tok, split="test", gold=gold)) if is_job else None)
-        trainer = L.Trainer(**trainer_kwargs(cfg, out_dir, steps, stage, callbacks=[ev]),
-                            logger=tracking.lightning_logger(run_settings(cfg)))
         size = model_size(model)
         active_run.log_metrics(size, step=0)
-        t0 = time.time()
-        with lightning_sigterm_as_interrupted():
-            trainer.fit(module, loader)
-        distributed.check_in_sync(model, stage)
-        model = whole(model)  # trainer=fsdp / fsdp_cpu: the whole model on rank 0, None on the others
+        model, train_s = fit(cfg, stage, module, loader, model, out_dir, steps, stage, callbacks=[ev])
         if not distributed.is_rank_zero():
             return {"stage": stage}
         model.eval()
         tok.save_pretrained(out_dir)
         model.save_pretrained(out_dir)
-        active_run.log_metric("time/train_s", time.time() - t0)
-        meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": time.time() - t0, **size}
+        active_run.log_metric("time/train_s", train_s)
+        meta = {"run_id": run.info.run_id, "stage": stage, "eval": ev.last, "train_s": train_s, **size}
         if ev.test_last:
             test_gold = gold_summary(ev.test_first, ev.test_last, "start", f"{stage} step {steps}")
             meta.update(test=ev.test_last, test_start=ev.test_first, summary=test_gold)
