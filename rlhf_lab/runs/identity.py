@@ -51,14 +51,15 @@ def config_digest(config: dict) -> str:
     return digest_text(json.dumps(computed_config(config), sort_keys=True, default=str))
 
 
-def leaves(node: Any, prefix: str = "") -> dict[str, Any]:
-    """``{dotted key: value}`` of every leaf of plain containers (a list's items by index)."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+def leaves(node: Any, prefix: str = "", lists: bool = True) -> dict[str, Any]:
+    """``{dotted key: value}`` of every leaf of plain containers (a list's items by index; a list one leaf when not
+    `lists`)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if lists and isinstance(node, list) else None
     if items is None:
         return {prefix[:-1]: node}
     out: dict[str, Any] = {}
     for k, v in items:
-        out.update(leaves(v, f"{prefix}{k}."))
+        out.update(leaves(v, f"{prefix}{k}.", lists))
     return out
 
 

@@ -24,7 +24,7 @@ import mlflow
 from rlhf_lab.config.keys import computes, override_key
 from rlhf_lab.runs.code import CPU_TAG, cpu_capability, library_versions
 from rlhf_lab.runs.distributed import is_rank_zero
-from rlhf_lab.runs.identity import run_tags
+from rlhf_lab.runs.identity import leaves, run_tags
 from rlhf_lab.runs.jobs import STUDY_DIGEST_TAG, RunSettings, hydra_overrides, job_sweep_params, study_digest
 from rlhf_lab.runs.states import Interrupted, mark_dead_runs, process_tags
 from rlhf_lab.runs.store import store_lock
@@ -86,18 +86,6 @@ def job_run_name(name: str, overrides: list[str]) -> str:
                                             for s in NAME_SKIPS):
             pairs.append((key, value))
     return named(name, pairs)
-
-
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-    elif isinstance(d, list):
-        out[prefix[:-1]] = json.dumps(d)
-    else:
-        out[prefix[:-1]] = d
-    return out
 
 
 # the runs list with the headline metrics as columns, a view the UI applies when its link names it (viewStateShareKey=
@@ -255,11 +243,9 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
         if swept and not resumed:
             mlflow.log_params(swept)
         mlflow.log_text(config_yaml(settings.config), "config.yaml")  # the resolved config
-        if params is not None and not resumed:
-            flat = {k: ("" if v is None else str(v)[:6000]) for k, v in flatten(params).items()}
-            items = list(flat.items())
-            for i in range(0, len(items), 100):
-                mlflow.log_params(dict(items[i : i + 100]))
+        if params is not None and not resumed:  # MLflow sends them in batches of 100
+            mlflow.log_params({k: "" if v is None else str(json.dumps(v) if isinstance(v, list) else v)[:6000]
+                               for k, v in leaves(params, lists=False).items()})
         yield run
     except BaseException as err:
         msg = f"{type(err).__name__}: {err}"
