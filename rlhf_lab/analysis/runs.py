@@ -21,6 +21,7 @@ import numpy as np
 from rlhf_lab.analysis.fits import GaoFit, fit_bon, fit_rl
 from rlhf_lab.config.keys import computes
 from rlhf_lab.runs.authors import authored_by, wanted_author
+from rlhf_lab.runs.store import sqlite_file
 from rlhf_lab.runs.tracking_server import DEFAULT_TRACKING_URI
 
 STUDY_TAG = "rlhf_lab.study"
@@ -134,9 +135,8 @@ def store_uri(uri: str | None = None) -> str:
 
 def store_exists(uri: str) -> bool:
     """False for a ``sqlite:///`` store whose file does not exist (reading it would create it); True otherwise."""
-    if uri.startswith("sqlite:///"):
-        return os.path.isfile(os.path.expanduser(uri[len("sqlite:///"):]))
-    return True
+    db = sqlite_file(uri)
+    return db is None or db.is_file()
 
 
 def job_key(r: RunData) -> tuple | None:

@@ -193,13 +193,19 @@ def load_tokenizer(name_or_path: str | os.PathLike, key: str = "policy.name_or_p
     return tok
 
 
-def check_pair(model: PreTrainedModel, tokenizer, key: str) -> None:
-    """A tokenizer and model belong together when every token id has an embedding; else a
-    :class:`~rlhf_lab.models.checkpoints.CheckpointError` (a ValueError) naming `key` and the model's folder."""
+def paired(model: PreTrainedModel, tokenizer, key: str) -> PreTrainedModel:
+    """`model` with `tokenizer` (None: as it is): they belong together when every token id has an embedding, else a
+    :class:`~rlhf_lab.models.checkpoints.CheckpointError` (a ValueError) naming `key` and the model's folder; a
+    config.json without a pad token id gets the tokenizer's."""
+    if tokenizer is None:
+        return model
     n_emb = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > n_emb:
         raise CheckpointError(key, model.name_or_path, f"the tokenizer has {len(tokenizer)} tokens but the model "
                               f"embeds only {n_emb}; they are not a pair", "load the tokenizer saved with this model")
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model
 
 
 def model_footprint(auto_class, config, dtype=None) -> tuple[int, int, str]:
@@ -259,13 +265,7 @@ def load_causal_lm(name_or_path: str | os.PathLike, tokenizer=None, key: str = "
     """A causal LM of any architecture transformers knows (Llama, Qwen2, GPT-NeoX, GPT-2, ...) from a folder or
     hub name, every weight loaded from the checkpoint (:func:`load_checked`); `options`: :func:`load_options`
     (dtype, attention implementation)."""
-    s = _resolve(name_or_path, key)
-    model = load_checked(AutoModelForCausalLM, s, key, **options)
-    if tokenizer is not None:
-        check_pair(model, tokenizer, key)
-    if model.config.pad_token_id is None and tokenizer is not None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return paired(load_checked(AutoModelForCausalLM, _resolve(name_or_path, key), key, **options), tokenizer, key)
 
 
 def load_sequence_scorer(name_or_path: str | os.PathLike, tokenizer=None, key: str = "reward_model.init",
@@ -280,12 +280,8 @@ def load_sequence_scorer(name_or_path: str | os.PathLike, tokenizer=None, key: s
     :func:`load_options`.
     """
     s = _resolve(name_or_path, key)
-    model = load_checked(AutoModelForSequenceClassification, s, key, new_head, num_labels=1, **options)
-    if tokenizer is not None:
-        check_pair(model, tokenizer, key)
-        if model.config.pad_token_id is None:
-            model.config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return paired(load_checked(AutoModelForSequenceClassification, s, key, new_head, num_labels=1, **options),
+                  tokenizer, key)
 
 
 def same_tokenizer(a, b) -> bool:

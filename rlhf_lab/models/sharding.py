@@ -31,20 +31,16 @@ import torch
 STRATEGY = "ModelParallelStrategy"  # the Lightning strategy under which the modules shard their model
 
 
-def uses_sharding(strategy) -> bool:
-    """Whether a Lightning strategy (object) is the one :func:`shard` works under."""
-    return type(strategy).__name__ == STRATEGY
-
-
 def shards(target) -> bool:
-    """Whether a ``trainer.strategy._target_`` (a dotted class path) names that strategy: ``trainer=fsdp*``."""
+    """Whether a ``trainer.strategy._target_`` (a dotted class path; or a class name) names the Lightning strategy
+    :func:`shard` works under: ``trainer=fsdp*``."""
     return str(target or "").rsplit(".", 1)[-1] == STRATEGY
 
 
 def shard_trained(module, model: torch.nn.Module, probe: Callable | None = None) -> None:
     """The ``configure_model`` hook of a training LightningModule `module` whose trained model is `model`: shard it
     when the trainer's strategy is the sharded one (:func:`shard`), leave it as it is otherwise."""
-    if module._trainer is not None and uses_sharding(module.trainer.strategy):
+    if module._trainer is not None and shards(type(module.trainer.strategy).__name__):
         shard(model, module.device_mesh["data_parallel"], probe)
 
 
