@@ -102,11 +102,9 @@ def code_text(path: Path, tree: ast.Module | None = None) -> str:
 
 
 def cpu_capability() -> str:
-    """The CPU kernels torch computes with, lower case: ``avx512``, ``avx2``, ``default`` ... (its
-    ``torch.backends.cpu.get_cpu_capability()``: the best the CPU offers, or the environment variable
-    ``ATEN_CPU_CAPABILITY``, read when torch starts). Other kernels round differently, so the same seed and code give
-    other numbers on a CPU with other vector instructions (PPO amplifies a last-digit difference into another run):
-    every run records them (tag ``rlhf_lab.cpu_capability``) and they are part of every cached artifact's key."""
+    """The CPU kernels torch computes with (``avx512``, ``avx2``, ``default``, ...; :data:`CPU_ENV` chooses others).
+    Other kernels round differently, and PPO amplifies a last-digit difference into another run: every run records
+    them (:data:`CPU_TAG`) and they are part of every cached artifact's key."""
     import torch
 
     return str(torch.backends.cpu.get_cpu_capability()).lower()

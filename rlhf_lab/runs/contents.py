@@ -106,10 +106,9 @@ def absolute_if_local(value: Any) -> Any:
 
 
 def with_contents(node: Any, skip_under: str | os.PathLike | None = None, prefix: str = "") -> Any:
-    """`node` (plain containers) with every value that names a local file or folder (:func:`local_path`, under its
-    dotted key) replaced by ``local content <digest>`` (:func:`path_digest`), but those under `skip_under` (the
-    artifact cache's root, whose folders are content-addressed already); everything else as it is. A node without
-    such a value comes back equal to itself, so a key computed from it stays what it was."""
+    """`node` (plain containers) with every value that names a local file or folder (:func:`local_path`) replaced by
+    ``local content <digest>`` (:func:`path_digest`), but those under `skip_under` (the artifact cache's root, whose
+    folders are content-addressed already); a node without one comes back equal to itself."""
     if isinstance(node, dict):
         return {k: with_contents(v, skip_under, f"{prefix}{k}.") for k, v in node.items()}
     if isinstance(node, (list, tuple)):

@@ -124,12 +124,10 @@ class _Watchdog(threading.Thread):
 
 def launch(trainer: dict, out_dir: Path, target: Callable[[Path], dict], rank_target: str,
            config_yaml: Callable[[], str]) -> dict:
-    """Run the job on every rank: ``target(out_dir)`` here (rank 0), and in each other local rank the function
-    `rank_target` (``module:name``, called with the job's config and `out_dir` by :mod:`rlhf_lab.entry.rank`) on the
-    config `config_yaml()` (resolved YAML); returns rank 0's result. `trainer`: the ``trainer`` settings (plain).
-
-    Starts the other local ranks when nothing else (torchrun, SLURM) has; with one process it is a plain call.
-    """
+    """Run the job on every rank: ``target(out_dir)`` here (rank 0), and in each other local rank `rank_target`
+    (``module:name``, called by :mod:`rlhf_lab.entry.rank` with the config `config_yaml()` and `out_dir`); returns
+    rank 0's result. Starts the other ranks only when nothing else (torchrun, SLURM) has; with one process it is a
+    plain call. `trainer`: the ``trainer`` settings (plain)."""
     n = n_processes(trainer)
     external = os.environ.get("LOCAL_RANK") is not None or world_size() > 1
     if n <= 1 or external:
@@ -200,12 +198,9 @@ def rank_out_dir(out_dir: Path) -> Path:
 
 
 class GlobalBatchSampler(torch.utils.data.Sampler):
-    """Batches of ``batch_size`` examples (the global batch) in a seeded random order; each of the
-    ``world_size`` ranks yields its strided slice ``batch[rank::world_size]``.
-
-    With one process it yields exactly what ``DataLoader(shuffle=True, generator=g, batch_size=...)`` does,
-    so single-process results do not depend on whether the job could have been distributed.
-    """
+    """Batches of ``batch_size`` examples (the global batch) in a seeded random order; each rank yields its strided
+    slice ``batch[rank::world_size]``. With one process it yields what ``DataLoader(shuffle=True, generator=g)``
+    does, so single-process results do not depend on whether the job could have been distributed."""
 
     def __init__(self, n: int, batch_size: int, generator: torch.Generator, drop_last: bool = False,
                  rank_: int | None = None, world: int | None = None, key: str = "batch_size"):

@@ -1,14 +1,7 @@
-"""Process set-up shared by every entry point; a leaf module (it imports nothing from rlhf_lab).
-
-- :func:`quiet_libraries`: silence the advisory warnings and progress bars of transformers, Lightning
-  and MLflow that would otherwise bury the lab's own output;
-- :data:`PARENT_ENV`, :data:`SWEPT_ENV`, :data:`LAUNCH_DIR_ENV`: what a sweep hands its jobs (here, not in
-  ``tracking``, so that the sweep callback, which Hydra loads in every run, imports neither Lightning nor
-  MLflow and a bad config fails in seconds); :func:`launch_path`: a relative path of the config taken from the
-  launch folder;
-- :func:`write_atomic`: write a file through a temporary file beside it and a rename (never half-written);
-- :func:`start_job_clock`, :func:`stop_job_clock`, :func:`job_phases`: when the process and the job started (the
-  CLI sets them around the job), for a job's ``time/startup_s`` and ``time/setup_s``.
+"""Process set-up shared by every entry point: the libraries' warnings silenced (:func:`quiet_libraries`), what a
+sweep hands its jobs through the environment (here, not in ``tracking``: the sweep callback, which Hydra loads in
+every run, then imports neither Lightning nor MLflow), atomic writes, and the job's clock (``time/startup_s``,
+``time/setup_s``). A leaf module (it imports nothing from rlhf_lab).
 """
 
 from __future__ import annotations
@@ -21,10 +14,9 @@ import time
 from typing import Iterator
 
 
-# {"process": the process's start (rlhf_lab.STARTED; for a sweep worker's later jobs, when the job entered the
-# CLI), "job": when the CLI handed the composed, checked config to the job's stage}: set by rlhf_lab.entry.run around the
-# job (here, not in the CLI's module: a joblib worker gets the CLI's task function pickled by value, globals copied),
-# empty when a stage is called directly (tests, the API)
+# {"process": when the process (a sweep worker's later job: the job) started, "job": when the CLI handed the checked
+# config to the stage}, set by rlhf_lab.entry.run around the job (here: a joblib worker gets the CLI's task function
+# pickled by value, its globals copied); empty when a stage is called directly
 JOB_CLOCK: dict[str, float] = {}
 
 

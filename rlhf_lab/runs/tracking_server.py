@@ -53,11 +53,9 @@ def tracking_server_unreachable(uri: str, timeout: float = 5.0) -> str | None:
 
 
 def tracking_server_login_problem(uri: str, timeout: float = 5.0) -> str | None:
-    """For an ``http(s)://`` tracking server that asks for a login (MLflow's basic auth: 401 to a request without
-    one, e.g. ``rlhf-lab-server``'s): one line saying why this process's login does not do and which variables to
-    set, or None (no login asked, or the login works, or another scheme: ``MLFLOW_TRACKING_TOKEN`` /
-    ``MLFLOW_TRACKING_AUTH``). The login is MLflow's: ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``,
-    else ``~/.mlflow/credentials`` (read by MLflow's own reader, imported only when a server asks)."""
+    """For an ``http(s)://`` tracking server that asks for a login (401 without one): one line saying why this
+    process's MLflow login (``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``, else ``~/.mlflow/credentials``) does not do
+    and what to set, or None (no login asked, the login works, or a token/auth scheme of MLflow's is set)."""
     import base64
     import urllib.error
     import urllib.request
