@@ -66,8 +66,6 @@ OPENERS = [
 # response need not mention the aspect, and one that does scores as any other aspect sentence).
 FOCUS = ["focus on the {a} .", "mostly about the {a} .", "i care about the {a} ."]
 FOCUS_RATE = 0.5  # chance that a generated prompt has a focus sentence
-# Sentence prefixes that a filler of the "to be honest ," kind may precede.
-_PREFIX_FILLERS = [f for f in FILLERS if f.endswith(",")]
 
 
 def opener_product(prompt: str) -> str | None:
