@@ -166,6 +166,7 @@ def test_a_ppo_job_with_every_key_on_logs_each_signal_at_every_evaluation(tiny_c
     assert AutoModelForCausalLM.from_pretrained(meta["ship_path"]).num_parameters() > 0
     assert ship.startswith(f"step {step} by proxy - 0.2*sqrt(KL)") and f"saved at {meta['ship_path']}" in ship
     assert "n=3 evaluations" in ship and "the gold's own best" in ship and "gold regret of this choice" in ship
+    assert meta["summary"]["kl"].endswith(" nats/response (eval, n=8 eval prompts)")  # every line with its n
     assert set(_history(db, run, "ship/value")) == {0, 1, 2} and set(_history(db, run, "ship/gold_regret")) == {step}
     tags = mlflow.get_run(run).data.tags
     assert (tags["rlhf_lab.ship.step"], tags["rlhf_lab.ship.rule"], tags["rlhf_lab.ship.path"]) == (

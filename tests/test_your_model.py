@@ -126,6 +126,7 @@ def test_job_runs_end_to_end_on_a_real_architecture(job, arch, data, arch_checkp
         assert run["tags.rlhf_lab.ship.step"] == str(meta["ship_step"]) and run["tags.rlhf_lab.ship.rule"] == RULE
         assert meta["summary"]["ship"].startswith(f"step {meta['ship_step']} by ") and "evaluations)" in quoted["ship"]
         assert F.load_causal_lm(meta["ship_path"]).config.model_type == arch
+        assert "eval prompt" in meta["summary"]["kl"]  # every gold-free line with its n
         assert "(n=2 test prompts)" in meta["summary"]["proxy"]
     if job == "rm":  # the n of the held-out pairs beside the accuracy
         assert meta["summary"]["rm eval"].endswith(f"(n={int(meta['eval']['rm/n_eval_pairs'])} eval pairs)")

@@ -45,7 +45,7 @@ from rlhf_lab.algorithms.ppo import PPOModule
 from rlhf_lab.algorithms.ppo import StepTimer
 from rlhf_lab.models.actor_critic import ValueModel
 from rlhf_lab.evaluation.callbacks import Preemption
-from rlhf_lab.evaluation.summary import proxy_line
+from rlhf_lab.evaluation.summary import metric_n, n_text, proxy_line
 from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.schema import GenerationConfig, KLConfig, PPOConfig, settings
@@ -389,7 +389,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         first, last = ev.first, ev.last
         summary = {
             **gold_summary(ev.test_first, ev.test_last, "SFT", f"{stage.upper()} step {module.ppo_step}"),
-            "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval)",
+            "kl": f"{last.get('eval/kl', float('nan')):.2f} nats/response (eval"
+                  + (f", {n_text(metric_n(last, 'eval/'), 'eval prompt')})" if metric_n(last, "eval/") else ")"),
             "beta": f"{cfg.kl.beta:.4g} -> {module.kl_ctl.beta:.4g} ({cfg.kl.name})",
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
             "time": time_summary(phases, train_s, ev.seconds, stage, module.phase_totals),
