@@ -294,28 +294,30 @@ def exit_on_bad_config(cfg: DictConfig) -> None:
     on stderr and exit status 2 on a bad value (``HYDRA_FULL_ERROR=1``: raise). In a
     multirun the :class:`ConfigError` is raised (the job is recorded as failed, the others go on). Under Hydra, the
     job's ``+key=value`` overrides are checked first (:func:`check_added_keys`)."""
+    overrides, groups, multirun = hydra_job()
     try:
-        overrides, groups = hydra_overrides_and_groups()
         check_added_keys(cfg, overrides, groups)
         validate(cfg)
         check_machine(cfg)
     except ConfigError as err:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1" or is_multirun():
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or multirun:
             raise
         print(f"rlhf-lab: config error: {err}", file=sys.stderr)
         sys.stderr.flush()
         raise SystemExit(2) from None
 
 
-def hydra_overrides_and_groups() -> tuple[list[str], list[str]]:
-    """The job's overrides and the config groups of its composition (none outside a Hydra app)."""
+def hydra_job() -> tuple[list[str], list[str], bool]:
+    """The job's overrides, the config groups of its composition and whether it is a multirun's job (none and
+    False outside a Hydra app)."""
     try:
         from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
 
         hc = HydraConfig.get()
-        return list(hc.overrides.task), list(hc.runtime.choices.keys())
+        return list(hc.overrides.task), list(hc.runtime.choices.keys()), hc.mode == RunMode.MULTIRUN
     except Exception:
-        return [], []
+        return [], [], False
 
 
 def composition_error_line(err: BaseException) -> str | None:
@@ -360,13 +362,3 @@ def composition_error_line(err: BaseException) -> str | None:
     if isinstance(err, (HydraException, OmegaConfBaseException)):
         return first(err) + (f": {first(cause)}" if cause is not None else "")
     return None
-
-
-def is_multirun() -> bool:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except Exception:
-        return False
