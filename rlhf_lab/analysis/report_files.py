@@ -108,11 +108,3 @@ def no_runs(study: str, store: str) -> NoRuns:
     """The error of a study without runs in the store `store`."""
     return NoRuns(f"no runs of study {study!r} in {store} (tag rlhf_lab.study={study}): nothing written; "
                        f"run it first (rlhf-lab -m sweep={study}) or name the store with --uri / MLFLOW_TRACKING_URI")
-
-
-def not_run_page(out: Path, lines: list[str], missing: str, source: str) -> Path:
-    """Write ``<out>/README.md``: the report's opening `lines` and that it is not run yet (`missing`: what no run in
-    `source` had); the path written."""
-    text = "\n".join([*lines, f"**Not run yet**: {missing} in {source}.", ""])
-    (out / "README.md").write_text(text)
-    return out / "README.md"

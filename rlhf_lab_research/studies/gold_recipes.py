@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlhf_lab.analysis.markdown import fmt, md_table
-from rlhf_lab.analysis.report_files import check_folder, no_runs, not_run_page
+from rlhf_lab.analysis.report_files import check_folder, no_runs
 from rlhf_lab.analysis.runs import RunData, parse_overrides, run_data, store_exists, store_uri
 from rlhf_lab.analysis.snapshot import read_snapshot
 from rlhf_lab_research.studies.gold_validation import (
@@ -41,6 +41,7 @@ from rlhf_lab_research.studies.gold_validation import (
 )
 from rlhf_lab.analysis.quantities import final_gold, gold_drop
 from rlhf_lab.analysis.study_report import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file
+from rlhf_lab_research.studies import not_run_page
 
 STUDY = "gold_recipes"
 COVER_STUDY = "gold_cover"  # the policies whose samples cover a gold's pairs (sweeps/gold_recipe/covers.yaml)
