@@ -95,3 +95,37 @@ def test_the_study_report_ships_by_the_same_rule_and_says_whose_gold_is_beside_i
     none = "\n".join(ship_section([run("ppo", [], [0.0, 0.1, 9.0])]))
     assert "kept its training proxy (`objective/scores`): the rule cannot be applied" in none
     assert ship_section([run("dpo", [], [])]) == []
+
+
+def test_the_ship_callback_saves_each_new_best_and_resumes_from_its_checkpoint_state(monkeypatch, tmp_path):
+    """The callback saves when the choice moves (the start first), logs ship/value, and its state survives a
+    Lightning checkpoint (torch.load with weights_only=True, as a resumed job reads it)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from rlhf_lab.evaluation import callbacks as C
+
+    logged, saved = [], []
+    monkeypatch.setattr(C.active_run, "log_metrics", lambda m, step=None, **_: logged.append((step, dict(m))))
+    monkeypatch.setattr(C.active_run, "set_tag", lambda k, v: None)
+    state = {"step": 0}
+    proxies = {1: 0.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 0.0, 6: 0.0}
+    make = lambda: C.ShipCheckpoint(lambda: proxies.get(state["step"]), lambda t, m: state["step"],  # noqa: E731
+                                    save=lambda: saved.append(state["step"]) or f"ship@{state['step']}")
+    ship = make()
+    trainer = SimpleNamespace(global_rank=0)
+    ship.on_evaluation(0, {"eval/kl": 0.0})
+    for state["step"] in (1, 2):
+        ship.on_train_batch_end(trainer, None, None, None, None)
+    ship.on_evaluation(2, {"eval/kl": 0.25})  # proxy 0.5 - 0.2 * 0.5 = 0.4 > the start's 0.0
+    assert saved == [0, 2] and ship.path == "ship@2" and ship.choice.step == 2
+    assert [s for s, m in logged if "ship/value" in m] == [0, 2]  # the start's once the first step made it known
+    torch.save(ship.state_dict(), tmp_path / "cb.pt")
+    again = make()
+    again.load_state_dict(torch.load(tmp_path / "cb.pt", weights_only=True))
+    for cb in (ship, again):
+        for state["step"] in (3, 4):
+            cb.on_train_batch_end(trainer, None, None, None, None)
+        cb.on_evaluation(4, {"eval/kl": 100.0})  # 1.0 - 2.0: not better
+    assert ship.choice.state_dict() == again.choice.state_dict() and again.path == "ship@2" and saved == [0, 2]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab.evaluation.summary import best_gold, n_text
 
@@ -86,7 +88,8 @@ class OnlineShip:
 
     def evaluation(self, step: int, kl: float) -> bool:
         """Evaluation at `step` with KL `kl`; True when its checkpoint is now the one to ship."""
-        proxy = (sum(self.pending) / len(self.pending)) if self.pending and self.steps else math.nan
+        # numpy's mean, as objective.interval_means (the rules' fit) computes it, to the last bit
+        proxy = float(np.mean(self.pending)) if self.pending and self.steps else math.nan
         self.pending = []
         self.steps.append(int(step))
         self.proxy.append(proxy)
