@@ -19,11 +19,6 @@ SWEEPS, ARCHIVE = "rlhf_lab.sweeps", "rlhf_lab.sweeps.archive"  # sweeps/sweep/*
 WIDTH = 118
 
 
-def user_group(name: str) -> bool:
-    """Whether a config group is one a user chooses from (not under :data:`HIDDEN_GROUPS`)."""
-    return name.split("/")[0] not in HIDDEN_GROUPS
-
-
 def wrapped(head: str, items: list[str]) -> str:
     return textwrap.fill(", ".join(items), width=WIDTH, initial_indent=head, subsequent_indent="  ",
                          break_on_hyphens=False)
@@ -41,7 +36,7 @@ def help_groups() -> str:
     def walk(parent: str) -> None:
         for g in loader.list_groups(parent):
             name = f"{parent}/{g}" if parent else g
-            if not user_group(name):
+            if name.split("/")[0] in HIDDEN_GROUPS:
                 continue
             if loader.get_group_options(name, ObjectType.CONFIG):
                 groups.append(name)

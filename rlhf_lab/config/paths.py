@@ -1,9 +1,7 @@
 """Keys that name a checkpoint or a data file are paths on this machine: :func:`check_local_paths` refuses a URL or
-any other ``scheme://`` in any of them (``algo.resume_from=http://...`` ran the pickled payload of the file it
-named: Lightning loads an http(s) checkpoint with ``torch.load(weights_only=False)``), and :func:`check_resume_from`
-wants ``algo.resume_from`` an existing file that ``torch.load(weights_only=True)`` reads
-(:func:`rlhf_lab.models.checkpoints.check_weights_only`). Each raises :class:`~rlhf_lab.config.errors.ConfigError`
-(one line; the CLI exits 2); part of :func:`rlhf_lab.config.checks.validate`."""
+any other ``scheme://`` in any of them, and :func:`check_resume_from` wants ``algo.resume_from`` an existing file that
+``torch.load(weights_only=True)`` reads. Each raises a one-line :class:`~rlhf_lab.config.errors.ConfigError`; part of
+:func:`rlhf_lab.config.checks.validate`."""
 
 from __future__ import annotations
 

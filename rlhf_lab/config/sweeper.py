@@ -5,14 +5,12 @@ own under the same names.
     rlhf-lab -m sweep=tune_ppo                                              # the canned example (sweeps/sweep/)
     rlhf-lab -m hydra/sweeper=optuna kl=fixed 'kl.beta=interval(0,0.3)' 'algo.lr=tag(log,interval(1e-5,1e-3))'
 
-The plugin's ``hydra/sweeper=optuna`` minimises by default, with an unseeded sampler, two trials per batch and the
-plugin's own sweeper; the lab's maximises the trial's objective (a reward: ``tune`` in conf/config.yaml), seeds
-TPE (``hydra/sweeper/sampler=tpe``, seed 0: the same results give the same trials), batches as many trials as the
-launcher runs at once (``n_jobs: null``) and wraps the plugin's sweeper (:mod:`rlhf_lab.entry.tune`). A YAML file of
-the same name cannot replace a plugin's structured config (Hydra 1.3 refuses to match it against a schema with a
-defaults list), so :func:`register` stores these nodes over the plugin's, after Hydra's plugin scan has stored the
-plugin's (the scan runs the plugin's module again each time it runs, once per process). The plugin's other samplers
-(``random``, ``cmaes``, ``grid``, ...) stay as the plugin stores them.
+The plugin's own minimises, with an unseeded sampler and two trials per batch; the lab's maximises the trial's
+objective (a reward: ``tune`` in conf/config.yaml), seeds TPE (the same results give the same trials), batches as
+many trials as the launcher runs at once and wraps the plugin's sweeper (:mod:`rlhf_lab.entry.tune`). A YAML file
+cannot replace a plugin's structured config (Hydra 1.3 refuses to match it against a schema with a defaults list), so
+:func:`register` stores these nodes over the plugin's after Hydra's plugin scan (which runs once per process); the
+plugin's other samplers (``random``, ``cmaes``, ``grid``, ...) stay as it stores them.
 """
 
 from __future__ import annotations
