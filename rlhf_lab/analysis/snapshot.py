@@ -1,17 +1,15 @@
-"""The claims' runs as a file that travels with the repository: ``reports/claims_runs.json.gz``.
+"""Runs as a file that travels with the repository: a study report's ``reports/<study>/runs.json.gz``, the claims'
+``reports/claims_runs.json.gz``.
 
-A tracking store lives on one machine, and the claims suite takes longer than a working session: a later session
-may start on a fresh machine whose store is empty. So ``rlhf-lab-report --claims`` also writes every run it read
-(all statuses, with the histories and the upstream RM's figures the verdicts need: :class:`RunData` as it is) to
-``<out>/claims_runs.json.gz``, and reads such files back with ``--runs FILE``: the verdicts are then computed from
-the union of the store's runs and the file's. Runs accumulate across machines and sessions, and ``claims.md`` can
-be recomputed from the repository alone (``--runs reports/claims_runs.json.gz --no-store``).
+A tracking store lives on one machine; a report written from a store also writes every run it read (all statuses,
+:class:`RunData` as it is: histories and the upstream RM's figures included), and ``--runs FILE`` reads such files
+back, so that runs accumulate across machines and sessions and a report is recomputed from the repository alone
+(``--no-store``).
 
-The file is gzip'd JSON: ``{"format", "sha256", "payload"}``, where ``sha256`` is the digest of the payload's
-canonical JSON. A file whose digest or format does not match is refused (:class:`SnapshotError`), never used, and so
-is one that decompresses to more than :data:`MAX_JSON_BYTES` (read at most that far: a 3 MB gzip once decompressed
-to 3 GB) or nests deeper than Python's JSON reader goes (a ``RecursionError``).
-It is written to a temporary file and renamed, so a killed writer leaves the old file whole.
+The file is gzip'd JSON ``{"format", "sha256", "payload"}``, ``sha256`` the digest of the payload's canonical JSON. A
+file whose format or digest does not match, that decompresses to more than :data:`MAX_JSON_BYTES` (a 3 MB gzip once
+decompressed to 3 GB) or that nests deeper than Python's JSON reader goes is refused (:class:`SnapshotError`). It is
+written to a temporary file and renamed: a killed writer leaves the old file whole.
 """
 
 from __future__ import annotations

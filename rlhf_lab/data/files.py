@@ -1,26 +1,17 @@
 """Where an external dataset's rows come from (``data=jsonl``, ``data=hf``), read within bounds, every row named.
 
-``data=jsonl`` (:func:`jsonl_rows`) reads a JSON-lines file line by line, each row named ``file:line``: a line that
-is not UTF-8, not JSON, or holds a lone surrogate (``"\\ud800"``: JSON text for half a character, which no UTF-8
-text can hold) is a bad row. A line longer than ``data.max_line_bytes`` is a bad row too, and is never held whole
-in memory: it is read in pieces (at most that many bytes, then 1 MiB at a time) and only counted. A file larger than
-``data.max_total_bytes`` is refused before its first line is read.
-
-``data=hf`` (:func:`load_hf_dataset`) reads, by ``data.name``, a folder written by ``datasets``' ``save_to_disk``
-(a ``DatasetDict`` gives its ``data.split``), a ``.parquet``, ``.jsonl`` or ``.json`` file, or a dataset on the
-Hugging Face hub; rows are named ``name[split] row i`` (0-based, :func:`dataset_rows`). A local file or folder
-larger than ``data.max_total_bytes`` is refused before ``datasets`` reads it (a hub dataset's size is not known
-before it is downloaded: not checked), and so is a ``.jsonl`` file with a line longer than ``data.max_line_bytes``
-(:func:`first_long_line`, read in bounded pieces). From any source, a row whose text is larger than
-``data.max_line_bytes`` (:func:`row_bytes`) is a bad row, never converted or tokenized (a 20 MB row once took 3 GB).
-A JSON file ``datasets`` cannot read is scanned as JSON lines for the first bad line, so its error names
-``file:line``.
+``data=jsonl`` (:func:`jsonl_rows`): a JSON-lines file read line by line, each row named ``file:line``; a line that is
+not UTF-8, not JSON, holds a lone surrogate, or is longer than ``data.max_line_bytes`` (read in pieces, never held
+whole) is a bad row. ``data=hf`` (:func:`load_hf_dataset`): a ``save_to_disk`` folder, a ``.parquet``, ``.jsonl`` or
+``.json`` file, or a hub dataset, rows named ``name[split] row i``; a row larger than ``data.max_line_bytes``
+(:func:`row_bytes`) is a bad row, never converted or tokenized (a 20 MB row once took 3 GB). A local file or folder
+larger than ``data.max_total_bytes`` is refused before it is read (a hub dataset's size is not known before it is
+downloaded).
 
 The default bounds (``conf/data/*.yaml``, mirrored by :data:`MAX_LINE_BYTES` and :data:`MAX_TOTAL_BYTES`) are far
-above real preference data: a long chat row is a few hundred KB, the largest public preference sets (HH-RLHF,
-UltraFeedback) a few hundred MB as JSON lines. A job holds every row in memory as text and token ids, several times the file's size,
-and a 50 MB line once took 12 GB. ``null`` switches a bound off. Imports :class:`~rlhf_lab.data.external.BadRow`
-and nothing else from rlhf_lab; no torch.
+above real preference data (a long chat row is a few hundred KB, HH-RLHF and UltraFeedback a few hundred MB as JSON
+lines), while a job holds every row several times over, as text and token ids (a 50 MB line once took 12 GB);
+``null`` switches a bound off. Imports only :class:`~rlhf_lab.data.external.BadRow` from rlhf_lab; no torch.
 """
 
 from __future__ import annotations

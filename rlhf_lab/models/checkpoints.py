@@ -2,20 +2,11 @@
 folder and what is wrong with it (the CLI prints it and exits 2, as any config error).
 
 A checkpoint folder is broken when it is missing or empty, has no tokenizer, a config.json without weights, an invalid
-config.json, or weights that do not fit the model its config.json describes. transformers loads the last kind
-quietly: the weights it does not find are newly initialised and the ones it finds for no parameter are dropped (the
-ones of another shape are re-initialised with ``ignore_mismatched_sizes=True``, which the loaders pass so that its
-report names them). :func:`check_loaded` reads that loading report
-(``from_pretrained(..., output_loading_info=True)``) and lets through only what a stage adds on
-purpose: a sequence classifier built from a backbone (a causal LM or an encoder; ``new_head=True``) gets a newly
-initialised scalar head and drops the backbone checkpoint's own head (a causal LM's unembedding). Tied weights are
-not in the report (transformers ties them after loading). :mod:`rlhf_lab.models.families` loads through it.
-
-Two more ways a checkpoint is refused before it is read: a model its config.json describes that this machine's memory
-cannot hold (:func:`too_large`, the parameters counted before anything is allocated; a ``vocab_size`` of 4e8 once
-tried to allocate 51 GB), and a Lightning training checkpoint (``algo.resume_from``, a pre-emption checkpoint) that
-``torch.load(weights_only=True)`` cannot read (:func:`check_weights_only`): a pickle that needs more than tensors and
-plain values could run code as it is read, so it is never unpickled.
+config.json, or weights that do not fit the model its config.json describes, which transformers loads quietly (the
+missing weights newly initialised, the others dropped): :func:`check_loaded` reads its loading report. Refused before
+anything is read: a model this machine's memory cannot hold (:func:`too_large`; a ``vocab_size`` of 4e8 once tried to
+allocate 51 GB), and a training checkpoint ``torch.load(weights_only=True)`` cannot read (:func:`check_weights_only`:
+unpickling it could run code). :mod:`rlhf_lab.models.families` loads through these checks.
 """
 
 from __future__ import annotations
@@ -51,7 +42,7 @@ class CheckpointError(ConfigError):
 
 class CheckpointNotFound(CheckpointError, FileNotFoundError):
     """No checkpoint where the key points: no such folder, a folder without a checkpoint, a hub name this machine
-    cannot load. Also a FileNotFoundError (and so an OSError), as these errors were before."""
+    cannot load. Also a FileNotFoundError (and so an OSError)."""
 
 
 def folder_fix(key: str) -> str:
@@ -101,7 +92,8 @@ def load_problems(info: dict, model, new_head: bool = False) -> list[str]:
     """What transformers' loading report `info` (``output_loading_info=True``) says is wrong with the weights of
     `model`, as phrases for one line; empty when the checkpoint fits. ``new_head``: the model is a sequence classifier
     built from a backbone checkpoint, whose head outside the backbone may be missing (newly initialised) and whose
-    own heads outside the backbone may be unexpected (dropped)."""
+    own heads outside the backbone may be unexpected (dropped). Tied weights are not in the report (transformers ties
+    them after loading)."""
     allowed = (lambda name: is_new_head(name, model)) if new_head else (lambda name: False)
     missing = [k for k in info.get("missing_keys") or () if not allowed(k)]
     unexpected = [k for k in info.get("unexpected_keys") or () if not allowed(k)]

@@ -253,6 +253,7 @@ def load_checked(auto_class, s: str, key: str, new_head: bool = False, **kwargs)
     :func:`rlhf_lab.models.checkpoints.load_problems`."""
     check_fits_in_memory(auto_class, s, key, kwargs.get("dtype"))
     try:
+        # ignore_mismatched_sizes: a weight of another shape is re-initialised and named in the report, not raised
         model, info = auto_class.from_pretrained(s, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
     except LOAD_ERRORS as err:
         raise _load_error(key, s, err) from err

@@ -1,4 +1,4 @@
-"""Reward models as used by the other stages: the artifact folder, its cache key, and the scorer.
+"""Reward models as used by the other stages: the artifact folder and the scorer.
 
 An RM artifact folder (written by the stage ``rm``, :mod:`rlhf_lab.stages.rm`) holds
 
