@@ -37,7 +37,7 @@ from scipy import stats as st
 from rlhf_lab_research.betting import betting_cs
 from rlhf_lab_research.effects import Measured
 from rlhf_lab_research.provenance import file_seeds, seeds_present
-from rlhf_lab.analysis.runs import STUDY_TAG, RunData
+from rlhf_lab.analysis.study_runs import STUDY_TAG, RunData
 from rlhf_lab_research.sequential import anytime_t, t_mixture_c, t_mixture_multiplier
 from rlhf_lab_research.stats import Effect
 

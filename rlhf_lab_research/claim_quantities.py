@@ -17,7 +17,7 @@ import numpy as np
 
 from rlhf_lab.analysis.quantities import (HALF_A, HALF_B, MIN_DROP_STEPS, NAN, final_gold, finite, half_curves,
                                           split_half_drop)
-from rlhf_lab.analysis.runs import HISTORY_KEYS, RunData
+from rlhf_lab.analysis.study_runs import HISTORY_KEYS, RunData
 
 # the metrics whose per-step histories the claims read (HISTORY_KEYS are the study reports')
 CLAIM_HISTORY_KEYS = tuple(dict.fromkeys(HISTORY_KEYS + (

@@ -33,7 +33,7 @@ from rlhf_lab_research.claim_quantities import CLAIM_HISTORY_KEYS
 from rlhf_lab_research.designs import REDONE, RM_CLAIM_RMS, SUITE_VERSIONS, one_design
 from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, SHOWN, Claim, Part
 from rlhf_lab.analysis.report_files import check_file
-from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
+from rlhf_lab.analysis.study_runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import (
     FILE_NAME,
     Commands,

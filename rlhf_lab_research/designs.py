@@ -11,7 +11,7 @@ from typing import Callable
 
 from rlhf_lab_research.effects import Arm, Measured, Studies, config, config_num, same, spearman
 from rlhf_lab.analysis.markdown import fmt
-from rlhf_lab.analysis.runs import STUDY_TAG, RunData, policy_size
+from rlhf_lab.analysis.study_runs import STUDY_TAG, RunData, policy_size
 from rlhf_lab_research.stats import paired_ci, t_effect
 
 # -- studies and arms -------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 
 from rlhf_lab.analysis.markdown import fmt
 from rlhf_lab.analysis.quantities import final_gold, final_gold_source
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.stats import Effect, paired_ci, t_effect
 
 NAN = float("nan")

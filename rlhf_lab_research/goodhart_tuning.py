@@ -38,7 +38,7 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
-from rlhf_lab.analysis.runs import RunData, load_study
+from rlhf_lab.analysis.study_runs import RunData, load_study
 from rlhf_lab.analysis.snapshot import SnapshotError, write_snapshot
 from rlhf_lab_research.ship_design import fmt, read_runs, table
 

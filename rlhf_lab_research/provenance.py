@@ -12,7 +12,7 @@ import datetime
 from functools import cache
 from typing import Any, Iterable, Sequence
 
-from rlhf_lab.analysis.runs import POLICY_STAGES, STUDY_TAG, RunData
+from rlhf_lab.analysis.study_runs import POLICY_STAGES, STUDY_TAG, RunData
 from rlhf_lab.analysis.snapshot import newest_per_job
 from rlhf_lab.runs.code import CPU_TAG
 

@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab.evaluation.alarm import RULE
 from rlhf_lab_research.stats import percentile_ci

@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import RunData, load_study
+from rlhf_lab.analysis.study_runs import RunData, load_study
 from rlhf_lab.analysis.snapshot import write_snapshot
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab_research.ship_design import (

@@ -28,7 +28,7 @@ from rlhf_lab_research.anytime import (EARLIER, FIRST_LOOK, added_run_ids, anyti
 from rlhf_lab_research.effects import Measured, count
 from rlhf_lab.analysis.quantities import EVAL_GOLD
 from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, PRECONDITION, SHOWN, Claim, Part
-from rlhf_lab.analysis.runs import POLICY_STAGES, RunData
+from rlhf_lab.analysis.study_runs import POLICY_STAGES, RunData
 from rlhf_lab_research.stats import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Effect, holm, units_for_power, verdict
 from rlhf_lab_research.wording import word_effect
 

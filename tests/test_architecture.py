@@ -76,7 +76,7 @@ def test_rlhf_lab_never_imports_the_research_package():
 
 def test_the_direction_check_finds_a_planted_import():
     planted = ast.parse("import rlhf_lab_research\n\ndef f():\n    from rlhf_lab_research.claims import only_claims\n"
-                        "    from rlhf_lab.analysis.runs import RunData\n")
+                        "    from rlhf_lab.analysis.study_runs import RunData\n")
     found = research_imports(PKG / "analysis" / "planted.py", package_modules(PKG, RESEARCH), planted)
     assert found == ["rlhf_lab/analysis/planted.py:1 imports rlhf_lab_research",
                      "rlhf_lab/analysis/planted.py:4 imports rlhf_lab_research.claims"]

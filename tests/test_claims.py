@@ -17,7 +17,7 @@ from rlhf_lab_research import claims_registry, designs
 from rlhf_lab_research.anytime import EARLIER
 from rlhf_lab_research.verdicts import judge_all
 from rlhf_lab_research.provenance import provenance_rows
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab.analysis.study_report import fit_cell, peak_cell
 
 STEPS = 9  # evaluations per synthetic policy run (≥ MIN_EVALS)

@@ -13,7 +13,7 @@ from rlhf_lab_research import claims as C
 from rlhf_lab_research import verdicts as V
 from rlhf_lab_research.effects import Measured
 from rlhf_lab_research.claims_registry import JUDGED, SHOWN, Claim, Part
-from rlhf_lab.analysis.runs import STUDY_TAG, RunData
+from rlhf_lab.analysis.study_runs import STUDY_TAG, RunData
 from rlhf_lab_research.sequential import anytime_t
 from rlhf_lab.analysis.stats import t_ci
 from rlhf_lab_research.stats import holm, t_effect, units_for_power

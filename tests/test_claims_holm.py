@@ -14,7 +14,7 @@ from rlhf_lab_research import claims as C
 from rlhf_lab_research import verdicts as V
 from rlhf_lab_research.effects import Measured
 from rlhf_lab_research.claims_registry import JUDGED, PRECONDITION, Claim, Part, shown
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.stats import Effect, units_for_power
 from rlhf_lab_research.wording import Words, word_effect
 

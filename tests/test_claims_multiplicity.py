@@ -15,7 +15,7 @@ from rlhf_lab_research.designs import REDONE
 from rlhf_lab_research.effects import Measured
 from rlhf_lab_research.provenance import redone_text
 from rlhf_lab_research.claims_registry import JUDGED, PRECONDITION, Claim, Part
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.stats import Effect
 
 T4 = float(st.t.ppf(0.975, 4))

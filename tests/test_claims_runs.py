@@ -17,7 +17,7 @@ from rlhf_lab_research.claims_registry import CLAIMS
 from rlhf_lab_research.verdicts import judge_all
 from rlhf_lab.entry import report as cli
 from rlhf_lab.analysis import snapshot
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from tests.test_claims import policy, world
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from rlhf_lab_research import suite, suite_seeds
 from rlhf_lab_research import seed_plan
 from rlhf_lab_research.claims_registry import JUDGED, SHOWN
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.stats import HOLDS, INCONCLUSIVE
 
 

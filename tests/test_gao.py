@@ -9,7 +9,7 @@ import pytest
 from rlhf_lab_research.stats import percentile_ci
 from rlhf_lab_research.studies import gao
 from rlhf_lab.analysis.fits import gao_bon, gao_rl
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 
 D = np.array([0.0, 0.3, 0.5, 0.8, 1.1, 1.5, 1.9, 2.4, 2.9, 3.4])
 

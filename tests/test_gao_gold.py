@@ -9,7 +9,7 @@ from itertools import count
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.studies import gao_gold as GG
 
 STEPS = np.array([0, 1, 2, 3, 4, 6, 9, 14, 21, 33, 50, 78, 120])

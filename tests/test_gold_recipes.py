@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlhf_lab.analysis import snapshot
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.studies import gold_recipes as GR
 from tests.test_gold_validation import BETA0, BETA01, T, rise_fall, run
 

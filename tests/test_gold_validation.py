@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rlhf_lab_research.studies import gold_validation as V
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.stats import HOLDS
 
 STEPS = 9

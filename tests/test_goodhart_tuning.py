@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab.analysis.snapshot import write_snapshot
 from rlhf_lab_research import goodhart_tuning as G
 

@@ -93,7 +93,7 @@ def test_runs_started_after_the_freeze_are_judged_apart_by_the_frozen_rule():
 
 
 def test_kl_regime_from_the_runs_params():
-    from rlhf_lab.analysis.runs import RunData
+    from rlhf_lab.analysis.study_runs import RunData
 
     def run(**params):
         return RunData("r", "ppo", "FINISHED", {k.replace("_", "."): v for k, v in params.items()}, {}, {})

@@ -11,7 +11,7 @@ from scipy import stats
 
 from rlhf_lab.entry import report as cli
 from rlhf_lab.analysis import fits
-from rlhf_lab.analysis.runs import HISTORY_KEYS, rm_from_artifact_cache
+from rlhf_lab.analysis.study_runs import HISTORY_KEYS, rm_from_artifact_cache
 from rlhf_lab.analysis.study_report import write_study_report
 
 
@@ -218,7 +218,7 @@ def test_each_algorithms_best_setting_is_chosen_on_eval_and_reported_on_test():
     """Issue 42, point 5: the setting is chosen by its mean final eval-split gold and reported with its test-split gold
     (mean [95% t interval] over its seeds): a setting whose test gold is higher but whose eval gold is lower is not
     chosen, and the figure shown is the test one, not the eval maximum."""
-    from rlhf_lab.analysis.runs import RunData
+    from rlhf_lab.analysis.study_runs import RunData
     from rlhf_lab.analysis.study_report import best_setting_table
 
     def run(algo, beta, eval_gold, test_gold, kl=2.0):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from rlhf_lab.analysis.runs import load_study
+from rlhf_lab.analysis.study_runs import load_study
 from rlhf_lab.entry import report
 from rlhf_lab.runs import authors, states
 from rlhf_lab.runs.jobs import RunSettings, finished_runs

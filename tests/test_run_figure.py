@@ -8,7 +8,7 @@ import mlflow
 from rlhf_lab.analysis import parent_run
 from rlhf_lab.analysis.plots import plot_run_rewards
 from rlhf_lab.analysis.run_figure import FIGURE, log_run_figure
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab.analysis.run_figure import log_job_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"

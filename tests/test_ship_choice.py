@@ -10,7 +10,7 @@ import random
 import re
 from pathlib import Path
 
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab.analysis.ship_section import ship_section, shipped
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab.evaluation.objective import interval_means

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab.evaluation.ship import Curve
 from rlhf_lab_research import ship_design as D
 

@@ -532,7 +532,7 @@ def test_more_seeds_are_never_pooled_with_runs_that_todays_code_does_not_reprodu
     import json
     import subprocess
 
-    from rlhf_lab.analysis.runs import RunData
+    from rlhf_lab.analysis.study_runs import RunData
 
     monkeypatch.chdir(tmp_path)
     stored = RunData("abc", "ppo", "FINISHED", {}, {"rlhf_lab.overrides": "+ppo_kl=fixed_0 seed=0 sweep=clip_eps "
@@ -579,7 +579,7 @@ def test_more_seeds_launched_with_other_display_keys_join_their_arms(store):
     """Measured on 2026-12-02: rm_normalize_5rms' seeds 5–8, launched with trainer.progress_bar=false, became arms of
     their own beside seeds 0–4 (the key varied across the study's runs), and C20 read 4–5 RMs per arm instead of
     9. A key that does not change what a job computes (config.keys.NOT_COMPUTED) names no arm; one that does, does."""
-    from rlhf_lab.analysis.runs import load_study
+    from rlhf_lab.analysis.study_runs import load_study
     from rlhf_lab.analysis.snapshot import run_from_dict, run_to_dict
     from rlhf_lab.config.keys import computes
 

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from rlhf_lab.entry import run as cli, server, sweeps as sweeping
 from rlhf_lab.server import auth as server_auth
 from rlhf_lab.analysis import parent_run
-from rlhf_lab.analysis.runs import RunData, study_filter
+from rlhf_lab.analysis.study_runs import RunData, study_filter
 from rlhf_lab.analysis.study_report import best_setting
 from tests import cli_process
 from tests.test_sweeps import MICRO

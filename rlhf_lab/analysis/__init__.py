@@ -1,6 +1,6 @@
 """The study reports computed from the MLflow runs of a sweep (``rlhf-lab-report <study>``, and a sweep's parent run).
 
-- :mod:`~rlhf_lab.analysis.runs`: a study's runs read from MLflow (tag ``rlhf_lab.study``), with their
+- :mod:`~rlhf_lab.analysis.study_runs`: a study's runs read from MLflow (tag ``rlhf_lab.study``), with their
   ``eval/*`` histories, upstream RM and swept setting; the store is ``MLFLOW_TRACKING_URI``, else ``--uri``,
   else ``sqlite:///mlflow.db``;
 - :mod:`~rlhf_lab.analysis.fits`: the Gao, Schulman & Hilton 2022 forms of reward against √KL (no fit from

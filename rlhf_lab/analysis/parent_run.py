@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from rlhf_lab.analysis.run_figure import FIGURE as RUN_FIGURE
-from rlhf_lab.analysis.runs import load_study
+from rlhf_lab.analysis.study_runs import load_study
 from rlhf_lab.analysis.study_report import STUDY_HISTORY_KEYS, BestSetting, best_setting, setting_table, write_report
 
 ARTIFACT_DIR = "study_report"

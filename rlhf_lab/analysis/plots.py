@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from rlhf_lab.analysis.fits import MIN_FIT_POINTS, frontier
-from rlhf_lab.analysis.runs import POLICY_STAGES, RunData, groups, kl_gold_pairs
+from rlhf_lab.analysis.study_runs import POLICY_STAGES, RunData, groups, kl_gold_pairs
 
 
 def pyplot():

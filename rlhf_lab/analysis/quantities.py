@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 
 NAN = float("nan")
 TEST_GOLD = "test/gold_reward"

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from rlhf_lab.analysis.plots import RUN_CURVES, plot_run_rewards
-from rlhf_lab.analysis.runs import BON_SERIES, POLICY_STAGES, read_histories, run_data
+from rlhf_lab.analysis.study_runs import BON_SERIES, POLICY_STAGES, read_histories, run_data
 
 FIGURE = "proxy_vs_gold.png"  # the artifact's name, at the top of the run's artifacts
 FIGURE_KEYS = tuple(k for key, _, _ in RUN_CURVES for k in (key, BON_SERIES[key])) + ("eval/kl", "bon/kl")

@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 
 from rlhf_lab.analysis.markdown import fmt, fmt_ms, md_table
 from rlhf_lab.analysis.quantities import HALF_A, HALF_B
-from rlhf_lab.analysis.runs import RunData, groups, label
+from rlhf_lab.analysis.study_runs import RunData, groups, label
 from rlhf_lab.evaluation import objective as O
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab.evaluation.ship_choice import FIGURES, PARAMS, RULE, rule_text

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from rlhf_lab.analysis.runs import RunData, job_key
+from rlhf_lab.analysis.study_runs import RunData, job_key
 from rlhf_lab.config.keys import computes
 from rlhf_lab.runs.process import write_atomic
 
@@ -242,7 +242,7 @@ def merge(older: Studies, newer: Studies) -> Studies:
 
 
 def newest_per_job(runs: Sequence[RunData], counts: Callable[[RunData], bool] = lambda r: True) -> list[RunData]:
-    """`runs` with, of the runs that `counts` of one job (:func:`~rlhf_lab.analysis.runs.job_key`: study, stage, the
+    """`runs` with, of the runs that `counts` of one job (:func:`~rlhf_lab.analysis.study_runs.job_key`: study, stage, the
     overrides that change what it computes), only the newest (MLflow start time): a study run again (a fresh
     machine's rerun beside the runs kept in a file, another code version) replaces its earlier runs instead of being
     pooled with them. Runs that do not count, or whose job is not known, are kept as they are."""

@@ -22,7 +22,7 @@ from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
 from rlhf_lab.analysis.quantities import HALF_A, HALF_B, final_gold, final_gold_source, gold_drop
 from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
 from rlhf_lab.analysis.ship_section import ship_section
-from rlhf_lab.analysis.runs import (
+from rlhf_lab.analysis.study_runs import (
     HISTORY_KEYS,
     POLICY_STAGES,
     STUDY_TAG,

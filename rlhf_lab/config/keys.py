@@ -26,7 +26,7 @@ if not OmegaConf.has_resolver("rlhf_lab.launch_dir"):  # on import: a Ray worker
 
 # the config keys that do not change what a job computes (where it logs, how it shows progress, an explicit resume,
 # the input's size bounds, which only refuse data, what a tuning trial returns): left out of a pre-empted job's
-# checkpoint key (stages/ppo.py) and of a run's setting in the reports (analysis/runs.py)
+# checkpoint key (stages/ppo.py) and of a run's setting in the reports (analysis/study_runs.py)
 NOT_COMPUTED = ("tracking", "skip_finished", "study", "tune", "cache_dir", "trainer.progress_bar", "algo.resume_from",
                 "eval.reuse_start", "data.max_line_bytes", "data.max_total_bytes")
 

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rlhf_lab.analysis.runs import STUDY_TAG, RunData, job_key, load_study
+from rlhf_lab.analysis.study_runs import STUDY_TAG, RunData, job_key, load_study
 from rlhf_lab.evaluation import objective
 from rlhf_lab.evaluation.alarm import FEATURES, Evaluation, Rule, features, scores
 from rlhf_lab_research.stats import percentile_ci
@@ -346,7 +346,7 @@ def frozen(c_or_r) -> bool:
 
 def split_new(later: Sequence[Case], fitted: Sequence[Case]) -> tuple[list[Case], list[Case]]:
     """(the cases of `later` that are new evidence, those that rerun a job of `fitted`): a run whose job
-    (:func:`~rlhf_lab.analysis.runs.job_key`: the same study, stage and overrides, seed included) is one the rule
+    (:func:`~rlhf_lab.analysis.study_runs.job_key`: the same study, stage and overrides, seed included) is one the rule
     was fitted on is the same experiment again, not a prospective test; a run without a job key counts as new."""
     jobs = {c.job for c in fitted if c.job is not None}
     return [c for c in later if c.job not in jobs], [c for c in later if c.job is not None and c.job in jobs]

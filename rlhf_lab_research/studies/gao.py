@@ -28,7 +28,7 @@ from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, fit_bon, fit_rl, r_sq
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import pyplot
 from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
-from rlhf_lab.analysis.runs import RunData, label, load_study, rm_size, store_uri
+from rlhf_lab.analysis.study_runs import RunData, label, load_study, rm_size, store_uri
 from rlhf_lab.analysis.study_report import reproduce_commands, study_runs_from_files
 from rlhf_lab_research.stats import percentile_ci
 

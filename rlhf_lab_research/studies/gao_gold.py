@@ -23,7 +23,7 @@ from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import pyplot
 from rlhf_lab.analysis.quantities import gold_drop
 from rlhf_lab.analysis.report_files import check_folder
-from rlhf_lab.analysis.runs import RunData, label, rm_size
+from rlhf_lab.analysis.study_runs import RunData, label, rm_size
 from rlhf_lab_research.stats import t_effect
 from rlhf_lab_research.studies.gao import LEVEL, N_BOOT, R2_GOOD, GroupFit, fit_group
 from rlhf_lab_research.studies.gold_validation import (FORMULA, FORMULA_EVAL, RM, SHORT, as_measure,

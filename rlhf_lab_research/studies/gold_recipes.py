@@ -22,7 +22,7 @@ from typing import Sequence
 
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.report_files import check_folder, no_runs
-from rlhf_lab.analysis.runs import RunData, parse_overrides, run_data, store_exists, store_uri
+from rlhf_lab.analysis.study_runs import RunData, parse_overrides, run_data, store_exists, store_uri
 from rlhf_lab.analysis.snapshot import read_snapshot
 from rlhf_lab_research.studies.gold_validation import (
     BAR_LOW,

@@ -46,7 +46,7 @@ from rlhf_lab_research.claim_quantities import CLAIM_HISTORY_KEYS
 from rlhf_lab_research.designs import BETA0, fixed
 from rlhf_lab_research.claims_registry import BY_ID
 from rlhf_lab.analysis.report_files import check_folder, no_runs
-from rlhf_lab.analysis.runs import RunData, groups, label, natural_key, store_uri
+from rlhf_lab.analysis.study_runs import RunData, groups, label, natural_key, store_uri
 from rlhf_lab.analysis.stats import mean_se
 from rlhf_lab_research.stats import Effect, bootstrap_ci, t_effect
 from rlhf_lab.analysis.study_report import RUNS_FILE, gather_study_runs, read_from, report_flags, write_runs_file

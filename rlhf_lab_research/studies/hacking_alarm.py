@@ -20,7 +20,7 @@ import numpy as np
 from rlhf_lab.analysis.markdown import fmt, md_table
 from rlhf_lab.analysis.plots import pyplot
 from rlhf_lab.analysis.report_files import check_folder, inside, no_runs
-from rlhf_lab.analysis.runs import RunData
+from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.studies.alarm_fit import (
     ALGOS, BASELINES, DIGITS, LABELERS, LEVEL, METHODS, MIN_EVALS, N_BOOT, PROXY_KEY, REGIMES, RUNS_FILES, SEED,
     SIGNALS_CHOSEN_AT_MS, Case, FROZEN_AT_MS, Outcome, auc, auc_stat, bootstrap_counts, case_of, design, difference,
