@@ -50,8 +50,8 @@ def test_sqrt_kl_levels_by_hand():
 
 
 def schedule_over(kls: list[float], spacing: float, n_points: int) -> list[int]:
-    """The steps a KLSchedule evaluates when step s's rollouts have KL kls[s - 1] (each step asked twice, as
-    PeriodicEval and the hacking alarm do)."""
+    """The steps a KLSchedule evaluates when step s's rollouts have KL kls[s - 1] (each step asked twice: a later
+    query must get the first answer)."""
     at = {"kl": None}
     sched = KLSchedule(lambda: at["kl"], spacing, n_points)
     for step, kl in enumerate(kls, start=1):

@@ -40,7 +40,8 @@ from rlhf_lab.analysis.snapshot import portable_command
 
 
 # the histories a study report reads: the plotted curves and the two halves of the eval prompts (split-half drop);
-# and kept in its runs file for the hacking alarm's report, the training batches' proxy reward (objective/scores)
+# and kept in its runs file for the ship rule (its section) and the research reports, the training batches' proxy
+# reward (objective/scores)
 STUDY_HISTORY_KEYS = (*HISTORY_KEYS, HALF_A, HALF_B, "objective/scores")
 
 

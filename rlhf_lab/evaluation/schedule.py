@@ -27,8 +27,7 @@ def sqrt_kl_level(kl: float | None, spacing: float) -> int:
 class KLSchedule:
     """The evaluation steps of ``eval.schedule=kl``, decided as training goes (module docstring). ``step in
     schedule`` decides step `step` at its first query, from `kl()` (the KL of that step's rollouts), and gives the
-    same answer to every later query (:class:`~rlhf_lab.evaluation.callbacks.PeriodicEval` and the hacking alarm
-    both ask)."""
+    same answer to every later query (:class:`~rlhf_lab.evaluation.callbacks.PeriodicEval` asks)."""
 
     def __init__(self, kl: Callable[[], float | None], spacing: float, n_points: int):
         if not spacing > 0:
