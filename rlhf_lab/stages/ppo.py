@@ -395,8 +395,6 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
             "memory": f"models {mem['memory/model_bytes'] / 2**20:.1f} MiB, peak RSS {peak:.0f} MiB",
             "time": time_summary(phases, train_s, ev.seconds, stage, module.phase_totals),
         }
-        if ship:  # one line: the checkpoint to ship, and the gold's own best beside it where a gold exists
-            summary.update(ship_summary(ship, ev))
         summary.update({**held_out_summary(ev), **checkpoints_summary(ev)})
         t0, t1 = ev.test_first, ev.test_last
         if "test/formula_gold_reward" in t1:
@@ -409,6 +407,8 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
                                     f"({cfg.algo.reference.path})")
         if "test/proxy_reward" in t1:
             summary["proxy"] = proxy_line(t0, t1)
+        if ship:  # last, one line: the checkpoint to ship, and the gold's own best beside it where a gold exists
+            summary.update(ship_summary(ship, ev))
         return {"run_id": run.info.run_id, "stage": stage, "eval": last, "eval_start": first, "summary": summary,
                 "test": ev.test_last, "test_start": ev.test_first,
                 "ppo_steps": module.ppo_step, "beta": module.kl_ctl.beta, "global_step": trainer.global_step,
