@@ -186,6 +186,9 @@ def gold_note(results: Sequence[PartResult]) -> str:
 def claim_section(res: ClaimResult) -> list[str]:
     c = res.claim
     lines = [f"### {c.id}: {c.statement}", "", f"**{res.verdict}**: {res.reason}.", ""]
+    if c.earlier:
+        lines += [f"**Redesigned** (the parts below read the new design once it has runs, the old runs until then). "
+                  f"Earlier design: {c.earlier[1]}.", ""]
     if c.studies:
         lines += [f"Studies: {', '.join(f'`{s}`' for s in c.studies + c.also)}. Reproduce, then "
                   "`rlhf-lab-report --claims`:", "", "```bash", *res.commands, "```", ""]
@@ -258,7 +261,8 @@ def verdict_rows(results: Sequence[ClaimResult], earlier: Sequence[ClaimResult] 
     under :data:`anytime.EARLIER`) says what it was."""
     before = {r.claim.id: r.verdict for r in earlier}
     return [[r.claim.id, r.claim.statement, ", ".join(f"`{s}`" for s in r.claim.studies) or "–", holm_summary(r),
-             f"**{r.verdict}**" + (f" (earlier: {before[r.claim.id]})" if before.get(r.claim.id, r.verdict) != r.verdict
+             f"**{r.verdict}**" + (f" (redesigned; earlier design: {r.claim.earlier[0]})" if r.claim.earlier else
+                                   f" (earlier: {before[r.claim.id]})" if before.get(r.claim.id, r.verdict) != r.verdict
                                    else "")] for r in results]
 
 

@@ -125,6 +125,8 @@ class Claim:
     note: str = ""                # what of the statement the parts do not test
     also: tuple[str, ...] = ()    # studies only its shown parts read
     min_rms: int = 0              # a claim about the RM: distinct RMs each arm needs (else "not replicated")
+    earlier: tuple[str, str] = ()  # a claim redesigned before its new runs: (its earlier verdict, its earlier result
+    #                                as the report of the commit named in the text gave it), shown beside the new one
 
 
 def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measured], words: Words | None = None,
@@ -145,6 +147,9 @@ def shown(says: str, effect: str, unit: str, compute: Callable[[Studies], Measur
 UNIT_BOUNDS: dict[str, tuple[float, float]] = {"fraction": (-1.0, 1.0), "|ρ| (absolute Spearman)": (-1.0, 1.0)}
 KL_ZERO = 0.01              # nats: a KL read as ≡ 0 (mean objective/kl with the policy as its own reference)
 SHOWN_MARGINS = {GOLD: GOLD_MARGIN, LN_RATIO: LN_10PCT, TOKENS: 1.0}  # a shown part's margin by unit, unless given
+ALPHA_0 = Arm("α = 0", {"algo.length_penalty": 0})
+PRIMARY_ALPHA = 0.03  # C11's pre-registered α (reports/PREREGISTERED.md): the grid's middle, set before its runs
+ALPHA_PRIMARY = Arm(f"α = {PRIMARY_ALPHA:g}", {"algo.length_penalty": PRIMARY_ALPHA})
 PENALTY_GOLD = Words("more gold with the penalty", "costs gold", "no gold cost detected")
 ENSEMBLE_GOLD = Words("more gold with the ensemble", "less gold with the ensemble", "no gold difference detected")
 
@@ -232,7 +237,10 @@ CLAIMS: tuple[Claim, ...] = (
             "it has runs; until then ref_shared): in ref_shared the copy arm also trained a critic backbone (164,737 "
             "vs 39,489 trainable parameters), and its peak RSS carried over between the jobs a joblib worker ran; "
             "ref_shared_matched gives both arms the same critic (a value head on the policy's own pass) and runs each "
-            "job in a fresh process."),
+            "job in a fresh process.",
+        earlier=("holds", "reports/claims.md at a7520b2 (ref_shared, before issue 69): holds; judged on "
+                 "memory/model_bytes, copy ÷ adapters-off − 1 = 86.365 [86.365, 86.365] % (exact, sd 0), and median "
+                 "time/step_s, 39.645 [32.907, 46.384] %, fixed-n t, 5 seeds")),
     Claim("C7", "The naive per-token KL estimate can be negative or unstable, and better estimators exist.",
           (KL_EST,), (
         Part("the naive (k1) estimate is noisier than k3", "ln(step-to-step noise of objective/kl_k1 ÷ that of "
@@ -299,16 +307,32 @@ CLAIMS: tuple[Claim, ...] = (
         min_rms=RM_CLAIM_RMS),
     Claim("C11", "A length penalty R = R_RM − α·len mitigates length hacking.", (LEN_PEN,), (
         Part("without a penalty responses grow", "last − first eval/length of each α = 0 run", TOKENS, +1, 1.0,
-             within(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), change("eval/length")), PRECONDITION),
-        Part("the penalty shortens responses", "final eval/length: α = 0 − the largest α, per seed", TOKENS, +1, 1.0,
-             paired(LEN_PEN, Arm("α = 0", {"algo.length_penalty": 0}), LARGEST_ALPHA, final("eval/length"))),
+             within(LEN_PEN, ALPHA_0, change("eval/length")), PRECONDITION),
+        Part("without a penalty gold falls from its peak (the hacking to mitigate)", "split-half drop of gold from its "
+             "peak to the last evaluation of each α = 0 run", GOLD, +1, GOLD_MARGIN,
+             within(LEN_PEN, ALPHA_0, gold_drop), PRECONDITION),
+        Part("the penalty shortens responses", f"final eval/length: α = 0 − α = {PRIMARY_ALPHA:g} (the pre-registered "
+             "α), per seed", TOKENS, +1, 1.0, paired(LEN_PEN, ALPHA_0, ALPHA_PRIMARY, final("eval/length"))),
+        Part("and mitigates the hacking: more gold, not only shorter text", f"final gold: α = {PRIMARY_ALPHA:g} − α = 0, "
+             "per seed", GOLD, +1, GOLD_MARGIN, paired(LEN_PEN, ALPHA_PRIMARY, ALPHA_0, final_gold)),
         shown("gold with the penalty at {a}", "final gold: largest α − α = 0, per seed", GOLD,
-              paired(LEN_PEN, LARGEST_ALPHA, Arm("α = 0", {"algo.length_penalty": 0}), final_gold), PENALTY_GOLD),
+              paired(LEN_PEN, LARGEST_ALPHA, ALPHA_0, final_gold), PENALTY_GOLD),
         shown("gold with the penalty at {a}", "final gold: smallest α > 0 − α = 0, per seed", GOLD,
               paired(LEN_PEN, Arm("smallest α", extreme=("algo.length_penalty", "min"),
-                                  above={"algo.length_penalty": 0}, symbol="α"),
-                     Arm("α = 0", {"algo.length_penalty": 0}), final_gold), PENALTY_GOLD),
-    )),
+                                  above={"algo.length_penalty": 0}, symbol="α"), ALPHA_0, final_gold), PENALTY_GOLD),
+        shown("final length with the penalty at {a}", "final eval/length: largest α − α = 0, per seed", TOKENS,
+              paired(LEN_PEN, LARGEST_ALPHA, ALPHA_0, final("eval/length")),
+              Words("longer with the penalty", "shorter with the penalty", "no length difference detected")),
+    ), note=f"Redesigned for issue 69 (length_penalty_grid, read once it has runs; until then length_penalty, which ran "
+            f"α ∈ {{0, 0.1}} only and so has no α = {PRIMARY_ALPHA:g} arm): the documented grid α ∈ {{0, 0.01, 0.03, "
+            f"0.1}}, judged at the pre-registered α = {PRIMARY_ALPHA:g} (reports/PREREGISTERED.md) on length AND gold: "
+            "the claim holds when the penalty both shortens the responses and ends with more gold than α = 0 (there "
+            "being length growth and a gold drop to mitigate); a penalty that shortens the text without more gold "
+            "does not mitigate hacking (\"only shortens text\": the gold part fails or stays open). The other α are "
+            "shown.",
+        earlier=("holds", "reports/claims.md at a7520b2 (length_penalty, before issue 69): holds; judged on length "
+                 "alone, final eval/length α = 0 − α = 0.1, 28.182 [27.069, 29.296] tokens, fixed-n t, 5 seeds; its "
+                 "gold, shown, −0.402 [−1.685, 0.882]")),
     Claim("C12", "PPO's clip (ε = 0.2) limits each update and prevents reward spikes.", (CLIP,), (
         Part("the clip limits each update", "ln(mean policy/approxkl over steps: largest ε ÷ ε = 0.2), per seed",
              LN_RATIO, +1, LN_10PCT,

@@ -31,6 +31,7 @@ SUITE_VERSIONS: dict[str, tuple[str, ...]] = {
     RM_SOURCE: ("rm_source_5rms", "rm_source_5seeds"), RM_NORM: ("rm_normalize_5rms",),
     RM_ENS: ("rm_ensemble_5rms",),
     REF_SHARED: ("ref_shared_matched",),  # issue 69: the same critic in both arms, fresh processes (not run yet)
+    LEN_PEN: ("length_penalty_grid",),  # issue 69: the documented α grid, judged on gold beside length (not run yet)
 }
 
 

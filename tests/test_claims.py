@@ -517,6 +517,31 @@ def policy(seed: int, params: dict, gold_end: float, rng: np.random.Generator, s
     return make_run(seed, params, c, stage=stage, metrics=metrics)
 
 
+def c11_runs(seeds, rng: np.random.Generator, gold_at: dict | None = None) -> list[RunData]:
+    """C11's grid: at α = 0 responses grow and gold rises then falls; a penalty shortens them; `gold_at`: {α: final
+    gold} (default: α = 0.03 ends above α = 0's 0.3, a mitigation)."""
+    gold_at = gold_at or {0.01: 0.35, 0.03: 0.45, 0.1: 0.1}
+    out = []
+    for k in seeds:
+        for a, end in ((0, 25.0), (0.01, 20.0), (0.03, 16.0), (0.1, 6.0)):
+            gold = rise_fall(0.1) if a == 0 else np.linspace(0, gold_at[a], STEPS)
+            out.append(policy(k, {"sweep.algo.length_penalty": a}, 0.0, rng, **with_halves(gold, rng),
+                              **{"eval/length": line(15.0, end, rng, sd=0.2)}))
+    return out
+
+
+def test_c11_holds_only_when_the_penalty_shortens_and_gives_more_gold():
+    seeds = range(5)
+    res = verdicts({"length_penalty": c11_runs(seeds, np.random.default_rng(1))})["C11"]
+    assert res.verdict == "holds", res.reason
+    only_shorter = verdicts({"length_penalty": c11_runs(seeds, np.random.default_rng(1),
+                                                        {0.01: 0.2, 0.03: 0.0, 0.1: -0.5})})["C11"]
+    gold = parts(only_shorter)["and mitigates the hacking: more gold, not only shorter text"]
+    assert parts(only_shorter)["the penalty shortens responses"].verdict == "holds"
+    assert gold.verdict == "does not hold" and gold.against and only_shorter.verdict == "does not hold"
+    assert "more gold, not only shorter text" in only_shorter.reason
+
+
 def ref_size_runs(rng: np.random.Generator, by_preset: dict[str, tuple[float, float]]) -> list[RunData]:
     """C8's ref_size: {preset: (its reference's own gold, the policy's final gold)}, two labelers, 5 seeds."""
     return [policy(k, {"sweep.algo.reference.path": f"sft@{p}", "sweep.labeler": lab}, g + rng.normal(0, 0.02), rng,
@@ -563,9 +588,9 @@ def world() -> dict[str, list[RunData]]:
         "objective/kl_k1": line(0, 5, rng, sd=0.5, n=20), "objective/kl_k3": line(0, 5, rng, sd=0.1, n=20)})
         for k in seeds for est, where in (("k1", "reward"), ("k3", "reward"), ("k3", "loss"))]
     s["ref_size"] = ref_size_runs(rng, {"a_tiny": (-0.3, 0.5), "a_small": (-0.1, 0.8), "a_medium": (0.0, 0.85)})
-    s["length_penalty"] = [policy(k, {"sweep.algo.length_penalty": a}, 0.7, rng, **{
-        "eval/length": line(15.0, end, rng, sd=0.2)}) for k in seeds for a, end in ((0, 25.0), (0.01, 20.0),
-                                                                                    (0.05, 16.0))]
+    [policy(k, {}, 0.7, rng, **{"eval/length": line(15.0, end, rng, sd=0.2)})  # the draws C11's world once took,
+     for k in seeds for end in (25.0, 20.0, 16.0)]                         # so the other studies' draws stay as they were
+    s["length_penalty"] = c11_runs(seeds, np.random.default_rng(11))
     spike = np.r_[np.linspace(0, 1, 10), 2.0, np.linspace(1.1, 1.5, 9)]
     s["clip_eps"] = [policy(k, {"sweep.algo.clip_eps": e}, 0.7, rng, **{
         "policy/approxkl": line(akl, akl, rng, sd=0.001, n=20), "policy/clipfrac": line(0.1, 0.1, rng, n=20),

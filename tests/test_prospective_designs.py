@@ -88,3 +88,28 @@ def test_c6_arms_train_the_same_parameters(tiny_cfg):
         built[kind] = (trainable, ppo_stage.model_bytes(policy, reference, critic), critic.backbone)
     assert built["copy"][0] == built["lora_disabled"][0] and built["copy"][2] is None is built["lora_disabled"][2]
     assert built["copy"][1] > built["lora_disabled"][1]  # the copy holds the base twice
+
+
+# -- C11: length_penalty_grid -----------------------------------------------------------------------------------------
+
+def test_c11_runs_the_documented_alpha_grid_and_its_arms_differ_only_in_alpha():
+    jobs = composed_jobs("length_penalty_grid")
+    assert len(jobs) == 40
+    check_factor(jobs, ("algo.length_penalty",))
+    alphas = [cfg["algo.length_penalty"] for _, cfg in jobs]
+    assert alphas == [0.0, 0.01, 0.03, 0.1] * 10  # seed-first: a seed's arms run together
+    for _, cfg in jobs:
+        assert (cfg["labeler.name"], cfg["kl.name"], cfg["kl.beta"], cfg["algo.steps"]) == ("length_biased", "fixed",
+                                                                                           0.0, 40)
+    assert sorted({cfg["seed"] for _, cfg in jobs}) == list(range(10, 20))
+
+
+def test_c11_is_judged_on_gold_beside_length_at_its_preregistered_alpha():
+    from rlhf_lab_research.claims_registry import BY_ID, JUDGED, PRECONDITION, PRIMARY_ALPHA
+    from rlhf_lab_research.designs import LEN_PEN, SUITE_VERSIONS
+
+    c11 = BY_ID["C11"]
+    judged = [p for p in c11.parts if p.role == JUDGED]
+    assert PRIMARY_ALPHA == 0.03 and {p.unit for p in judged} == {"tokens", "gold reward"}
+    assert any("gold" in p.says for p in c11.parts if p.role == PRECONDITION)
+    assert SUITE_VERSIONS[LEN_PEN] == ("length_penalty_grid",)
