@@ -144,6 +144,7 @@ class MlflowSweepCallback(Callback):
 
     def open_parent_run(self, config: DictConfig) -> None:
         """The sweep's parent run, and the environment that makes every job its child."""
+        from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
         from rlhf_lab.runs.authors import AUTHOR_TAG, current_author
@@ -176,7 +177,7 @@ class MlflowSweepCallback(Callback):
             if "=" in o:
                 k, v = o.split("=", 1)
                 flat[f"sweep.values.{override_key(k)}"] = v[:6000]
-        client.log_batch(self.run_id, params=[_param(k, v) for k, v in flat.items()])
+        client.log_batch(self.run_id, params=[Param(k[:250], str(v)[:6000]) for k, v in flat.items()])
         env = {PARENT_ENV: self.run_id, SWEPT_ENV: ",".join(keys), STATE_ENV: str(self.state_dir),
                SWEEP_PID_ENV: str(os.getpid()),
                # a job on a Ray or SLURM worker runs elsewhere: relative cache_dir and sqlite store are the launch's
@@ -356,12 +357,6 @@ def jobs_table(children: list, failed: dict[str, str]) -> str:
 
 def _quote(v: str) -> str:
     return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _param(k: str, v: Any):
-    from mlflow.entities import Param
-
-    return Param(k[:250], str(v)[:6000])
 
 
 def _metric(k: str, v: float):

@@ -265,19 +265,14 @@ def own(per_rank, what: str):
     return per_rank[rank()]
 
 
-def params_checksum(module: torch.nn.Module) -> torch.Tensor:
-    """Sum of |p| over the replicated trainable parameters: equal on every rank when their gradients are in sync."""
-    with torch.no_grad():
-        return torch.stack([p.detach().double().abs().sum() for p in replicated_params(module)]).sum()
-
-
 def check_in_sync(module: torch.nn.Module, what: str) -> None:
     """Raise if the trainable parameters differ across ranks (e.g. gradients that were not all-reduced)."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or world_size() == 1:
         return
     if not replicated_params(module):  # sharded: each rank holds its own slice, kept consistent by FSDP
         return
-    c = params_checksum(module).reshape(1)
+    with torch.no_grad():  # sum of |p|: equal on every rank when the gradients were in sync
+        c = torch.stack([p.detach().double().abs().sum() for p in replicated_params(module)]).sum().reshape(1)
     lo, hi = c.clone(), c.clone()
     torch.distributed.all_reduce(lo, op=torch.distributed.ReduceOp.MIN)
     torch.distributed.all_reduce(hi, op=torch.distributed.ReduceOp.MAX)

@@ -178,15 +178,6 @@ def config_yaml(config: dict) -> str:
     return yaml.dump(config, default_flow_style=False, allow_unicode=True, sort_keys=False, Dumper=Dumper)
 
 
-def peak_accelerator_mb() -> float | None:
-    """torch.cuda.max_memory_allocated in MiB when this process has used a CUDA device, else None."""
-    import torch
-
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        return None
-    return torch.cuda.max_memory_allocated() / 2**20
-
-
 @contextlib.contextmanager
 def start_run(settings: RunSettings, stage: str, run_name: str | None = None, params: dict | None = None,
               tags: dict[str, str] | None = None, resume_run_id: str | None = None) -> Iterator[mlflow.ActiveRun]:
@@ -250,7 +241,9 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
     except BaseException as err:
         msg = f"{type(err).__name__}: {err}"
         lost = tracking_server_unreachable(uri) if not isinstance(err, Interrupted) else None
-        with no_retries(lost):  # the server is gone: the run cannot be ended; seconds, not minutes of retries
+        # the server is gone: each request tried once (5 s), not minutes of retries for a run that cannot be ended
+        once = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"} if lost else {}
+        with environment(once):
             with contextlib.suppress(Exception):
                 mlflow.flush_async_logging()
                 mlflow.set_tag("rlhf_lab.error", msg[:5000])
@@ -264,9 +257,10 @@ def start_run(settings: RunSettings, stage: str, run_name: str | None = None, pa
             raise TrackingServerLost(uri, stage, run.info.run_id, lost) from err
         raise
     else:
-        accelerator_peak = peak_accelerator_mb()
-        if accelerator_peak is not None:  # the job's high-water mark of GPU memory (docs/metrics.md)
-            mlflow.log_metric("memory/peak_gpu_mb", accelerator_peak)
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # the job's GPU memory high-water mark
+            mlflow.log_metric("memory/peak_gpu_mb", torch.cuda.max_memory_allocated() / 2**20)
         mlflow.flush_async_logging()
         if PENDING:  # the caller still writes (the artifact): it decides the status (status_after_writes)
             mlflow.end_run(status="RUNNING")  # off MLflow's stack, still RUNNING in the store
@@ -313,16 +307,6 @@ class TrackingServerLost(RuntimeError):
             "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR). The run stays RUNNING there until "
             "the next rlhf-lab start marks it KILLED; once the server (MLFLOW_TRACKING_URI, else tracking.uri) "
             "answers, relaunch with skip_finished=true")
-
-
-@contextlib.contextmanager
-def no_retries(active: object) -> Iterator[None]:
-    """While `active`: MLflow's HTTP requests are tried once with a 5 s timeout (its own environment variables)."""
-    if not active:
-        yield
-        return
-    with environment({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}):
-        yield
 
 
 PENDING: list[list[str]] = []  # one list per open status_after_writes block: the runs whose status waits on it

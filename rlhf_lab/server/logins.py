@@ -92,10 +92,6 @@ class LoginLimiter:
 LIMITER = LoginLimiter()
 
 
-def login_keys(user: str, address: str | None) -> tuple[str, str]:
-    return f"user:{user}", f"addr:{address or '?'}"
-
-
 def too_many(seconds: int):
     """MLflow's answer to a held-back login: 429, ``Retry-After``, one line saying why."""
     from flask import Response
@@ -114,7 +110,7 @@ def authenticate():
     if auth is None or not auth.username:
         return authenticate_request_basic_auth()  # no login sent: MLflow's 401 asking for one, counted as nothing
     user, password = auth.username, auth.password or ""
-    keys = login_keys(user, CLIENT_ADDRESS.get() or request.remote_addr)
+    keys = f"user:{user}", f"addr:{CLIENT_ADDRESS.get() or request.remote_addr or '?'}"
     known = LIMITER.is_known(user, password)
     if not known:
         wait = LIMITER.retry_after(*keys)

@@ -204,18 +204,12 @@ def stop_postgres(layout: Layout, account: pwd.struct_passwd | None) -> None:
 # -- roles and the database --------------------------------------------------------------------------------
 
 
-def psycopg_module():
-    """psycopg (MLflow's PostgreSQL driver), or a ServerError saying how to install it."""
-    try:
-        import psycopg
-    except ImportError:
-        raise ServerError("MLflow's PostgreSQL driver psycopg is missing: pip install 'rlhf-lab[cluster]'") from None
-    return psycopg
-
-
 def connect(host: str, port: int, password: str | None, dbname: str = "postgres"):
     """An autocommit connection as the superuser (the password goes to libpq in this process only)."""
-    psycopg = psycopg_module()
+    try:
+        import psycopg  # MLflow's PostgreSQL driver
+    except ImportError:
+        raise ServerError("MLflow's PostgreSQL driver psycopg is missing: pip install 'rlhf-lab[cluster]'") from None
     try:
         return psycopg.connect(host=host, port=port, user=DB_USER, password=password, dbname=dbname,
                                autocommit=True)
