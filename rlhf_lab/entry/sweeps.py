@@ -229,8 +229,8 @@ class MlflowSweepCallback(Callback):
                   f"(no new parent run): {resumed}")
             return
         n_failed_jobs = len([k for k in failed if k.startswith("job")]) or len(failed)
-        client.log_batch(self.run_id, metrics=[_metric("sweep/n_child_runs", len(children)),
-                                               _metric("sweep/n_failed", n_failed_jobs)])
+        client.log_metric(self.run_id, "sweep/n_child_runs", len(children))
+        client.log_metric(self.run_id, "sweep/n_failed", n_failed_jobs)
         if self.report:
             attach_study_report(client, self.run_id, config.get("study"), uri, children)
         status = "FAILED" if failed else "FINISHED"
@@ -357,14 +357,6 @@ def jobs_table(children: list, failed: dict[str, str]) -> str:
 
 def _quote(v: str) -> str:
     return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _metric(k: str, v: float):
-    import time
-
-    from mlflow.entities import Metric
-
-    return Metric(k, float(v), int(time.time() * 1000), 0)
 
 
 # -- dry run -----------------------------------------------------------------------------------------------
