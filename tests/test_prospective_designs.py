@@ -113,3 +113,20 @@ def test_c11_is_judged_on_gold_beside_length_at_its_preregistered_alpha():
     assert PRIMARY_ALPHA == 0.03 and {p.unit for p in judged} == {"tokens", "gold reward"}
     assert any("gold" in p.says for p in c11.parts if p.role == PRECONDITION)
     assert SUITE_VERSIONS[LEN_PEN] == ("length_penalty_grid",)
+
+
+# -- the gold replicated: gold_rm_replication -------------------------------------------------------------------------
+
+def test_gold_replication_crosses_golds_proxies_and_held_out_algorithms():
+    jobs = composed_jobs("gold_rm_replication")
+    assert len(jobs) == 36
+    check_factor(jobs, ("gold.build.reward_model.seed", "gold.build.data.seed", "reward_model.seed", "algo."))
+    golds = {(c["gold.build.reward_model.seed"], c["gold.build.data.seed"]) for _, c in jobs}
+    proxies = {(g, c["reward_model.seed"]) for _, c in jobs for g in [(c["gold.build.reward_model.seed"],)]}
+    assert golds == {(0, 1), (1, 2)} and len(proxies) == 6  # 2 gold builds x 3 proxies each
+    assert {c["algo.name"] for _, c in jobs} == {"ppo", "grpo", "rloo"}
+    for _, c in jobs:
+        assert (c["gold.source"], c["kl.beta"], c["algo.steps"]) == ("rm", 0.0, 80)
+        assert c["seed"] in (30, 31)  # no cover's seed (200-205, 300-302), no validated seed of earlier studies
+        assert {cv["seed"] for cv in c["gold.build.covers"]}.isdisjoint({30, 31})
+        assert c["gold.build.data.seed"] != c["data.seed"]  # the gold's pairs are not the proxy's
