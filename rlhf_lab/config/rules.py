@@ -1,7 +1,8 @@
 """The vocabulary of the config checks (:mod:`rlhf_lab.config.checks`): rules on one value, each with its words
 (:class:`Rule`: ``positive``, :func:`at_least`, :func:`optional`, ...), how a group's keys are read and checked against
-them (:func:`need_all`, :func:`choice`, :func:`required`), and the checks on every key (unknown keys added with ``+``, numbers that are not
-finite or negative, seeds out of range). Each raises :class:`~rlhf_lab.config.errors.ConfigError` (one line)."""
+them (:func:`need_all`, :func:`choice`, :func:`required`), and the checks on every key (unknown keys added with
+``+``, numbers that are not finite or negative, seeds out of range). Each raises a one-line
+:class:`~rlhf_lab.config.errors.ConfigError`."""
 
 from __future__ import annotations
 

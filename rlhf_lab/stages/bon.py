@@ -90,8 +90,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     prompts = D.eval_prompts(W.world_settings(cfg), "eval", W.eval_size(cfg, "eval"))
     params = {"stage": "bon", "algo": to_plain(a), "generation": to_plain(cfg.generation),
               "world": to_plain(cfg.world), "labeler": to_plain(cfg.labeler), "seed": spec["seed"],
-              "sft": spec["sft"], "n_prompts": len(prompts),
-              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
+              "sft": spec["sft"], "n_prompts": len(prompts), "gold": to_plain(cfg.get("gold"))}
     if cfg.get("reward_model") is not None:
         params["reward_model"] = to_plain(cfg.reward_model)
     tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"]), "rlhf_lab.upstream.rm": upstream_run(cfg, spec["rm"])}

@@ -161,7 +161,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     params = {"stage": "dpo", "algo": to_plain(ac), "data": spec["data"] if cfg.data.source != "world" else to_plain(cfg.data),
               "labeler": to_plain(cfg.labeler), "world": to_plain(cfg.world), "seed": seed, "steps": steps,
               "sft": str(sft_path), "n_train_pairs": len(train_ex), "n_eval_pairs": len(eval_ex),
-              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
+              "gold": to_plain(cfg.get("gold"))}
     tags["rlhf_lab.upstream.sft"] = upstream_run(cfg, sft_path)
     with tracking.start_run(run_settings(cfg), "dpo", params=params, tags=tags) as run:
         g = torch.Generator().manual_seed(seed)

@@ -124,7 +124,7 @@ def sft_parts(spec: dict, gen: GenerationConfig,
 def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
     params = {"stage": "prefs", "data": to_plain(cfg.data), "labeler": to_plain(cfg.labeler),
               "generation": to_plain(cfg.generation), "world": to_plain(cfg.world), "sft": spec["sft"],
-              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
+              "gold": to_plain(cfg.get("gold"))}
     tags = {"rlhf_lab.upstream.sft": upstream_run(cfg, spec["sft"])}
     gold = G.label_scorer(cfg)  # None: the formula
     if gold is not None:

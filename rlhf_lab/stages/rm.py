@@ -189,8 +189,7 @@ def build(cfg: DictConfig, out_dir: Path, spec: dict) -> dict:
         upstream["gold_rm"] = upstream_run(cfg, G.rm_path(cfg))
     params = {"stage": "rm", "reward_model": to_plain(rc), "data": to_plain(cfg.data), "seed": seed,
               "steps": steps, "backbone": str(backbone), "n_train_pairs": len(train), "n_eval_pairs": len(held),
-              "n_on_policy_pairs": n_on,
-              "gold": to_plain(cfg.gold) if cfg.get("gold") is not None else None}
+              "n_on_policy_pairs": n_on, "gold": to_plain(cfg.get("gold"))}
     k = rc.ensemble
     with tracking.start_run(run_settings(cfg), "rm", params=params,
                             tags={f"rlhf_lab.upstream.{a}": str(b) for a, b in upstream.items()}) as run:
