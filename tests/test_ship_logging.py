@@ -171,6 +171,7 @@ def test_a_ppo_job_with_every_key_on_logs_each_signal_at_every_evaluation(tiny_c
     tags = mlflow.get_run(run).data.tags
     assert (tags["rlhf_lab.ship.step"], tags["rlhf_lab.ship.rule"], tags["rlhf_lab.ship.path"]) == (
         str(step), "proxy_minus_sqrt_kl", meta["ship_path"])
+    assert tags["rlhf_lab.ship"] == ship  # the run carries the summary's line
     assert tags["rlhf_lab.checkpoints"] == str(out.resolve() / "checkpoints") and tags["rlhf_lab.upstream.heldout_rm"]
     proxy_pairs = stages.ensure("prefs", cfg)
     held_pairs = stages.ensure("prefs", heldout_config(cfg))

@@ -284,12 +284,15 @@ def ship_callback(cfg: DictConfig, policy, tok, out_dir, proxy, step_fn):
 def ship_summary(ship, ev) -> dict[str, str]:
     """The job summary's ``ship`` line (:func:`rlhf_lab.evaluation.ship_choice.ship_line`) of `ship`, a
     :class:`~rlhf_lab.evaluation.callbacks.ShipCheckpoint`, beside `ev`'s gold (a :class:`PeriodicEval`); where every
-    evaluation was also tested (``eval.test_each_eval``) with a gold, logs ``ship/gold_regret`` on the test prompts."""
+    evaluation was also tested (``eval.test_each_eval``) with a gold, logs ``ship/gold_regret`` on the test prompts.
+    The run carries the line as its tag ``rlhf_lab.ship``."""
     from rlhf_lab.evaluation.ship_choice import gold_regret, ship_line
 
     step = ship.choice.step
     regret = gold_regret(dict(ev.curve), ev.test_curve, step) if step is not None else None
     if regret is not None:
         active_run.log_metrics({"ship/gold_regret": regret}, step=step)
-    return {"ship": ship_line(ship.choice, ship.path, ev.curve, S.metric_n(ev.last, "eval/"), regret,
-                              S.metric_n(ev.test_last, "test/"))}
+    line = ship_line(ship.choice, ship.path, ev.curve, S.metric_n(ev.last, "eval/"), regret,
+                     S.metric_n(ev.test_last, "test/"))
+    active_run.set_tag("rlhf_lab.ship", line)
+    return {"ship": line}
