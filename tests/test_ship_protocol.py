@@ -16,6 +16,7 @@ import yaml
 
 from rlhf_lab.config.keys import computes
 from rlhf_lab.evaluation import alarm, ship
+from rlhf_lab_research.freeze import file_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 FROZEN = ROOT / "reports" / "ship" / "FROZEN.md"
@@ -36,8 +37,7 @@ def records() -> list[dict]:
     return rows
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+sha256 = file_digest  # the freeze records' digest (rlhf_lab_research/freeze.py, shared with PREREGISTERED.md)
 
 
 def test_the_frozen_files_match_their_last_record():
