@@ -1,7 +1,8 @@
 """``reports/<study>/README.md``: the study report of one canned study, from its runs in MLflow.
 
 Figures (gold and proxy reward gain against √KL with the per-run Gao et al. fits, the gold reward–KL
-frontier), a table per setting (mean ± standard deviation over seeds), the RM size × policy size and the
+frontier; with several algorithms on enough seeds also the seed-split selection, the comparison at matched KL and
+the confounds not removed: :mod:`rlhf_lab.analysis.frontier_matched`), a table per setting (mean ± standard deviation over seeds), the RM size × policy size and the
 same- vs different-source tables when the study varies them, the run and checkpoint to ship by the jobs' ship rule
 (:mod:`rlhf_lab.analysis.ship_section`), the runs that did not finish, and the command
 that reproduces the study. Only FINISHED runs enter figures and tables; a study without runs gets a
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from rlhf_lab.analysis.fits import MIN_FIT_POINTS, GaoFit, frontier
+from rlhf_lab.analysis.frontier_matched import confound_note, matched_sections
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, fmt_ms, md_table
 from rlhf_lab.analysis.plots import plot_frontier, plot_reward_vs_sqrt_kl
 from rlhf_lab.analysis.quantities import HALF_A, HALF_B, final_gold, final_gold_source, gold_drop
@@ -177,7 +179,7 @@ def frontier_tables(runs: Sequence[RunData]) -> list[str]:
         out += [f"**At equal wall time** ({fmt(budget, 0)} s, the shortest median training time; best-of-n left out): "
                 "the frontier of the evaluations each algorithm had reached by then.", "",
                 md_table(head, timed), ""]
-    return out + best_setting_table(by_algo)
+    return out + best_setting_table(by_algo) + matched_sections(by_algo)
 
 
 def best_setting_table(by_algo: dict[str, Sequence[RunData]]) -> list[str]:
@@ -364,6 +366,7 @@ def write_report(study: str | None, runs_all: Sequence[RunData], parents: Sequen
               + f"; seeds {', '.join(seeds)}" + (" — figures are mean ± standard deviation over seeds; final gold "
                                                  "and the drop from the peak also as mean [95% t interval]."
                                                  if len(seeds) > 1 else "."), "", data_note(runs), ""]
+    lines += confound_note({a: rs for a in POLICY_STAGES if (rs := [r for r in runs if r.stage == a])})
     for r in other:
         lines.append(f"- {r.status}: `{label(r)}` seed {r.seed} ({r.run_id})"
                      + (f": {r.tags['rlhf_lab.error'][:200]}" if r.tags.get("rlhf_lab.error") else ""))
