@@ -24,7 +24,14 @@ The four roles (policy, reference, critic, reward) are built for the configured 
 :mod:`rlhf_lab.stages.ppo`; ``algo.reference.sync_every`` re-syncs the reference to the policy here. A critic
 without a backbone (``algo.critic=shared``, or the shared-base LoRA mode) is a value head on the hidden states
 of the policy's own pass: one forward for log-probs and values (half the update's compute of a separate critic),
-but the value loss (× ``vf_coef``) then trains the policy's trunk too, coupling the two objectives.
+but the value loss (× ``vf_coef``) then trains the policy's trunk too, coupling the two objectives: L = L_clip +
+c_v·L_V on one set of trunk weights, as in CleanRL's and OpenAI Baselines' shared-network PPO (the hidden state is not
+detached, so the trunk's gradient is L_clip's plus c_v times L_V's). It holds with full fine-tuning as with LoRA.
+
+Memory options for full fine-tuning (issue 70; each off by default): ``algo.critic=shared`` (above),
+``algo.reference.dtype`` (a bf16 reference; its log-probs and the KL in fp32), ``algo.activation_checkpointing`` (the
+trained trunks' decoder layers recompute their activations in the backward: the same gradients) and
+``algo.optimizer=adafactor`` (torch's Adafactor instead of AdamW: little optimiser state, another update rule).
 
 Metric names: docs/metrics.md (TRL's where TRL has one). ``objective/kl``: the per-response sum of the configured
 KL estimator, batch mean; ``objective/kl_token`` its per-token mean; ``objective/kl_k1|k2|k3`` each estimator's.
@@ -68,7 +75,7 @@ from rlhf_lab.algorithms.rl_math import (
     shape_scores,
 )
 from rlhf_lab.evaluation.metrics import distinct_n, filler_rate, unique_rate
-from rlhf_lab.models.actor_critic import lm_forward, lm_forward_packed
+from rlhf_lab.models.actor_critic import checkpoint_activations, lm_forward, lm_forward_packed, train_checkpointed
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.sampling import pack_rollout, response_logprobs, sample, token_logprobs, trim_padding
 from rlhf_lab.models.sharding import full_state_dict, gathered, local, shard_trained
@@ -142,6 +149,11 @@ class PPOModule(L.LightningModule):
         self._world = distributed.world_size()  # algo.batch_size is global: each rank rolls out its share
         check_ppo_rules(algo, processes=self._world)  # the rules the config checks and the stage apply, once
         self._B = algo.batch_size // self._world
+        # algo.activation_checkpointing: the trained trunks' layers (the policy's; a critic's own backbone)
+        self._checkpointed = []
+        if algo.activation_checkpointing:
+            self._checkpointed = checkpoint_activations(policy) + (
+                checkpoint_activations(critic.backbone) if critic is not None and critic.backbone is not None else [])
 
     @property
     def compiled(self) -> bool:
@@ -163,6 +175,9 @@ class PPOModule(L.LightningModule):
             groups.append({"params": list(self.critic.parameters()), "lr": self.a.critic_lr})
         # foreach: one multi-tensor kernel per update instead of a loop over parameters (CPU's default is the loop);
         # the same numbers, bit for bit, about 2 ms less per minibatch at the default sizes
+        if str(self.a.optimizer) == "adafactor":  # a factored second moment, no first: little state
+            # (torch >= 2.5: check_ppo_rules); its default eps, beta2_decay and d
+            return torch.optim.Adafactor(groups, weight_decay=0.0, foreach=True)
         return torch.optim.AdamW(groups, eps=1e-5, weight_decay=0.0, foreach=True)
 
     def train_dataloader(self):
@@ -181,7 +196,11 @@ class PPOModule(L.LightningModule):
         """(log π_θ(y_t), entropy_t, V(s_t) or None) in one pass of the policy (and critic); packed without
         padding with ``algo.packing`` (:func:`rlhf_lab.models.sampling.pack_rollout`)."""
         shared = self.critic is not None and self.critic.backbone is None
-        if self.packing():
+        packing = self.packing()  # the first call checks the trunks, in eval mode
+        # algo.activation_checkpointing: the checkpointed layers' own training flag (their submodules stay in eval
+        # mode: no dropout); transformers checkpoints only passes with gradients (the update's)
+        train_checkpointed(self._checkpointed)
+        if packing:
             packed = pack_rollout(q_ids, q_mask, r_ids, r_mask, self.tok.pad_token_id)
             logits, hidden = lm_forward_packed(self.policy, *packed, compiled=self.compiled)
         else:
@@ -192,7 +211,7 @@ class PPOModule(L.LightningModule):
         values = None
         if self.critic is not None:
             h = hidden if shared else None
-            values = (self.critic.forward_packed(*packed, hidden=h, compiled=self.compiled) if self.packing()
+            values = (self.critic.forward_packed(*packed, hidden=h, compiled=self.compiled) if packing
                       else self.critic(ids, attn, q_ids.shape[1], hidden=h))
         return logp, ent, values
 

@@ -34,6 +34,13 @@ class Critic(StrEnum):
     none = "none"  # no critic (GRPO, RLOO)
 
 
+class Optimizer(StrEnum):
+    """``algo.optimizer`` of PPO and its kin (:meth:`rlhf_lab.algorithms.ppo.PPOModule.configure_optimizers`)."""
+
+    adamw = "adamw"  # AdamW: two fp32 states (first and second moment) per parameter
+    adafactor = "adafactor"  # torch.optim.Adafactor (torch >= 2.5): a factored second moment, no first moment
+
+
 class PPOReward(StrEnum):
     """``algo.reward``: what PPO maximises."""
 

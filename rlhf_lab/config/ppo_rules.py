@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhf_lab.algorithms.kl import KL_GRADIENT_ESTIMATORS, KLIn
-from rlhf_lab.config.choices import AdvantageScale, Baseline, Critic, ReferenceKind
+from rlhf_lab.config.choices import AdvantageScale, Baseline, Critic, Optimizer, ReferenceKind
 from rlhf_lab.config.errors import ConfigError
 
 # the defining settings of the jobs that run the PPO stage under their own name (stages/pipeline.py's ALIASES:
@@ -41,7 +41,19 @@ def check_ppo_rules(a: Any, processes: int = 1) -> None:
                                                                or k < 2):
         raise ConfigError("algo.advantage_scale", "group_std", "none unless algo.critic=none, algo.baseline=mean and "
                           "algo.samples_per_prompt >= 2 (GRPO's group-normalised advantages)")
+    if str(getattr(a, "optimizer", Optimizer.adamw)) == Optimizer.adafactor and not torch_has_adafactor():
+        raise ConfigError("algo.optimizer", "adafactor", "adamw on this torch (torch.optim.Adafactor is new in torch "
+                          "2.5), or upgrade torch")
     check_reference(a)
+
+
+def torch_has_adafactor() -> bool:
+    """Whether the installed torch has ``torch.optim.Adafactor`` (2.5 and later), read from its version without
+    importing torch (the config checks run in a sweep's launching process too)."""
+    from importlib.metadata import version
+
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in version("torch").split(".")[:2])
+    return (major, minor) >= (2, 5)
 
 
 def check_reference(a: Any) -> None:
@@ -66,3 +78,6 @@ def check_reference(a: Any) -> None:
             raise ConfigError("algo.critic", "rm", "policy, shared or none with algo.reference.kind=lora_disabled")
         if int(a.lora.r) <= 0:
             raise ConfigError("algo.lora.r", int(a.lora.r), "> 0 with algo.reference.kind=lora_disabled (e.g. 16)")
+        if getattr(ref, "dtype", None) is not None:
+            raise ConfigError("algo.reference.dtype", str(ref.dtype), "null with algo.reference.kind=lora_disabled "
+                              "(the reference is the policy's own base, in the policy's dtype)")

@@ -32,6 +32,7 @@ from rlhf_lab.config.choices import (
     GoldSource,
     KLUnit,
     OnPolicyPairing,
+    Optimizer,
     PPOReward,
     ReferenceKind,
     RMInit,
@@ -117,6 +118,7 @@ class ReferenceConfig:
     path: Optional[str] = MISSING
     sync_every: int = MISSING
     seed: Optional[int] = MISSING
+    dtype: Optional[Dtype] = None  # PPO only (conf/algo/ppo.yaml); a default here so DPO's file need not name it
 
 
 @dataclass
@@ -149,6 +151,8 @@ class PPOConfig(JobConfig):
     packing: bool = MISSING
     trim_minibatches: bool = MISSING
     compile: bool = MISSING
+    activation_checkpointing: bool = MISSING
+    optimizer: Optimizer = MISSING
     kl_estimator: KLEstimator = MISSING
     kl_in: KLIn = MISSING
     reward: PPOReward = MISSING

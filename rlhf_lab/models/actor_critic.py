@@ -21,8 +21,8 @@ def lm_forward(model, input_ids, attention_mask, query_len: int):
     LM head reads, whatever the architecture; the head skips the prompt positions."""
     lm = unwrap(model)
     backbone = getattr(lm, lm.base_model_prefix)
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=positions(attention_mask)).last_hidden_state[:, query_len - 1 : -1]
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions(attention_mask),
+                      use_cache=False).last_hidden_state[:, query_len - 1 : -1]  # no cache: a recompute would extend it
     return lm.get_output_embeddings()(hidden), hidden
 
 
@@ -32,6 +32,36 @@ def lm_forward_packed(model, input_ids, position_ids, response_index, compiled: 
     trunk through ``torch.compile`` (:func:`rlhf_lab.models.packing.compiled_trunk`)."""
     hidden = packed_hidden(model, input_ids, position_ids, compiled)[response_index]
     return unwrap(model).get_output_embeddings()(hidden), hidden
+
+
+def checkpoint_activations(model) -> list[nn.Module]:
+    """Hugging Face activation checkpointing of `model`'s decoder layers (``algo.activation_checkpointing``), without
+    re-entry (``torch.utils.checkpoint(use_reentrant=False)``): a layer run with gradients keeps only its inputs and
+    recomputes the rest in the backward. Returns the checkpointed layers. Transformers checkpoints a layer only while
+    it is in training mode, and PPO runs in eval mode (no dropout): :func:`train_checkpointed` sets the layers' own
+    flag, not their submodules' (dropout stays off). A family without the support is a ValueError naming the key."""
+    lm = unwrap(model)
+    if not getattr(lm, "supports_gradient_checkpointing", False):
+        raise ValueError(f"algo.activation_checkpointing=true, but {type(lm).__name__} does not support activation "
+                         "checkpointing in transformers: set algo.activation_checkpointing=false")
+    kwargs = {"use_reentrant": False}
+    if hasattr(lm, "activation_checkpointing_enable"):  # transformers >= 5.x's name; gradient_... is its old alias
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    layers = [m for m in lm.modules() if m is not lm and getattr(m, "gradient_checkpointing", False)
+              and not hasattr(m, "base_model_prefix")]  # the layers, not the model classes that hold them
+    if not layers:
+        raise ValueError(f"algo.activation_checkpointing=true, but no layer of {type(lm).__name__} was checkpointed: "
+                         "set algo.activation_checkpointing=false")
+    return layers
+
+
+def train_checkpointed(layers: list[nn.Module]) -> None:
+    """The checkpointed layers' own ``training`` flag on (transformers checkpoints only in training mode), their
+    submodules left as they are (in eval mode: no dropout); a pass without gradients is not checkpointed."""
+    for layer in layers:
+        layer.training = True
 
 
 class ValueModel(nn.Module):
@@ -55,8 +85,8 @@ class ValueModel(nn.Module):
         """Values [B, T] of the states before each response token (aligned with response_logprobs).
         ``hidden``: the policy's hidden states at those positions (shared-base mode), from ``lm_forward``."""
         if hidden is None:
-            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                                   position_ids=positions(attention_mask)).last_hidden_state[:, query_len - 1 : -1]
+            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions(
+                attention_mask), use_cache=False).last_hidden_state[:, query_len - 1 : -1]
         return self.head(hidden).squeeze(-1).float()
 
     def forward_packed(self, input_ids, position_ids, response_index, hidden=None, compiled: bool = False):

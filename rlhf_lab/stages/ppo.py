@@ -149,6 +149,7 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_referenc
     policy = F.load_causal_lm(sft_path, tok, "policy.name_or_path", **options)
     hidden_size = int(policy.config.hidden_size)
     ref_cfg = algo.reference
+    ref_dtype = F.load_options({"dtype": ref_cfg.get("dtype")})  # algo.reference.dtype: {} = the policy's
     if str(ref_cfg.kind) == "lora_disabled":
         policy = with_lora(policy, algo.lora, "CAUSAL_LM", key="algo.lora")
         critic = ValueModel(None, hidden_size) if critic_kind in ("policy", "shared") else None  # a head on the base
@@ -159,7 +160,9 @@ def build_models(algo: DictConfig, sft_path, tok, scorer=None, resolved_referenc
         if not F.same_tokenizer(ref_tok, tok):
             raise ValueError(f"algo.reference.path={ref_cfg.path!r} has a different tokenizer than the policy; "
                              "the per-token KL needs the same tokenizer (same model family)")
-        reference = F.load_causal_lm(ref_path, tok, "algo.reference.path", **options)
+        reference = F.load_causal_lm(ref_path, tok, "algo.reference.path", **{**options, **ref_dtype})
+    elif ref_dtype:  # another dtype than the policy's: the SFT weights read again in it (no fp32 copy first)
+        reference = F.load_causal_lm(sft_path, tok, "policy.name_or_path", **{**options, **ref_dtype})
     else:
         reference = copy.deepcopy(policy)
     reference.requires_grad_(False).eval()
