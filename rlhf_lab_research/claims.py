@@ -8,6 +8,8 @@ and writing the report, whose Statistics paragraph (:func:`statistics_text`) sta
 the rules.
 A claim whose studies have no runs is **not run yet** (with the command), one that is no effect is
 **not testable**. Only FINISHED runs count, and policy runs (PPO, GRPO, RLOO, DPO, best-of-n) need :data:`MIN_EVALS` evaluations.
+Of a job run more than once only its newest counted run counts; the report states that rule and lists the others,
+superseded, with what differs (:mod:`~rlhf_lab_research.superseded`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rlhf_lab.analysis.quantities import final_gold_source, half_curves
 from rlhf_lab_research.claim_quantities import CLAIM_HISTORY_KEYS
 from rlhf_lab_research.designs import REDONE, RM_CLAIM_RMS, SUITE_VERSIONS, one_design
 from rlhf_lab_research.claims_registry import CLAIMS, JUDGED, SHOWN, Claim, Part
+from rlhf_lab_research.superseded import Superseded, rule_text, superseded_runs, superseded_section
 from rlhf_lab.analysis.report_files import check_file
 from rlhf_lab.analysis.study_runs import POLICY_STAGES, STUDY_TAG, RunData, load_study, store_uri
 from rlhf_lab.analysis.snapshot import (
@@ -300,15 +303,18 @@ def family_size(results: Sequence[ClaimResult]) -> int:
 
 
 def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
-           reruns: dict[str, list[RunData]] | None = None, earlier: Sequence[ClaimResult] = ()) -> str:
+           reruns: dict[str, list[RunData]] | None = None, earlier: Sequence[ClaimResult] = (),
+           superseded: Sequence[Superseded] = ()) -> str:
     """The whole report; `source` names where the runs were read (markdown); `reruns`: {study tag: the reruns of its
     stored seed-0 run} (:func:`rlhf_lab_research.provenance.reproduction_runs`); `earlier`: the same claims judged
-    under issue 42's rule, shown beside every result the rule of issue 69 changed (:func:`changed_section`)."""
+    under issue 42's rule, shown beside every result the rule of issue 69 changed (:func:`changed_section`);
+    `superseded`: the runs the rule of which run of a job counts left out (:mod:`rlhf_lab_research.superseded`)."""
     lines = ["# Claims of docs/claims.md put to the canned studies", "",
              f"Computed by `rlhf-lab-report --claims` from {source}. Verdicts hold for this world and these small "
              "models only.", "",
              f"**Data.** Only FINISHED runs count; policy runs (PPO, GRPO, RLOO, DPO) need at least {MIN_EVALS} evaluations. "
              + data_text(runs), "",
+             rule_text(len(superseded), len({s.old.tags.get(STUDY_TAG, s.study) for s in superseded})), "",
              statistics_text(family_size(results)),
              "", f"**Margins** (equivalence, or non-inferiority where the table says so, per unit): {margins_text([r.claim for r in results])}.", "",
              "## Verdicts", "", md_table(VERDICT_HEADER, verdict_rows(results, earlier)), "",
@@ -321,6 +327,7 @@ def render(results: Sequence[ClaimResult], source: str, runs: Iterable[RunData],
         lines += [PROVENANCE, "", provenance_text(FILE_NAME), "",
                   md_table(PROVENANCE_HEADER, provenance_rows(runs, reruns)), "",
                   redone_text(REDONE), ""]
+        lines += superseded_section(superseded)
     return "\n".join(lines)
 
 
@@ -497,7 +504,7 @@ def write_claims_report(out_dir: Path | str = "reports", uri: str | None = None,
     results = judge_all(CLAIMS, runs, present, design_commands(runs, commands))
     earlier = judge_all(CLAIMS, runs, present, design_commands(runs, commands), rule=EARLIER)
     seen = list({r.run_id: r for name in study_names() for r in runs.get(name, [])}.values())
-    text = render(results, source, seen, reproduction_runs(all_runs), earlier) + "\n"
+    text = render(results, source, seen, reproduction_runs(all_runs), earlier, superseded_runs(all_runs)) + "\n"
     if only:
         old = path.read_text()
         lost = kept_without_runs(old, results, [c.id for c in claims])

@@ -218,9 +218,9 @@ def matched_sections(by_algo: Mapping[str, Sequence[RunData]]) -> list[str]:
                                          for s in sorted(t, key=lambda s: np.mean([t[s][x][2] for x in seeds])))
                      for a, (t, seeds, _) in curves.items())
     return out + ["**At matched KL** (the same distance from the reference rather than the same β): per seed, each "
-                  "algorithm's final test gold interpolated across its settings' end points (final eval KL, test gold), "
-                  "linear in √KL, never beyond the KL its settings reach on every seed; mean [95% t interval] over "
-                  f"seeds. Ranges covered on every seed: {ranges}; {common}. Between two settings' end points the "
+                  "algorithm's final test gold interpolated across its settings' end points (final eval KL, test "
+                  "gold), linear in √KL, never beyond the KL its settings reach on every seed; mean [95% t interval] "
+                  f"over seeds. Ranges covered on every seed: {ranges}; {common}. Between two settings' end points the "
                   f"value is a line, not a measured run: the settings' mean final KL are {ends}. Best-of-n (one KL) is "
                   "not placed.", "",
                   md_table(["KL (nats)", *curves], rows), ""]
