@@ -174,12 +174,13 @@ def test_claims_report_verdicts_from_the_runs_present(store, tmp_path, capsys):
     assert cli.main(["--claims", "--uri", store, "--out", str(tmp_path / "reports")]) == 0
     text = (tmp_path / "reports" / "claims.md").read_text()
     verdict = {line.split("|")[1].strip(): line.split("|")[-2].strip().strip("*")
-               for line in text.splitlines() if line.startswith("| C")}
-    assert verdict["C2"] == "holds"
-    # C4 on 2 seeds: two of its parts hold; the other two (unadjusted p 0.004-0.005) miss 0.025 once preconditions and
-    # equivalence (TOST) p-values are in Holm's family (issue 42, point 7)
-    c4 = text.split("### C4")[1].split("### C5")[0]
-    assert verdict["C4"] == "inconclusive" and c4.count("| **holds** |") == 2
+               for line in text.splitlines() if line.startswith("| C") and line.split("|")[1].strip()[1:].isdigit()}
+    # 2 seeds: every effect is judged by a sequence from its first look (issue 69), and the t-mixture sequence is
+    # unbounded below 5 values, so C2, which held under the fixed-n t interval, is inconclusive, and says so
+    assert verdict["C2"] == "inconclusive** (earlier: holds)"
+    assert "unbounded (n = 2) †" in text.split("### C2")[1].split("### C3")[0]
+    c4 = text.split("### C4")[1].split("### C5")[0]  # earlier two of its parts held at n = 2; none can now
+    assert verdict["C4"] == "inconclusive" and c4.count("| **holds** |") == 0 and "needs about" in c4
     # C5 is judged on kl_controller (a horizon in which the controller can act), not in this store
     assert verdict["C5"] == "not run yet"
     # no eval/gold_reward_a/_b halves in this store: no unbiased drop from the peak, so no hacking verdict
