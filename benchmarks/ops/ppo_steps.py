@@ -158,7 +158,9 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int,
             timer.enabled = batch_idx >= warmup
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            timer.end_step(update=module.last_stats["time/update_s"], step=clock.stamps[-1] - clock.stamps[-2])
+            # the first step has no earlier end stamp (and is a warm-up step, so the timer does not keep it)
+            step = clock.stamps[-1] - clock.stamps[-2] if len(clock.stamps) > 1 else float("nan")
+            timer.end_step(update=module.last_stats["time/update_s"], step=step)
             stats.append({k: module.last_stats.get(k, float("nan")) for k in STAT_KEYS})
 
     object.__setattr__(module, "scorer", Timed(scorer, timer.wrap(scorer, "score/rm")))
