@@ -482,7 +482,7 @@ class Section:
         return "\n".join(out + [f"_({time.time() - self.t0:.0f} s)_"]) + "\n"
 
 
-ORDER = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_steps", "memory", "sharding", "cpu_0.5b", "gpu_0.5b", "scaling",
+ORDER = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_steps", "memory", "memory_options", "sharding", "cpu_0.5b", "gpu_0.5b", "scaling",
          "team", "suite", "suite_with")
 TITLE = "# Benchmarks: rlhf-lab vs Hugging Face TRL, and operations"
 INTRO = ("Generated from `benchmarks/results/*.json`: each benchmark run rewrites its own file and this document (do "

@@ -247,7 +247,7 @@ def options_main(argv: list[str]) -> int:
     sec = Section(f"PPO with full fine-tuning at the {a.shape} shape: memory options",
                   "Each row a fresh process (`--worker`: imports and a kernel warm-up, then the baseline), "
                   f"{size['steps']} PPO steps (1 warm-up) of {' '.join(OPTION_OVERRIDES)} with {' '.join(FULL_FT)}, "
-                  "every response run to max_new_tokens (EOS suppressed), {size['threads']} torch threads, the Qwen2 model of "
+                  f"every response run to max_new_tokens (EOS suppressed), {size['threads']} torch threads, the Qwen2 model of "
                   f"ops.gpu's `{a.shape}` shape ({wm.n_params:,} parameters); the peak RSS is VmHWM, as in `memory`; "
                   f"a process whose RSS passed {a.limit_gb:g} GiB was stopped there.")
     rows = []
