@@ -170,3 +170,24 @@ def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than cores, since many tests wait on the processes, servers and downloads they
     start, and the spare worker uses that time."""
     return (os.cpu_count() or 1) + 1
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    """An untrained causal LM of each family (a: Llama-style, b: GPT-2-style), saved once per test process:
+    {family: (tokenizer, folder)} (test_ppo_units, test_ppo_memory_options)."""
+    from rlhf_lab.models import families as F
+    from rlhf_lab.world import ReviewGenerator
+
+    import torch
+
+    root = tmp_path_factory.mktemp("tiny_families")
+    texts = [p + " " + r for p, r in ReviewGenerator(1).reviews(300)]
+    out = {}
+    for fam, vocab in (("a", 200), ("b", 300)):
+        torch.manual_seed(0)
+        tok = F.train_tokenizer(fam, texts, vocab)
+        F.build_model(fam, {"hidden": 16, "layers": 2, "heads": 2}, tok).save_pretrained(root / fam)
+        tok.save_pretrained(root / fam)
+        out[fam] = (tok, root / fam)
+    return out

@@ -17,24 +17,7 @@ from rlhf_lab.algorithms.rl_math import ppo_value_loss
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.world import gold_weights
-from rlhf_lab.models import families as F
 from rlhf_lab.stages import ppo as ppo_stage
-from rlhf_lab.world import ReviewGenerator
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    """An untrained causal LM of each family (a: Llama-style, b: GPT-2-style), saved: {family: (tokenizer, folder)}."""
-    root = tmp_path_factory.mktemp("ppo_memory")
-    texts = [p + " " + r for p, r in ReviewGenerator(1).reviews(300)]
-    out = {}
-    for fam, vocab in (("a", 200), ("b", 300)):
-        torch.manual_seed(0)
-        tok = F.train_tokenizer(fam, texts, vocab)
-        F.build_model(fam, {"hidden": 16, "layers": 2, "heads": 2}, tok).save_pretrained(root / fam)
-        tok.save_pretrained(root / fam)
-        out[fam] = (tok, root / fam)
-    return out
 
 
 def module_for(cfg, tok, path, noise: float = 0.05):
