@@ -18,6 +18,7 @@ from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.config.ppo_rules import check_ppo_rules
 from rlhf_lab.config.world import gold_weights
 from rlhf_lab.stages import ppo as ppo_stage
+from tests.test_ppo_units import rollout  # random padded prompts and responses, as sample returns them
 
 
 def module_for(cfg, tok, path, noise: float = 0.05):
@@ -30,18 +31,6 @@ def module_for(cfg, tok, path, noise: float = 0.05):
         for p in list(module.policy.parameters()) + list((module.critic or torch.nn.Linear(1, 1)).parameters()):
             p.add_(noise * torch.randn_like(p))
     return module
-
-
-def rollout(tok, q_len: list[int], r_len: list[int], seed: int = 0):
-    """Left-padded prompts and right-padded responses of these lengths (random tokens), as ``sample`` returns them."""
-    g = torch.Generator().manual_seed(seed)
-    q_len, r_len = torch.tensor(q_len), torch.tensor(r_len)
-    B, P, T = len(q_len), int(q_len.max()), int(r_len.max())
-    q_mask = (torch.arange(P)[None, :] >= P - q_len[:, None]).long()
-    r_mask = (torch.arange(T)[None, :] < r_len[:, None]).long()
-    q_ids = torch.where(q_mask.bool(), torch.randint(4, len(tok), (B, P), generator=g), tok.pad_token_id)
-    r_ids = torch.where(r_mask.bool(), torch.randint(4, len(tok), (B, T), generator=g), tok.pad_token_id)
-    return q_ids, q_mask, r_ids, r_mask
 
 
 def update_inputs(module, qr):

@@ -37,7 +37,7 @@ def _module(cfg, tok, path):
     return module.eval()
 
 
-def _rollout(tok, q_len: list[int], r_len: list[int], seed: int = 0):
+def rollout(tok, q_len: list[int], r_len: list[int], seed: int = 0):
     """Left-padded prompts and right-padded responses of these lengths (random tokens), as ``sample`` returns them."""
     g = torch.Generator().manual_seed(seed)
     q_len, r_len = torch.tensor(q_len), torch.tensor(r_len)
@@ -72,7 +72,7 @@ def test_packed_and_trimmed_passes_give_the_padded_losses_and_gradients(tiny_cfg
         for p in list(module.policy.parameters()) + list((module.critic or torch.nn.Linear(1, 1)).parameters()):
             p.add_(0.05 * torch.randn_like(p))
     B, T = 8, 10
-    qr = _rollout(tok, [3, 7, 2, 5, 7, 4, 3, 2], [10, 4, 6, 3, 10, 5, 2, 7])
+    qr = rollout(tok, [3, 7, 2, 5, 7, 4, 3, 2], [10, 4, 6, 3, 10, 5, 2, 7])
     mask = qr[3]
     passes = {}
     for packing in (False, True):
@@ -119,7 +119,7 @@ def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints)
                                                                                              separate.critic)
     with torch.no_grad():
         module.critic.head.weight.normal_(0, 1.0)
-    qr = _rollout(tok, [3, 5, 2, 4], [6, 2, 5, 1])
+    qr = rollout(tok, [3, 5, 2, 4], [6, 2, 5, 1])
     assert module.packing()  # checks the trunk once (three passes of its own), before the count
     calls = []
     h = module.policy.model.register_forward_hook(lambda *a: calls.append(1))
@@ -147,7 +147,7 @@ def test_compiled_passes_give_the_eager_losses_and_gradients(tiny_cfg, checkpoin
         for p in list(module.policy.parameters()) + list(module.critic.parameters()):
             p.add_(0.05 * torch.randn(p.shape, generator=g))
     params = [p for p in module.parameters() if p.requires_grad]
-    rollouts = [_rollout(tok, [3, 7, 2, 5], [10, 4, 6, 3], seed=0), _rollout(tok, [6, 2, 4, 4, 3], [5, 8, 2, 7, 3], 1)]
+    rollouts = [rollout(tok, [3, 7, 2, 5], [10, 4, 6, 3], seed=0), rollout(tok, [6, 2, 4, 4, 3], [5, 8, 2, 7, 3], 1)]
     for qr in rollouts:
         B, T = qr[2].shape
         mask = qr[3]
