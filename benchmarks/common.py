@@ -482,8 +482,8 @@ class Section:
         return "\n".join(out + [f"_({time.time() - self.t0:.0f} s)_"]) + "\n"
 
 
-ORDER = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_steps", "memory", "memory_options", "sharding", "cpu_0.5b", "gpu_0.5b", "scaling",
-         "team", "suite", "suite_with")
+ORDER = ("dpo", "rm", "grpo", "sampling", "ppo", "ppo_steps", "memory", "memory_options", "sharding", "cpu_0.5b",
+         "gpu_0.5b", "bounds_0.5b", "bounds_tiny", "scaling", "team", "suite", "suite_with")
 TITLE = "# Benchmarks: rlhf-lab vs Hugging Face TRL, and operations"
 INTRO = ("Generated from `benchmarks/results/*.json`: each benchmark run rewrites its own file and this document (do "
          "not edit it by hand). Absolute times drift with the machine's load; the ratios compare the sides measured in "

@@ -5,6 +5,7 @@ mappings; slow smoke runs of ``python -m benchmarks.vs_trl --only grpo|ppo --qui
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -220,3 +221,59 @@ def test_cpu_seconds_counts_this_processes_work():
     after = C.cpu_seconds()
     assert after[1] - before[1] >= 0.25  # ours
     assert after[0] - before[0] >= after[1] - before[1] - 0.05  # the machine's includes ours (clock ticks)
+
+
+def test_decode_bound_counts_the_weights_once_and_the_whole_kv_cache():
+    """ops.gpu's tiny Qwen2 (hidden 32, 4 heads of 8, 2 KV heads, 2 layers), fp32: a key and a value of 2 KV heads × 8
+    in 2 layers = 2 · 2 · 2 · 8 · 4 = 256 bytes a token; Qwen2-0.5B's shape (896 = 14 heads of 64, 2 KV heads, 24
+    layers) 2 · 24 · 2 · 64 · 4 = 24,576 (12 KiB in bf16). A step of 3 sequences at 10 tokens with 19,648 bytes of
+    weights reads 19,648 + 256 · 10 · 3 = 27,328 bytes."""
+    from transformers import Qwen2Config
+
+    from benchmarks.ops.bounds import config_kv_bytes, decode_step_bytes, kv_token_bytes
+    from benchmarks.ops.gpu import SHAPES
+
+    tiny = Qwen2Config(**{k: v for k, v in SHAPES["tiny"].items() if v is not None})
+    half = Qwen2Config(**{k: v for k, v in SHAPES["0.5b"].items() if v is not None})
+    assert kv_token_bytes(2, 2, 8, 4) == config_kv_bytes(tiny, 4) == 256
+    assert config_kv_bytes(half, 4) == 24576 and config_kv_bytes(half, 2) == 12288
+    assert decode_step_bytes(19648, 256, 10, 3) == 27328
+
+
+def test_step_work_by_hand():
+    """A trunk of 100 parameters (400 bytes), a KV cache of 16 bytes a token, batch 2, prompts of 3 tokens padded to
+    4, 3 response tokens, 2 epochs of 1 minibatch. Generation: steps at context 4, 5, 6: (400 + 16·4·2) + (400 +
+    16·5·2) + (400 + 16·6·2) = 1,680 bytes; 2·100·2·(4 + 3 − 1) = 2,400 FLOPs. The passes see 2·(3 + 3) = 12 tokens:
+    a forward 2·100·12 = 2,400 FLOPs. Full fine-tuning with a critic trunk (200 trained): update 2·12·(4·2·100 +
+    2·200) = 28,800 FLOPs = 6 · 200 · 24, and 2 AdamW steps × 28 bytes × 200 = 11,200 bytes; LoRA on one trunk (10
+    trained): 2·12·(4·100 + 2·10) = 10,080 FLOPs, 2 × 28 × 10 = 560 bytes."""
+    from benchmarks.ops.bounds import StepShape, bound, phase_work, step_rows
+
+    full = phase_work(StepShape(100, 400, 16, 2, 3, 4, 3, 2, 1, 200, 2))
+    assert full["generation"] == (1680, 2400)
+    assert full["score/rm"] == full["score/reference"] == (400, 2400) and full["score/policy_critic"] == (800, 4800)
+    assert full["update"] == (11200, 28800)
+    assert phase_work(StepShape(100, 400, 16, 2, 3, 4, 3, 2, 0, 10, 2))["update"] == (560, 10080)
+    assert bound(full["generation"], bandwidth=1680.0, matmul=1200.0) == (1.0, 2.0)
+    # at 1,000 bytes/s and 1,200 FLOP/s: generation max(1.68, 2) = 2 s of its 4; the update 11.2 + 24 s of its 70.4
+    times = {"generation": 4.0, "update": 70.4, "step": 100.0}
+    _, frac = step_rows("ppo", times, StepShape(100, 400, 16, 2, 3, 4, 3, 2, 1, 200, 2), 1000.0, 1200.0)
+    assert frac["generation"] == pytest.approx(0.5) and frac["update"] == pytest.approx(0.5)
+    assert frac["update_matmul"] == pytest.approx(24 / 70.4)
+    assert math.isnan(frac["other"]) and frac["step"] == pytest.approx((2 + 2 + 2 + 4 + 35.2) / 100)
+
+
+@pytest.mark.slow
+def test_bounds_benchmark_runs_grpo_at_the_tiny_shape(tmp_path):
+    """``python -m benchmarks.ops.bounds --shape tiny --only grpo``'s measurements and section: decoding and each phase
+    at a fraction of its bound in (0, 1] (a bound above the measured time would mean a unit is wrong)."""
+    from benchmarks.ops import bounds
+
+    sec = C.Section("bounds")
+    bounds.fill(sec, bounds.measure("tiny", ["grpo"], 1, tmp_path, seconds=0.5))
+    d = sec.data
+    assert set(d["decode"]) == {"lab_1", "hf_1", "lab_8", "hf_8"} and set(d["fractions"]) == {"grpo"}
+    assert all(0 < f <= 1 for f in d["decode"].values())
+    phases = ("generation", "score/rm", "update", "update_matmul", "step")
+    assert all(0 < d["fractions"]["grpo"][k] <= 1 for k in phases)
+    assert "STREAM triad, GB/s" in sec.tables[0] and "| GRPO, full fine-tuning | generation |" in sec.tables[2]

@@ -70,6 +70,26 @@ def matmul_peak(threads: int, n: int = 2048, seconds: float = 4.0) -> float:
     return best
 
 
+def stream_bandwidth(threads: int, n: int = 2 ** 25, repeats: int = 10) -> dict[str, float]:
+    """This machine's memory bandwidth at `threads` torch threads, bytes/s: STREAM's copy (``b = a``) and triad
+    (``a = b + s·c``) on fp32 tensors of `n` elements (default 2^25: 128 MiB each, four times a 32 MiB last-level
+    cache), each the best of `repeats` after one untimed pass; bytes counted as STREAM counts them (2 and 3 arrays
+    read or written, no write-allocate traffic)."""
+    torch.set_num_threads(threads)
+    a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)  # written: every page is touched before the timing
+
+    def best(fn, arrays: int) -> float:
+        fn()
+        secs = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            secs.append(time.perf_counter() - t)
+        return arrays * a.element_size() * n / min(secs)
+
+    return {"copy": best(lambda: b.copy_(a), 2), "triad": best(lambda: torch.add(b, c, alpha=3.0, out=a), 3)}
+
+
 def job_overrides(job: str, shape: str, device: str, folder: Path, work: Path,
                   trainer: str | None = None) -> list[str]:
     s = SIZES.get(f"{shape}_{device}", SIZES[shape])

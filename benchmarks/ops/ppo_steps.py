@@ -188,8 +188,10 @@ def run_ours(cfg: DictConfig, wm: WorldModel, steps: int, warmup: int,
         st["other"] = st["step"] - sum(st.get(k, 0.0) for k in named)
     return {**timer.medians(), "_steps": timer.steps, "_stats": stats,
             "response_tokens": float(module.last_stats["objective/length"]),
-            "model_bytes": float(model_bytes(module.policy, module.reference, module.critic, *scorer.members)),
+            "model_bytes": float(model_bytes(module.policy, module._reference, module.critic, *scorer.members)),
             "trainable_params": float(sum(p.numel() for p in module.parameters() if p.requires_grad)),
+            "policy_bytes": float(model_bytes(module.policy)),
+            "critic_trunk": float(getattr(module.critic, "backbone", None) is not None),  # a trunk of its own
             "threads": float(max(clock.threads))}
 
 
