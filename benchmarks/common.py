@@ -515,6 +515,14 @@ def save(name: str, markdown: str, summary=None, data=None, folder: Path = RESUL
     return out
 
 
+def subset(ap: argparse.ArgumentParser, flag: str, value: str, known) -> list[str]:
+    """The comma-separated names of `value` (option `flag` of `ap`), each one of `known`, else `ap`'s usage error."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if set(names) - set(known):
+        ap.error(f"{flag}: {', '.join(sorted(set(names) - set(known)))} not among {', '.join(known)}")
+    return names
+
+
 def main(prog: str, runners: dict, sizes: dict, argv: list[str] | None = None, setup=None) -> int:
     """The command of a group of world-model benchmarks: ``--quick``, ``--only``, ``--threads``, ``--results``.
     `runners`: {name: run(cfg, wm, work, **sizes[mode][name]) -> Section}; `setup(names)` runs first. Exit status 1
@@ -526,9 +534,7 @@ def main(prog: str, runners: dict, sizes: dict, argv: list[str] | None = None, s
     ap.add_argument("--results", default=str(RESULTS_DIR), help="the folder of the results' JSON files; results.md "
                     "is written beside it")
     args = ap.parse_args(argv)
-    only = [b.strip() for b in args.only.split(",") if b.strip()]
-    if set(only) - set(runners):
-        ap.error(f"unknown benchmark(s) {sorted(set(only) - set(runners))}; choose from {','.join(runners)}")
+    only = subset(ap, "--only", args.only, runners)
     quiet()
     torch.set_num_threads(args.threads)
     if setup:

@@ -293,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", help="a sentence for the section's note (e.g. what else ran on the cores)")
     ap.add_argument("--save", action="store_true", help="write the section bounds_SHAPE into benchmarks/results/")
     a = ap.parse_args(argv)
-    jobs = [j for j in a.only.split(",") if j]
-    if set(jobs) - set(RUNS):
-        ap.error(f"--only: {', '.join(sorted(set(jobs) - set(RUNS)))} not among {', '.join(RUNS)}")
+    jobs = C.subset(ap, "--only", a.only, RUNS)
     C.quiet()
     started, cores = datetime.datetime.now().astimezone(), C.CoreUse()
     sec = C.Section(f"A PPO step against the machine's bandwidth and matmul rate at the {a.shape} shape",

@@ -171,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vs-trl", action="store_true", help="then TRL's DPO, RM and GRPO trainers against ours")
     p.add_argument("--save", action="store_true", help="write the section into benchmarks/results/ and results.md")
     a = p.parse_args(argv)
-    jobs = [j for j in a.jobs.split(",") if j]
-    if set(jobs) - set(JOBS):
-        p.error(f"--jobs: {', '.join(sorted(set(jobs) - set(JOBS)))} not among {', '.join(JOBS)}")
+    jobs = C.subset(p, "--jobs", a.jobs, JOBS)
     from mlflow.tracking import MlflowClient
 
     if a.device == "cuda" and not torch.cuda.is_available():
