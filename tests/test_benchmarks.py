@@ -240,6 +240,29 @@ def test_decode_bound_counts_the_weights_once_and_the_whole_kv_cache():
     assert decode_step_bytes(19648, 256, 10, 3) == 27328
 
 
+def test_decode_linears_by_hand():
+    """ops.gpu's tiny Qwen2 (hidden 32, intermediate 64, 4 heads of 8, 2 KV heads, 2 layers) with 100 tokens: per layer
+    q 32×32, k and v 16×32, o 32×32, gate and up 64×32, down 32×64; then the LM head 100×32. Qwen2-0.5B's shape with
+    its 151,936 tokens: per layer 2·896² + 2·128·896 + 3·4864·896 = 14,909,440, × 24 = 357,826,560, + the head
+    151,936·896 = 136,134,656: 493,961,216, which with the q/k/v biases (24 · 1,152) and norms (24 · 2 · 896 + 896)
+    is the 494,032,768 parameters of the published model. The measurement over 4×3 and 5×4 weights moves 4·(12 + 20)
+    = 128 bytes in fp32, 64 in bf16, at each batch."""
+    from transformers import Qwen2Config
+
+    from benchmarks.ops.bounds import decode_linears, linears_seconds
+    from benchmarks.ops.gpu import SHAPES
+
+    tiny = Qwen2Config(**{**{k: v for k, v in SHAPES["tiny"].items() if v is not None}, "vocab_size": 100})
+    layer = [(32, 32), (16, 32), (16, 32), (32, 32), (64, 32), (64, 32), (32, 64)]
+    assert decode_linears(tiny) == layer * 2 + [(100, 32)]
+    half = Qwen2Config(**{**{k: v for k, v in SHAPES["0.5b"].items() if v is not None}, "vocab_size": 151936})
+    assert sum(o * i for o, i in decode_linears(half)) == 493_961_216
+    assert 493_961_216 + 24 * 1152 + 24 * 2 * 896 + 896 == 494_032_768
+    m = linears_seconds([(4, 3), (5, 4)], [1, 2], passes=1)
+    assert {k: v["bytes"] for k, v in m.items()} == {"fp32": 128, "bf16": 64}
+    assert all(set(v["seconds"]) == {1, 2} and min(v["seconds"].values()) > 0 for v in m.values())
+
+
 def test_step_work_by_hand():
     """A trunk of 100 parameters (400 bytes), a KV cache of 16 bytes a token, batch 2, prompts of 3 tokens padded to
     4, 3 response tokens, 2 epochs of 1 minibatch. Generation: steps at context 4, 5, 6: (400 + 16·4·2) + (400 +
@@ -276,4 +299,9 @@ def test_bounds_benchmark_runs_grpo_at_the_tiny_shape(tmp_path):
     assert all(0 < f <= 1 for f in d["decode"].values())
     phases = ("generation", "score/rm", "update", "update_matmul", "step")
     assert all(0 < d["fractions"]["grpo"][k] <= 1 for k in phases)
-    assert "STREAM triad, GB/s" in sec.tables[0] and "| GRPO, full fine-tuning | generation |" in sec.tables[2]
+    assert "STREAM triad, GB/s" in sec.tables[0] and "| GRPO, full fine-tuning | generation |" in sec.tables[3]
+    assert "linear layers alone" in sec.tables[2] and sec.findings[1].startswith("what holds decoding below")
+    lin = d["linears"]  # {dtype: {batch: [ms, GB/s]}}: ms and bytes ÷ seconds agree; ours ÷ its linears' share
+    assert set(lin["fp32"]) == set(lin["bf16"]) == set(lin["share"]) == {1, 8}
+    assert all(ms > 0 and gbs > 0 for n in ("fp32", "bf16") for ms, gbs in lin[n].values())
+    assert lin["fp32"][1][0] * lin["fp32"][1][1] == pytest.approx(2 * lin["bf16"][1][0] * lin["bf16"][1][1])

@@ -11,6 +11,11 @@ and triad; the bounds use the larger). On ``ops.gpu``'s random Qwen2 model of th
   (T − 1). A decode step must read every weight once and the whole KV cache (:func:`decode_step_bytes`); its
   bandwidth bound is those bytes ÷ the bandwidth, at the mean context of the steps (padded prompt width + T / 2).
   Reported: bound ÷ measured, 1 at the bound.
+- **A decode step's linear layers alone** (:func:`linears_seconds`): q, k, v, o, gate, up and down of every layer
+  and the LM head (:func:`decode_linears`), each weight a distinct tensor so that they stream from memory as in a
+  decode step, ``F.linear`` over all of them at batch 1 and the PPO batch, in fp32 and in bf16 (the best of 5 passes
+  after a warm one): ms and GB/s; our decode step ÷ the fp32 linears' time (the rest is the sampler's own work);
+  the bf16 linears' time bounds a bf16 decoding's step. The weights are freed before the steps run.
 - **The step**: PPO with LoRA on a shared base (``ops.gpu``'s job ``ppo_lora``), PPO with full fine-tuning (``ppo``)
   and GRPO (``grpo``), at ``ops.gpu``'s job sizes for the shape, each phase timed by ``ppo_steps.run_ours`` (every
   response run to ``max_new_tokens``). Each phase's bytes and FLOPs (:func:`phase_work`): generation reads the
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from benchmarks import common as C
 from benchmarks.ops import gpu
@@ -64,12 +70,63 @@ def decode_step_bytes(weight_bytes: float, kv_bytes: float, context: float, batc
     return weight_bytes + kv_bytes * context * batch
 
 
-def config_kv_bytes(config, dtype_bytes: int) -> int:
-    """:func:`kv_token_bytes` of a transformers config (``head_dim`` where it says, else hidden ÷ heads)."""
+def _heads(config) -> tuple[int, int, int]:
+    """(heads, KV heads, head dim) of a transformers config (``head_dim`` where it says, else hidden ÷ heads)."""
     heads = int(config.num_attention_heads)
     head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
-    return kv_token_bytes(int(config.num_hidden_layers), int(getattr(config, "num_key_value_heads", None) or heads),
-                          int(head_dim), dtype_bytes)
+    return heads, int(getattr(config, "num_key_value_heads", None) or heads), int(head_dim)
+
+
+def config_kv_bytes(config, dtype_bytes: int) -> int:
+    """:func:`kv_token_bytes` of a transformers config (``head_dim`` where it says, else hidden ÷ heads)."""
+    _, kv_heads, head_dim = _heads(config)
+    return kv_token_bytes(int(config.num_hidden_layers), kv_heads, head_dim, dtype_bytes)
+
+
+def decode_linears(config) -> list[tuple[int, int]]:
+    """The (out, in) weight shapes of the linear layers one decode step runs, in order, for a Qwen2/Llama-style
+    config: in each layer q (heads × head dim, hidden), k and v (KV heads × head dim, hidden), o (hidden, heads ×
+    head dim), gate and up (intermediate, hidden), down (hidden, intermediate); then the LM head (vocab, hidden),
+    which reads the embedding's matrix where the two are tied. Biases, norms and the embedding lookup (a row a
+    token) are left out."""
+    hidden, inter = int(config.hidden_size), int(config.intermediate_size)
+    heads, kv_heads, head_dim = _heads(config)
+    q, kv = heads * head_dim, kv_heads * head_dim
+    layer = [(q, hidden), (kv, hidden), (kv, hidden), (hidden, q), (inter, hidden), (inter, hidden), (hidden, inter)]
+    return layer * int(config.num_hidden_layers) + [(int(config.vocab_size), hidden)]
+
+
+LINEAR_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def linears_seconds(shapes: list[tuple[int, int]], batches: list[int], passes: int = 5) -> dict:
+    """Seconds of one decode step's linear layers alone: ``F.linear`` of a (batch, in) input over every weight of
+    `shapes` (:func:`decode_linears`), each a distinct tensor, so that a pass streams them all from memory as a
+    decode step does (one weight reused would sit in the cache); per dtype of :data:`LINEAR_DTYPES` and batch, the
+    best of `passes` passes after an untimed one. The fp32 weights are made bf16 one at a time (the peak is the
+    fp32 weights and one bf16 tensor) and all are freed on return. {dtype: {"bytes": weight bytes, "seconds":
+    {batch: s}}}."""
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.empty(o, i).uniform_(-0.05, 0.05, generator=gen) for o, i in shapes]
+    out = {}
+    for name, dtype in LINEAR_DTYPES.items():
+        for k, w in enumerate(weights):
+            weights[k] = w.to(dtype)  # the fp32 tensor is freed as its bf16 copy takes its place
+        del w
+        secs = {}
+        for b in batches:
+            inputs = {i: torch.randn(b, i, generator=gen).to(dtype) for i in {w.shape[1] for w in weights}}
+            times = []
+            with torch.inference_mode():
+                for _ in range(passes + 1):
+                    t = time.perf_counter()
+                    for w in weights:
+                        F.linear(inputs[w.shape[1]], w)
+                    times.append(time.perf_counter() - t)
+            secs[b] = min(times[1:])
+        out[name] = {"bytes": sum(w.numel() * w.element_size() for w in weights), "seconds": secs}
+    weights.clear()
+    return out
 
 
 @dataclass(frozen=True)
@@ -217,8 +274,14 @@ def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: floa
     prompts = C.prompt_fn(ppo_cfg)(0)[:B]  # the first PPO step's prompts, at the PPO job's sampling settings
     raw["decode"] = {b: decode_seconds(model, tok, prompts[:b], T, ppo_cfg.generation, repeats)
                      for b in sorted({1, len(prompts)})}
+    shapes = decode_linears(model.config)
     del model
     free_heap()
+    raw["linears"] = linears_seconds(shapes, sorted(raw["decode"]))  # its weights freed before the steps run
+    free_heap()
+    print("[bounds] a decode step's linear layers alone: " + ", ".join(
+        f"{n} batch {b} {1000 * s:.3g} ms" for n, v in raw["linears"].items() for b, s in v["seconds"].items()),
+        flush=True)
     raw["runs"] = {}
     for job in jobs:
         cfg = job_config(job, shape, wm, work)
@@ -230,6 +293,37 @@ def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: floa
     raw["measures"].append(machine(threads, seconds))
     raw["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
     return raw
+
+
+def linear_rows(linears: dict, decode: dict, bandwidth: float) -> tuple[str, dict, str]:
+    """The table of a decode step's linear layers alone (:func:`linears_seconds`) beside our sampler's decode step
+    (:func:`decode_seconds`) at each batch, its data ({dtype: {batch: [ms, GB/s]}}, ``share``: {batch: fp32
+    linears ÷ our step}), and the finding that says, from these numbers, what holds decoding below its bandwidth
+    bound at the largest batch."""
+    fp32, bf16 = linears["fp32"], linears["bf16"]
+    rows, data = [], {n: {} for n in linears} | {"share": {}}
+    for b, d in decode.items():
+        for n, v in linears.items():
+            data[n][b] = [1000 * v["seconds"][b], v["bytes"] / v["seconds"][b] / 1e9]
+        data["share"][b] = fp32["seconds"][b] / d["lab"]
+        rows.append([b, *data["fp32"][b], *data["bf16"][b], 1000 * d["lab"], d["lab"] / fp32["seconds"][b],
+                     1000 * (d["lab"] - fp32["seconds"][b]), 1000 * fp32["bytes"] / bandwidth])
+    table = (f"A decode step's linear layers alone (``F.linear`` over its {fp32['bytes'] / 1e6:.1f} MB of fp32 "
+             f"weights, {bf16['bytes'] / 1e6:.1f} MB in bf16, each weight a distinct tensor; best pass after a "
+             "warm one) beside our sampler's decode step:\n\n" + C.table(
+                 ["batch", "fp32 linears ms", "fp32 GB/s", "bf16 linears ms", "bf16 GB/s", "ours ms per decode step",
+                  "ours ÷ fp32 linears", "the sampler's own ms (the rest)", "fp32 weights' bandwidth bound ms"], rows))
+    B, b1 = max(decode), min(decode)
+    (ms32, gbs32), (ms16, gbs16), share = data["fp32"][B], data["bf16"][B], data["share"][B]
+    ours = 1000 * decode[B]["lab"]
+    what = "the fp32 linear layers' kernel" if share >= 0.5 else "the sampler's own work, not the linear layers"
+    finding = (f"what holds decoding below its bandwidth bound, at batch {B}: **{what}**. The fp32 linears alone take "
+               f"{ms32:.3g} ms of our {ours:.3g} ms decode step ({100 * share:.0f}%; at batch {b1} "
+               f"{100 * data['share'][b1]:.0f}%), reading the weights at {gbs32:.3g} GB/s, "
+               f"{gbs32 * 1e9 / bandwidth:.2g} of the measured bandwidth ({bandwidth / 1e9:.3g} GB/s); the sampler's "
+               f"own work is the other {ours - ms32:.3g} ms. In bf16 the linears take {ms16:.3g} ms ({gbs16:.3g} "
+               f"GB/s, {ms32 / ms16:.2g}× fp32's speed): the least a bf16 decoding's step could take with this kernel")
+    return table, data, finding
 
 
 def fill(sec: C.Section, raw: dict) -> None:
@@ -253,6 +347,8 @@ def fill(sec: C.Section, raw: dict) -> None:
                       "cache per token and sequence):\n\n" + C.table(
                           ["sampler", "batch", "prompt width", "new tokens", "ms per decode step", "MB read per step",
                            "bandwidth bound ms", "bound ÷ measured"], dec_rows))
+    lin_table, lin_data, lin_finding = linear_rows(raw["linears"], raw["decode"], bandwidth)
+    sec.tables.append(lin_table)
     step_rows_all, fracs = [], {}
     for job, r in raw["runs"].items():
         prompt, width = r["lengths"]
@@ -277,11 +373,13 @@ def fill(sec: C.Section, raw: dict) -> None:
     sec.findings.insert(0, f"decoding, ours at batch {B}: **{lab:.2g}** of the bandwidth bound (HF generate "
                         f"{dec_frac[f'hf_{B}']:.2g}); bandwidth {bandwidth / 1e9:.1f} GB/s, matmul "
                         f"{matmul / 1e9:.0f} GFLOP/s at {threads} thread(s)")
+    sec.findings.insert(1, lin_finding)
     sec.findings.append(f"peak RSS of the process (all runs, one after the other): {raw['peak_rss_gib']:.2f} GiB")
     sec.summary = ["decoding ÷ bandwidth bound; update ÷ matmul rate",
                    f"decode {lab:.2g}" + "".join(f"; {j} update {f['update_matmul']:.2g}" for j, f in fracs.items()),
                    f"{bandwidth / 1e9:.1f} GB/s, {matmul / 1e9:.0f} GFLOP/s, {threads} thread(s)"]
-    sec.data = {"bandwidth": bandwidth, "matmul": matmul, "measures": measures, "decode": dec_frac, "fractions": fracs}
+    sec.data = {"bandwidth": bandwidth, "matmul": matmul, "measures": measures, "decode": dec_frac, "fractions": fracs,
+                "linears": lin_data}
 
 
 def main(argv: list[str] | None = None) -> int:
