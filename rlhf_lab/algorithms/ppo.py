@@ -32,6 +32,8 @@ Memory options for full fine-tuning (issue 70; each off by default): ``algo.crit
 ``algo.reference.dtype`` (a bf16 reference; its log-probs and the KL in fp32), ``algo.activation_checkpointing`` (the
 trained trunks' decoder layers recompute their activations in the backward: the same gradients) and
 ``algo.optimizer=adafactor`` (torch's Adafactor instead of AdamW: little optimiser state, another update rule).
+``generation.dtype`` (off by default) samples step 1 from a bf16 copy of the policy, refreshed before each rollout;
+steps 3-6 use the policy: the responses are slightly off-policy for the ratio's π_θ_old (docs/configuration.md).
 
 Metric names: docs/metrics.md (TRL's where TRL has one). ``objective/kl``: the per-response sum of the configured
 KL estimator, batch mean; ``objective/kl_token`` its per-token mean; ``objective/kl_k1|k2|k3`` each estimator's.
@@ -77,6 +79,7 @@ from rlhf_lab.algorithms.rl_math import (
 from rlhf_lab.evaluation.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models.actor_critic import checkpoint_activations, lm_forward, lm_forward_packed, train_checkpointed
 from rlhf_lab.models.packing import check_packing
+from rlhf_lab.models.rollout_copy import RolloutCopy
 from rlhf_lab.models.sampling import pack_rollout, response_logprobs, sample, token_logprobs, trim_padding
 from rlhf_lab.models.sharding import full_state_dict, gathered, local, shard_trained
 from rlhf_lab.evaluation.policy import Scorer, as_gold_scorer
@@ -145,6 +148,7 @@ class PPOModule(L.LightningModule):
         self.start_entropy: float | None = None  # the first step's: the divergence guard's noise bound needs it
         self._rng_to_restore = None
         self._packing_checked = False
+        self.rollout_copy: RolloutCopy | None = None  # generation.dtype: the model step 1 samples from
         self._k = algo.samples_per_prompt
         self._world = distributed.world_size()  # algo.batch_size is global: each rank rolls out its share
         check_ppo_rules(algo, processes=self._world)  # the rules the config checks and the stage apply, once
@@ -325,8 +329,18 @@ class PPOModule(L.LightningModule):
         """Step 1: one sampled response per prompt, with the ``generation.*`` settings."""
         g = self.gen
         with gathered(self.policy):  # trainer=fsdp: each rank samples its prompts with the full policy
-            return sample(self.policy, self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k, g.top_p,
-                          g.max_prompt_len, sampler=g.sampler)
+            return sample(self.sampler_model(), self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k,
+                          g.top_p, g.max_prompt_len, sampler=g.sampler)
+
+    def sampler_model(self) -> nn.Module:
+        """What step 1 samples from: the policy, or with ``generation.dtype`` its copy in that dtype
+        (:class:`~rlhf_lab.models.rollout_copy.RolloutCopy`: built at the first rollout, refreshed before each)."""
+        dtype = getattr(self.gen, "dtype", None)
+        if dtype is None:
+            return self.policy
+        if self.rollout_copy is None:
+            self.rollout_copy = RolloutCopy(self.policy, dtype)
+        return self.rollout_copy.model()
 
     def score(self, ro) -> torch.Tensor:
         """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device."""

@@ -51,6 +51,8 @@ RM_FOLDER = "a reward-model artifact folder (with rm_norm.json), e.g. the artifa
 def check_generation(g: DictConfig) -> None:
     need_all(g, "generation", {"max_new_tokens": at_least(1), "temperature": positive, "top_k": non_negative,
                                "top_p": up_to_one, "max_prompt_len": optional(at_least(1))})
+    if get(g, "dtype") == "auto":  # the enum is the model groups' (where auto is transformers' choice)
+        raise ConfigError("generation.dtype", "auto", "null (the policy's own dtype), bfloat16, float16 or float32")
 
 
 def check_eval(e: DictConfig) -> None:
@@ -257,6 +259,9 @@ def validate(cfg: DictConfig) -> None:
         check_ppo(algo)
     elif name == "dpo":
         check_dpo(algo)
+        if algo.get("online") and get(cfg, "generation.dtype") is not None:
+            raise ConfigError("generation.dtype", get(cfg, "generation.dtype"), "null with algo=dpo algo.online=true "
+                              "(its pairs are sampled from the policy itself; the key acts on PPO, GRPO and RLOO)")
     check_numbers(cfg)  # last: the group rules name the stricter ranges first (algo.lr must be > 0)
 
 
@@ -273,6 +278,9 @@ def check_sharding(cfg: DictConfig) -> None:
     if name in PPO_FAMILY and get(cfg, "algo.critic") == "shared":
         raise ConfigError("algo.critic", "shared", "policy or none with trainer=fsdp / fsdp_cpu (a value head on "
                           "the sharded policy's pass is not sharded with it: use trainer=ddp / ddp_cpu)")
+    if name in PPO_FAMILY and get(cfg, "generation.dtype") is not None:
+        raise ConfigError("generation.dtype", get(cfg, "generation.dtype"), "null with trainer=fsdp / fsdp_cpu (a "
+                          "sharded policy has no whole copy to sample from), or use trainer=ddp / ddp_cpu")
 
 
 def check_external_data(cfg: DictConfig) -> None:

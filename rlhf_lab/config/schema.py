@@ -252,6 +252,9 @@ class GenerationConfig:
     top_p: float = MISSING
     max_prompt_len: Optional[int] = MISSING
     sampler: Sampler = MISSING
+    # the PPO family's rollouts from a copy of the policy in this dtype (rlhf_lab/models/rollout_copy.py); null: the
+    # policy itself. A default here so a user's own generation file need not name it
+    dtype: Optional[Dtype] = None
 
 
 @dataclass

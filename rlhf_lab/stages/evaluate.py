@@ -114,7 +114,7 @@ def probe_agreement(cfg: DictConfig, policy, kw: dict) -> dict[str, float]:
 # policy: its seed (every evaluation samples with the world's own seeds), the KL controller, when later evaluations
 # run, and the settings of the rollouts and updates. Every other key (and the code) is part of the start's key.
 START_EVAL_IGNORES = (
-    "seed", "kl", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points",
+    "seed", "kl", "generation.dtype", "trainer.max_steps", "eval.every_n_steps", "eval.schedule", "eval.n_points",
     "eval.sqrt_kl_spacing", "eval.test_each_eval", "eval.save_checkpoints", "algo.steps",
     "algo.batch_size", "algo.samples_per_prompt", "algo.ppo_epochs", "algo.num_minibatches", "algo.lr",
     "algo.critic_lr", "algo.clip_eps", "algo.clip_eps_high", "algo.loss_agg", "algo.value_clip_eps", "algo.vf_coef",

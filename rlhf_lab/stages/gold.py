@@ -93,6 +93,8 @@ def cover_config(cfg: DictConfig, cover: DictConfig) -> DictConfig:
     with open_dict(c):
         for key in SHARED_GROUPS:
             c[key] = copy.deepcopy(cfg[key])
+        if c.generation.get("dtype") is not None:  # a job's rollout precision: not its gold's covers (one per study)
+            c.generation.dtype = None
         if int(cover.get("round", 1)) > 1:
             earlier = copy.deepcopy(cfg.gold)
             earlier.build.covers = [x for x in b.covers if int(x.get("round", 1)) < int(cover.round)]

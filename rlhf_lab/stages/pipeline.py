@@ -72,8 +72,9 @@ def job_steps(cfg: DictConfig, stage: str, default: int) -> int:
 
 def generation_spec(cfg: DictConfig) -> dict:
     """The ``generation`` settings that determine sampled text, for an artifact's spec: all but ``sampler`` (both
-    samplers draw the same tokens, so the choice does not change an artifact)."""
-    return {k: v for k, v in to_plain(cfg.generation).items() if k != "sampler"}
+    samplers draw the same tokens, so the choice does not change an artifact) and ``dtype`` (it acts on the PPO
+    family's rollouts only, and a PPO run is not cached: preference pairs and DPO sample the policy itself)."""
+    return {k: v for k, v in to_plain(cfg.generation).items() if k not in ("sampler", "dtype")}
 
 
 def upstream_run(cfg: DictConfig, path) -> str:
