@@ -491,10 +491,20 @@ INTRO = ("Generated from `benchmarks/results/*.json`: each benchmark run rewrite
          "that wrote it. See benchmarks/README.md.")
 
 
+def order_of(name: str) -> int:
+    """A section's place in :data:`ORDER`: its own, or for a tagged variant ``NAME_TAG`` of a section in it (e.g.
+    ``bounds_0.5b_bf16``, ``benchmarks.ops.bounds --set … --tag bf16``) that section's; ``len(ORDER)`` else."""
+    if name in ORDER:
+        return ORDER.index(name)
+    bases = [b for b in ORDER if name.startswith(b + "_")]
+    return ORDER.index(max(bases, key=len)) if bases else len(ORDER)
+
+
 def render(folder: Path = RESULTS_DIR) -> str:
-    """results.md from the JSON files of `folder`: the summary, then every section, in :data:`ORDER`."""
+    """results.md from the JSON files of `folder`: the summary, then every section, in :data:`ORDER` (a tagged
+    variant after its section, :func:`order_of`)."""
     res = {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")}
-    names = [n for n in ORDER if n in res] + sorted(set(res) - set(ORDER))
+    names = sorted(res, key=lambda n: (order_of(n), n not in ORDER, n))
     rows = [[f"`{n}`", *res[n]["summary"]] for n in names if res[n].get("summary")]
     out = [TITLE, "", INTRO, "", "## Summary", "", table(["benchmark", "what", "value", "check"], rows)]
     return "\n".join(out + ["\n" + res[n]["markdown"].rstrip("\n") for n in names]) + "\n"

@@ -36,7 +36,9 @@ def test_results_document_is_generated_from_the_committed_json():
     """The committed results.md is what the JSON files give (a run rewrites both; nobody edits it by hand)."""
     assert (ROOT / "benchmarks" / "results.md").read_text() == C.render()
     names = {p.stem for p in C.RESULTS_DIR.glob("*.json")}
-    assert names <= set(C.ORDER) and {"dpo", "rm", "grpo", "sampling", "ppo", "team", "suite"} <= names
+    assert all(C.order_of(n) < len(C.ORDER) for n in names)  # each in ORDER, or a tagged variant of one
+    assert {"dpo", "rm", "grpo", "sampling", "ppo", "team", "suite"} <= names
+    assert C.order_of("bounds_0.5b_bf16") == C.ORDER.index("bounds_0.5b") and C.order_of("new") == len(C.ORDER)
 
 
 def test_grpo_settings_map_ours_to_trl():
@@ -305,3 +307,37 @@ def test_bounds_benchmark_runs_grpo_at_the_tiny_shape(tmp_path):
     assert set(lin["fp32"]) == set(lin["bf16"]) == set(lin["share"]) == {1, 8}
     assert all(ms > 0 and gbs > 0 for n in ("fp32", "bf16") for ms, gbs in lin[n].values())
     assert lin["fp32"][1][0] * lin["fp32"][1][1] == pytest.approx(2 * lin["bf16"][1][0] * lin["bf16"][1][1])
+
+
+def test_bounds_set_overrides_reach_the_step_runs_and_save_beside_the_plain_section(tmp_path, monkeypatch):
+    """``--set KEY=VALUE`` (repeatable) goes to the step runs' configs, the section's title and note name the
+    overrides, and ``--save`` writes ``bounds_SHAPE_TAG`` (``--tag``, which --set needs), never ``bounds_SHAPE``."""
+    from types import SimpleNamespace
+
+    from benchmarks.ops import bounds
+
+    over = ("generation.dtype=bfloat16", "algo.reference.dtype=bfloat16")
+    cfg = bounds.job_config("ppo_lora", "tiny", SimpleNamespace(lm_dir=tmp_path), tmp_path, over)
+    assert cfg.generation.dtype == "bfloat16" and cfg.algo.reference.dtype == "bfloat16"
+    assert bounds.job_config("ppo_lora", "tiny", SimpleNamespace(lm_dir=tmp_path), tmp_path).generation.dtype is None
+    seen, saved = {}, {}
+    monkeypatch.setattr(bounds, "measure", lambda *a, **k: seen.update(k) or {})
+    monkeypatch.setattr(bounds, "fill", lambda sec, raw: setattr(sec, "summary", ["x"]))
+    monkeypatch.setattr(C, "save", lambda name, md, *a, **k: saved.update(name=name, md=md))
+    args = ["--only", "grpo", *(x for o in over for x in ("--set", o)), "--tag", "bf16", "--save"]
+    assert bounds.main(args) == 0
+    assert seen["overrides"] == over and saved["name"] == "bounds_tiny_bf16"
+    assert saved["md"].startswith("## A PPO step against the machine's bandwidth and matmul rate at the tiny shape, "
+                                  "with `generation.dtype=bfloat16`, `algo.reference.dtype=bfloat16`")
+    assert "--set generation.dtype=bfloat16 --set algo.reference.dtype=bfloat16 --tag bf16 --save" in saved["md"]
+    shape = bounds.StepShape(1e6, 4e6, 64, 4, 10.0, 12, 8, 1, 0, 1e6, 1)
+    half = bounds.StepShape(*list(vars(shape).values())[:11], 0.5, 0.5)  # bf16 rollouts and reference
+    plain, half = bounds.phase_work(shape), bounds.phase_work(half)
+    assert half["generation"][0] == pytest.approx(plain["generation"][0] / 2) and bounds.dtype_scale("bfloat16") == 0.5
+    assert half["score/reference"][0] == plain["score/reference"][0] / 2 and half["update"] == plain["update"]
+    for bad in (["--set", "generation.dtype=bfloat16"], ["--set", "nokey", "--tag", "x"], ["--tag", "a/b"],
+                ["--set", "algo.reference.dtype=bfloat16", "--tag", "x"],  # refused for ppo_lora's shared base
+                ["--only", "grpo", "--set", "generation.dtype=bf16", "--tag", "x"]):
+        with pytest.raises(SystemExit) as exc:
+            bounds.main(bad)
+        assert exc.value.code == 2, bad

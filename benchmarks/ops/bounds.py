@@ -1,6 +1,7 @@
 """A PPO or GRPO step against the machine's limits, ``python -m benchmarks.ops.bounds [--shape tiny|0.5b] [--save]``
 (issue 70's breakdown): where each phase's time goes beside the least time the machine's memory bandwidth and matmul
-rate allow for it.
+rate allow for it. ``--set KEY=VALUE`` (repeatable) ``--tag NAME``: the step runs with these config overrides, the
+section saved as ``bounds_SHAPE_NAME`` beside the plain ``bounds_SHAPE``.
 
 One run measures the machine at the run's torch threads, before and after the steps (the better of the two counts):
 its fp32 matmul rate (``ops.gpu.matmul_peak``) and its memory bandwidth (``ops.gpu.stream_bandwidth``, STREAM's copy
@@ -146,6 +147,8 @@ class StepShape:
     critic_trunk: int
     trained: float
     optimizer_steps: int
+    sampler_scale: float = 1.0  # bytes of the sampled model's weights and KV cache ÷ the policy's (generation.dtype)
+    reference_scale: float = 1.0  # bytes of the reference's weights ÷ the policy's (algo.reference.dtype)
 
 
 ADAMW_BYTES = 28  # an fp32 AdamW step: weight, gradient, 2 moments read; weight and 2 moments written
@@ -156,12 +159,14 @@ def phase_work(s: StepShape) -> dict[str, tuple[float, float]]:
     and T − 1 decode steps, each reading the policy's weights and the KV cache at context width + t; the forward
     passes read each trunk's weights once and compute 2 × parameters × tokens; the update computes tokens × (4 ×
     trained trunks × parameters + 2 × trained parameters) per epoch and its AdamW steps move 28 bytes a trained
-    parameter."""
+    parameter. A sampled model or reference in another dtype than the fp32 policy (``--set generation.dtype=…``,
+    ``algo.reference.dtype``) moves its bytes scaled (``sampler_scale``, ``reference_scale``)."""
     tokens, trunks = s.batch * (s.prompt + s.response), 1 + s.critic_trunk
-    gen_bytes = sum(decode_step_bytes(s.weight_bytes, s.kv_bytes, s.width + t, s.batch) for t in range(s.response))
+    gen_bytes = s.sampler_scale * sum(decode_step_bytes(s.weight_bytes, s.kv_bytes, s.width + t, s.batch)
+                                      for t in range(s.response))
     return {"generation": (gen_bytes, 2 * s.params * s.batch * (s.width + s.response - 1)),
             "score/rm": (s.weight_bytes, 2 * s.params * tokens),
-            "score/reference": (s.weight_bytes, 2 * s.params * tokens),
+            "score/reference": (s.reference_scale * s.weight_bytes, 2 * s.params * tokens),
             "score/policy_critic": (trunks * s.weight_bytes, trunks * 2 * s.params * tokens),
             "update": (ADAMW_BYTES * s.trained * s.optimizer_steps,
                        s.epochs * tokens * (4 * trunks * s.params + 2 * s.trained))}
@@ -203,10 +208,11 @@ def machine(threads: int, seconds: float) -> dict[str, float]:
     return {"matmul": gpu.matmul_peak(threads, seconds=seconds), **gpu.stream_bandwidth(threads)}
 
 
-def job_config(job: str, shape: str, wm: C.WorldModel, work: Path):
-    """The config of ``ops.gpu``'s `job` at `shape` on the CPU: its ``algo`` and ``generation`` overrides."""
+def job_config(job: str, shape: str, wm: C.WorldModel, work: Path, overrides: tuple[str, ...] = ()):
+    """The config of ``ops.gpu``'s `job` at `shape` on the CPU: its ``algo`` and ``generation`` overrides, then
+    `overrides` (``--set``)."""
     over = [o for o in gpu.job_overrides(job, shape, "cpu", wm.lm_dir, work) if o.startswith(("algo", "generation."))]
-    return C.compose(["policy=a_small", *over])
+    return C.compose(["policy=a_small", *over, *overrides])
 
 
 def prompt_lengths(cfg, tok, steps: int) -> tuple[float, float]:
@@ -244,6 +250,11 @@ def step_rows(job: str, r: dict, s: StepShape, bandwidth: float, matmul: float) 
     return rows, frac
 
 
+def dtype_scale(dtype) -> float:
+    """Bytes of a weight in `dtype` (``generation.dtype``, ``algo.reference.dtype``; None: the policy's) ÷ fp32's."""
+    return 1.0 if dtype in (None, "auto") else getattr(torch, str(dtype)).itemsize / 4
+
+
 def free_heap() -> None:
     """The last run's models collected and the freed heap returned to the OS (glibc's ``malloc_trim``), so that the
     next run's peak is its own."""
@@ -252,9 +263,11 @@ def free_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: float = 4.0) -> dict:
+def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: float = 4.0,
+            overrides: tuple[str, ...] = ()) -> dict:
     """The run's measurements at `shape`: the machine's rates before and after (`seconds` of matmuls each time), the
-    decode steps, the PPO/GRPO steps (``ppo_steps.run_ours``, one warm-up step) of `jobs`, and the model's sizes."""
+    decode steps, the PPO/GRPO steps (``ppo_steps.run_ours``, one warm-up step) of `jobs` with the config
+    `overrides` (``--set``; the decode timings are the plain policy's), and the model's sizes."""
     from benchmarks.ops.ppo_steps import run_ours
     from rlhf_lab.models import families as Fm
     from rlhf_lab.stages.ppo import model_bytes
@@ -284,10 +297,12 @@ def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: floa
         flush=True)
     raw["runs"] = {}
     for job in jobs:
-        cfg = job_config(job, shape, wm, work)
+        cfg = job_config(job, shape, wm, work, overrides)
         raw["runs"][job] = {**run_ours(cfg, wm, steps, 1), "lengths": prompt_lengths(cfg, tok, steps),
                             "epochs": int(cfg.algo.ppo_epochs), "batch": int(cfg.algo.batch_size),
-                            "minibatches": int(cfg.algo.num_minibatches)}
+                            "minibatches": int(cfg.algo.num_minibatches),
+                            "sampler_scale": dtype_scale(cfg.generation.get("dtype")),
+                            "reference_scale": dtype_scale(cfg.algo.reference.get("dtype"))}
         free_heap()
         print(f"[bounds] {job}: step {raw['runs'][job]['step']:.3g} s", flush=True)
     raw["measures"].append(machine(threads, seconds))
@@ -354,7 +369,7 @@ def fill(sec: C.Section, raw: dict) -> None:
         prompt, width = r["lengths"]
         s = StepShape(raw["n_params"], r["policy_bytes"], kv, r["batch"], prompt, round(width),
                       int(r["response_tokens"]), r["epochs"], int(r["critic_trunk"]), r["trainable_params"],
-                      r["epochs"] * r["minibatches"])
+                      r["epochs"] * r["minibatches"], r.get("sampler_scale", 1.0), r.get("reference_scale", 1.0))
         rows, fracs[job] = step_rows(job, r, s, bandwidth, matmul)
         step_rows_all += rows
         sec.findings.append(f"{RUNS[job]}: batch {s.batch}, prompts {prompt:.1f} tokens (padded {width:.1f}), "
@@ -382,6 +397,39 @@ def fill(sec: C.Section, raw: dict) -> None:
                 "linears": lin_data}
 
 
+def section_name(ap: argparse.ArgumentParser, shape: str, overrides: list[str], tag: str) -> str:
+    """The saved section's name: ``bounds_SHAPE``, or with ``--set`` overrides ``bounds_SHAPE_TAG`` (``--tag``, which
+    they need), so that a run with overrides never replaces the plain one. A usage error (exit 2) for an override
+    that is not KEY=VALUE, a missing or malformed tag."""
+    for o in overrides:
+        if "=" not in o or not o.split("=", 1)[0]:
+            ap.error(f"--set {o}: expected KEY=VALUE, e.g. --set generation.dtype=bfloat16")
+    if tag and not all(c.isalnum() or c in "-." for c in tag):
+        ap.error(f"--tag {tag}: letters, digits, '-' and '.' only (it names results/bounds_{shape}_TAG.json)")
+    if overrides and not tag:
+        ap.error("--set needs --tag NAME: the section is saved as bounds_SHAPE_NAME, beside the plain bounds_SHAPE")
+    return f"bounds_{shape}_{tag}" if tag else f"bounds_{shape}"
+
+
+def check_overrides(ap: argparse.ArgumentParser, shape: str, jobs: list[str], overrides: tuple[str, ...]) -> None:
+    """Each step run's config with `overrides` composed and checked (the CLI's checks, PPO's rules) before anything is
+    measured: a usage error (exit 2) naming the run and the config's one line."""
+    from types import SimpleNamespace
+
+    from rlhf_lab.config.checks import composition_error_line, validate
+    from rlhf_lab.config.ppo_rules import check_ppo_rules
+
+    if not overrides:
+        return
+    for job in jobs:
+        try:
+            cfg = job_config(job, shape, SimpleNamespace(lm_dir=Path("policy")), Path("work"), overrides)
+            validate(cfg)
+            check_ppo_rules(cfg.algo)
+        except Exception as err:  # noqa: BLE001  Hydra's composition errors and ConfigError alike, as one line
+            ap.error(f"--set with the {job} run: {composition_error_line(err) or err}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.ops.bounds", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", choices=sorted(gpu.SHAPES), default="tiny",
@@ -389,24 +437,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(RUNS), help=f"the step runs, comma-separated (default {','.join(RUNS)})")
     ap.add_argument("--repeats", type=int, default=3, help="decode timings: the best of this many calls")
     ap.add_argument("--note", default="", help="a sentence for the section's note (e.g. what else ran on the cores)")
-    ap.add_argument("--save", action="store_true", help="write the section bounds_SHAPE into benchmarks/results/")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                    help="a config override for the step runs (repeatable), e.g. --set generation.dtype=bfloat16")
+    ap.add_argument("--tag", default="", help="with --set: the saved section is bounds_SHAPE_TAG (letters, digits, -)")
+    ap.add_argument("--save", action="store_true", help="write the section bounds_SHAPE (with --set: bounds_SHAPE_TAG) "
+                                                        "into benchmarks/results/")
     a = ap.parse_args(argv)
     jobs = C.subset(ap, "--only", a.only, RUNS)
+    name = section_name(ap, a.shape, a.overrides, a.tag)
+    check_overrides(ap, a.shape, jobs, tuple(a.overrides))
     C.quiet()
     started, cores = datetime.datetime.now().astimezone(), C.CoreUse()
-    sec = C.Section(f"A PPO step against the machine's bandwidth and matmul rate at the {a.shape} shape",
-                    __doc__.split("\n\n", 1)[1].strip() + (f"\n\n{a.note}" if a.note else ""))
+    listed = ", ".join(f"`{o}`" for o in a.overrides)
+    sec = C.Section(f"A PPO step against the machine's bandwidth and matmul rate at the {a.shape} shape"
+                    + (f", with {listed}" if listed else ""),
+                    __doc__.split("\n\n", 1)[1].strip() + (f"\n\n{a.note}" if a.note else "") + (
+                        f"\n\nThe step runs' config overrides (`--set`): {listed}; the decoding and linear layers' "
+                        "tables time the plain fp32 policy." if listed else ""))
     work = Path(tempfile.mkdtemp(prefix="rlhf_bench_bounds_"))
     try:
-        fill(sec, measure(a.shape, jobs, a.repeats, work))
+        fill(sec, measure(a.shape, jobs, a.repeats, work, overrides=tuple(a.overrides)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cmd = f"python -m benchmarks.ops.bounds --shape {a.shape}" + (f" --only {a.only}" if jobs != list(RUNS) else "") + (
-        f" --repeats {a.repeats}" if a.repeats != 3 else "") + (" --note …" if a.note else "")  # the note: below
+        f" --repeats {a.repeats}" if a.repeats != 3 else "") + "".join(f" --set {o}" for o in a.overrides) + (
+        f" --tag {a.tag}" if a.tag else "") + (" --note …" if a.note else "")  # the note: below
     md = sec.markdown(C.run_lines(started, time.time() - sec.t0, cmd + (" --save" if a.save else ""), cores))
     print("\n" + md, flush=True)
     if a.save:
-        C.save(f"bounds_{a.shape}", md, [f"{a.shape}: {sec.summary[0]}", *sec.summary[1:]], sec.data)
+        C.save(name, md, [f"{a.shape}: {sec.summary[0]}", *sec.summary[1:]], sec.data)
     return 0
 
 
