@@ -97,6 +97,7 @@ def test_a_ppo_step_samples_from_the_bf16_copy_and_logs_finite_metrics(tiny_cfg,
     assert all(m is module.rollout_copy.copy for m in sampled)
     assert {p.dtype for p in sampled[0].parameters()} == {torch.bfloat16}
     assert {p.dtype for p in module.policy.parameters()} == {torch.float32}
+    assert all(p.dtype == torch.float32 for p in module.parameters())  # the copy: no submodule, not in a checkpoint
     assert all(math.isfinite(v) for v in logged[-1].values()) and "loss/policy" in logged[-1]
 
 
