@@ -221,6 +221,12 @@ def labeler_section(runs: Sequence[ProspectiveRun], rules: dict) -> list[str]:
         if name == UNBIASED:
             lines.append(f"- `{name}`: the held-out RM recovers {s.error.text()} of the {s.total.text()} lost at the "
                          f"proxy's optimum (the proxy's errors: {s.error.sign()}); no bias part by construction.")
+        elif s.bias.sign() == "below 0":  # the held-out RM lost less than under the unbiased labeler
+            lines.append(f"- `{name}`: error part {s.error.text()} ({s.error.sign()}), bias part {s.bias.text()} "
+                         f"({s.bias.sign()}): under this labeler the held-out RM's choice lost less gold than under "
+                         "the unbiased one, which the split's assumption (the held-out RM's own error costs the same "
+                         "under every labeler) does not allow: its bias part is not identified here, and a negative "
+                         "value is not a gain from the bias.")
         else:
             lines.append(f"- `{name}`: error part {s.error.text()} ({s.error.sign()}), bias part {s.bias.text()} "
                          f"({s.bias.sign()}): {fmt(s.bias.point)} of gold a run loses even when an RM "

@@ -147,3 +147,18 @@ def test_a_missing_runs_file_is_one_line_and_exit_2(tmp_path, capsys):
 def test_a_study_without_runs_says_so():
     text = X.report([], Counter(), {"proxy_max": {}, "heldout_max": {}}, ["f"])
     assert "No run of `ship_labeler` entered" in text and "not measured" in text
+
+
+def test_the_committed_test_and_decomposition_reports_regenerate_from_their_runs_file(tmp_path, monkeypatch):
+    """reports/ship/test.md and decomposition.md are what their commands write from the committed runs file of the
+    prospective runs (a fresh clone's `python -m rlhf_lab_research.ship_test --runs reports/ship/test_runs.json.gz`
+    and `python -m rlhf_lab_research.ship_decomposition --runs ...`), byte for byte."""
+    from rlhf_lab_research import ship_decomposition, ship_test
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the reports name the runs file by its path in the repository
+    runs = "reports/ship/test_runs.json.gz"
+    ship_test.main(["--runs", runs, "--out", str(tmp_path / "test.md")])
+    ship_decomposition.main(["--runs", runs, "--out", str(tmp_path / "decomposition.md")])
+    for name in ("test.md", "decomposition.md"):
+        assert (tmp_path / name).read_text() == (root / "reports" / "ship" / name).read_text(), name
