@@ -104,7 +104,7 @@ def test_the_default_jobs_summary_has_one_ship_line_and_no_alarm_that_contradict
     assert len(ship) == 1
     step = int(re.match(r"  ship       : step (\d+) by proxy - 0\.2\*sqrt\(KL\)", ship[0]).group(1))
     assert step in dict(RISING) and step == online_choice().step
-    assert FIGURES.text() in ship[0] and "in-sample design-phase figures" in ship[0]  # quoted, and said to be so
+    assert FIGURES.text() in ship[0] and "prospective figures" in ship[0]  # quoted, and said to be so
     assert "saved at /out/artifact/ship" in ship[0] and "n=11 evaluations" in ship[0]
     # the gold's own best beside it, said to be the gold's (not a second recommendation), with its n
     assert ship[0].endswith("the gold's own best, which a user without gold cannot see: step 140 (eval gold 0.884, "
