@@ -78,8 +78,8 @@ def ship_section(runs: Sequence[RunData]) -> list[str]:
     lines = ["## Which checkpoint to ship", "",
              f"By the ship rule the jobs use, {rule_text()} (`{RULE}`: the checkpoint of a run maximising the training "
              "batches' proxy reward since the previous evaluation minus that much per √nat of KL), the rule of least "
-             f"gold regret in the design; {FIGURES.text()}. They stand until the prospective test "
-             "(`reports/ship/PROTOCOL.md`) is scored.", ""]
+             "gold regret in the design and in the prospective test (`reports/ship/test.md`, where it beat a clock "
+             f"but not, with its interval, the last checkpoint); {FIGURES.text()}.", ""]
     if not chosen:
         return lines + [f"None of the {len(rl)} PPO/GRPO/RLOO runs kept its training proxy (`objective/scores`): "
                         "the rule cannot be applied to them here.", ""]
