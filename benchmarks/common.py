@@ -525,6 +525,18 @@ def save(name: str, markdown: str, summary=None, data=None, folder: Path = RESUL
     return out
 
 
+def best_seconds(fn, repeats: int, warm: int = 1) -> float:
+    """The least wall time of `repeats` calls of `fn`, after `warm` untimed calls."""
+    for _ in range(warm):
+        fn()
+    secs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        secs.append(time.perf_counter() - t)
+    return min(secs)
+
+
 def subset(ap: argparse.ArgumentParser, flag: str, value: str, known) -> list[str]:
     """The comma-separated names of `value` (option `flag` of `ap`), each one of `known`, else `ap`'s usage error."""
     names = [n.strip() for n in value.split(",") if n.strip()]

@@ -117,14 +117,13 @@ def linears_seconds(shapes: list[tuple[int, int]], batches: list[int], passes: i
         secs = {}
         for b in batches:
             inputs = {i: torch.randn(b, i, generator=gen).to(dtype) for i in {w.shape[1] for w in weights}}
-            times = []
+
+            def one_pass():
+                for w in weights:
+                    F.linear(inputs[w.shape[1]], w)
+
             with torch.inference_mode():
-                for _ in range(passes + 1):
-                    t = time.perf_counter()
-                    for w in weights:
-                        F.linear(inputs[w.shape[1]], w)
-                    times.append(time.perf_counter() - t)
-            secs[b] = min(times[1:])
+                secs[b] = C.best_seconds(one_pass, passes)
         out[name] = {"bytes": sum(w.numel() * w.element_size() for w in weights), "seconds": secs}
     weights.clear()
     return out

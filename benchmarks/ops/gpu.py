@@ -79,13 +79,7 @@ def stream_bandwidth(threads: int, n: int = 2 ** 25, repeats: int = 10) -> dict[
     a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)  # written: every page is touched before the timing
 
     def best(fn, arrays: int) -> float:
-        fn()
-        secs = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            secs.append(time.perf_counter() - t)
-        return arrays * a.element_size() * n / min(secs)
+        return arrays * a.element_size() * n / C.best_seconds(fn, repeats)
 
     return {"copy": best(lambda: b.copy_(a), 2), "triad": best(lambda: torch.add(b, c, alpha=3.0, out=a), 3)}
 
