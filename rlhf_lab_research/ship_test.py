@@ -35,6 +35,7 @@ from rlhf_lab.analysis.snapshot import write_snapshot
 from rlhf_lab.evaluation import ship as S
 from rlhf_lab_research.ship_design import (
     ALGOS, PROXY_KEY, ci, cluster_weights, fmt, fraction, mean_ci, params_text, read_runs, table)
+from rlhf_lab_research.stats import units_for_power
 from rlhf_lab_research.studies.alarm_fit import interval_means, kl_regime
 
 RULES = Path("reports/ship/rules.json")
@@ -108,6 +109,28 @@ def scored(runs: Sequence[ProspectiveRun], rule: str, params: dict) -> tuple[lis
                             for d, i in zip(runs, index)])
 
 
+def power_lines(runs: Sequence[ProspectiveRun], regrets: dict, diffs: Sequence[tuple]) -> list[str]:
+    """For each baseline whose paired interval reaches 0: the studies a decision would need (reports/ship/PROTOCOL.md,
+    look 4). The bootstrap's top unit is the study, so the unit counted is a study: the paired difference's mean in
+    each study, their spread (sd), and the studies a one-sided t test on study means at 2.5 % needs for 80 % power
+    (:func:`rlhf_lab_research.stats.units_for_power`) where the true difference is the measured one."""
+    studies = sorted({d.study for d in runs})
+    out = []
+    for b, d in zip(BASELINES, diffs):
+        if d[2] < 0 or not d[0] < 0:
+            continue
+        diff = regrets[PRIMARY] - regrets[b]
+        means = [float(np.nanmean(diff[[r.study == s for r in runs]])) for s in studies]
+        sd = float(np.std(means, ddof=1))
+        n = units_for_power(-d[0], sd)
+        need = f"about {n} studies like these" if n is not None else "more studies than can be counted"
+        out += ["", f"Undecided against `{b}`: its paired difference by study is "
+                f"{', '.join(f'{fmt(m)} ({s})' for m, s in zip(means, studies))} (sd {fmt(sd)} between studies, the "
+                f"bootstrap's top unit); for 80 % power at the measured {fmt(d[0])}, a one-sided t test on study means "
+                f"at 2.5 % needs {need} ({len(studies)} now)."]
+    return out
+
+
 def report(runs: Sequence[ProspectiveRun], left_out: Counter, rules: dict, files: Sequence[str]) -> str:
     weights = cluster_weights([d.study for d in runs], [d.seed for d in runs])
     shipped = {rule: scored(runs, rule, params) for rule, params in rules.items()}
@@ -131,7 +154,7 @@ def report(runs: Sequence[ProspectiveRun], left_out: Counter, rules: dict, files
              f"{len(runs)} of {len({d.study for d in runs})} studies ({', '.join(f'`{f}`' for f in files)}); "
              f"{sum(past)} past their peak (test gold more than {MARGIN} below the peak chosen on the eval gold).", "",
              f"Primary: `{PRIMARY}` against `clock` {ci(diffs[0])} and `last_checkpoint` {ci(diffs[1])}: {verdict}.",
-             ""]
+             *(power_lines(runs, regrets, diffs)), ""]
     lines += table(("rule", "parameters", "runs", "mean regret", "− clock, paired", "− last checkpoint, paired",
                     "ships worse than the start", "ships the last", "false alarms", "misses"), rows)
     lines += ["", "By group (mean regret; descriptive, no interval):", ""]

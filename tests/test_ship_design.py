@@ -111,6 +111,25 @@ def test_the_prospective_scoring_measures_on_the_test_prompts():
     assert "Primary: `proxy_minus_sqrt_kl`" in text and "| `heldout_max` | none | 1 |" in text
 
 
+def test_an_undecided_baseline_says_how_many_studies_would_decide_it():
+    """The power sentence (PROTOCOL.md look 4): only for a baseline whose paired interval reaches 0 with the primary
+    ahead; the studies' paired means, their sd, and units_for_power at the measured difference."""
+    from types import SimpleNamespace
+    from rlhf_lab_research import ship_test as T
+    from rlhf_lab_research.stats import units_for_power
+
+    runs = [SimpleNamespace(study=s) for s in ("a", "a", "b", "c")]
+    regrets = {T.PRIMARY: np.array([0.1, 0.1, 0.2, 0.1]), "clock": np.array([0.3, 0.3, 0.3, 0.3]),
+               "last_checkpoint": np.array([0.1, 0.3, 0.1, 0.5])}  # by study: 0.0 - 0.2 = -0.1, 0.1, -0.4
+    diffs = [(-0.2, -0.3, -0.1), (-0.125, -0.4, 0.05)]  # clock decided, last_checkpoint's interval reaches 0
+    (blank, line), = [T.power_lines(runs, regrets, diffs)]
+    sd = float(np.std([-0.1, 0.1, -0.4], ddof=1))
+    assert blank == "" and line.startswith("Undecided against `last_checkpoint`") and "`clock`" not in line
+    assert "-0.100 (a), 0.100 (b), -0.400 (c)" in line and f"sd {sd:.3f}" in line
+    assert f"needs about {units_for_power(0.125, sd)} studies like these (3 now)" in line
+    assert T.power_lines(runs, regrets, [(-0.2, -0.3, -0.1), (0.1, -0.1, 0.3)]) == []  # the primary behind: no plan
+
+
 def test_the_prospective_runs_file_keeps_every_history_the_scoring_reads(tmp_path):
     from rlhf_lab_research import ship_test as T
 
