@@ -22,6 +22,7 @@ from rlhf_lab.config.devices import check_accelerator, check_devices, check_mach
 from rlhf_lab.config.errors import ConfigError, UnknownKey, closest_key
 from rlhf_lab.config.paths import check_local_paths, check_resume_from
 from rlhf_lab.config.ppo_rules import PPO_FAMILY, check_ppo_rules
+from rlhf_lab.models.rollout_copy import SHARDED_FIX
 from rlhf_lab.models.sharding import shards
 from rlhf_lab.config.rules import (
     LORA,
@@ -279,8 +280,7 @@ def check_sharding(cfg: DictConfig) -> None:
         raise ConfigError("algo.critic", "shared", "policy or none with trainer=fsdp / fsdp_cpu (a value head on "
                           "the sharded policy's pass is not sharded with it: use trainer=ddp / ddp_cpu)")
     if name in PPO_FAMILY and get(cfg, "generation.dtype") is not None:
-        raise ConfigError("generation.dtype", get(cfg, "generation.dtype"), "null with trainer=fsdp / fsdp_cpu (a "
-                          "sharded policy has no whole copy to sample from), or use trainer=ddp / ddp_cpu")
+        raise ConfigError("generation.dtype", get(cfg, "generation.dtype"), SHARDED_FIX)
 
 
 def check_external_data(cfg: DictConfig) -> None:

@@ -20,6 +20,11 @@ from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.models.sharding import is_sharded
 
 
+# The fix a ConfigError on generation.dtype gives for a sharded policy (here and at composition, config.checks)
+SHARDED_FIX = ("null with trainer=fsdp / fsdp_cpu (a sharded policy has no whole copy to sample from), or use "
+               "trainer=ddp / ddp_cpu")
+
+
 def torch_dtype(name) -> torch.dtype:
     """The torch dtype of a ``generation.dtype`` name (``bfloat16``, ``float16``, ``float32``); ConfigError else."""
     dtype = getattr(torch, str(name), None)
@@ -43,8 +48,7 @@ class RolloutCopy:
 
     def __init__(self, policy: nn.Module, dtype):
         if is_sharded(policy):
-            raise ConfigError("generation.dtype", str(dtype), "null with trainer=fsdp / fsdp_cpu (a sharded policy "
-                              "has no whole copy to sample from), or use trainer=ddp / ddp_cpu")
+            raise ConfigError("generation.dtype", str(dtype), SHARDED_FIX)
         self.policy, self.dtype = policy, torch_dtype(dtype)
         if all(p.dtype == self.dtype for p in policy.parameters()):  # already in that dtype: the policy itself
             self.copy, self.pairs = policy, []
