@@ -3,14 +3,14 @@
 The commands are read from README.md itself, so an edited command is the command tested. They run in one scratch
 folder, in the README's order (the sweep before its report, the report before the MLflow UI, the `algo=rm` job
 before the job that reads its `artifact` folder), each as a process of its own (tests/cli_process.py: forked from a
-warm interpreter), with the sizes of tests/conftest.TINY and two training steps appended: Hydra keeps the last value
-of a key, so only sizes change, never what a command selects. The files "Your own model and data" names
-(`./my-model`, `pairs.jsonl`, `./prefs_saved`, `prefs.parquet`, `prompts.jsonl`) are made here: a tiny GPT-2 with a
-chat template (tests/tiny_archs.py) and rows of the world's reviews in TRL's standard format.
+warm interpreter), with the sizes of tests/conftest.TINY, two training steps and a 2-step reward model (RM_SIZES)
+appended: Hydra keeps the last value of a key, so only sizes change, never what a command selects. The files "Your
+own model and data" names (`./my-model`, `pairs.jsonl`, `./prefs_saved`, `prefs.parquet`, `prompts.jsonl`) are made
+here: a tiny GPT-2 with a chat template (tests/tiny_archs.py) and rows of the world's reviews in TRL's standard format.
 
 The install half of the Quickstart is what CI runs: the test checks that command 2 is .ci/run's command and that
 command 1 installs the same way (tests/test_install.py resolves the install with the newest pip). `mlflow ui` is
-started on a free port and must answer.
+started on a free port, with one server worker and without MLflow's job runner, and must answer.
 """
 
 from __future__ import annotations
@@ -38,12 +38,16 @@ pytestmark = pytest.mark.slow  # trains tiny models: deselect with -m 'not slow'
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
+# appended to every job: the reward model a job trains (algo=rm) or builds upstream (PPO, GRPO, the sweep's jobs)
+# takes 2 steps of 8 pairs and is normalised on 64 SFT samples, not 200 steps and 1024 samples (26 s of the default
+# job's 54 s, 34 s of the PPO job's 40 s on the user's files, 2 cores under load)
+RM_SIZES = ["reward_model.batch_size=8", "reward_model.steps=2", "reward_model.norm_samples=64"]
 # appended to every world job (the sweep's 50 steps become 2; a PPO/GRPO/RLOO step samples 8 responses)
-WORLD_SIZES = [*TINY, "trainer.max_steps=2", "algo.batch_size=8"]
+WORLD_SIZES = [*TINY, "trainer.max_steps=2", "algo.batch_size=8", *RM_SIZES]
 # appended to every job on the user's files (from tests/test_checkpoints.py's CLI: 2 prompts per split)
 USER_SIZES = ["data.eval_fraction=0.2", "data.test_fraction=0.2", "algo.batch_size=8", "trainer.max_steps=2",
               "eval.n_prompts=2", "eval.n_test_prompts=2", "eval.n_ood_prompts=0", "eval.every_n_steps=0",
-              "generation.max_new_tokens=4", "trainer.progress_bar=false", "trainer.threads=1"]
+              "generation.max_new_tokens=4", "trainer.progress_bar=false", "trainer.threads=1", *RM_SIZES]
 USER_FILES = ("./my-model", "pairs.jsonl", "./prefs_saved", "prefs.parquet", "prompts.jsonl")
 
 
@@ -116,11 +120,14 @@ def newest_artifact(folder: Path) -> Path:
 
 
 def run_mlflow_ui(command: str, cwd: Path) -> None:
-    """`mlflow ui ...` as written, on a free port: it must serve its page, then it is stopped."""
+    """`mlflow ui ...` as written, on a free port: it must serve its page, then it is stopped. One server worker, not
+    uvicorn's 4, and no job runner (MLflow's 7 huey consumers, which serve no page; tests/test_mlflow_ui.py turns it off
+    too): 12 s to the first page instead of 38-57 s, each of those 11 processes importing MLflow on the loaded cores."""
     port = free_port()
-    p = subprocess.Popen([*shlex.split(command), "--port", str(port)], cwd=cwd, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         env=dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}"))
+    p = subprocess.Popen([*shlex.split(command), "--port", str(port), "--workers", "1"], cwd=cwd,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                                  MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
     try:
         deadline = time.time() + 120
         while True:
@@ -131,7 +138,7 @@ def run_mlflow_ui(command: str, cwd: Path) -> None:
             except OSError:
                 assert p.poll() is None, p.stderr.read()[-2000:]
                 assert time.time() < deadline, "mlflow ui did not answer in 120 s"
-                time.sleep(1)
+                time.sleep(0.5)
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         p.wait(30)
@@ -147,11 +154,10 @@ def on_user_files(command: str) -> bool:
 
 
 def sizes(command: str) -> list[str]:
-    """The tiny sizes appended to a README job (an algo=rm job's batch is the reward model's)."""
+    """The tiny sizes appended to a README job (an algo=rm job's batch is the reward model's: RM_SIZES)."""
     base = USER_SIZES if on_user_files(command) else WORLD_SIZES
     if "algo=rm" in command.split():
-        return [s for s in base if not s.startswith("algo.batch_size=")] + ["reward_model.batch_size=8",
-                                                                             "reward_model.steps=2"]
+        return [s for s in base if not s.startswith("algo.batch_size=")]
     return base
 
 
