@@ -3,10 +3,13 @@ model sizes, and the causal-LM training run of ``pretrain`` and ``sft`` (:func:`
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable
 
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig
 
 from rlhf_lab.models.batching import collate_right
@@ -33,6 +36,31 @@ def eval_steps(cfg: DictConfig, total_steps: int, kl: Callable[[], float | None]
     return evaluation_steps(e.schedule, total_steps, e.every_n_steps, e.n_points)
 
 
+class FileCheckpointIO(TorchCheckpointIO):
+    """The trainer's checkpoint writer: Lightning's ``torch.save`` checkpoint, written straight to a temporary file
+    beside the target and then renamed over it (a reader never sees half a file). Lightning's own writer serialises
+    the whole checkpoint into memory first (``io.BytesIO``, then one write): a copy of every saved model and optimizer
+    state on top of the live ones. At the end of a full-fine-tuning PPO job (policy, critic and reference, two AdamW
+    states) that was +2.3 GiB of peak RSS for an 89.6M-parameter Qwen2 and, 4x that, about 9 GiB for the 0.5B shape:
+    the job the out-of-memory killer ended on a 24 GiB machine. The same bytes in the file. A URL (``s3://...``) goes
+    to Lightning's writer."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
+        if "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options=storage_options)
+        if storage_options is not None:
+            raise TypeError("FileCheckpointIO.save_checkpoint takes no storage_options")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.writing")
+        try:
+            with open(tmp, "wb") as f:  # a file object: the archive's records named as in Lightning's buffer
+                torch.save(checkpoint, f)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
 def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callbacks: list | tuple = (),
                    steps_per_unit: int = 1, label: str | None = None) -> dict:
     """Lightning Trainer arguments for `stage`: `steps` units of `steps_per_unit` optimizer steps each (a PPO
@@ -50,6 +78,7 @@ def trainer_kwargs(cfg: DictConfig, out_dir: Path, steps: int, stage: str, callb
         log_every_n_steps=t.log_every_n_steps, enable_checkpointing=False, enable_model_summary=False,
         default_root_dir=str(out_dir), num_sanity_val_steps=0,
         use_distributed_sampler=False,  # the loaders slice each global batch (GlobalBatchSampler), also on one
+        plugins=[FileCheckpointIO()],  # checkpoints streamed to the file, never whole in memory
     )  # process under a distributed strategy (trainer=fsdp or ddp on one GPU), where Lightning's would not fit them
     if job_stage(cfg) == stage and distributed.n_processes(to_plain(cfg.trainer)) > 1:
         kw.update(devices=t.devices, num_nodes=int(t.get("num_nodes", 1) or 1), strategy=strategy(t))
