@@ -189,7 +189,7 @@ def test_the_committed_claims_report_is_recomputed_from_its_runs_file_to_the_let
             j = i
             while j + 1 < len(lines) and lines[j + 1].startswith("- "):
                 j += 1
-            lines = lines[:i] + lines[j + 1:]
+            lines = lines[:i] + lines[j + 2:]  # and the blank line after the block (the writer's paragraph break)
         return "\n".join(lines)
 
     again = C.write_claims_report(tmp_path, runs_files=[runs_file], use_store=False).read_text()
