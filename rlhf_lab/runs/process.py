@@ -1,12 +1,15 @@
 """Process set-up shared by every entry point: the libraries' warnings silenced (:func:`quiet_libraries`), what a
 sweep hands its jobs through the environment (here, not in ``tracking``: the sweep callback, which Hydra loads in
-every run, then imports neither Lightning nor MLflow), atomic writes, and the job's clock (``time/startup_s``,
-``time/setup_s``). A leaf module (it imports nothing from rlhf_lab).
+every run, then imports neither Lightning nor MLflow), atomic writes, the job's clock (``time/startup_s``,
+``time/setup_s``) and the memory a finished stage leaves (:func:`release_memory`). A leaf module (it imports nothing
+from rlhf_lab).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import logging
 import os
 import sys
@@ -60,6 +63,18 @@ PARENT_ENV = "RLHF_LAB_PARENT_RUN_ID"  # set by the sweep callback (rlhf_lab/ent
 
 
 SWEPT_ENV = "RLHF_LAB_SWEPT_KEYS"
+
+
+def release_memory() -> None:
+    """Hand back what a finished stage left in this process before the next one starts: its objects in reference
+    cycles (a Lightning trainer, its module and optimizer refer to each other, so a fit's model, gradients and
+    optimizer states wait for the cyclic garbage collector, whose full passes are rare), then, with glibc, the heap's
+    free pages (``malloc_trim(0)``; freed tensors below its mmap threshold stay in the heap otherwise). Measured after
+    an upstream RM stage built in a PPO job's process (89.6M-parameter Qwen2): 2.45 GiB of RSS, 1.33 GiB after the
+    collection, 0.67 GiB after the trim (0.61 GiB before the stage)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc (macOS, musl): the collection only
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def write_atomic(path: os.PathLike | str, data: bytes | str) -> None:

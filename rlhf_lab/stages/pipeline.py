@@ -24,7 +24,7 @@ from rlhf_lab.data.errors import data_errors
 from rlhf_lab.config.keys import configured_uri, experiment_name, to_plain
 from rlhf_lab.config.ppo_rules import PPO_FAMILY
 from rlhf_lab.runs.jobs import RunSettings
-from rlhf_lab.runs.process import launch_path
+from rlhf_lab.runs.process import launch_path, release_memory
 from rlhf_lab.runs.tracking_server import tracking_uri
 
 
@@ -118,6 +118,8 @@ def ensure(stage: str, cfg: DictConfig) -> Path:
 
     with tracking.status_after_writes():  # the stage's run ends FINISHED only once its artifact is in the cache
         path, built = cache.get_or_build(stage, spec, build)
+    if built:  # its models, gradients and optimizer states, before the job loads its own
+        release_memory()
     if not built:
         announce_reuse(stage, mod.WHAT, path)
     elif job_stage(cfg) != stage:
