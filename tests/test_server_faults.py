@@ -82,7 +82,9 @@ def test_a_server_restart_mid_sweep_loses_nothing_and_past_the_retries_a_relaunc
     figures of the first sweep."""
     url, folder = team_server
     port = int(url.rsplit(":", 1)[1])
-    sweep = [*DPO_LONGER, "seed=0,1"]
+    # one artifact cache for the three sweeps: b and its relaunch reuse a's upstream models (a job always trains and
+    # logs its own steps; it only publishes its result to the cache)
+    sweep = [*DPO_LONGER, "seed=0,1", f"cache_dir={tmp_path / 'cache'}"]
 
     def restart(down: float = 0.0) -> None:
         assert server.stop(folder)
