@@ -6,6 +6,7 @@ end as a process (slow)."""
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import mlflow
@@ -174,14 +175,21 @@ def test_the_goodhart_studies_differ_only_in_the_objective():
 
 @pytest.mark.slow
 def test_a_tiny_optuna_sweep_runs_its_trials_as_children_and_a_relaunch_skips_them(tmp_path):
-    """hydra/sweeper=optuna with the joblib launcher (2 trials in one batch, each a PPO job of 2 steps): exit 0, one
-    parent run with the trials as children, each child's tune/objective logged and the number Optuna was told, the
-    best trial printed and on the parent; relaunched with skip_finished=true (one trial at a time, without the joblib
-    workers' start), the study replays: both trials are skipped, their objectives read back, the same best printed."""
-    from tests.test_sweeps import MICRO, run_cli
+    """hydra/sweeper=optuna with the joblib launcher (2 trials in one batch, each a PPO job of 2 steps of 8 responses,
+    one AdamW step each, on a 2-step RM): exit 0, one parent run with the trials as children, each child's
+    tune/objective logged and the number Optuna was told, the best trial printed and on the parent; relaunched with
+    skip_finished=true (one trial at a time, without the joblib workers' start; forked from the warm interpreter of
+    tests/cli_process.py, which the basic launcher allows), the study replays: both trials are skipped, their
+    objectives read back, the same best printed."""
+    from tests import cli_process
+    from tests.test_sweeps import MICRO, run_cli, sweeping
 
+    # sizes only: the RM's 200 steps normalised on 1024 samples and PPO's batch of 64 with 4 x 4 update minibatches
+    # (the defaults) made the sweep's process tree 50 s of CPU; 37 s with these
+    sizes = ["algo.batch_size=8", "algo.ppo_epochs=1", "algo.num_minibatches=1", "reward_model.batch_size=8",
+             "reward_model.steps=2", "reward_model.norm_samples=64"]
     args = ["-m", "hydra/sweeper=optuna", "hydra/launcher=parallel", "hydra.sweeper.n_trials=2", "algo=ppo",
-            "kl=fixed", "kl.beta=interval(0.0,0.3)", "algo.lr=tag(log,interval(1e-5,1e-3))", *MICRO,
+            "kl=fixed", "kl.beta=interval(0.0,0.3)", "algo.lr=tag(log,interval(1e-5,1e-3))", *MICRO, *sizes,
             "eval.every_n_steps=1", "data.n_train=100", "data.n_eval=40", "study=tune_smoke"]
     r = run_cli(*args, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -199,7 +207,10 @@ def test_a_tiny_optuna_sweep_runs_its_trials_as_children_and_a_relaunch_skips_th
     assert float(best.group(2)) == pytest.approx(trials["metrics.tune/objective"].max(), abs=1e-4)
     assert set(trials["params.sweep.kl.beta"]) == set(re.findall(r"#\d+ : kl\.beta=([0-9.e+-]+) ", r.stdout))
     serial = [a for a in args if a != "hydra/launcher=parallel"]  # the same trials: the first ones are drawn at random
-    again = run_cli(*serial, "skip_finished=true", cwd=tmp_path, timeout=600)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")  # as run_cli's
+    for k in ("MLFLOW_TRACKING_URI", sweeping.PARENT_ENV, sweeping.SWEPT_ENV, sweeping.STATE_ENV):
+        env.pop(k, None)
+    again = cli_process.run([*serial, "skip_finished=true"], tmp_path, env, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count(": skipped (finished run") == 2 and "nothing ran" in again.stdout
+    assert again.stdout.count(": skipped (finished run") == 2 and "nothing ran" in again.stdout, again.stdout[-3000:]
     assert best.group(0) in again.stdout  # the same trials, the same values, the same best
