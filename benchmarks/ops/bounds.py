@@ -36,10 +36,7 @@ At the tiny shape a step is per-call overhead, not bytes or FLOPs: its fractions
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import datetime
-import gc
 import math
 import resource
 import shutil
@@ -54,6 +51,7 @@ import torch.nn.functional as F
 
 from benchmarks import common as C
 from benchmarks.ops import gpu
+from rlhf_lab.runs.process import release_memory
 
 RUNS = {"ppo_lora": "PPO, LoRA r=16, shared base", "grpo": "GRPO, full fine-tuning",
         "ppo": "PPO, full fine-tuning (4 models)"}  # ops.gpu's jobs; the largest last
@@ -254,14 +252,6 @@ def dtype_scale(dtype) -> float:
     return 1.0 if dtype in (None, "auto") else getattr(torch, str(dtype)).itemsize / 4
 
 
-def free_heap() -> None:
-    """The last run's models collected and the freed heap returned to the OS (glibc's ``malloc_trim``), so that the
-    next run's peak is its own."""
-    gc.collect()
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: float = 4.0,
             overrides: tuple[str, ...] = ()) -> dict:
     """The run's measurements at `shape`: the machine's rates before and after (`seconds` of matmuls each time), the
@@ -288,9 +278,9 @@ def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: floa
                      for b in sorted({1, len(prompts)})}
     shapes = decode_linears(model.config)
     del model
-    free_heap()
+    release_memory()
     raw["linears"] = linears_seconds(shapes, sorted(raw["decode"]))  # its weights freed before the steps run
-    free_heap()
+    release_memory()
     print("[bounds] a decode step's linear layers alone: " + ", ".join(
         f"{n} batch {b} {1000 * s:.3g} ms" for n, v in raw["linears"].items() for b, s in v["seconds"].items()),
         flush=True)
@@ -302,7 +292,7 @@ def measure(shape: str, jobs: list[str], repeats: int, work: Path, seconds: floa
                             "minibatches": int(cfg.algo.num_minibatches),
                             "sampler_scale": dtype_scale(cfg.generation.get("dtype")),
                             "reference_scale": dtype_scale(cfg.algo.reference.get("dtype"))}
-        free_heap()
+        release_memory()
         print(f"[bounds] {job}: step {raw['runs'][job]['step']:.3g} s", flush=True)
     raw["measures"].append(machine(threads, seconds))
     raw["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux

@@ -19,8 +19,6 @@ activation checkpointing, Adafactor) alone and together, one fresh worker proces
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import json
 import math
 import os
@@ -34,6 +32,7 @@ import torch
 
 from benchmarks import common as C
 from benchmarks.common import Section, table
+from rlhf_lab.runs.process import release_memory
 
 MODES = {"separate": ["algo.reference.kind=copy", "algo.critic=policy"],
          "shared_base": ["algo.reference.kind=lora_disabled", "algo.lora.r=16", "algo.critic=policy"]}
@@ -134,12 +133,10 @@ def worker(args: dict) -> dict:
         toy.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=4,
                      pad_token_id=tok.pad_token_id)
     del toy, opt, tok, ids
-    gc.collect()
-    # return freed heap to the OS (malloc_trim) and reset the peak RSS to the current RSS (Linux
-    # /proc/self/clear_refs ← 5): the later peak is measured from the live memory now, not from a transient peak
-    # during the imports; `reset` False if the kernel does not allow it (the peak then includes that)
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    # return freed heap to the OS (release_memory: collection, malloc_trim) and reset the peak RSS to the current RSS
+    # (Linux /proc/self/clear_refs ← 5): the later peak is measured from the live memory now, not from a transient
+    # peak during the imports; `reset` False if the kernel does not allow it (the peak then includes that)
+    release_memory()
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
