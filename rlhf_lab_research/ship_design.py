@@ -5,7 +5,8 @@ policy runs, its parameters fitted on them, its gold regret with intervals clust
     python -m rlhf_lab_research.ship_design      # writes reports/ship/design.md and reports/ship/rules.json
 
 The design runs are those of :data:`RUNS_FILES`, every runs file committed before the rules were frozen (fixed
-here, so that a runs file committed later never enters the design). A run enters when it is a FINISHED PPO, GRPO or
+here, so that a runs file committed later never enters the design), made before the freeze (:data:`FROZEN_AT_MS`:
+``claims_runs.json.gz`` grows as claims are scored, and a run it gains later is not a design run). A run enters when it is a FINISHED PPO, GRPO or
 RLOO run that kept, at ≥ :data:`MIN_EVALS` evaluations, ``eval/kl``, ``eval/gold_reward_a``, ``eval/gold_reward_b``
 (the gold on two fixed disjoint halves of the evaluation prompts), ``eval/entropy``, ``eval/length`` and the
 training batches' proxy ``objective/scores`` (:func:`exclusion`).
@@ -47,6 +48,9 @@ RUNS_FILES = ("reports/claims_runs.json.gz", "reports/algo_frontier/runs.json.gz
               "reports/gao_rm_scaling_kl/runs.json.gz", "reports/gold_recipes/runs.json.gz",
               "reports/gold_rm_validation/runs.json.gz", "reports/hacking_alarm/gold_rm_validation_sft_gold.json.gz",
               "reports/rm_source_5rms/runs.json.gz")
+# the freeze (reports/ship/FROZEN.md record 1, commit 33c2caf, 2026-12-06 10:51:35 UTC), ms since the epoch: a run
+# started later (C11's, which joined claims_runs.json.gz at 19:51 that day) never enters the design
+FROZEN_AT_MS = 1796554295000
 COMMAND = "python -m rlhf_lab_research.ship_design"
 OUT, RULES_OUT = Path("reports/ship/design.md"), Path("reports/ship/rules.json")
 ALGOS = ("ppo", "grpo", "rloo")
@@ -122,9 +126,12 @@ def design_run(study: str, r: RunData) -> DesignRun:
 
 
 def load(files: Sequence[str] = RUNS_FILES) -> tuple[list[DesignRun], Counter]:
-    """(the design runs, sorted by study and run id; Counter of (why left out, study) of the others)."""
+    """(the design runs, sorted by study and run id; Counter of (why left out, study) of the others made before the
+    freeze; a run started after it is not counted at all: :data:`FROZEN_AT_MS`)."""
     runs, out = [], Counter()
     for study, r in read_runs(files):
+        if r.start_time >= FROZEN_AT_MS:
+            continue
         why = exclusion(r)
         if why is None:
             runs.append(design_run(study, r))
