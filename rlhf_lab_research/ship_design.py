@@ -6,10 +6,10 @@ policy runs, its parameters fitted on them, its gold regret with intervals clust
 
 The design runs are those of :data:`RUNS_FILES`, every runs file committed before the rules were frozen (fixed
 here, so that a runs file committed later never enters the design), made before the freeze (:data:`FROZEN_AT_MS`:
-``claims_runs.json.gz`` grows as claims are scored, and a run it gains later is not a design run). A run enters when it is a FINISHED PPO, GRPO or
-RLOO run that kept, at ≥ :data:`MIN_EVALS` evaluations, ``eval/kl``, ``eval/gold_reward_a``, ``eval/gold_reward_b``
-(the gold on two fixed disjoint halves of the evaluation prompts), ``eval/entropy``, ``eval/length`` and the
-training batches' proxy ``objective/scores`` (:func:`exclusion`).
+``claims_runs.json.gz`` grows as claims are scored, and a run it gains later is not a design run). A run enters when
+it is a FINISHED PPO, GRPO or RLOO run that kept, at ≥ :data:`MIN_EVALS` evaluations, ``eval/kl``,
+``eval/gold_reward_a``, ``eval/gold_reward_b`` (the gold on two fixed disjoint halves of the evaluation prompts),
+``eval/entropy``, ``eval/length`` and the training batches' proxy ``objective/scores`` (:func:`exclusion`).
 
 The rules read the proxy of the training batches, as the hacking alarm does (the mean ``objective/scores`` of the
 training steps since the previous evaluation: ``interval_means`` of the alarm's study), not ``eval/proxy_reward``:
