@@ -132,6 +132,29 @@ def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints)
     assert module.policy.model.layers[0].mlp.up_proj.weight.grad.abs().sum() > 0
     groups = module.configure_optimizers().param_groups
     assert [len(g["params"]) for g in groups][1] == 2 and groups[1]["lr"] == cfg.algo.critic_lr  # weight, bias
+    assert all(g["fused"] for g in groups)  # lm.adamw: torch's fused kernel on plain CPU tensors
+
+
+def test_adamw_is_the_fused_kernel_and_the_loops_update_to_float32_rounding():
+    from rlhf_lab.algorithms.lm import adamw
+
+    torch.manual_seed(0)
+    start = [torch.randn(30, 20), torch.randn(20)]
+    grads = [[torch.randn_like(p) for p in start] for _ in range(5)]
+    out = {}
+    for name, make in (("fused", lambda ps: adamw([{"params": ps, "lr": 1e-3}], eps=1e-5, weight_decay=0.0)),
+                       ("loop", lambda ps: torch.optim.AdamW(ps, lr=1e-3, eps=1e-5, weight_decay=0.0, foreach=False))):
+        ps = [torch.nn.Parameter(p.clone()) for p in start]
+        opt = make(ps)
+        for g in grads:
+            for p, gg in zip(ps, g):
+                p.grad = gg.clone()
+            opt.step()
+        out[name] = (opt, ps)
+    assert out["fused"][0].param_groups[0]["fused"] and not out["loop"][0].param_groups[0]["fused"]
+    moved = [(a - s).abs().max() for a, s in zip(out["loop"][1], start)]
+    assert all(m > 1e-3 for m in moved)  # five steps of lr 1e-3 moved every parameter
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-6) for a, b in zip(out["fused"][1], out["loop"][1]))
 
 
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),

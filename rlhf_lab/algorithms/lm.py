@@ -16,6 +16,18 @@ from rlhf_lab.runs.distributed import world_size
 from rlhf_lab.models.sharding import shard_trained
 
 
+def adamw(params: list, **kw) -> torch.optim.AdamW:
+    """torch's AdamW (`params`: tensors or param groups; `kw`: its arguments) with its fused kernel where every
+    parameter is a plain tensor on CPU or CUDA: one pass over each parameter, its gradient and its two moments, where
+    the multi-tensor (foreach) and the default loop make several and allocate temporaries as large as the model
+    (measured on 2 cores: 78M parameters, 0.11-0.15 s a step fused, 1.2-1.4 s foreach). It is what transformers'
+    Trainer, and so TRL, uses by default on torch >= 2.8. The same update to float32 rounding (2.4e-7 apart after
+    five steps), not bit for bit. Sharded parameters (DTensors of trainer=fsdp*) get the foreach kernel."""
+    flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+    plain = all(type(p.detach()) is torch.Tensor and p.device.type in ("cpu", "cuda") for p in flat)
+    return torch.optim.AdamW(params, **kw, **({"fused": True} if plain else {"foreach": True}))
+
+
 def warmup_then_linear(opt, warmup: int, total: int):
     def f(step: int) -> float:
         if step < warmup:
@@ -59,7 +71,7 @@ class TrainingModule(L.LightningModule):
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        opt = adamw(params, lr=self.lr, weight_decay=self.weight_decay)
         sched = warmup_then_linear(opt, self.warmup_steps, self.max_steps)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

@@ -6,8 +6,9 @@ mask), so left padding does not shift positions, whatever the architecture.
 
 Two samplers (``generation.sampler``): ``hf``, Hugging Face ``model.generate``; and ``lab`` (the default),
 :func:`kv_generate`, a KV-cache loop of our own that reproduces ``generate``'s decoding for ``sample``'s settings
-step for step (the same forward passes, the same warpers in the same order, the same draw from torch's random
-number generator), so that under the same seed it returns the same tokens, with less per-token overhead
+step for step (the same forward passes, their float32 CPU linears through oneDNN to float32 rounding, the same
+warpers in the same order, the same draw from torch's random number generator), so that under the same seed it
+returns the same tokens, with less per-token overhead
 (tests/test_sampling.py checks the equality on every tested architecture; ``benchmarks.run --only sampling``
 measures the gain). A model the loop cannot reproduce ``generate`` for (:func:`lab_unsupported`) is sampled
 with ``generate``.
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from rlhf_lab.config.choices import Sampler
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.models.adapters import unwrap
+from rlhf_lab.models.onednn import onednn_linears
 
 try:
     from transformers.cache_utils import DynamicLayer as CacheLayer
@@ -207,8 +209,11 @@ def kv_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
     emitted EOS or after ``max_new_tokens``. The decode steps take the padding mask as the 4-D boolean mask that
     transformers' SDPA masking would build from it (for SDPA attention with no sliding or linear layers), which
     saves building it at every step. The loop runs in ``torch.inference_mode`` (less bookkeeping per operation than
-    ``no_grad``, the same arithmetic); the tokens come back as an ordinary tensor."""
-    with torch.inference_mode():
+    ``no_grad``, the same arithmetic), with the model's float32 CPU linears through oneDNN with their weights
+    reordered once for the whole loop (:func:`~rlhf_lab.models.onednn.onednn_linears`: the same products summed in
+    another order, so logits equal ``generate``'s to float32 rounding and the tokens with them unless a draw falls
+    within that rounding of a boundary); the tokens come back as an ordinary tensor."""
+    with torch.inference_mode(), onednn_linears(model, q_ids.shape[0]):
         out = decode_loop(model, q_ids, q_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p)
     return out.clone()  # outside inference mode: a tensor autograd may use later (e.g. as embedding indices)
 

@@ -1,0 +1,86 @@
+"""rlhf_lab/models/onednn.py: float32 CPU linears through oneDNN with reordered weights, for gradient-free passes only
+(issue 70). The results against ``F.linear`` (float32 rounding, not bits), training passes untouched inside the
+context, what is and is not reordered, and the layers restored on exit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from rlhf_lab.models import onednn
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64, bias=False), nn.Linear(64, 300))
+
+
+def test_this_torch_has_the_operators():
+    assert onednn.available()  # the CPU wheel the README installs: the fast path is the one the tests exercise
+
+
+@pytest.mark.parametrize("rows", [1, 4, 37])
+def test_gradient_free_outputs_agree_with_f_linear_to_float32_rounding(rows):
+    m, x = model(), torch.randn(rows, 3, 64)
+    with torch.no_grad():
+        ref = m(x)
+        with onednn.onednn_linears(m, rows=4) as n:  # reordered for 4 rows: other row counts computed too
+            assert n == 3
+            assert all("forward" in lin.__dict__ for lin in m if isinstance(lin, nn.Linear))
+            out = m(x)
+    assert out.shape == ref.shape and torch.allclose(out, ref, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(out, ref) or rows == 1  # another summation order: not the same bits (1 row may agree)
+    assert all("forward" not in lin.__dict__ for lin in m)  # restored
+
+
+def test_a_training_pass_inside_the_context_is_f_linear_bit_for_bit_with_its_gradients():
+    m, x = model(), torch.randn(5, 64)
+    ref = m(x).square().sum()
+    ref.backward()
+    grads = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    with onednn.onednn_linears(m, rows=5):
+        out = m(x).square().sum()
+        out.backward()
+    assert torch.equal(out, ref)
+    assert all(torch.equal(p.grad, g) for p, g in zip(m.parameters(), grads))
+
+
+def test_inference_mode_takes_the_onednn_path_and_other_dtypes_are_left_alone():
+    m, x = model(), torch.randn(8, 64)
+    m[3].to(torch.bfloat16)
+    ref = m[2](m[1](m[0](x)))
+    with torch.inference_mode(), onednn.onednn_linears(m, rows=8) as n:
+        assert n == 2 and "forward" not in m[3].__dict__
+        out = m[2](m[1](m[0](x)))
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6) and not torch.equal(out, ref)
+
+
+def test_the_layers_are_restored_when_the_body_raises_and_nothing_changes_without_the_operators(monkeypatch):
+    m = model()
+    with pytest.raises(RuntimeError, match="boom"):
+        with onednn.onednn_linears(m, rows=1):
+            raise RuntimeError("boom")
+    assert all("forward" not in lin.__dict__ for lin in m)
+    monkeypatch.setattr(onednn, "available", lambda: False)
+    with onednn.onednn_linears(m, rows=1) as n:
+        assert n == 0 and all("forward" not in lin.__dict__ for lin in m)
+
+
+def test_a_frozen_weights_copy_is_kept_until_the_weight_changes_and_a_trained_one_is_not():
+    m, x = model(), torch.randn(4, 64)
+    m[0].requires_grad_(False)
+    with torch.no_grad():
+        with onednn.onednn_linears(m, rows=4):
+            first = onednn.KEPT[m[0]][2]
+            m(x)
+        assert m[3] not in onednn.KEPT  # trained: made for the context only
+        with onednn.onednn_linears(m, rows=4):
+            assert onednn.KEPT[m[0]][2] is first  # the same tensor at the same version: reused
+        m[0].weight.mul_(2.0)  # an in-place change (a reference synced from the policy) bumps the version
+        ref = m(x)
+        with onednn.onednn_linears(m, rows=4):
+            assert onednn.KEPT[m[0]][2] is not first
+            out = m(x)
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)  # computed with the changed weight
