@@ -84,3 +84,10 @@ def test_a_frozen_weights_copy_is_kept_until_the_weight_changes_and_a_trained_on
             assert onednn.KEPT[m[0]][2] is not first
             out = m(x)
     assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)  # computed with the changed weight
+
+
+def test_trained_false_reorders_only_the_frozen_linears():
+    m = model()
+    m[0].requires_grad_(False)
+    with torch.no_grad(), onednn.onednn_linears(m, rows=2, trained=False) as n:
+        assert n == 1 and "forward" in m[0].__dict__ and "forward" not in m[3].__dict__

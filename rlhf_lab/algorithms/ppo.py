@@ -79,6 +79,7 @@ from rlhf_lab.algorithms.rl_math import (
 )
 from rlhf_lab.evaluation.metrics import distinct_n, filler_rate, unique_rate
 from rlhf_lab.models.actor_critic import checkpoint_activations, lm_forward, lm_forward_packed, train_checkpointed
+from rlhf_lab.models.onednn import onednn_linears
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.rollout_copy import RolloutCopy
 from rlhf_lab.models.sampling import pack_rollout, response_logprobs, sample, token_logprobs, trim_padding
@@ -273,7 +274,10 @@ class PPOModule(L.LightningModule):
                                   a.length_penalty, a.missing_eos_penalty, a.reward_clip)
 
             # 3. evaluate: log π_θ_old(y_t), log π_ref(y_t), V(s_t)
-            with timer("forward"):
+            # frozen linears (a LoRA policy's base, a copied reference) through oneDNN, their reordered weights kept
+            # from the sampler's; not under algo.compile (a replaced forward would recompile the trunks every step)
+            frozen = contextlib.nullcontext() if self.compiled else onednn_linears(self, len(ro.prompts), trained=False)
+            with timer("forward"), frozen:
                 old_logp, entropy, old_values = self.policy_forward(*qr)
                 ref_logp = self.reference_logprobs(*qr)
             self.assert_finite({"policy log-prob": old_logp, "reference log-prob": ref_logp, "value": old_values}, mask)

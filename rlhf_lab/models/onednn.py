@@ -78,18 +78,20 @@ def linear_forward(m: nn.Linear, weight: torch.Tensor, x: torch.Tensor) -> torch
 
 
 @contextlib.contextmanager
-def onednn_linears(model: nn.Module, rows: int) -> Iterator[int]:
+def onednn_linears(model: nn.Module, rows: int, trained: bool = True) -> Iterator[int]:
     """Inside: the reorderable linears of `model` (:func:`reorderable`) compute their gradient-free forwards through
     oneDNN with their weights as they are now, reordered for `rows` rows a call (the decoding batch; another
-    number of rows is computed too, with the same result). Yields how many linears it reordered; restores them on
-    exit, also when the body raises. The weights must not change inside (a training step belongs outside)."""
+    number of rows is computed too, with the same result); with `trained` false only the frozen ones (whose
+    reordered copies are kept: for passes of many rows, where reordering a trained weight for one pass costs more
+    than it saves). Yields how many linears it reordered; restores them on exit, also when the body raises. The
+    weights must not change inside (a training step belongs outside)."""
     if not available():
         yield 0
         return
     done: list[nn.Module] = []
     try:
         for m in model.modules():
-            if reorderable(m):
+            if reorderable(m) and (trained or not m.weight.requires_grad):
                 m.forward = partial(linear_forward, m, reordered(m, rows))
                 done.append(m)
         yield len(done)
