@@ -86,8 +86,13 @@ def test_a_frozen_weights_copy_is_kept_until_the_weight_changes_and_a_trained_on
     assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)  # computed with the changed weight
 
 
-def test_trained_false_reorders_only_the_frozen_linears():
+def test_kept_only_reorders_only_the_linears_with_a_kept_copy():
     m = model()
     m[0].requires_grad_(False)
-    with torch.no_grad(), onednn.onednn_linears(m, rows=2, trained=False) as n:
-        assert n == 1 and "forward" in m[0].__dict__ and "forward" not in m[3].__dict__
+    m[2].requires_grad_(False)
+    with torch.no_grad(), onednn.onednn_linears(m, rows=2, kept_only=True) as n:
+        assert n == 0  # nothing kept yet: no new copy (a frozen model's would cost its size in memory)
+    with torch.no_grad(), onednn.onednn_linears(m[:1], rows=2):  # the sampler's context keeps m[0]'s
+        pass
+    with torch.no_grad(), onednn.onednn_linears(m, rows=2, kept_only=True) as n:
+        assert n == 1 and "forward" in m[0].__dict__ and "forward" not in m[2].__dict__

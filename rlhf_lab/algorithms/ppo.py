@@ -274,9 +274,11 @@ class PPOModule(L.LightningModule):
                                   a.length_penalty, a.missing_eos_penalty, a.reward_clip)
 
             # 3. evaluate: log π_θ_old(y_t), log π_ref(y_t), V(s_t)
-            # frozen linears (a LoRA policy's base, a copied reference) through oneDNN, their reordered weights kept
-            # from the sampler's; not under algo.compile (a replaced forward would recompile the trunks every step)
-            frozen = contextlib.nullcontext() if self.compiled else onednn_linears(self, len(ro.prompts), trained=False)
+            # the linears whose reordered weights the sampler kept (a LoRA policy's frozen base, which the
+            # adapters-off reference shares) through oneDNN; not under algo.compile (a replaced forward would
+            # recompile the trunks at every step)
+            frozen = (contextlib.nullcontext() if self.compiled
+                      else onednn_linears(self, len(ro.prompts), kept_only=True))
             with timer("forward"), frozen:
                 old_logp, entropy, old_values = self.policy_forward(*qr)
                 ref_logp = self.reference_logprobs(*qr)

@@ -51,14 +51,20 @@ def reorderable(m: nn.Module) -> bool:
 KEPT: "weakref.WeakKeyDictionary[nn.Linear, tuple[int, int, torch.Tensor]]" = weakref.WeakKeyDictionary()
 
 
+def kept(m: nn.Linear) -> bool:
+    """Whether :data:`KEPT` holds a reordered copy of `m`'s frozen weight as it is now."""
+    entry = KEPT.get(m)
+    return (entry is not None and not m.weight.requires_grad
+            and entry[:2] == (m.weight.detach().data_ptr(), m.weight._version))
+
+
 def reordered(m: nn.Linear, rows: int) -> torch.Tensor:
     """`m`'s weight reordered for oneDNN: a frozen weight's kept copy while it is the same tensor at the same version
     (:data:`KEPT`), else a new one (kept when the weight is frozen)."""
+    if kept(m):
+        return KEPT[m][2]
     w = m.weight.detach()
     key = (w.data_ptr(), m.weight._version)
-    kept = KEPT.get(m)
-    if kept is not None and kept[:2] == key and not m.weight.requires_grad:
-        return kept[2]
     out = torch.ops.mkldnn._reorder_linear_weight(w, batch_size=max(int(rows), 1))
     if m.weight.requires_grad:
         KEPT.pop(m, None)
@@ -78,20 +84,20 @@ def linear_forward(m: nn.Linear, weight: torch.Tensor, x: torch.Tensor) -> torch
 
 
 @contextlib.contextmanager
-def onednn_linears(model: nn.Module, rows: int, trained: bool = True) -> Iterator[int]:
+def onednn_linears(model: nn.Module, rows: int, kept_only: bool = False) -> Iterator[int]:
     """Inside: the reorderable linears of `model` (:func:`reorderable`) compute their gradient-free forwards through
     oneDNN with their weights as they are now, reordered for `rows` rows a call (the decoding batch; another
-    number of rows is computed too, with the same result); with `trained` false only the frozen ones (whose
-    reordered copies are kept: for passes of many rows, where reordering a trained weight for one pass costs more
-    than it saves). Yields how many linears it reordered; restores them on exit, also when the body raises. The
-    weights must not change inside (a training step belongs outside)."""
+    number of rows is computed too, with the same result); with `kept_only` only those whose reordered copy is
+    already kept (:func:`kept`: for passes of many rows, where a new copy costs more time than it saves, or memory
+    a whole model's size for a frozen one). Yields how many linears it reordered; restores them on exit, also when
+    the body raises. The weights must not change inside (a training step belongs outside)."""
     if not available():
         yield 0
         return
     done: list[nn.Module] = []
     try:
         for m in model.modules():
-            if reorderable(m) and (trained or not m.weight.requires_grad):
+            if reorderable(m) and (not kept_only or kept(m)):
                 m.forward = partial(linear_forward, m, reordered(m, rows))
                 done.append(m)
         yield len(done)
