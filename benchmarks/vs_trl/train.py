@@ -28,14 +28,15 @@ RM_NOTE = ("Matched as benchmarks/README.md lists (`rm`): the sequence classifie
 def hf_args(steps: int, batch_size: int, lr: float, weight_decay: float, warmup_steps: int, max_grad_norm,
             out_dir: str, log_every: int = 10) -> dict:
     """TrainingArguments doing our side's work: TRL's defaults that change it (``bf16``, ``gradient_checkpointing``)
-    off; no evaluation, saving or reporting; batches in order, the last partial one dropped."""
+    off; no evaluation, saving or reporting; batches in order, the last partial one dropped; AdamW's fused kernel
+    (``adamw_torch_fused``, transformers' default on torch >= 2.8), as ours (``rlhf_lab.algorithms.lm.adamw``)."""
     return dict(
         output_dir=out_dir, max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=lr,
         weight_decay=weight_decay, warmup_steps=warmup_steps, lr_scheduler_type="linear", seed=0,
         max_grad_norm=float(max_grad_norm or 0.0), bf16=False, fp16=False, gradient_checkpointing=False,
         use_cpu=True, report_to="none", save_strategy="no", eval_strategy="no", logging_steps=log_every,
         disable_tqdm=True, dataloader_num_workers=0, dataloader_drop_last=True,
-        train_sampling_strategy="sequential", optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8)
+        train_sampling_strategy="sequential", optim="adamw_torch_fused", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8)
 
 
 def hf_fit(trainer, clock: C.StepClock, every: int = 1) -> C.StepClock:
