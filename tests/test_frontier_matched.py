@@ -141,3 +141,35 @@ def test_the_tuning_studys_arms_differ_only_in_the_algorithm_lr_and_beta():
         assert c["reward_model.seed"] == c["seed"] and str(c["seed"]) in F.TUNE_SEEDS
     other = [c for _, c in jobs if c["seed"] == 21]
     assert differing(arms[0], other[0]) == {"seed", "reward_model.seed"}
+
+
+# -- after phase 1's look: the committed report and phase 2's files ----------------------------------------------
+
+TUNE_RUNS = "reports/algo_frontier_matched_tune/runs.json.gz"
+
+
+def test_the_tuning_report_regenerates_byte_for_byte_and_phase_2s_files_are_its_choice(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    paths = F.write_report("tune", tmp_path / "reports", runs_files=[TUNE_RUNS], use_store=False, root=tmp_path)
+    assert paths[0].read_text() == (ROOT / "reports" / F.TUNE / "README.md").read_text()
+    for p in paths[1:]:  # sweeps/frontier_matched/<algo>.yaml and sweeps/sweep/algo_frontier_matched.yaml
+        rel = p.relative_to(tmp_path)
+        assert p.read_text() == (ROOT / rel).read_text(), rel
+    assert len(paths) >= 3
+
+
+def test_phase_2s_arms_differ_only_in_the_algorithm_and_its_chosen_lr_and_beta():
+    from tests.test_prospective_designs import composed_jobs, differing
+
+    jobs = composed_jobs(F.STUDY)
+    arms = sorted({c["algo.name"] for _, c in jobs})
+    assert len(jobs) == 10 * len(arms) and {c["seed"] for _, c in jobs} == set(range(30, 40))
+    first = [c for _, c in jobs if c["seed"] == 30]
+    defining = {"algo.name", "algo.critic", "algo.kl_in", "algo.kl_estimator", "algo.loss_agg",
+                "algo.whiten_advantages", "algo.advantage_scale", "algo.baseline"}
+    for c in first[1:]:
+        assert differing(first[0], c) <= defining | {"algo.lr", "kl.beta"}
+    tune = {(c["algo.name"], c["algo.lr"], c["kl.beta"]): c for _, c in composed_jobs(F.TUNE) if c["seed"] == 20}
+    for c in first:  # each arm is its tuning job but for the seeds and the test prompts at every evaluation
+        assert differing(tune[(c["algo.name"], c["algo.lr"], c["kl.beta"])], c) == {
+            "seed", "reward_model.seed", "eval.test_each_eval"}
