@@ -13,7 +13,8 @@ PREREGISTERED = ROOT / "reports" / "PREREGISTERED.md"
 STUDIES = {"ref_shared_matched": "rlhf_lab_research/claims_registry.py",
            "length_penalty_grid": "rlhf_lab_research/claims_registry.py",
            "gold_rm_replication": "rlhf_lab_research/studies/gold_replication.py",
-           "algo_frontier_matched_tune": "rlhf_lab_research/studies/frontier_matched.py"}
+           "algo_frontier_matched_tune": "rlhf_lab_research/studies/frontier_matched.py",
+           "algo_frontier_matched": "rlhf_lab_research/studies/frontier_matched.py"}
 
 
 def rows() -> list[dict]:
