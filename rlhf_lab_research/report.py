@@ -14,6 +14,9 @@ group ``rlhf_lab.reports`` in pyproject.toml; :mod:`rlhf_lab.entry.report`):
     rlhf-lab-report gao_rm_scaling_gold  # -> the Gao fit with the gold RM and with the formula on the same runs
     rlhf-lab-report hacking_alarm        # -> the gold-free hacking alarm fitted on some studies, judged on the
                                          #    others (default --runs: the committed runs files it was fitted on)
+    rlhf-lab-report gold_rm_replication  # -> the gold RM validated with the gold replicated (pre-registered)
+    rlhf-lab-report algo_frontier_matched_tune  # -> each algorithm's setting for the matched frontier
+    rlhf-lab-report algo_frontier_matched       # -> the frontier at matched constraints (its phase 2)
 
 The options, the exit statuses and the files a report may overwrite are those of every report
 (:mod:`rlhf_lab.entry.report`, :mod:`rlhf_lab.analysis.report_files`).
@@ -32,17 +35,25 @@ from rlhf_lab_research.studies.alarm_fit import RUNS_FILES as ALARM_RUNS_FILES
 from rlhf_lab_research.studies.gao import RL_STUDY as GAO_STUDY
 from rlhf_lab_research.studies.gao import write_gao_report
 from rlhf_lab_research.studies.gao_gold import STUDY as GAO_GOLD_STUDY
+from rlhf_lab_research.studies.frontier_matched import STUDY as FRONTIER_STUDY
+from rlhf_lab_research.studies.frontier_matched import TUNE as FRONTIER_TUNE
+from rlhf_lab_research.studies.frontier_matched import write_measure_report, write_tune_report
 from rlhf_lab_research.studies.gao_gold import write_gao_gold_report
 from rlhf_lab_research.studies.gold_recipes import STUDY as RECIPES_STUDY
 from rlhf_lab_research.studies.gold_recipes import write_gold_recipes_report
+from rlhf_lab_research.studies.gold_replication import STUDY as REPLICATION_STUDY
+from rlhf_lab_research.studies.gold_replication import write_gold_replication_report
 from rlhf_lab_research.studies.gold_validation import STUDY as GOLD_STUDY
 from rlhf_lab_research.studies.gold_validation import write_gold_validation_report
 from rlhf_lab_research.studies.hacking_alarm import STUDY as ALARM_STUDY
 from rlhf_lab_research.studies.hacking_alarm import write_hacking_alarm_report
 
-STUDY_REPORTS = {  # study -> its own report writer: the two golds compared, the gold recipes, the Gao fits
+STUDY_REPORTS = {  # study -> its own report writer: the two golds compared, the gold recipes, the Gao fits, the
+    # pre-registered studies scored by their own rules (reports/PREREGISTERED.md)
     GOLD_STUDY: write_gold_validation_report, RECIPES_STUDY: write_gold_recipes_report, GAO_STUDY: write_gao_report,
-    GAO_GOLD_STUDY: write_gao_gold_report, ALARM_STUDY: write_hacking_alarm_report}
+    GAO_GOLD_STUDY: write_gao_gold_report, ALARM_STUDY: write_hacking_alarm_report,
+    REPLICATION_STUDY: write_gold_replication_report, FRONTIER_TUNE: write_tune_report,
+    FRONTIER_STUDY: write_measure_report}
 CROSS_STUDY_REPORTS = (ALARM_STUDY,)  # reports over the runs of many studies, with no sweep file of their own
 
 

@@ -117,10 +117,10 @@ def test_a_run_that_never_reaches_d_is_missing_from_its_pairs_only():
 
 
 def test_both_reports_render_from_runs(tmp_path):
-    text = F.render_tune(tuning_runs(), ["rlhf-lab -m sweep=algo_frontier_matched_tune"], "`x`")
+    text = "\n".join(F.render_tune(tuning_runs(), ["rlhf-lab -m sweep=algo_frontier_matched_tune"]))
     assert "Chosen: ppo: lr 0.0003, β 0.01; grpo: lr 0.0001, β 0.1; rloo: none eligible." in text
     assert text.count("**chosen**") == 2 and "not eligible" in text
-    text = F.render_measure(measured_runs({"ppo": 0.3, "grpo": 0.0, "rloo": 0.01}), ["cmd"], "`x`")
+    text = "\n".join(F.render_measure(measured_runs({"ppo": 0.3, "grpo": 0.0, "rloo": 0.01}), ["cmd"]))
     assert "| ppo − grpo | 10 |" in text and "**ppo above grpo**" in text
 
 
@@ -149,13 +149,20 @@ TUNE_RUNS = "reports/algo_frontier_matched_tune/runs.json.gz"
 
 
 def test_the_tuning_report_regenerates_byte_for_byte_and_phase_2s_files_are_its_choice(tmp_path, monkeypatch):
+    from rlhf_lab.analysis.snapshot import read_snapshot
+    from rlhf_lab_research.report import main
+
     monkeypatch.chdir(ROOT)
-    paths = F.write_report("tune", tmp_path / "reports", runs_files=[TUNE_RUNS], use_store=False, root=tmp_path)
-    assert paths[0].read_text() == (ROOT / "reports" / F.TUNE / "README.md").read_text()
-    for p in paths[1:]:  # sweeps/frontier_matched/<algo>.yaml and sweeps/sweep/algo_frontier_matched.yaml
-        rel = p.relative_to(tmp_path)
-        assert p.read_text() == (ROOT / rel).read_text(), rel
-    assert len(paths) >= 3
+    out = tmp_path / "reports"
+    assert main([F.TUNE, "--no-store", "--runs", TUNE_RUNS, "--out", str(out)]) == 0
+    assert (out / F.TUNE / "README.md").read_text() == (ROOT / "reports" / F.TUNE / "README.md").read_text()
+    assert sorted(p.name for p in (out / F.TUNE).iterdir()) == ["README.md"]  # from a runs file: no study file
+    runs = [r for rs in read_snapshot(ROOT / TUNE_RUNS)[0].values() for r in rs]
+    files = F.phase2_files(F.choose(F.tune_table(runs)))
+    assert set(files) == {"sweeps/frontier_matched/ppo.yaml", "sweeps/frontier_matched/grpo.yaml",
+                          "sweeps/frontier_matched/rloo.yaml", "sweeps/sweep/algo_frontier_matched.yaml"}
+    for rel, text in files.items():
+        assert text == (ROOT / rel).read_text(), rel
 
 
 def test_phase_2s_arms_differ_only_in_the_algorithm_and_its_chosen_lr_and_beta():

@@ -52,8 +52,8 @@ def test_kl_rho_by_hand_and_the_cells_are_the_units():
 def test_primary_over_the_cells_meets_the_bar_and_beats_kl_only_when_it_should():
     gold, kl, diff = R.primary(R.cells(world(np.random.default_rng(1))))
     assert gold.n == kl.n == diff.n == 6 and gold.lo > 0.5 and diff.lo > 0
-    text = R.render(world(np.random.default_rng(1)), ["rlhf-lab -m sweep=gold_rm_replication"], "`x`")
+    text = "\n".join(R.render(world(np.random.default_rng(1)), ["rlhf-lab -m sweep=gold_rm_replication"]))
     assert "**meets the bar**" in text and "ranks the formula's gold better than −KL" in text
-    noisy = R.render(world(np.random.default_rng(2), agree=0.0), [], "`x`")
+    noisy = "\n".join(R.render(world(np.random.default_rng(2), agree=0.0), []))
     assert "**does not meet the bar**" in noisy and "not shown to rank better than −KL" in noisy
     assert math.isnan(R.primary({})[0].estimate)

@@ -10,7 +10,8 @@ the curve). Each algorithm's setting (:func:`choose`) is the one whose runs FINI
 with the highest mean value (ties: the smaller lr, then the smaller β). ``--phase tune`` writes
 ``reports/algo_frontier_matched_tune/`` and phase 2's study files (:func:`phase2_files`): one option of
 ``sweeps/frontier_matched/`` per chosen algorithm and ``sweeps/sweep/algo_frontier_matched.yaml``, to be committed (and
-recorded) before any phase-2 run.
+recorded) before any phase-2 run. From its runs file alone, ``rlhf-lab-report algo_frontier_matched_tune --no-store
+--runs reports/algo_frontier_matched_tune/runs.json.gz`` regenerates the report (and writes no study file).
 
 **Phase 2, ``algo_frontier_matched``**: each algorithm's chosen setting on seeds 30-39 (paired: a seed is one SFT policy
 and one RM), every evaluation also on the held-out test prompts (``eval.test_each_eval``). Per run, the *test* gold
@@ -35,9 +36,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from rlhf_lab.analysis.markdown import fmt, fmt_ci, md_table
-from rlhf_lab.analysis.study_report import gather_study_runs, read_from, report_flags, write_runs_file
 from rlhf_lab.analysis.study_runs import RunData
+from rlhf_lab.runs.process import write_atomic
 from rlhf_lab_research.stats import Effect, holm, t_effect, units_for_power
+from rlhf_lab_research.studies import write_rendered_report
 
 TUNE = "algo_frontier_matched_tune"
 STUDY = "algo_frontier_matched"
@@ -193,7 +195,7 @@ def pair_verdict(pair: tuple[str, str], e: Effect, q: float) -> str:
 
 # -- reports --------------------------------------------------------------------------------------------------------
 
-def render_tune(runs: Sequence[RunData], commands: Sequence[str], source: str) -> str:
+def render_tune(runs: Sequence[RunData], commands: Sequence[str]) -> list[str]:
     table = tune_table(runs)
     chosen = choose(table)
     rows = []
@@ -215,11 +217,11 @@ def render_tune(runs: Sequence[RunData], commands: Sequence[str], source: str) -
              md_table(["algo", "lr", "β", "eval gold at d* per seed", "mean", ""], rows), "",
              "Phase 2 (`algo_frontier_matched`) runs the chosen settings on seeds "
              f"{MEASURE_SEEDS[0]}-{MEASURE_SEEDS[-1]}; its files are written with this report.", "",
-             "Reproduce:", "", "```bash", *commands, "```", "", f"Runs read from {source}."]
-    return "\n".join(lines) + "\n"
+             "Reproduce:", "", "```bash", *commands, "```"]
+    return lines
 
 
-def render_measure(runs: Sequence[RunData], commands: Sequence[str], source: str) -> str:
+def render_measure(runs: Sequence[RunData], commands: Sequence[str]) -> list[str]:
     table = measure_table(runs)
     finals: dict[str, list[tuple[float, float]]] = {}
     for r in runs:
@@ -249,35 +251,31 @@ def render_measure(runs: Sequence[RunData], commands: Sequence[str], source: str
              "Test gold at each √KL (mean [95% t] over the seeds that reached it, of the seeds run), final test gold "
              "and final eval KL:", "",
              md_table(["algo", "seeds", *(f"√KL {d}" for d in D_GRID), "final test gold", "final KL (nats)"], rows),
-             "", "Reproduce:", "", "```bash", *commands, "```", "", f"Runs read from {source}."]
-    return "\n".join(lines) + "\n"
+             "", "Reproduce:", "", "```bash", *commands, "```"]
+    return lines
 
 
-def write_report(phase: str, out_dir: Path | str = "reports", uri: str | None = None,
-                 runs_files: Sequence[Path | str] = (), use_store: bool = True, require_runs: bool = False,
-                 root: Path | str = ".") -> list[Path]:
-    """``<out_dir>/<study>/README.md`` of `phase` ("tune" or "measure") from its runs; read from a store, the runs
-    are kept beside it in ``runs.json.gz``. Phase "tune" also writes phase 2's files under `root`."""
-    study = {"tune": TUNE, "measure": STUDY}[phase]
-    out = Path(out_dir) / study
-    runs, _, commands = gather_study_runs(study, uri, runs_files, use_store, stages=ALGOS, history_keys=KEYS)
-    if require_runs and not runs:
-        raise ValueError(f"no runs of {study} in {' and '.join(read_from(uri, runs_files, use_store))}")
-    out.mkdir(parents=True, exist_ok=True)
-    if use_store:
-        write_runs_file(out / "runs.json.gz", study, runs, commands)
-    source = ", ".join(f"`{s}`" for s in read_from(uri, runs_files, use_store))
-    render = render_tune if phase == "tune" else render_measure
-    path = out / "README.md"
-    path.write_text(render(runs, commands, f"{source}{report_flags(runs_files, use_store)}"))
-    written = [path]
-    if phase == "tune":
+def write_tune_report(out_dir: Path | str = "reports", uri: str | None = None, runs_files: Sequence[Path | str] = (),
+                      use_store: bool = True, require_runs: bool = False, root: Path | str = ".") -> Path:
+    """``<out_dir>/algo_frontier_matched_tune/README.md`` from phase 1's runs (store and `runs_files`); read from a
+    store (the look), its runs kept beside it in ``runs.json.gz`` and phase 2's files (:func:`phase2_files`) written
+    under `root`."""
+    path, runs = write_rendered_report(TUNE, render_tune, out_dir, uri, runs_files, use_store, require_runs,
+                                       stages=ALGOS, history_keys=KEYS)
+    if use_store and runs:
         for rel, text in phase2_files(choose(tune_table(runs))).items():
             p = Path(root) / rel
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
-            written.append(p)
-    return written
+            write_atomic(p, text)
+    return path
+
+
+def write_measure_report(out_dir: Path | str = "reports", uri: str | None = None, runs_files: Sequence[Path | str] = (),
+                         use_store: bool = True, require_runs: bool = False) -> Path:
+    """``<out_dir>/algo_frontier_matched/README.md`` from phase 2's runs (store and `runs_files`); read from a store,
+    its runs kept beside it in ``runs.json.gz``."""
+    return write_rendered_report(STUDY, render_measure, out_dir, uri, runs_files, use_store, require_runs,
+                                 stages=ALGOS, history_keys=KEYS)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,12 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     if not a.store and not a.runs:
         p.error("give --store or --runs FILE")
     try:
-        paths = write_report(a.phase, a.out, a.uri, a.runs, use_store=a.store, require_runs=True)
+        write = write_tune_report if a.phase == "tune" else write_measure_report
+        print(f"wrote {write(a.out, a.uri, a.runs, use_store=a.store, require_runs=True)}")
     except ValueError as err:
         print(f"frontier_matched: {err}", file=sys.stderr)
         return 2
-    for path in paths:
-        print(f"wrote {path}")
     return 0
 
 

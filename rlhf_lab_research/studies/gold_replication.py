@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Sequence
 
 from rlhf_lab.analysis.markdown import fmt, md_table
-from rlhf_lab.analysis.study_report import gather_study_runs, read_from, report_flags, write_runs_file
 from rlhf_lab.analysis.study_runs import RunData
 from rlhf_lab_research.effects import spearman
 from rlhf_lab_research.stats import Effect, t_effect
+from rlhf_lab_research.studies import write_rendered_report
 from rlhf_lab_research.studies.gold_validation import (BAR_LOW, BAR_MEAN, FORMULA_EVAL, HISTORY_KEYS, fisher_mean,
                                                        meets_bar, run_rho)
 
@@ -86,7 +86,7 @@ def ci(e: Effect) -> str:
     return f"{fmt(e.estimate, 2)} [{fmt(e.lo, 2)}, {fmt(e.hi, 2)}] (n = {e.n})" if e.n >= 2 else f"– (n = {e.n})"
 
 
-def render(runs: Sequence[RunData], commands: Sequence[str], source: str) -> str:
+def render(runs: Sequence[RunData], commands: Sequence[str]) -> list[str]:
     held, inside = cells(runs), cells(runs, IN_DISTRIBUTION)
     gold, kl, diff = primary(held)
     verdict = ("meets the bar" if meets_bar(gold) and gold.n >= 6 else "does not meet the bar")
@@ -104,8 +104,8 @@ def render(runs: Sequence[RunData], commands: Sequence[str], source: str) -> str
              f"{beats}.", "",
              md_table(["gold build", "proxy", "ρ gold RM (held out)", "ρ −KL (held out)", "runs",
                        "ρ gold RM (PPO, in distribution)"], rows), "",
-             "Reproduce:", "", "```bash", *commands, "```", "", f"Runs read from {source}."]
-    return "\n".join(lines) + "\n"
+             "Reproduce:", "", "```bash", *commands, "```"]
+    return lines
 
 
 def write_gold_replication_report(out_dir: Path | str = "reports", uri: str | None = None,
@@ -113,17 +113,8 @@ def write_gold_replication_report(out_dir: Path | str = "reports", uri: str | No
                                   require_runs: bool = False) -> Path:
     """``<out_dir>/gold_rm_replication/README.md`` from the study's runs (store and `runs_files`); read from a store,
     the runs are kept beside it in ``runs.json.gz``."""
-    out = Path(out_dir) / STUDY
-    runs, _, commands = gather_study_runs(STUDY, uri, runs_files, use_store, stages=STAGES, history_keys=KEYS)
-    if require_runs and not runs:
-        raise ValueError(f"no runs of {STUDY} in {' and '.join(read_from(uri, runs_files, use_store))}")
-    out.mkdir(parents=True, exist_ok=True)
-    if use_store:
-        write_runs_file(out / "runs.json.gz", STUDY, runs, commands)
-    source = ", ".join(f"`{s}`" for s in read_from(uri, runs_files, use_store))
-    path = out / "README.md"
-    path.write_text(render(runs, commands, f"{source}{report_flags(runs_files, use_store)}"))
-    return path
+    return write_rendered_report(STUDY, render, out_dir, uri, runs_files, use_store, require_runs, stages=STAGES,
+                                 history_keys=KEYS)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
