@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlhf_lab.algorithms.guards import Diverged, check_divergence, divergence
+from rlhf_lab.algorithms.guards import Diverged, check_divergence, check_finite, divergence
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +34,18 @@ def test_each_bound_names_its_key():
     assert divergence({**ok, "policy/approxkl": 1e9, "objective/entropy": 5.9}, 3, **off) is None
     with pytest.raises(Diverged, match="max_approxkl"):
         check_divergence({**ok, "policy/approxkl": 11.0}, 1, **BOUNDS)
+
+
+def test_check_finite_finds_every_non_finite_value_and_only_those():
+    import torch
+
+    for bad in ([1.0, math.nan], [math.inf, 2.0], [-math.inf, 0.0], [math.inf, -math.inf]):
+        with pytest.raises(FloatingPointError, match="non-finite w at PPO step 3"):
+            check_finite("w", torch.tensor(bad), 3)
+    check_finite("w", torch.tensor([3e38, 3e38, -1.0]), 3)  # finite values whose sum overflows: no stop
+    check_finite("w", torch.tensor([1.0, math.nan]), 3, mask=torch.tensor([1, 0]))  # masked out
+    with pytest.raises(FloatingPointError, match="2 values"):
+        check_finite("w", torch.tensor([math.inf, -math.inf], dtype=torch.bfloat16), 0)
 
 
 def test_the_shipped_defaults_are_the_tested_ones():
