@@ -105,3 +105,13 @@ def test_the_runs_file_keeps_the_objective_and_the_test_gold(tmp_path):
     assert {G.TEST, G.TEST_SE, "eval/gold_reward", "eval/kl"} <= set(asked[0][1])
     trials, _ = G.load([str(path)])
     assert trials["gold"][0].objective == 0.55 and trials["gold"][0].test_gold == 0.65
+
+
+def test_the_committed_report_regenerates_byte_for_byte_from_its_runs_file(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the report names its runs file as the command line gave it: relative to the clone
+    out = tmp_path / "goodhart.md"
+    G.main(["--runs", str(G.RUNS_OUT), "--out", str(out)])
+    assert out.read_text() == (root / G.OUT).read_text()
