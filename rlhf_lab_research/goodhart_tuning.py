@@ -1,10 +1,10 @@
 """Goodhart's law in tuning (issue 67, item 6): what tuning PPO's β, steps and learning rate on the raw proxy picks,
 against tuning on the ship rule's gold-free value and on the gold itself, each pick judged by its gold on the test
-prompts, which no objective read; ``reports/tuning/goodhart.md``.
+prompts, which no objective read; ``reports/ship/tuning.md``.
 
     python -m rlhf_lab_research.goodhart_tuning --store   # the three studies' runs from the tracking store: writes
-                                                          # reports/tuning/goodhart_runs.json.gz, then the report
-    python -m rlhf_lab_research.goodhart_tuning --runs reports/tuning/goodhart_runs.json.gz    # again, from that file
+                                                          # reports/ship/tuning_runs.json.gz, then the report
+    python -m rlhf_lab_research.goodhart_tuning --runs reports/ship/tuning_runs.json.gz    # again, from that file
 
 The studies (:data:`STUDIES`, ``sweeps/sweep/tune_goodhart_*.yaml``) are identical but for ``tune.objective``
 (:mod:`rlhf_lab.evaluation.objective`): ``proxy`` (``eval/proxy_reward`` at the last evaluation), ``ship`` (the
@@ -45,7 +45,7 @@ from rlhf_lab_research.ship_design import fmt, read_runs, table
 STUDIES = {"proxy": "tune_goodhart_proxy", "ship": "tune_goodhart_ship", "gold": "tune_goodhart_gold"}
 REFERENCE = "gold"
 COMMAND = "python -m rlhf_lab_research.goodhart_tuning"
-RUNS_OUT, OUT = Path("reports/tuning/goodhart_runs.json.gz"), Path("reports/tuning/goodhart.md")
+RUNS_OUT, OUT = Path("reports/ship/tuning_runs.json.gz"), Path("reports/ship/tuning.md")
 OBJECTIVE, STEP = "tune/objective", "tune/step"
 TEST, TEST_SE = "test/gold_reward", "test/gold_reward_se"
 HISTORY = ("eval/gold_reward", TEST, TEST_SE, "eval/kl", "eval/proxy_reward", "eval/heldout_reward")
