@@ -32,12 +32,12 @@ from rlhf_lab.analysis.snapshot import FILE_NAME
 from rlhf_lab.entry.report import parser, print_written, report_error, run, write_report
 from rlhf_lab_research.claims import only_claims, write_claims_report
 from rlhf_lab_research.studies.alarm_fit import RUNS_FILES as ALARM_RUNS_FILES
-from rlhf_lab_research.studies.gao import RL_STUDY as GAO_STUDY
-from rlhf_lab_research.studies.gao import write_gao_report
-from rlhf_lab_research.studies.gao_gold import STUDY as GAO_GOLD_STUDY
 from rlhf_lab_research.studies.frontier_matched import STUDY as FRONTIER_STUDY
 from rlhf_lab_research.studies.frontier_matched import TUNE as FRONTIER_TUNE
 from rlhf_lab_research.studies.frontier_matched import write_measure_report, write_tune_report
+from rlhf_lab_research.studies.gao import RL_STUDY as GAO_STUDY
+from rlhf_lab_research.studies.gao import write_gao_report
+from rlhf_lab_research.studies.gao_gold import STUDY as GAO_GOLD_STUDY
 from rlhf_lab_research.studies.gao_gold import write_gao_gold_report
 from rlhf_lab_research.studies.gold_recipes import STUDY as RECIPES_STUDY
 from rlhf_lab_research.studies.gold_recipes import write_gold_recipes_report
