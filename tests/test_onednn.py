@@ -4,6 +4,8 @@ context, what is and is not reordered, and the layers restored on exit."""
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 import torch.nn as nn
@@ -75,7 +77,7 @@ def test_a_frozen_weights_copy_is_kept_until_the_weight_changes_and_a_trained_on
         with onednn.onednn_linears(m, rows=4):
             first = onednn.KEPT[m[0]][2]
             m(x)
-        assert m[3] not in onednn.KEPT  # trained: made for the context only
+        assert m[3] not in onednn.KEPT  # trained: never reused (its weight changes between rollouts)
         with onednn.onednn_linears(m, rows=4):
             assert onednn.KEPT[m[0]][2] is first  # the same tensor at the same version: reused
         m[0].weight.mul_(2.0)  # an in-place change (a reference synced from the policy) bumps the version
@@ -84,6 +86,31 @@ def test_a_frozen_weights_copy_is_kept_until_the_weight_changes_and_a_trained_on
             assert onednn.KEPT[m[0]][2] is not first
             out = m(x)
     assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)  # computed with the changed weight
+
+
+def test_a_trained_weights_last_copy_is_freed_just_before_its_next_reorder(monkeypatch):
+    """The copy is held after the context (not reused: computed with the weight as it is now) and dropped before the
+    new one is allocated, so that the allocator hands the same memory back (issue 70: fresh pages cost 3-4 s)."""
+    m, x = model(), torch.randn(4, 64)
+    with torch.no_grad(), onednn.onednn_linears(m, rows=4):
+        pass
+    held = weakref.ref(onednn.LAST[m[3]])
+    alive_at_reorder = []
+    real = torch.ops.mkldnn._reorder_linear_weight
+
+    def reorder(w, batch_size):
+        if w.data_ptr() == m[3].weight.data_ptr():
+            alive_at_reorder.append(held() is not None)
+        return real(w, batch_size=batch_size)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", reorder)
+    with torch.no_grad():
+        m[3].weight.add_(1.0)  # a training step's update
+        ref = m(x)
+        with onednn.onednn_linears(m, rows=4):
+            out = m(x)
+    assert alive_at_reorder == [False] and m[3] in onednn.LAST
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)  # computed with the updated weight
 
 
 def test_kept_only_reorders_only_the_linears_with_a_kept_copy():
