@@ -255,6 +255,26 @@ def test_every_committed_study_report_whose_runs_are_kept_comes_out_of_the_runs_
                                      if r.parent.name != "hacking_alarm"), covered
 
 
+def test_rlhf_lab_report_reaches_every_research_reports_own_writer(tmp_path):
+    """`rlhf-lab-report <study>` hands a research study to its own writer only through an entry point of the group
+    ``rlhf_lab.reports`` (pyproject.toml; rlhf_lab never imports the research package): every study of STUDY_REPORTS
+    has one. Three lacked it, and the documented command wrote the generic study report over theirs."""
+    import tomllib
+    from pathlib import Path
+
+    from rlhf_lab.entry import report
+    from rlhf_lab_research.report import STUDY_REPORTS
+
+    root = Path(__file__).resolve().parents[1]
+    group = tomllib.loads((root / "pyproject.toml").read_text())["project"]["entry-points"]["rlhf_lab.reports"]
+    assert set(STUDY_REPORTS) | {"claims"} <= set(group), set(STUDY_REPORTS) - set(group)
+    assert set(group.values()) == {"rlhf_lab_research.report:main"}
+    runs = root / "reports" / "gold_rm_replication" / "runs.json.gz"
+    assert report.main(["gold_rm_replication", "--no-store", "--runs", str(runs), "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "gold_rm_replication" / "README.md").read_text()
+    assert text.startswith("# Study `gold_rm_replication`: the gold RM validated with the gold replicated")
+
+
 def test_a_study_report_from_a_runs_file_on_the_command_line(tmp_path, capsys):
     studies = tagged(world())
     f = snapshot.write_snapshot(tmp_path / "r.json.gz", studies)
