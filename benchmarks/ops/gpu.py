@@ -134,7 +134,7 @@ def job_figures(client, exp_id: str, job: str) -> dict:
 
 def vs_trl(wm: C.WorldModel, work: Path, threads: int) -> tuple[list[str], list[str]]:
     """TRL side by side at this shape (the vs_trl benchmarks, 2 rounds of 3 steps a side, the first a warm-up; no
-    compiled side): (markdown blocks, summary cells)."""
+    compiled side): (markdown blocks with every table of each comparison, GRPO's phases included; summary cells)."""
     from benchmarks.vs_trl import grpo, train
 
     C.quiet()
@@ -149,7 +149,7 @@ def vs_trl(wm: C.WorldModel, work: Path, threads: int) -> tuple[list[str], list[
             gc.collect()  # the last side's models, before the next benchmark loads its own
     finally:
         C.OVERRIDES.clear()  # also when a comparison fails: no later compose() gets this shape's sizes
-    blocks = [f"### {k}: {s.title}\n\n{s.tables[0]}\n\n{s.tables[-1]}\n\n- {s.findings[0]}" for k, s in secs.items()]
+    blocks = [f"### {k}: {s.title}\n\n" + "\n\n".join(s.tables) + f"\n\n- {s.findings[0]}" for k, s in secs.items()]
     return blocks, [f"{k} {s.data['ratio']:.2f}×" + ("" if s.ok else " (LOSS DIFFERS)") for k, s in secs.items()]
 
 
