@@ -1,5 +1,5 @@
 """rlhf_lab/models/onednn.py: float32 CPU linears through oneDNN with reordered weights, for gradient-free passes only
-(issue 70). The results against ``F.linear`` (float32 rounding, not bits), training passes untouched inside the
+(issue 70). The results against ``F.linear`` (to float32 rounding), training passes untouched inside the
 context, what is and is not reordered, and the layers restored on exit."""
 
 from __future__ import annotations
@@ -23,16 +23,23 @@ def test_this_torch_has_the_operators():
 
 
 @pytest.mark.parametrize("rows", [1, 4, 37])
-def test_gradient_free_outputs_agree_with_f_linear_to_float32_rounding(rows):
+def test_gradient_free_outputs_agree_with_f_linear_to_float32_rounding(rows, monkeypatch):
+    """Each layer's forward is oneDNN's inner product (its calls counted), within float32 rounding of ``F.linear``:
+    another summation order in general, but on some CPUs both end in the same kernel and agree to the bit (this
+    test's CI machine in issue 70), so the bits are not what shows which path ran."""
+    pointwise, calls = torch.ops.mkldnn._linear_pointwise, []
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[1]) or pointwise(*a))
     m, x = model(), torch.randn(rows, 3, 64)
     with torch.no_grad():
         ref = m(x)
+        assert not calls  # outside the context: F.linear
         with onednn.onednn_linears(m, rows=4) as n:  # reordered for 4 rows: other row counts computed too
             assert n == 3
             assert all("forward" in lin.__dict__ for lin in m if isinstance(lin, nn.Linear))
             out = m(x)
+    linears = [lin for lin in m if isinstance(lin, nn.Linear)]
+    assert len(calls) == 3 and all(w is not lin.weight for w, lin in zip(calls, linears))  # their reordered copies
     assert out.shape == ref.shape and torch.allclose(out, ref, rtol=1e-5, atol=1e-6)
-    assert not torch.equal(out, ref) or rows == 1  # another summation order: not the same bits (1 row may agree)
     assert all("forward" not in lin.__dict__ for lin in m)  # restored
 
 

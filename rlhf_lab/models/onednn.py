@@ -7,7 +7,7 @@ MLP (896 × 4864) a batch of 4 rows read the weight at 7-11 GB/s where one row (
 beforehand into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight`` and ``_linear_pointwise``, the pair
 ``torch.compile``'s freezing pass uses for CPU linears) reads it at 35-46 GB/s at 4 rows. The sums are the same
 products added in another order: outputs agree with ``F.linear`` to float32 rounding (a relative 4e-7 measured), not
-bit for bit.
+bit for bit in general (on some CPUs both end in the same kernel and agree to the bit).
 
 :func:`onednn_linears` is a context: inside it every float32 ``nn.Linear`` of a CPU model (peft's LoRA layers keep
 theirs as ``base_layer``) computes a forward that needs no gradient with its weight reordered when the context
