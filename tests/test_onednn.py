@@ -25,8 +25,8 @@ def test_this_torch_has_the_operators():
 @pytest.mark.parametrize("rows", [1, 4, 37])
 def test_gradient_free_outputs_agree_with_f_linear_to_float32_rounding(rows, monkeypatch):
     """Each layer's forward is oneDNN's inner product (its calls counted), within float32 rounding of ``F.linear``:
-    another summation order in general, but on some CPUs both end in the same kernel and agree to the bit (this
-    test's CI machine in issue 70), so the bits are not what shows which path ran."""
+    another summation order in general, but on some CPUs both end in the same kernel and agree to the bit (a
+    2-core Xeon machine on 2026-12-07, issue 70), so the bits do not tell which path ran."""
     pointwise, calls = torch.ops.mkldnn._linear_pointwise, []
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[1]) or pointwise(*a))
     m, x = model(), torch.randn(rows, 3, 64)
