@@ -30,14 +30,14 @@ def test_gradient_free_outputs_agree_with_f_linear_to_float32_rounding(rows, mon
     pointwise, calls = torch.ops.mkldnn._linear_pointwise, []
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[1]) or pointwise(*a))
     m, x = model(), torch.randn(rows, 3, 64)
+    linears = [lin for lin in m if isinstance(lin, nn.Linear)]
     with torch.no_grad():
         ref = m(x)
         assert not calls  # outside the context: F.linear
         with onednn.onednn_linears(m, rows=4) as n:  # reordered for 4 rows: other row counts computed too
             assert n == 3
-            assert all("forward" in lin.__dict__ for lin in m if isinstance(lin, nn.Linear))
+            assert all("forward" in lin.__dict__ for lin in linears)
             out = m(x)
-    linears = [lin for lin in m if isinstance(lin, nn.Linear)]
     assert len(calls) == 3 and all(w is not lin.weight for w, lin in zip(calls, linears))  # their reordered copies
     assert out.shape == ref.shape and torch.allclose(out, ref, rtol=1e-5, atol=1e-6)
     assert all("forward" not in lin.__dict__ for lin in m)  # restored
