@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import datetime
 import functools
+import gc
 import json
 import os
 import platform
@@ -229,10 +230,12 @@ def fit(module, loader=None, steps: int = 1, clock: StepClock | None = None, cal
 
 def alternate(rounds: int, run_side, sides: tuple[str, ...] = ("ours", "trl"), seed_round: bool = False) -> dict:
     """`rounds` runs of each side, the order reversed every other round, each from ``torch.manual_seed(0)`` (with
-    `seed_round`: the round's number)."""
+    `seed_round`: the round's number). Each side starts on a collected heap: the last side's models, held in
+    reference cycles (a Lightning trainer and its module), are freed before this side loads its own."""
     out: dict[str, list] = {side: [] for side in sides}
     for r in range(rounds):
         for side in (sides if r % 2 == 0 else sides[::-1]):
+            gc.collect()
             torch.manual_seed(r if seed_round else 0)
             out[side].append(run_side(side))
     return out
@@ -270,14 +273,17 @@ def with_rest(phases: list[dict], step_times: list[float], keys=None) -> list[di
     return out
 
 
-def phase_table(clocks: dict, phases) -> tuple[dict, str]:
+def phase_table(clocks: dict, phases, sides: dict | None = None) -> tuple[dict, str]:
     """Median seconds per phase (`phases`: (key, label)) over the timed steps of ``{"ours": [...], "trl": [...]}``
-    clocks, and the "where the time goes" table."""
+    clocks (more sides of ours allowed: `sides` {side: its column's name}, ``trl`` last), and the "where the time
+    goes" table."""
+    sides = sides or {"ours": "ours", "trl": "TRL"}
     med = {s: {k: median(ph[k] for c in cs for ph in c.phases) for k, _ in phases} for s, cs in clocks.items()}
+    ours = [s for s in sides if s != "trl"]
     return med, ("Where the time goes, median ms per step over the timed steps of all rounds (the phases' medians "
                  "need not add up to the step's):\n\n" + table(
-                     ["phase", "ours ms", "TRL ms", "ratio ours/TRL"],
-                     [[label, 1000 * med["ours"][k], 1000 * med["trl"][k], med["ours"][k] / med["trl"][k]]
+                     ["phase", *[f"{sides[s]} ms" for s in sides], *[f"ratio {sides[s]}/TRL" for s in ours]],
+                     [[label, *[1000 * med[s][k] for s in sides], *[med[s][k] / med["trl"][k] for s in ours]]
                       for k, label in phases]))
 
 

@@ -15,6 +15,7 @@ from rlhf_lab.models.actor_critic import lm_forward
 from rlhf_lab.algorithms.ppo import StepTimer
 from rlhf_lab.config.world import gold_weights
 from rlhf_lab.models.sampling import trim_padding
+from rlhf_lab.models.batching import prompt_groups
 from rlhf_lab.stages import ppo as ppo_stage
 
 
@@ -105,6 +106,51 @@ def test_packed_and_trimmed_passes_give_the_padded_losses_and_gradients(tiny_cfg
             assert float(st[k]) == pytest.approx(float(base_st[k]), abs=1e-6), (key, k)
         for g, g0 in zip(grads, base_g):
             assert torch.allclose(g, g0, atol=1e-6, rtol=1e-5), key
+
+
+def test_prompt_groups_by_hand():
+    q_ids = torch.tensor([[0, 5, 6], [7, 8, 9], [0, 5, 6], [0, 5, 6], [7, 8, 9], [5, 5, 6]])
+    first, group = prompt_groups(q_ids, (q_ids != 0).long())
+    assert sorted(first.tolist()) == [0, 1, 5]
+    assert [first[g].item() for g in group] == [0, 1, 0, 0, 1, 5]  # each row points at the first row of its prompt
+
+
+@pytest.mark.parametrize("fam,over", [
+    ("a", ["algo.critic=policy"]), ("b", ["algo.critic=shared"]),
+    ("a", ["algo.critic=none", "algo.reference.kind=lora_disabled", "algo.lora.r=8"])])
+def test_shared_prompt_passes_give_the_packed_logprobs_and_values(tiny_cfg, checkpoints, fam, over):
+    """algo.shared_prompt: each distinct prompt run once for its rows in the passes without gradients (policy,
+    critic, reference) gives the packed passes' log-probs, entropies and values to float noise."""
+    tok, path = checkpoints[fam]
+    torch.manual_seed(0)
+    cfg = tiny_cfg(*over, "algo.entropy_coef=0.01", "algo.kl_in=loss", "algo.kl_estimator=k3")
+    policy, reference, crit = ppo_stage.build_models(cfg.algo, path, tok)
+    module = ppo.PPOModule(policy, reference, crit, tok, None, lambda s: [], cfg.algo, cfg.kl, cfg.generation,
+                           gold_weights(cfg)).eval()
+    with torch.no_grad():
+        for p in [p for p in module.parameters() if p.requires_grad]:
+            p.add_(0.05 * torch.randn_like(p))
+    q_ids, q_mask, r_ids, r_mask = rollout(tok, [7, 4], [10, 10])  # two prompts, each sampled 4 times
+    r_ids, r_mask = rollout(tok, [1] * 8, [10, 4, 6, 3, 10, 5, 2, 7], seed=1)[2:]
+    qr = (q_ids.repeat_interleave(4, 0), q_mask.repeat_interleave(4, 0), r_ids, r_mask)
+    passes = {}
+    for shared in (False, True):
+        module.a.shared_prompt = shared
+        with torch.no_grad():
+            assert (module.shared_prompts(*qr[:2]) is not None) == shared
+            passes[shared] = (*module.policy_forward(*qr), module.reference_logprobs(*qr))
+    for packed, one_prompt_pass in zip(passes[False], passes[True]):
+        if packed is not None:
+            assert torch.allclose(one_prompt_pass * r_mask, packed * r_mask, atol=1e-5)
+    with torch.enable_grad():  # the update's passes run packed
+        assert module.shared_prompts(*qr[:2]) is None
+    module.a.compile = True  # the compiled trunk takes packed rows
+    with torch.no_grad():
+        assert module.shared_prompts(*qr[:2]) is None
+    module.a.compile = False
+    distinct = rollout(tok, [3, 5, 2], [4, 4, 4])  # no prompt shared: the packed passes
+    with torch.no_grad():
+        assert module.shared_prompts(*distinct[:2]) is None
 
 
 def test_shared_critic_reads_the_policy_trunk_in_one_pass(tiny_cfg, checkpoints):

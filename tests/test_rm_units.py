@@ -13,7 +13,9 @@ from rlhf_lab.models import families as F
 from rlhf_lab.data.preferences import PreferencePair
 from rlhf_lab.models.batching import pad_right
 from rlhf_lab.models.adapters import with_lora
-from rlhf_lab.models.reward import RewardScorer, aggregate, encode_texts, rm_forward
+from rlhf_lab.models import reward as R
+from rlhf_lab.models.reward import RewardScorer, aggregate, encode_texts, rm_forward, rm_forward_shared
+from rlhf_lab.models.shared_prefix import common_prefixes
 from rlhf_lab.stages.training import model_size
 from rlhf_lab.world import ReviewGenerator
 
@@ -116,6 +118,32 @@ def test_packed_batches_give_the_padded_loss_and_gradients(tiny_models, fam):
         assert torch.allclose(g_packed, g_padded, atol=1e-5, rtol=1e-4)
     assert mod._packing_checked
     rm.zero_grad()
+
+
+def test_common_prefixes_by_hand():
+    seqs = [[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 6, 7], [9, 8], [1, 2]]
+    prefixes, group, rest = common_prefixes(seqs, ["p", "p", "p", "q", "r"])
+    assert prefixes == [[1, 2], [9], [1]] and group == [0, 0, 0, 1, 2]  # a prefix leaves each list a token
+    assert rest == [[3, 4], [5], [3, 6, 7], [8], [2]]
+    assert common_prefixes([[1, 2], [3, 4]], ["p", "p"]) is None  # nothing shared: no shared pass
+
+
+@pytest.mark.parametrize("fam", ["a", "b"])
+def test_shared_prefix_scores_are_the_padded_scores(tiny_models, fam):
+    """algo.shared_prompt: the responses to one prompt scored in one pass over their common tokens give each
+    response's own score, to float noise, also across passes of batch_size rows."""
+    tok, rm, _ = tiny_models[fam]
+    prompts = [PROMPTS[0]] * 3 + [PROMPTS[1]] * 2 + [PROMPTS[2]]
+    responses = [RESPONSES[0], RESPONSES[1], "", RESPONSES[3], RESPONSES[2], RESPONSES[0]]
+    ended = [True, False, True, False, True, True]
+    scorer = RewardScorer([rm], tok, normalize=False, batch_size=4)
+    alone = scorer.member_scores(prompts, responses, ended)
+    calls = []
+    with pytest.MonkeyPatch.context() as mp, scorer.sharing_prefixes():
+        mp.setattr(R, "rm_forward_shared", lambda *a: calls.append(a[1].shape[0]) or rm_forward_shared(*a))
+        shared = scorer.member_scores(prompts, responses, ended)
+    assert calls == [2, 1] and not scorer.shared_prefix  # the prompts' rows whole, about batch_size a pass: 3 + 2, then 1
+    assert torch.allclose(shared, alone, atol=1e-5)
 
 
 def test_packing_check_catches_a_model_that_mixes_packed_sequences(tiny_models, monkeypatch):

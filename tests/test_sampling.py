@@ -99,6 +99,28 @@ def test_lab_sampler_with_eager_attention_and_lora(family_models, attn):
     check(lora.eval())
 
 
+@pytest.mark.parametrize("family", Fm.FAMILIES)
+def test_a_shared_prompts_prefill_draws_generates_tokens(family_models, family):
+    """algo.shared_prompt: each distinct prompt prefilled once, its cache and logits indexed out to its samples
+    (GRPO's groups, in any order), draws the tokens and random numbers of generate."""
+    model, tok = family_models[f"family_{family}"]
+    batch = [prompts()[i] for i in (2, 5, 2, 2, 5, 0, 5, 2)]
+    ids, mask = S.encode_prompts(tok, batch)
+    for settings in SETTINGS[:3]:
+        args = (model, ids, mask, MAX_NEW, tok.eos_token_id, tok.pad_token_id, *settings)
+        torch.manual_seed(4)
+        theirs, r_theirs = S.hf_generate(*args), torch.rand(3)
+        torch.manual_seed(4)
+        calls = []
+        hook = model.register_forward_pre_hook(lambda m, a, kw: calls.append(kw["input_ids"].shape), with_kwargs=True)
+        try:
+            ours, r_ours = S.kv_generate(*args, shared_prompts=True), torch.rand(3)
+        finally:
+            hook.remove()
+        assert calls[0][0] == 3 and all(c[0] == len(batch) for c in calls[1:])  # one prefill row per prompt
+        assert torch.equal(ours, theirs) and torch.equal(r_ours, r_theirs), settings
+
+
 def test_sample_with_either_sampler_returns_the_same_rollout(family_models):
     model, tok = family_models["family_a"]
     batch = prompts()

@@ -133,14 +133,15 @@ def job_figures(client, exp_id: str, job: str) -> dict:
 
 
 def vs_trl(wm: C.WorldModel, work: Path, threads: int) -> tuple[list[str], list[str]]:
-    """TRL side by side at this shape (the vs_trl benchmarks, 2 rounds of 3 steps a side, the first a warm-up; no
-    compiled side): (markdown blocks with every table of each comparison, GRPO's phases included; summary cells)."""
+    """TRL side by side at this shape (the vs_trl benchmarks, 2 rounds of 3 steps a side, the first a warm-up; GRPO's
+    third side ``algo.shared_prompt=true``, no compiled side): (markdown blocks with every table of each comparison,
+    GRPO's phases included; summary cells)."""
     from benchmarks.vs_trl import grpo, train
 
     C.quiet()
     torch.set_num_threads(threads)
     runs = {"DPO": lambda: train.run("dpo", wm, 3, 1, 2), "RM": lambda: train.run("rm", wm, 3, 1, 2),
-            "GRPO": lambda: grpo.run(None, wm, work, 3, 1, 2, with_compile=False)}
+            "GRPO": lambda: grpo.run(None, wm, work, 3, 1, 2, option=grpo.SHARED_PROMPT)}
     secs = {}
     try:
         for k, run in runs.items():
@@ -150,7 +151,9 @@ def vs_trl(wm: C.WorldModel, work: Path, threads: int) -> tuple[list[str], list[
     finally:
         C.OVERRIDES.clear()  # also when a comparison fails: no later compose() gets this shape's sizes
     blocks = [f"### {k}: {s.title}\n\n" + "\n\n".join(s.tables) + f"\n\n- {s.findings[0]}" for k, s in secs.items()]
-    return blocks, [f"{k} {s.data['ratio']:.2f}×" + ("" if s.ok else " (LOSS DIFFERS)") for k, s in secs.items()]
+    return blocks, [f"{k} {s.data['ratio']:.2f}×" + (f" ({s.data['option']}: {s.data['ratio_option']:.2f}×)"
+                                                      if s.data.get("option") else "")
+                    + ("" if s.ok else " (LOSS DIFFERS)") for k, s in secs.items()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,6 @@ pieces the PPO comparison shares (our timed side, the step recorder).
 from __future__ import annotations
 
 import contextlib
-import copy
 import tempfile
 from unittest.mock import patch
 
@@ -234,8 +233,19 @@ PHASES = [
 TARGET = 1.5
 
 
-def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds: int, with_compile: bool = True) -> C.Section:
-    """`with_compile`: also time ours with ``algo.compile=true`` (a third side)."""
+COMPILE, SHARED_PROMPT = "algo.compile=true", "algo.shared_prompt=true"
+OPTIONS = {  # an option a third side times: what it does
+    COMPILE: "the trunks' packed passes through torch.compile; its float noise makes another run; compiled after the "
+             "warm-up steps",
+    SHARED_PROMPT: "each prompt's prefill, old and reference log-prob passes and RM pass run once for its G "
+                   "completions (its KV cache serves them); the same numbers to float noise",
+}
+
+
+def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds: int,
+        option: str | None = COMPILE) -> C.Section:
+    """`option` (a key of :data:`OPTIONS`, or None): also time ours with that override, off by default (a third side);
+    unless it is ``algo.compile``, its first step is checked against TRL's too."""
     cfg = C.compose(["algo=grpo"])
     a, g = cfg.algo, cfg.generation
     sec = C.Section("GRPO training throughput (ours vs TRL GRPOTrainer)", NOTE)
@@ -243,40 +253,46 @@ def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds
     tok = C.load_tokenizer(wm.lm_dir)
     B = int(a.batch_size)
     agree = first_step_agreement(cfg, wm, tok)
-    compiled = copy.deepcopy(cfg)
-    compiled.algo.compile = True  # the option: the trunks' packed passes through torch.compile
+    opted = C.compose(["algo=grpo", option]) if option else None
+    agree_opt = first_step_agreement(opted, wm, tok) if option and option != COMPILE else None
     names = {"generation": "time/rollout_s", "reward": "time/score_s", "logps": "time/forward_s"}
 
     def run_side(side: str) -> C.StepClock:
         if side == "trl":
             return run_trl(cfg, wm, tok, steps, warmup)
-        return run_ours(compiled if side == "ours_compiled" else cfg, wm, tok, steps, warmup, names,
+        return run_ours(opted if side == "option" else cfg, wm, tok, steps, warmup, names,
                         lambda tk: [tk.eos_token_id])
 
-    clocks = C.alternate(rounds, run_side, ("ours", "ours_compiled", "trl") if with_compile else ("ours", "trl"))
-    o, oc, t = (C.rate(clocks.get(s) or clocks["ours"], B) for s in ("ours", "ours_compiled", "trl"))
-    ratio, ratio_c = o["rate"] / t["rate"], (oc["rate"] / t["rate"] if with_compile else float("nan"))
-    med, phase_text = C.phase_table({s: clocks[s] for s in ("ours", "trl")}, PHASES)
+    clocks = C.alternate(rounds, run_side, ("ours", "option", "trl") if option else ("ours", "trl"))
+    o, oo, t = (C.rate(clocks.get(s) or clocks["ours"], B) for s in ("ours", "option", "trl"))
+    ratio, ratio_o = o["rate"] / t["rate"], (oo["rate"] / t["rate"] if option else float("nan"))
+    sides = {"ours": "ours", **({"option": f"ours with `{option}`"} if option else {}), "trl": "TRL"}
+    med, phase_text = C.phase_table({s: clocks[s] for s in sides}, PHASES, sides)
     sec.tables.append(C.table(["side", "completions/s", "ms/step", "timed steps", "ratio ours/TRL"], [
         ["ours (PPOModule, algo=grpo, + Lightning)", o["rate"], o["ms"], o["n"], ratio],
-        *[["ours with `algo.compile=true` (opt-in: the trunks' packed passes through torch.compile)", oc["rate"],
-           oc["ms"], oc["n"], ratio_c]][:int(with_compile)],
+        *[[f"ours with `{option}` (opt-in: {OPTIONS[option]})", oo["rate"], oo["ms"], oo["n"], ratio_o]
+          ][:int(bool(option))],
         ["TRL GRPOTrainer", t["rate"], t["ms"], t["n"], 1.0]]))
     sec.tables.append(phase_text)
     sec.tables.append(
         f"First step, same initial weights, the same {B} completions (sampled by ours: {agree['n_ended']} ended with "
         f"EOS, {agree['mean_len']:.1f} tokens on average; reference: other random weights, so the KL term is not 0); "
         f"each side through its own code:\n\n" + C.agreement_table(agree["rows"]))
+    if agree_opt is not None:
+        sec.tables.append(f"The same first step, ours with `{option}`:\n\n" + C.agreement_table(agree_opt["rows"]))
     sec.findings.append(
         f"a step = one generation of {B} completions ({B // int(a.samples_per_prompt)} prompts × G "
         f"{int(a.samples_per_prompt)}, {int(g.max_new_tokens)} tokens each) + rewards + {int(a.ppo_epochs)} × "
         f"{int(a.num_minibatches)} AdamW steps; β {float(cfg.kl.beta)} (k3 in the loss), ε {float(a.clip_eps)}, "
         f"loss_agg {a.loss_agg} = TRL loss_type {LOSS_TYPES[str(a.loss_agg)]!r}, lr {float(a.lr)}; policy {wm.arch}; "
-        + C.runs_line(steps, warmup, rounds, C.per_round(clocks["ours"], clocks["trl"]), clocks))
-    met, met_c = ("met" if r >= TARGET else "NOT met" for r in (ratio, ratio_c))
-    sec.findings.append(f"throughput ours/TRL **{ratio:.2f}×** with the defaults (target ≥ {TARGET}×: {met}); with "
-                        f"`algo.compile=true` (an option, off by default: its float noise makes another run; compiled "
-                        f"after the warm-up steps) **{ratio_c:.2f}×** ({met_c})")
+        + C.runs_line(steps, warmup, rounds, C.per_round(clocks["ours"], clocks["trl"]), clocks)
+        + ("; with the option: " + ", ".join(f"{x:.2f}" for x in C.per_round(clocks["option"], clocks["trl"]))
+           if option else ""))
+    ok = agree["ok"] and (agree_opt is None or agree_opt["ok"])
+    met, met_o = ("met" if r >= TARGET else "NOT met" for r in (ratio, ratio_o))
+    sec.findings.append(f"throughput ours/TRL **{ratio:.2f}×** with the defaults (target ≥ {TARGET}×: {met})"
+                        + (f"; with `{option}` (an option, off by default: {OPTIONS[option]}) **{ratio_o:.2f}×** "
+                           f"({met_o})" if option else ""))
     gen = med["ours"]["generation"] / med["ours"]["step"], med["trl"]["generation"] / med["trl"]["step"]
     sampler = ("our KV-cache sampler (`generation.sampler=lab`), TRL `model.generate`: the same tokens (see the "
                "sampling section)" if str(g.sampler) == "lab" else "the same `model.generate` call on both sides "
@@ -284,8 +300,9 @@ def run(cfg: DictConfig, wm: C.WorldModel, work, steps: int, warmup: int, rounds
     sec.findings.append(f"generation is {100 * gen[0]:.0f}% of our step and {100 * gen[1]:.0f}% of TRL's, on the same "
                         f"shapes: {sampler}; it bounds the ratio (with everything else free, ours/TRL would be at most "
                         f"TRL step / our generation = {med['trl']['step'] / med['ours']['generation']:.2f}×)")
-    sec.summary = ["GRPO throughput, ours/TRL (completions/s)", f"{ratio:.2f}×; algo.compile=true {ratio_c:.2f}×",
-                   f"{'loss agrees' if agree['ok'] else 'LOSS DIFFERS'}; target ≥ {TARGET}×: {met}; with "
-                   f"algo.compile=true: {met_c}"]
-    sec.ok, sec.data = agree["ok"], {"ratio": ratio, "ratio_compiled": ratio_c, "phases": med}
+    sec.summary = ["GRPO throughput, ours/TRL (completions/s)",
+                   f"{ratio:.2f}×" + (f"; {option} {ratio_o:.2f}×" if option else ""),
+                   f"{'loss agrees' if ok else 'LOSS DIFFERS'}; target ≥ {TARGET}×: {met}"
+                   + (f"; with {option}: {met_o}" if option else "")]
+    sec.ok, sec.data = ok, {"ratio": ratio, "option": option, "ratio_option": ratio_o, "phases": med}
     return sec

@@ -78,11 +78,14 @@ from rlhf_lab.algorithms.rl_math import (
     shape_scores,
 )
 from rlhf_lab.evaluation.metrics import distinct_n, filler_rate, unique_rate
-from rlhf_lab.models.actor_critic import checkpoint_activations, lm_forward, lm_forward_packed, train_checkpointed
+from rlhf_lab.models.actor_critic import (checkpoint_activations, lm_forward, lm_forward_packed, lm_forward_shared,
+                                          train_checkpointed)
+from rlhf_lab.models.adapters import AdapterDisabled
 from rlhf_lab.models.onednn import onednn_linears
 from rlhf_lab.models.packing import check_packing
 from rlhf_lab.models.rollout_copy import RolloutCopy
 from rlhf_lab.models.sampling import pack_rollout, response_logprobs, sample, token_logprobs, trim_padding
+from rlhf_lab.models.batching import prompt_groups
 from rlhf_lab.models.sharding import full_state_dict, gathered, local, shard_trained
 from rlhf_lab.evaluation.policy import Scorer, as_gold_scorer
 from rlhf_lab.world import GoldWeights
@@ -198,14 +201,18 @@ class PPOModule(L.LightningModule):
 
     # -- forward passes ------------------------------------------------------------------------
     def policy_forward(self, q_ids, q_mask, r_ids, r_mask):
-        """(log π_θ(y_t), entropy_t, V(s_t) or None) in one pass of the policy (and critic); packed without
-        padding with ``algo.packing`` (:func:`rlhf_lab.models.sampling.pack_rollout`)."""
+        """(log π_θ(y_t), entropy_t, V(s_t) or None) in one pass of the policy (and critic): each distinct prompt
+        run once where rows share one (:meth:`shared_prompts`: without gradients), else packed without padding with
+        ``algo.packing`` (:func:`rlhf_lab.models.sampling.pack_rollout`), else padded."""
         shared = self.critic is not None and self.critic.backbone is None
-        packing = self.packing()  # the first call checks the trunks, in eval mode
+        groups = self.shared_prompts(q_ids, q_mask)
+        packing = groups is None and self.packing()  # the first call checks the trunks, in eval mode
         # algo.activation_checkpointing: the checkpointed layers' own training flag (their submodules stay in eval
         # mode: no dropout); transformers checkpoints only passes with gradients (the update's)
         train_checkpointed(self._checkpointed)
-        if packing:
+        if groups is not None:
+            logits, hidden = lm_forward_shared(self.policy, q_ids, q_mask, r_ids, r_mask, groups)
+        elif packing:
             packed = pack_rollout(q_ids, q_mask, r_ids, r_mask, self.tok.pad_token_id)
             logits, hidden = lm_forward_packed(self.policy, *packed, compiled=self.compiled)
         else:
@@ -216,19 +223,42 @@ class PPOModule(L.LightningModule):
         values = None
         if self.critic is not None:
             h = hidden if shared else None
-            values = (self.critic.forward_packed(*packed, hidden=h, compiled=self.compiled) if packing
-                      else self.critic(ids, attn, q_ids.shape[1], hidden=h))
+            if groups is not None:
+                values = self.critic.forward_shared(q_ids, q_mask, r_ids, r_mask, groups, hidden=h)
+            elif packing:
+                values = self.critic.forward_packed(*packed, hidden=h, compiled=self.compiled)
+            else:
+                values = self.critic(ids, attn, q_ids.shape[1], hidden=h)
         return logp, ent, values
 
     def reference_logprobs(self, q_ids, q_mask, r_ids, r_mask):
-        """log π_ref(y_t): packed like the policy's pass when the reference is a model of its own (``algo.packing``);
-        the shared-base reference (adapters disabled) runs padded."""
-        if self.packing() and isinstance(self._reference, nn.Module):
-            logits, _ = lm_forward_packed(self._reference, *pack_rollout(q_ids, q_mask, r_ids, r_mask,
-                                                                         self.tok.pad_token_id),
+        """log π_ref(y_t): each distinct prompt run once like the policy's pass (:meth:`shared_prompts`, the
+        shared-base reference with its adapters disabled too), else packed when the reference is a model of its own
+        (``algo.packing``); the shared-base reference then runs padded."""
+        ref, temperature = self._reference, self.gen.temperature or 1.0
+        groups = self.shared_prompts(q_ids, q_mask)
+        if groups is not None:
+            model, adapters_off = ((ref.model, ref.model.disable_adapter()) if isinstance(ref, AdapterDisabled)
+                                   else (ref, contextlib.nullcontext()))
+            with adapters_off:
+                logits, _ = lm_forward_shared(model, q_ids, q_mask, r_ids, r_mask, groups)
+            return token_logprobs(logits, r_ids, r_mask, temperature)
+        if self.packing() and isinstance(ref, nn.Module):
+            logits, _ = lm_forward_packed(ref, *pack_rollout(q_ids, q_mask, r_ids, r_mask, self.tok.pad_token_id),
                                           compiled=self.compiled)
-            return token_logprobs(logits, r_ids, r_mask, self.gen.temperature or 1.0)
-        return response_logprobs(self._reference, q_ids, q_mask, r_ids, r_mask, self.gen.temperature or 1.0)
+            return token_logprobs(logits, r_ids, r_mask, temperature)
+        return response_logprobs(ref, q_ids, q_mask, r_ids, r_mask, temperature)
+
+    def shared_prompts(self, q_ids, q_mask):
+        """With ``algo.shared_prompt``, in a pass without gradients (old log-probs, values, reference), the rows'
+        prompt groups (:func:`rlhf_lab.models.batching.prompt_groups`) where some rows share a prompt; else None,
+        also under ``algo.compile`` (whose compiled trunk takes packed rows). The update's passes run packed: at the
+        0.5b shape on a CPU a shared prompt saved them nothing (the two calls' weight gradients each add into the
+        gradient buffers, and the smaller products run at a lower rate; benchmarks/README.md)."""
+        if not self.a.shared_prompt or self.compiled or torch.is_grad_enabled():
+            return None
+        first, group = prompt_groups(q_ids, q_mask)
+        return (first, group) if len(first) < len(group) else None
 
     def packing(self) -> bool:
         """``algo.packing``; the first time, checks that the policy, the critic's and the reference's trunks keep
@@ -332,11 +362,13 @@ class PPOModule(L.LightningModule):
                 check_finite(name, x, self.ppo_step, mask)
 
     def rollout(self, prompts: list[str]):
-        """Step 1: one sampled response per prompt, with the ``generation.*`` settings."""
+        """Step 1: one sampled response per prompt, with the ``generation.*`` settings (``algo.shared_prompt``: a
+        prompt's prefill runs once for its samples)."""
         g = self.gen
         with gathered(self.policy):  # trainer=fsdp: each rank samples its prompts with the full policy
             return sample(self.sampler_model(), self.tok, prompts, int(g.max_new_tokens), g.temperature, g.top_k,
-                          g.top_p, g.max_prompt_len, sampler=g.sampler)
+                          g.top_p, g.max_prompt_len, sampler=g.sampler,
+                          shared_prompts=bool(self.a.shared_prompt))
 
     def sampler_model(self) -> nn.Module:
         """What step 1 samples from: the policy, or with ``generation.dtype`` its copy in that dtype
@@ -349,8 +381,11 @@ class PPOModule(L.LightningModule):
         return self.rollout_copy.model()
 
     def score(self, ro) -> torch.Tensor:
-        """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device."""
-        return self.scorer(ro.prompts, ro.responses, ro.ended).float().reshape(-1).to(ro.response_mask.device)
+        """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device; with
+        ``algo.shared_prompt`` a reward model scores the responses to one prompt in one pass over their common tokens."""
+        sharing = getattr(self.scorer, "sharing_prefixes", None) if self.a.shared_prompt else None
+        with sharing() if sharing is not None else contextlib.nullcontext():
+            return self.scorer(ro.prompts, ro.responses, ro.ended).float().reshape(-1).to(ro.response_mask.device)
 
     def advantage(self, rewards, values, mask):
         """Step 5: (advantages, returns, Var[A] before whitening). With the critic, GAE(γ, λ) and its returns

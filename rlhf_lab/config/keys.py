@@ -34,7 +34,8 @@ NOT_COMPUTED = ("tracking", "skip_finished", "study", "tune", "cache_dir", "trai
 # keys added after runs and artifacts were made, each with the value that does what the code did before it existed:
 # left out of a job's config digest, its pre-emption checkpoint key and the cache keys that hold the whole config
 # (computed_plain) while they hold it, so adding one changed no earlier job's identity or key
-ADDED_OFF = {"eval.test_each_eval": False, "eval.save_checkpoints": False, "reward_model.heldout": False}
+ADDED_OFF = {"eval.test_each_eval": False, "eval.save_checkpoints": False, "reward_model.heldout": False,
+             "algo.shared_prompt": False}
 
 
 def computed_plain(plain: dict, also=()) -> dict:

@@ -149,6 +149,7 @@ class PPOConfig(JobConfig):
     whiten_advantages: bool = MISSING
     max_grad_norm: Optional[float] = MISSING
     packing: bool = MISSING
+    shared_prompt: bool = MISSING
     trim_minibatches: bool = MISSING
     compile: bool = MISSING
     activation_checkpointing: bool = MISSING

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from rlhf_lab.models.adapters import unwrap
-from rlhf_lab.models.packing import packed_hidden
+from rlhf_lab.models.packing import backbone_of, packed_hidden
 from rlhf_lab.models.sampling import positions
+from rlhf_lab.models.shared_prefix import shared_prompt_hidden
 
 
 def lm_forward(model, input_ids, attention_mask, query_len: int):
@@ -31,6 +32,13 @@ def lm_forward_packed(model, input_ids, position_ids, response_index, compiled: 
     (logits, last hidden state) [B, T, ·] at the positions that predict the response tokens. ``compiled``: the
     trunk through ``torch.compile`` (:func:`rlhf_lab.models.packing.compiled_trunk`)."""
     hidden = packed_hidden(model, input_ids, position_ids, compiled)[response_index]
+    return unwrap(model).get_output_embeddings()(hidden), hidden
+
+
+def lm_forward_shared(model, q_ids, q_mask, r_ids, r_mask, groups):
+    """:func:`lm_forward` with each distinct prompt run once for the rows that share it (``algo.shared_prompt``;
+    ``groups``: :func:`rlhf_lab.models.batching.prompt_groups`): (logits, last hidden state) [B, T, ·]."""
+    hidden = shared_prompt_hidden(backbone_of(model), q_ids, q_mask, r_ids, r_mask, groups)
     return unwrap(model).get_output_embeddings()(hidden), hidden
 
 
@@ -94,4 +102,10 @@ class ValueModel(nn.Module):
         :func:`lm_forward_packed`."""
         if hidden is None:
             hidden = packed_hidden(self.backbone, input_ids, position_ids, compiled)[response_index]
+        return self.head(hidden).squeeze(-1).float()
+
+    def forward_shared(self, q_ids, q_mask, r_ids, r_mask, groups, hidden=None):
+        """:meth:`forward` with each distinct prompt run once (:func:`lm_forward_shared`)."""
+        if hidden is None:
+            hidden = shared_prompt_hidden(self.backbone, q_ids, q_mask, r_ids, r_mask, groups)
         return self.head(hidden).squeeze(-1).float()

@@ -1,5 +1,6 @@
 """Token batches for the models: right-padded ids and masks (:func:`pad_right`), padding-free packed rows
-(:func:`pack_rows`, whose passes are :mod:`rlhf_lab.models.packing`), and a causal LM's (prompt, response) examples
+(:func:`pack_rows`, whose passes are :mod:`rlhf_lab.models.packing`), the rows' distinct prompts
+(:func:`prompt_groups`, for :mod:`rlhf_lab.models.shared_prefix`), and a causal LM's (prompt, response) examples
 with their collate function (:func:`encode_lm_examples`, :func:`collate_right`). A leaf: torch only."""
 
 from __future__ import annotations
@@ -71,6 +72,15 @@ def pack_rows(seqs: Sequence[Sequence[int]], pad_id: int,
     shape = (len(rows), W)
     return (torch.tensor(ids, dtype=torch.long).reshape(shape), torch.tensor(pos, dtype=torch.long).reshape(shape),
             torch.tensor(last, dtype=torch.long))
+
+
+def prompt_groups(q_ids: torch.Tensor, q_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' distinct prompts (left-padded ids and masks [B, P]): (``first`` [n], the first row of each distinct
+    prompt; ``group`` [B], the index into ``first`` of each row's prompt). Rows are alike when ids and masks are."""
+    _, group = torch.unique(torch.cat([q_ids * q_mask, q_mask], 1), dim=0, return_inverse=True)
+    rows = torch.arange(len(group), device=group.device)
+    first = torch.full((int(group.max()) + 1,), len(group), device=group.device).scatter_reduce(0, group, rows, "amin")
+    return first, group
 
 
 def collate_right(tokenizer):

@@ -23,6 +23,7 @@ and no affine map is applied.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +32,7 @@ import torch
 
 from rlhf_lab.models.batching import pad_right
 from rlhf_lab.models.adapters import unwrap
+from rlhf_lab.models.shared_prefix import common_prefixes, shared_prefix_states
 from rlhf_lab.models.checkpoints import CheckpointError, CheckpointNotFound
 
 NORM_FILE = "rm_norm.json"
@@ -120,6 +122,17 @@ def rm_forward_packed(model, input_ids: torch.Tensor, position_ids: torch.Tensor
     return unwrap(model).score(packed_hidden(model, input_ids, position_ids)[last_index])[:, 0].float()
 
 
+def rm_forward_shared(model, prefix_ids, prefix_mask, group, suffix_ids, suffix_mask) -> torch.Tensor:
+    """Scalar reward [B] of ``prefix[group[b]] + suffix[b]`` (prefixes left-padded, suffixes right-padded), each
+    prefix run once (:func:`rlhf_lab.models.shared_prefix.shared_prefix_states`): the scalar head at each suffix's
+    last token. Decoders only (:func:`packable`)."""
+    from rlhf_lab.models.packing import backbone_of
+
+    _, h = shared_prefix_states(backbone_of(model), prefix_ids, prefix_mask, group, suffix_ids, suffix_mask)
+    last = suffix_mask.long().sum(1) - 1
+    return unwrap(model).score(h[torch.arange(h.shape[0], device=h.device), last])[:, 0].float()
+
+
 # ------------------------------------------------------------------------------------------------
 # the scorer
 
@@ -192,6 +205,7 @@ class RewardScorer:
             raise ValueError(f"reward_model.conservative_lambda must be >= 0, got {conservative_lambda}")
         self.max_len, self.batch_size = int(max_len), int(batch_size)
         self.heldout_spread = heldout_spread  # an ensemble's disagreement on its held-out pairs (eval/gold_rm_std_ratio)
+        self.shared_prefix = False  # inside sharing_prefixes()
 
     @classmethod
     def from_path(cls, path, normalize: bool = True, conservative_lambda: float = 0.0,
@@ -227,11 +241,17 @@ class RewardScorer:
 
     @torch.no_grad()
     def member_scores(self, prompts: Sequence[str], responses: Sequence[str], ended: Sequence[bool]) -> torch.Tensor:
-        """Raw (unnormalised) scores of every member, [K, B] float32."""
+        """Raw (unnormalised) scores of every member, [K, B] float32. With :attr:`shared_prefix`, where prompts repeat
+        and every member is a decoder, the responses to one prompt share one pass over their common tokens
+        (:meth:`shared_prefix_scores`)."""
         seqs = encode_texts(self.tokenizer, prompts, responses, ended, self.max_len)
         out = torch.zeros(len(self.members), len(seqs), dtype=torch.float32)
         if not seqs:
             return out
+        if self.shared_prefix and len(set(prompts)) < len(prompts) and all(packable(m) for m in self.members):
+            split = common_prefixes(seqs, list(prompts))
+            if split is not None:
+                return self.shared_prefix_scores(*split, out)
         order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # similar lengths share a batch
         dev = self.device
         for j in range(0, len(order), self.batch_size):
@@ -240,6 +260,38 @@ class RewardScorer:
             ids, mask = ids.to(dev), mask.to(dev)
             for k, m in enumerate(self.members):
                 out[k, idx] = rm_forward(m, ids, mask).float().cpu()
+        return out
+
+    @contextlib.contextmanager
+    def sharing_prefixes(self):
+        """Inside: :attr:`shared_prefix` (PPO's rollout scores with ``algo.shared_prompt``; evaluations stay out)."""
+        self.shared_prefix = True
+        try:
+            yield
+        finally:
+            self.shared_prefix = False
+
+    def shared_prefix_scores(self, prefixes: list[list[int]], group: list[int], suffixes: list[list[int]],
+                             out: torch.Tensor) -> torch.Tensor:
+        """``out`` [K, B] filled with each member's scores of ``prefixes[group[b]] + suffixes[b]``
+        (:func:`rlhf_lab.models.shared_prefix.common_prefixes`), by :func:`rm_forward_shared` over whole prompts'
+        rows, about ``batch_size`` rows a pass."""
+        pad, dev = self.tokenizer.pad_token_id, self.device
+        rows_of: dict[int, list[int]] = {}
+        for i, g in enumerate(group):
+            rows_of.setdefault(g, []).append(i)
+        chunk: list[int] = []
+        for n, g in enumerate(rows_of):
+            chunk.append(g)
+            if n + 1 < len(rows_of) and sum(len(rows_of[c]) for c in chunk) < self.batch_size:
+                continue
+            rows = [i for c in chunk for i in rows_of[c]]
+            p_ids, p_mask = (t.flip(1).to(dev) for t in pad_right([prefixes[c][::-1] for c in chunk], pad))
+            local = torch.tensor([chunk.index(group[i]) for i in rows], device=dev)
+            s_ids, s_mask = (t.to(dev) for t in pad_right([suffixes[i] for i in rows], pad))
+            for k, m in enumerate(self.members):
+                out[k, rows] = rm_forward_shared(m, p_ids, p_mask, local, s_ids, s_mask).float().cpu()
+            chunk = []
         return out
 
     def standardized(self, raw: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from rlhf_lab.config.choices import Sampler
 from rlhf_lab.config.errors import ConfigError
 from rlhf_lab.models.adapters import unwrap
+from rlhf_lab.models.batching import prompt_groups
 from rlhf_lab.models.onednn import onednn_linears
 
 try:
@@ -115,10 +116,11 @@ def response_mask_from_ids(response_ids: torch.Tensor, eos_id: int) -> tuple[tor
 @torch.no_grad()
 def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperature: float = 1.0,
            top_k: int = 0, top_p: float = 1.0, max_prompt_len: int | None = None,
-           sampler: str = DEFAULT_SAMPLER) -> Rollout:
+           sampler: str = DEFAULT_SAMPLER, shared_prompts: bool = False) -> Rollout:
     """Sample one response per prompt with KV-cached decoding: ``sampler`` ``lab`` (:func:`kv_generate`, falling
     back to ``generate`` where :func:`lab_unsupported` says why) or ``hf`` (Hugging Face ``generate``); both draw
-    the same tokens under the same seed. ``temperature`` 0: greedy."""
+    the same tokens under the same seed. ``temperature`` 0: greedy. ``shared_prompts`` (``algo.shared_prompt``):
+    the lab sampler's prefill runs each distinct prompt once."""
     if temperature < 0:
         raise ValueError(f"generation.temperature must be >= 0, got {temperature}")
     if sampler not in tuple(Sampler):
@@ -131,7 +133,7 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, temperatur
     try:
         if sampler == "lab" and not _fallback(model, tokenizer):
             r_ids = kv_generate(model, q_ids, q_mask, max_new_tokens, tokenizer.eos_token_id, tokenizer.pad_token_id,
-                                temperature, top_k, top_p)
+                                temperature, top_k, top_p, shared_prompts)
         else:
             r_ids = hf_generate(model, q_ids, q_mask, max_new_tokens, tokenizer.eos_token_id,
                                 tokenizer.pad_token_id, temperature, top_k, top_p)
@@ -198,7 +200,7 @@ def cache_argument(base) -> str | None:
 
 
 def kv_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float = 1.0,
-                top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+                top_k: int = 0, top_p: float = 1.0, shared_prompts: bool = False) -> torch.Tensor:
     """What :func:`hf_generate` returns, by a KV-cache loop of our own: [B, T], T <= max_new_tokens.
 
     As ``generate`` does (transformers' ``GenerationMixin._sample``): one prefill forward over the left-padded prompts
@@ -212,14 +214,17 @@ def kv_generate(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
     ``no_grad``, the same arithmetic), with the model's float32 CPU linears through oneDNN with their weights
     reordered once for the whole loop (:func:`~rlhf_lab.models.onednn.onednn_linears`: the same products summed in
     another order, so logits equal ``generate``'s to float32 rounding and the tokens with them unless a draw falls
-    within that rounding of a boundary); the tokens come back as an ordinary tensor."""
+    within that rounding of a boundary); the tokens come back as an ordinary tensor. With ``shared_prompts``, rows
+    with the same prompt share its prefill: each distinct prompt runs once and its KV cache and logits are indexed out
+    to its rows (:func:`rlhf_lab.models.batching.prompt_groups`; the same logits to float32 rounding)."""
     with torch.inference_mode(), onednn_linears(model, q_ids.shape[0]):
-        out = decode_loop(model, q_ids, q_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p)
+        out = decode_loop(model, q_ids, q_mask, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p,
+                          shared_prompts)
     return out.clone()  # outside inference mode: a tensor autograd may use later (e.g. as embedding indices)
 
 
 def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
-                top_k: int, top_p: float) -> torch.Tensor:
+                top_k: int, top_p: float, shared_prompts: bool = False) -> torch.Tensor:
     """:func:`kv_generate`'s loop."""
     base = unwrap(model)
     cache_kw = cache_argument(base)
@@ -232,13 +237,22 @@ def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
     unfinished = torch.ones(B, dtype=torch.long, device=q_ids.device)
     inputs, attn, step_mask = q_ids, q_mask if padded else None, full_mask
     cache = preallocated_cache(base, P + max_new_tokens)
+    first, group = prompt_groups(q_ids, q_mask) if shared_prompts else (None, None)
+    if first is not None and len(first) < B:  # the prefill over each distinct prompt once
+        inputs, pos_in, attn = q_ids[first], pos[first], (q_mask[first] if padded else None)
+    else:
+        group, pos_in = None, pos
     for t in range(max_new_tokens):
-        res = model(input_ids=inputs, attention_mask=attn, position_ids=pos, use_cache=True, **{cache_kw: cache},
+        res = model(input_ids=inputs, attention_mask=attn, position_ids=pos_in, use_cache=True, **{cache_kw: cache},
                     **extra)
         cache = res[cache_kw]
+        logits = res.logits
+        if t == 0 and group is not None:  # the prefill's keys, values and logits out to the prompts' rows
+            cache.batch_select_indices(group)
+            logits = logits[group]
         if t == 0 and padded and sdpa_mask_ok(base, cache):
             step_mask = full_mask.bool()[:, None, None, :]
-        scores = res.logits[:, -1].to(copy=True, dtype=torch.float32)
+        scores = logits[:, -1].to(copy=True, dtype=torch.float32)
         if temperature > 0:
             nxt = draw_tokens(F.softmax(warp_scores(scores, temperature, top_k, top_p), dim=-1))
         else:
@@ -249,6 +263,7 @@ def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
         if not bool(unfinished.any()):
             return out[:, : t + 1]
         inputs, pos = nxt[:, None], pos[:, -1:] + 1
+        pos_in = pos
         if padded:
             attn = step_mask[..., : P + t + 1]
     return out
@@ -309,6 +324,12 @@ class PreallocatedLayer(CacheLayer):
         self.length = end
         self.keys, self.values = self._keys[:, :, :end], self._values[:, :, :end]
         return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """The rows ``indices`` of the buffers (a shared prefill's prompts out to their rows)."""
+        if self.is_initialized:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
 
 
 def sdpa_mask_ok(base, cache) -> bool:
