@@ -238,9 +238,7 @@ class PPOModule(L.LightningModule):
         ref, temperature = self._reference, self.gen.temperature or 1.0
         groups = self.shared_prompts(q_ids, q_mask)
         if groups is not None:
-            model, adapters_off = ((ref.model, ref.model.disable_adapter()) if isinstance(ref, AdapterDisabled)
-                                   else (ref, contextlib.nullcontext()))
-            with adapters_off:
+            with ref.adapters_off() if isinstance(ref, AdapterDisabled) else contextlib.nullcontext(ref) as model:
                 logits, _ = lm_forward_shared(model, q_ids, q_mask, r_ids, r_mask, groups)
             return token_logprobs(logits, r_ids, r_mask, temperature)
         if self.packing() and isinstance(ref, nn.Module):
@@ -382,7 +380,8 @@ class PPOModule(L.LightningModule):
 
     def score(self, ro) -> torch.Tensor:
         """Step 2: r(x, y) [B] from the scorer (the reward model or the gold reward), on the responses' device; with
-        ``algo.shared_prompt`` a reward model scores the responses to one prompt in one pass over their common tokens."""
+        ``algo.shared_prompt`` a reward model scores the responses to one prompt in one pass over their common
+        tokens."""
         sharing = getattr(self.scorer, "sharing_prefixes", None) if self.a.shared_prompt else None
         with sharing() if sharing is not None else contextlib.nullcontext():
             return self.scorer(ro.prompts, ro.responses, ro.ended).float().reshape(-1).to(ro.response_mask.device)

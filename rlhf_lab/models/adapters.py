@@ -10,6 +10,7 @@ list of module names (suffixes, as peft matches them) or one regular expression.
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 # the linear modules of each part of a block, by model_type; GPT-2's c_proj is in both parts (hence regexes)
@@ -92,9 +93,15 @@ class AdapterDisabled:
             raise ValueError("reference.kind=lora_disabled needs a LoRA policy: set algo.lora.r > 0 (e.g. 16)")
         self.model = peft_model
 
-    def __call__(self, *args, **kwargs):
+    @contextlib.contextmanager
+    def adapters_off(self):
+        """Inside: the peft model with its adapters disabled, for a pass that calls its parts (its trunk) itself."""
         with self.model.disable_adapter():
-            return self.model(*args, **kwargs)
+            yield self.model
+
+    def __call__(self, *args, **kwargs):
+        with self.adapters_off() as model:
+            return model(*args, **kwargs)
 
     def parameters(self):
         return self.model.parameters()

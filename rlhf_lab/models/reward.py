@@ -280,18 +280,20 @@ class RewardScorer:
         rows_of: dict[int, list[int]] = {}
         for i, g in enumerate(group):
             rows_of.setdefault(g, []).append(i)
-        chunk: list[int] = []
+        chunk: dict[int, int] = {}  # a pass's prompts: {prompt: its index in the pass}
+        n_rows = 0
         for n, g in enumerate(rows_of):
-            chunk.append(g)
-            if n + 1 < len(rows_of) and sum(len(rows_of[c]) for c in chunk) < self.batch_size:
+            chunk[g] = len(chunk)
+            n_rows += len(rows_of[g])
+            if n + 1 < len(rows_of) and n_rows < self.batch_size:
                 continue
             rows = [i for c in chunk for i in rows_of[c]]
             p_ids, p_mask = (t.flip(1).to(dev) for t in pad_right([prefixes[c][::-1] for c in chunk], pad))
-            local = torch.tensor([chunk.index(group[i]) for i in rows], device=dev)
+            local = torch.tensor([chunk[group[i]] for i in rows], device=dev)
             s_ids, s_mask = (t.to(dev) for t in pad_right([suffixes[i] for i in rows], pad))
             for k, m in enumerate(self.members):
                 out[k, rows] = rm_forward_shared(m, p_ids, p_mask, local, s_ids, s_mask).float().cpu()
-            chunk = []
+            chunk, n_rows = {}, 0
         return out
 
     def standardized(self, raw: torch.Tensor) -> torch.Tensor:

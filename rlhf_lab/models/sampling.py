@@ -237,11 +237,11 @@ def decode_loop(model, q_ids, q_mask, max_new_tokens: int, eos_id: int, pad_id: 
     unfinished = torch.ones(B, dtype=torch.long, device=q_ids.device)
     inputs, attn, step_mask = q_ids, q_mask if padded else None, full_mask
     cache = preallocated_cache(base, P + max_new_tokens)
-    first, group = prompt_groups(q_ids, q_mask) if shared_prompts else (None, None)
-    if first is not None and len(first) < B:  # the prefill over each distinct prompt once
-        inputs, pos_in, attn = q_ids[first], pos[first], (q_mask[first] if padded else None)
-    else:
-        group, pos_in = None, pos
+    group, pos_in = None, pos
+    if shared_prompts:
+        first, rows_prompt = prompt_groups(q_ids, q_mask)
+        if len(first) < B:  # the prefill over each distinct prompt once
+            group, inputs, pos_in, attn = rows_prompt, q_ids[first], pos[first], (q_mask[first] if padded else None)
     for t in range(max_new_tokens):
         res = model(input_ids=inputs, attention_mask=attn, position_ids=pos_in, use_cache=True, **{cache_kw: cache},
                     **extra)

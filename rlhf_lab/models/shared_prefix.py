@@ -3,8 +3,9 @@ its KV cache is indexed out to the rows that share it, and each row's suffix run
 shared-prefix forward, Liu et al. 2025, arXiv 2506.05433). Under causal attention a suffix sees its prefix only through
 the prefix's keys and values, so the states are the whole sequence's to float noise. With ``algo.shared_prompt``,
 PPO's passes without gradients (:mod:`rlhf_lab.algorithms.ppo`: old log-probs, values, reference; the sampler's
-prefill shares a prompt's too, :func:`rlhf_lab.models.sampling.kv_generate`) and the reward model's scores (:class:`rlhf_lab.models.reward.RewardScorer`) run this way; it pays where a pass costs its tokens (the
-0.5b shape: benchmarks/results.md), not on a tiny model, where two calls cost more than the tokens saved. The update's
+prefill shares a prompt's too, :func:`rlhf_lab.models.sampling.kv_generate`) and the reward model's scores
+(:class:`rlhf_lab.models.reward.RewardScorer`) run this way; it pays where a pass costs its tokens (the 0.5b shape:
+benchmarks/results.md), not on a tiny model, where two calls cost more than the tokens saved. The update's
 passes run packed: there it saved nothing at the 0.5b shape on a CPU (benchmarks/README.md).
 """
 
@@ -21,8 +22,7 @@ def shared_prefix_states(trunk, prefix_ids, prefix_mask, group, suffix_ids, suff
 
     cache_kw = cache_argument(trunk)
     out = trunk(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=positions(prefix_mask), use_cache=True)
-    cache = getattr(out, "cache", None)
-    cache = out.past_key_values if cache is None else cache
+    cache = out[cache_kw]
     cache.batch_select_indices(group)  # the rows' keys and values: an index, so their gradients sum into the prefix's
     attn = torch.cat([prefix_mask[group], suffix_mask], 1)
     pos = prefix_mask[group].sum(1, keepdim=True) + torch.arange(suffix_ids.shape[1], device=suffix_ids.device)
